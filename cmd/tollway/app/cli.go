@@ -1,0 +1,192 @@
+// Package app is the tollway command: the `run` gateway process and the CLI subcommands that
+// talk to a running gateway's admin API. Viper is used only here.
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+const usage = `tollway: an Envoy-native model gateway
+
+usage:
+  tollway run [--config FILE]                         run the gateway (embedded default config without --config)
+  tollway keys create --account A [--name N]          create an API key; prints it once
+  tollway keys list                                   list keys (never their secrets)
+  tollway keys revoke ID                              revoke a key
+  tollway keys rotate ID                              replace a key's secret; prints the new one once
+  tollway reload                                      re-read the config file of the running gateway
+  tollway status                                      configuration delivery status
+
+Commands other than run talk to the running gateway's admin API, found through --config FILE
+(listen.admin) or given as --admin http://127.0.0.1:9090.
+`
+
+// ErrUsage marks a command line that cannot be run.
+var ErrUsage = errors.New("usage")
+
+// Run executes the command line args (without the program name).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fs := flag.NewFlagSet("tollway "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "config file (YAML)")
+	adminURL := fs.String("admin", "", "admin API base URL, e.g. http://127.0.0.1:9090")
+	account := fs.String("account", "", "account the key belongs to")
+	name := fs.String("name", "", "a name for the key")
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if args[0] == "run" {
+		cfg, err := LoadConfig(*configPath)
+		if err != nil {
+			return err
+		}
+		return runGateway(ctx, cfg, stdout, stderr)
+	}
+	c, err := newAdminClient(*adminURL, *configPath)
+	if err != nil {
+		return err
+	}
+	switch strings.Join(append([]string{args[0]}, first(pos)...), " ") {
+	case "keys create":
+		if *account == "" {
+			return fmt.Errorf("%w: keys create needs --account", ErrUsage)
+		}
+		var k keyView
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/keys", map[string]string{"account": *account, "name": *name}, &k); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, k.Secret)
+		fmt.Fprintf(stderr, "created key %s for account %s; store it now, it is not shown again\n", k.ID, k.Account)
+		return nil
+	case "keys list":
+		var out struct{ Data []keyView }
+		if err := c.call(ctx, http.MethodGet, "/admin/v1/keys", nil, &out); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tPREFIX\tACCOUNT\tNAME\tCREATED\tSTATUS")
+		for _, k := range out.Data {
+			status := "active"
+			if k.RevokedAt != nil {
+				status = "revoked " + k.RevokedAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Prefix, k.Account, k.Name, k.CreatedAt.Format(time.RFC3339), status)
+		}
+		return tw.Flush()
+	case "keys revoke", "keys rotate":
+		if len(pos) != 2 {
+			return fmt.Errorf("%w: keys %s ID", ErrUsage, pos[0])
+		}
+		var k keyView
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/keys/"+pos[1]+"/"+pos[0], nil, &k); err != nil {
+			return err
+		}
+		if pos[0] == "rotate" {
+			fmt.Fprintln(stdout, k.Secret)
+			fmt.Fprintf(stderr, "rotated key %s; the old secret no longer works\n", k.ID)
+		} else {
+			fmt.Fprintf(stdout, "revoked key %s\n", k.ID)
+		}
+		return nil
+	case "reload", "status":
+		method, path := http.MethodGet, "/admin/v1/status"
+		if args[0] == "reload" {
+			method, path = http.MethodPost, "/admin/v1/reload"
+		}
+		var out json.RawMessage
+		if err := c.call(ctx, method, path, nil, &out); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintln(stdout, string(out))
+		return err
+	}
+	return fmt.Errorf("%w: unknown command %q; run tollway help", ErrUsage, strings.Join(append([]string{args[0]}, first(pos)...), " "))
+}
+
+func first(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s[:1]
+}
+
+// parseInterspersed lets flags come after positional arguments (tollway keys revoke ID --config f).
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+type adminClient struct {
+	base string
+	http *http.Client
+}
+
+func newAdminClient(adminURL, configPath string) (*adminClient, error) {
+	if adminURL == "" {
+		cfg, err := LoadConfig(configPath)
+		if err != nil {
+			return nil, err
+		}
+		adminURL = "http://" + cfg.Listen.Admin
+	}
+	return &adminClient{base: strings.TrimRight(adminURL, "/"), http: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
+func (c *adminClient) call(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("content-type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("admin API %s: %w (is the gateway running? start it with `tollway run`)", c.base, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error struct{ Message, Code string }
+		}
+		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
+			return fmt.Errorf("%s (%s)", e.Error.Message, e.Error.Code)
+		}
+		return fmt.Errorf("admin API answered %d: %s", resp.StatusCode, raw)
+	}
+	return json.Unmarshal(raw, out)
+}

@@ -1,0 +1,209 @@
+package app
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/spf13/viper"
+
+	"github.com/tollway/tollway/configs"
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// Config is the file `tollway run --config` reads. Fields may grow; existing ones keep working.
+type Config struct {
+	Listen struct {
+		Public string `mapstructure:"public"`
+		Admin  string `mapstructure:"admin"`
+	} `mapstructure:"listen"`
+	Store struct {
+		Path string `mapstructure:"path"`
+	} `mapstructure:"store"`
+	Envoy struct {
+		Bin          string        `mapstructure:"bin"`
+		LogLevel     string        `mapstructure:"log_level"`
+		DrainTimeout time.Duration `mapstructure:"drain_timeout"`
+	} `mapstructure:"envoy"`
+	Log struct {
+		Level string `mapstructure:"level"`
+	} `mapstructure:"log"`
+	Providers []ProviderConfig `mapstructure:"providers"`
+	Models    []ModelConfig    `mapstructure:"models"`
+
+	path string // file it came from; "" for the embedded default
+}
+
+// ProviderConfig is one entry of providers:.
+type ProviderConfig struct {
+	Name    string `mapstructure:"name"`
+	Type    string `mapstructure:"type"`
+	BaseURL string `mapstructure:"base_url"`
+	APIKey  string `mapstructure:"api_key"`
+}
+
+// ModelConfig is one entry of models:.
+type ModelConfig struct {
+	ID                          string                `mapstructure:"id"`
+	Name                        string                `mapstructure:"name"`
+	Providers                   []store.ModelProvider `mapstructure:"providers"`
+	SupportedSamplingParameters []string              `mapstructure:"supported_sampling_parameters"`
+	Pricing                     map[string]string     `mapstructure:"pricing"`
+}
+
+var defaults = map[string]any{
+	"listen.public":       "127.0.0.1:8080",
+	"listen.admin":        "127.0.0.1:9090",
+	"store.path":          "data/tollway.db",
+	"envoy.bin":           "",
+	"envoy.log_level":     "warning",
+	"envoy.drain_timeout": "10s",
+	"log.level":           "info",
+}
+
+// LoadConfig reads path (the embedded default when path is ""), applies TOLLWAY_* environment
+// overrides (TOLLWAY_LISTEN_PUBLIC=127.0.0.1:8081 ...) and checks it. Unknown keys are errors:
+// a typo must not silently fall back to a default.
+func LoadConfig(path string) (*Config, error) {
+	v := viper.New()
+	for k, d := range defaults {
+		v.SetDefault(k, d)
+	}
+	v.SetEnvPrefix("TOLLWAY")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	v.SetConfigType("yaml")
+	var err error
+	if path == "" {
+		err = v.ReadConfig(bytes.NewReader(configs.Default))
+	} else {
+		v.SetConfigFile(path)
+		err = v.ReadInConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", displayPath(path), err)
+	}
+	var c Config
+	if err := v.UnmarshalExact(&c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", displayPath(path), err)
+	}
+	c.path = path
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("config %s:\n%w", displayPath(path), err)
+	}
+	return &c, nil
+}
+
+func displayPath(p string) string {
+	if p == "" {
+		return "(embedded default)"
+	}
+	return p
+}
+
+// Validate checks what the IR does not: listen addresses and the store path.
+func (c *Config) Validate() error {
+	var errs []error
+	if _, err := ir.ParseListen(c.Listen.Public); err != nil {
+		errs = append(errs, err)
+	}
+	if err := loopbackOnly(c.Listen.Admin); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Store.Path == "" {
+		errs = append(errs, errors.New("store.path is required, e.g. data/tollway.db"))
+	}
+	if _, err := c.catalogIR(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+var envRef = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$`)
+
+// resolveSecret expands a "${VAR}" reference from the environment; any other non-empty value is a
+// literal secret. ok is false when the reference names an unset variable.
+func resolveSecret(ref string) (secret string, ok bool) {
+	if m := envRef.FindStringSubmatch(ref); m != nil {
+		v := os.Getenv(m[1])
+		return v, v != ""
+	}
+	return ref, true
+}
+
+// storeRef is what reaches disk for a credential: references as written, literal secrets never.
+func storeRef(ref string) string {
+	if ref == "" || envRef.MatchString(ref) {
+		return ref
+	}
+	return "(inline secret)"
+}
+
+// catalog is the config's providers and models as store records.
+func (c *Config) catalog() store.Catalog {
+	var cat store.Catalog
+	for _, p := range c.Providers {
+		cat.Providers = append(cat.Providers, store.Provider{Name: p.Name, Type: p.Type, BaseURL: p.BaseURL, APIKeyRef: storeRef(p.APIKey)})
+	}
+	for _, m := range c.Models {
+		cat.Models = append(cat.Models, store.Model{
+			ID: m.ID, Name: m.Name, Providers: m.Providers,
+			SupportedSamplingParameters: m.SupportedSamplingParameters, Pricing: m.Pricing,
+		})
+	}
+	return cat
+}
+
+// inlineSecrets are literal api_key values, kept in memory only.
+func (c *Config) inlineSecrets() map[string]string {
+	out := map[string]string{}
+	for _, p := range c.Providers {
+		if p.APIKey != "" && !envRef.MatchString(p.APIKey) {
+			out[p.Name] = p.APIKey
+		}
+	}
+	return out
+}
+
+func (c *Config) catalogIR() (*ir.Gateway, error) {
+	return buildIR(c.Listen.Public, c.catalog(), c.inlineSecrets())
+}
+
+// buildIR compiles store records into the IR, resolving credentials.
+func buildIR(public string, cat store.Catalog, inline map[string]string) (*ir.Gateway, error) {
+	l, err := ir.ParseListen(public)
+	if err != nil {
+		return nil, err
+	}
+	g := &ir.Gateway{Listener: l}
+	var errs []error
+	for _, sp := range cat.Providers {
+		p := ir.Provider{Name: sp.Name, Type: sp.Type, NeedsKey: sp.APIKeyRef != ""}
+		if err := ir.ParseProviderURL(&p, sp.BaseURL); err != nil {
+			errs = append(errs, err)
+		}
+		if s, ok := inline[sp.Name]; ok {
+			p.APIKey = s
+		} else if s, ok := resolveSecret(sp.APIKeyRef); ok {
+			p.APIKey = s
+		}
+		g.Providers = append(g.Providers, p)
+	}
+	for _, sm := range cat.Models {
+		m := ir.Model{ID: sm.ID, Name: sm.Name, SupportedParameters: sm.SupportedSamplingParameters, Pricing: sm.Pricing}
+		for _, t := range sm.Providers {
+			m.Targets = append(m.Targets, ir.Target{Provider: t.Provider, Model: t.Model})
+		}
+		g.Models = append(g.Models, m)
+	}
+	errs = append(errs, g.Validate())
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return g, nil
+}

@@ -1,0 +1,120 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tollway/tollway/extproc"
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds"
+	"github.com/tollway/tollway/xds/ir"
+	"github.com/tollway/tollway/xds/translator"
+)
+
+// ackWait bounds how long a configuration change waits for Envoy to accept it.
+const ackWait = 10 * time.Second
+
+// gateway ties the store to its two consumers: Envoy (through xDS) and ext_proc (through a
+// compiled runtime). Every change goes store -> IR -> both, serialized by mu.
+type gateway struct {
+	log   *slog.Logger
+	store *store.Store
+	xds   *xds.Server
+	ext   *extproc.Server
+
+	mu     sync.Mutex
+	cfg    *Config
+	lastIR *ir.Gateway
+}
+
+func loopbackOnly(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen.admin %q: want host:port, e.g. 127.0.0.1:9090", addr)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("listen.admin %q: the admin API has no authentication and must listen on a loopback address (127.0.0.1, ::1)", addr)
+	}
+	return nil
+}
+
+// applyConfig writes the config's providers and models to the store and applies the result.
+func (g *gateway) applyConfig(ctx context.Context, c *Config) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cfg != nil && c.Listen.Admin != g.cfg.Listen.Admin {
+		g.log.Warn("listen.admin changed; it takes effect on restart", "from", g.cfg.Listen.Admin, "to", c.Listen.Admin)
+	}
+	if err := g.store.ReplaceConfig(c.catalog()); err != nil {
+		return err
+	}
+	prev := g.cfg
+	g.cfg = c
+	if err := g.applyLocked(ctx); err != nil {
+		g.cfg = prev
+		return err
+	}
+	return nil
+}
+
+// apply rebuilds from the store (after an admin API change).
+func (g *gateway) apply(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.applyLocked(ctx)
+}
+
+// applyLocked builds the IR, pushes it to Envoy and, once Envoy accepted it, swaps the ext_proc
+// runtime, so ext_proc never routes to a cluster Envoy does not have yet. On rejection both keep
+// the last good configuration.
+func (g *gateway) applyLocked(ctx context.Context) error {
+	cat, err := g.store.Catalog()
+	if err != nil {
+		return err
+	}
+	gw, err := buildIR(g.cfg.Listen.Public, cat, g.cfg.inlineSecrets())
+	if err != nil {
+		return err
+	}
+	res, err := translator.Translate(gw)
+	if err != nil {
+		return err
+	}
+	keys, err := g.store.Keys()
+	if err != nil {
+		return err
+	}
+	v, err := g.xds.Push(ctx, res, ackWait)
+	if err != nil {
+		return err
+	}
+	g.lastIR = gw
+	g.ext.Swap(extproc.Compile(gw, keys))
+	g.log.Info("configuration applied", "snapshot", v, "providers", len(gw.Providers), "models", len(gw.Models))
+	for _, p := range gw.Providers {
+		if !p.Ready() {
+			g.log.Warn("provider has no credential; its models skip it", "provider", p.Name)
+		}
+	}
+	return nil
+}
+
+// keysChanged recompiles the ext_proc runtime after a key was created, revoked or rotated.
+func (g *gateway) keysChanged() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	keys, err := g.store.Keys()
+	if err != nil {
+		return err
+	}
+	if g.lastIR == nil {
+		return errors.New("gateway has no configuration yet")
+	}
+	g.ext.Swap(extproc.Compile(g.lastIR, keys))
+	return nil
+}

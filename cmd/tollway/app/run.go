@@ -1,0 +1,249 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fsnotify/fsnotify"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/tollway/tollway/envoy"
+	"github.com/tollway/tollway/extproc"
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// maxGRPCMessage fits a 32 MiB body plus its rewrite in one ext_proc message.
+const maxGRPCMessage = 2 * ir.BufferLimitBytes
+
+// runGateway is `tollway run`: one process that owns the store, serves xDS, ext_proc and the
+// admin API, and supervises Envoy until ctx ends (graceful drain) or Envoy dies (error).
+func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	log := newLogger(stderr, cfg.Log.Level)
+	envoyBin, err := envoy.FindBinary(cfg.Envoy.Bin)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(cfg.Store.Path)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	// Sockets and the bootstrap live in a private directory; unix sockets need no ports, so
+	// nothing collides with other gateways or tests on the machine.
+	runDir, err := os.MkdirTemp("", "tollway-")
+	if err != nil {
+		return fmt.Errorf("runtime dir: %w", err)
+	}
+	defer os.RemoveAll(runDir)
+	sock := func(n string) string { return filepath.Join(runDir, n) }
+
+	adminLn, err := net.Listen("tcp", cfg.Listen.Admin)
+	if err != nil {
+		return fmt.Errorf("listen.admin %s: %w (is another tollway running? change listen.admin)", cfg.Listen.Admin, err)
+	}
+	if err := portFree(cfg.Listen.Public); err != nil {
+		adminLn.Close()
+		return err
+	}
+	xdsLn, err := net.Listen("unix", sock("xds.sock"))
+	if err != nil {
+		adminLn.Close()
+		return fmt.Errorf("xds socket: %w", err)
+	}
+	extLn, err := net.Listen("unix", sock("extproc.sock"))
+	if err != nil {
+		adminLn.Close()
+		xdsLn.Close()
+		return fmt.Errorf("ext_proc socket: %w", err)
+	}
+
+	ctrl := xds.New(log.With("component", "xds"))
+	ext := extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil))
+	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext}
+
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	defer stopServing()
+	xdsGRPC := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))
+	ctrl.Register(serveCtx, xdsGRPC)
+	extGRPC := grpc.NewServer(grpc.MaxRecvMsgSize(maxGRPCMessage), grpc.MaxSendMsgSize(maxGRPCMessage))
+	extprocv3.RegisterExternalProcessorServer(extGRPC, ext)
+
+	var reloadMu sync.Mutex
+	reload := func() error {
+		reloadMu.Lock()
+		defer reloadMu.Unlock()
+		next, err := LoadConfig(cfg.path)
+		if err != nil {
+			return badRequest(err.Error())
+		}
+		return gw.applyConfig(context.Background(), next)
+	}
+	adminSrv := &http.Server{Handler: gw.adminHandler(reload), ReadHeaderTimeout: 5 * time.Second}
+
+	var wg sync.WaitGroup
+	serve := func(name string, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+				log.Error("server stopped", "server", name, "error", err)
+			}
+		}()
+	}
+	serve("xds", func() error { return xdsGRPC.Serve(xdsLn) })
+	serve("extproc", func() error { return extGRPC.Serve(extLn) })
+	serve("admin", func() error { return adminSrv.Serve(adminLn) })
+	defer func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = adminSrv.Shutdown(shutdownCtx)
+		extGRPC.GracefulStop()
+		stopServing()
+		xdsGRPC.Stop()
+		wg.Wait()
+	}()
+
+	// The first snapshot is in the cache before Envoy asks for it.
+	if err := gw.applyConfig(ctx, cfg); err != nil {
+		return err
+	}
+
+	boot, err := envoy.Bootstrap(envoy.BootstrapConfig{
+		XDS:     envoy.Endpoint{Network: "unix", Address: sock("xds.sock")},
+		ExtProc: envoy.Endpoint{Network: "unix", Address: sock("extproc.sock")},
+		Admin:   envoy.Endpoint{Network: "unix", Address: sock("envoy-admin.sock")},
+	})
+	if err != nil {
+		return err
+	}
+	bootJSON, err := envoy.MarshalBootstrap(boot)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(sock("bootstrap.json"), bootJSON, 0o600); err != nil {
+		return fmt.Errorf("write bootstrap: %w", err)
+	}
+	proc, err := envoy.Start(log, envoy.LaunchConfig{
+		Binary:        envoyBin,
+		BootstrapPath: sock("bootstrap.json"),
+		AdminSocket:   sock("envoy-admin.sock"),
+		LogLevel:      cfg.Envoy.LogLevel,
+		DrainTime:     cfg.Envoy.DrainTimeout,
+	}, stderr)
+	if err != nil {
+		return err
+	}
+	defer proc.Stop()
+	err = proc.WaitReady(ctx, 30*time.Second, func() error {
+		if s := ctrl.Status(); s.LastRejection != "" {
+			return fmt.Errorf("envoy rejected the configuration: %s", s.LastRejection)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "tollway ready base_url=http://%s/v1 admin=http://%s envoy_pid=%d\n", cfg.Listen.Public, cfg.Listen.Admin, proc.Pid())
+	log.Info("tollway ready", "base_url", "http://"+cfg.Listen.Public+"/v1", "admin", cfg.Listen.Admin, "envoy", envoyBin)
+
+	if cfg.path != "" {
+		stopWatch, err := watchFile(cfg.path, log, func() {
+			if err := reload(); err != nil {
+				log.Error("config reload failed; keeping the running configuration", "file", cfg.path, "error", err)
+			}
+		})
+		if err != nil {
+			log.Warn("config file is not watched; use POST /admin/v1/reload", "error", err)
+		} else {
+			defer stopWatch()
+		}
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("draining", "timeout", cfg.Envoy.DrainTimeout)
+		proc.Drain(context.Background(), "http."+ir.ListenerName+".downstream_rq_active", cfg.Envoy.DrainTimeout)
+		log.Info("stopped")
+		return nil
+	case <-proc.Done():
+		return fmt.Errorf("envoy exited unexpectedly: %w", proc.Err())
+	}
+}
+
+func portFree(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen.public %s: %w (another process holds the port; change listen.public)", addr, err)
+	}
+	return ln.Close()
+}
+
+// watchFile calls onChange after path changes, debounced, so editors that write in several
+// steps trigger one reload. The directory is watched because editors replace files.
+func watchFile(path string, log *slog.Logger, onChange func()) (func(), error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Add(filepath.Dir(abs)); err != nil {
+		w.Close()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		var timer *time.Timer
+		for {
+			select {
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if filepath.Clean(ev.Name) != abs || ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) == 0 {
+					continue
+				}
+				if timer != nil {
+					timer.Stop()
+				}
+				timer = time.AfterFunc(200*time.Millisecond, onChange)
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				log.Warn("config watch", "error", err)
+			case <-done:
+				if timer != nil {
+					timer.Stop()
+				}
+				return
+			}
+		}
+	}()
+	return func() { close(done); w.Close() }, nil
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}

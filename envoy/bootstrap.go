@@ -1,0 +1,107 @@
+// Package envoy owns the Envoy process: the bootstrap that points it at Tollway's xDS and
+// ext_proc servers, and a launcher that starts, watches, drains and stops it.
+package envoy
+
+import (
+	"fmt"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollway/tollway/xds"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// Endpoint is where Envoy reaches one of Tollway's gRPC servers or its own admin: a unix socket
+// path, or host:port when Network is "tcp".
+type Endpoint struct {
+	Network string // "unix" or "tcp"
+	Address string
+}
+
+// BootstrapConfig names the endpoints the bootstrap wires together.
+type BootstrapConfig struct {
+	XDS     Endpoint
+	ExtProc Endpoint
+	Admin   Endpoint
+}
+
+// Bootstrap builds Envoy's static configuration: everything else arrives over ADS.
+func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
+	h2, err := anypb.New(&httpv3.HttpProtocolOptions{
+		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("envoy: bootstrap: %w", err)
+	}
+	grpcCluster := func(name string, ep Endpoint) *clusterv3.Cluster {
+		return &clusterv3.Cluster{
+			Name:                          name,
+			ConnectTimeout:                durationpb.New(time.Second),
+			ClusterDiscoveryType:          &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+			PerConnectionBufferLimitBytes: nil,
+			TypedExtensionProtocolOptions: map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": h2},
+			LoadAssignment: &endpointv3.ClusterLoadAssignment{
+				ClusterName: name,
+				Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+					HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: address(ep)}},
+				}}}},
+			},
+		}
+	}
+	ads := &corev3.ConfigSource{
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+	}
+	b := &bootstrapv3.Bootstrap{
+		Node: &corev3.Node{Id: xds.NodeID, Cluster: xds.NodeID},
+		Admin: &bootstrapv3.Admin{
+			Address: address(c.Admin),
+		},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{
+			grpcCluster(ir.XDSCluster, c.XDS),
+			grpcCluster(ir.ExtProcCluster, c.ExtProc),
+		}},
+		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
+			AdsConfig: &corev3.ApiConfigSource{
+				ApiType:             corev3.ApiConfigSource_GRPC,
+				TransportApiVersion: corev3.ApiVersion_V3,
+				GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: ir.XDSCluster},
+				}}},
+				SetNodeOnFirstMessageOnly: true,
+			},
+			CdsConfig: ads,
+			LdsConfig: ads,
+		},
+	}
+	if err := xds.Validate(b); err != nil {
+		return nil, fmt.Errorf("envoy: bootstrap fails validation: %w", err)
+	}
+	return b, nil
+}
+
+// MarshalBootstrap renders b as the JSON file Envoy is started with.
+func MarshalBootstrap(b *bootstrapv3.Bootstrap) ([]byte, error) {
+	return protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(b)
+}
+
+func address(ep Endpoint) *corev3.Address {
+	if ep.Network == "unix" {
+		return &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: ep.Address}}}
+	}
+	host, port := splitHostPort(ep.Address)
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address:       host,
+		PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
+	}}}
+}

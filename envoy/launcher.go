@@ -1,0 +1,220 @@
+package envoy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrNotFound means no Envoy binary could be located.
+var ErrNotFound = errors.New("envoy binary not found: run `make envoy`, or set ENVOY_BIN / put envoy on PATH")
+
+// FindBinary picks the Envoy to run: an explicit path, then $ENVOY_BIN, then the pinned build
+// `make envoy` installs under tools/, then `envoy` on PATH.
+func FindBinary(explicit string) (string, error) {
+	for _, c := range []string{explicit, os.Getenv("ENVOY_BIN"), os.Getenv("TOLLWAY_ENVOY_BIN"), filepath.Join("tools", "envoy", "envoy", "_bin", "envoy")} {
+		if c == "" {
+			continue
+		}
+		if st, err := os.Stat(c); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return c, nil
+		}
+	}
+	if p, err := exec.LookPath("envoy"); err == nil {
+		return p, nil
+	}
+	return "", ErrNotFound
+}
+
+// Process is a running Envoy child.
+type Process struct {
+	log   *slog.Logger
+	cmd   *exec.Cmd
+	admin *http.Client
+	done  chan struct{}
+	err   error
+}
+
+// LaunchConfig says how to start Envoy.
+type LaunchConfig struct {
+	Binary        string
+	BootstrapPath string
+	AdminSocket   string // the unix socket of Envoy's admin API (from the bootstrap)
+	LogLevel      string
+	DrainTime     time.Duration
+}
+
+// Start launches Envoy. Its log goes to logOut line by line, prefixed so it is told apart.
+func Start(log *slog.Logger, c LaunchConfig, logOut io.Writer) (*Process, error) {
+	level := c.LogLevel
+	if level == "" {
+		level = "warning"
+	}
+	drain := int(c.DrainTime / time.Second)
+	if drain < 1 {
+		drain = 1
+	}
+	cmd := exec.Command(c.Binary,
+		"-c", c.BootstrapPath,
+		"--log-level", level,
+		"--disable-hot-restart", // several gateways (and tests) may run side by side
+		"--drain-time-s", strconv.Itoa(drain),
+		"--drain-strategy", "immediate",
+	)
+	// Envoy must not outlive us if we are killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			fmt.Fprintf(logOut, "envoy: %s\n", sc.Text())
+		}
+	}()
+	if err := cmd.Start(); err != nil {
+		pw.Close()
+		return nil, fmt.Errorf("envoy: start %s: %w", c.Binary, err)
+	}
+	p := &Process{
+		log: log,
+		cmd: cmd,
+		admin: &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", c.AdminSocket)
+		}}},
+		done: make(chan struct{}),
+	}
+	go func() {
+		err := cmd.Wait()
+		pw.Close()
+		if err == nil {
+			err = errors.New("envoy exited")
+		}
+		p.err = fmt.Errorf("envoy: %w", err)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Done is closed when Envoy exits; Err then says how.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is why Envoy exited; valid after Done.
+func (p *Process) Err() error { return p.err }
+
+// Pid is the Envoy process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// WaitReady polls Envoy's /ready until it reports LIVE (its listeners are up), Envoy exits, or
+// check reports a reason to give up (e.g. Envoy rejected the first configuration).
+func (p *Process) WaitReady(ctx context.Context, timeout time.Duration, check func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if body, code, err := p.adminCall(ctx, http.MethodGet, "/ready"); err == nil && code == http.StatusOK && strings.TrimSpace(body) == "LIVE" {
+			return nil
+		}
+		if err := check(); err != nil {
+			return err
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("envoy exited during start-up: %w", p.err)
+		case <-ctx.Done():
+			return fmt.Errorf("envoy not ready after %s (is the public port free?)", timeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// Stat reads one counter or gauge from Envoy's admin API.
+func (p *Process) Stat(ctx context.Context, name string) (int64, error) {
+	body, _, err := p.adminCall(ctx, http.MethodGet, "/stats?filter=^"+strings.ReplaceAll(name, ".", `\.`)+"$")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok && k == name {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("envoy: stat %s not found", name)
+}
+
+// Drain stops accepting new connections, lets in-flight requests (streams included) finish for
+// up to timeout, then asks Envoy to exit and waits for it.
+func (p *Process) Drain(ctx context.Context, activeGauge string, timeout time.Duration) {
+	if _, _, err := p.adminCall(ctx, http.MethodPost, "/drain_listeners?graceful&skip_exit"); err != nil {
+		p.log.Warn("envoy drain request failed", "error", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		n, err := p.Stat(ctx, activeGauge)
+		if err != nil || n == 0 {
+			break
+		}
+		select {
+		case <-p.done:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	p.Stop()
+}
+
+// Stop asks Envoy to quit, then kills it if it does not.
+func (p *Process) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, _, err := p.adminCall(ctx, http.MethodPost, "/quitquitquit"); err != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *Process) adminCall(ctx context.Context, method, path string) (string, int, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://envoy"+path, nil)
+	if err != nil {
+		return "", 0, err
+	}
+	resp, err := p.admin.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return string(b), resp.StatusCode, err
+}
+
+func splitHostPort(addr string) (string, uint32) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr, 0
+	}
+	n, _ := strconv.ParseUint(port, 10, 16)
+	return host, uint32(n)
+}

@@ -1,0 +1,165 @@
+package extproc
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// Fields every chat request may carry whatever the model's catalog entry says: they shape the
+// conversation or the transport, not the sampling.
+var structuralFields = map[string]bool{
+	"model": true, "messages": true, "stream": true, "stream_options": true, "user": true,
+}
+
+// gatewayFields are Tollway's own and never reach a provider.
+var gatewayFields = []string{"route", "route_mode"}
+
+var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
+
+// chatPlan is the decision for one chat request: where it goes and what is sent.
+type chatPlan struct {
+	model    *model
+	provider *ir.Provider
+	upstream *provider.Upstream
+	removed  []string // parameters dropped because the model does not support them
+}
+
+// planChat validates a chat request body and builds its upstream request.
+func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
+	var req provider.Request
+	if err := json.Unmarshal(body, &req); err != nil || req == nil {
+		return nil, apiErr(http.StatusBadRequest, "invalid_json",
+			"request body is not a JSON object (%s); send {\"model\": ..., \"messages\": [...]}", jsonProblem(err))
+	}
+	var modelID string
+	if raw, ok := req["model"]; !ok || json.Unmarshal(raw, &modelID) != nil || modelID == "" {
+		return nil, apiErr(http.StatusBadRequest, "missing_model",
+			"model is required and must be a string: set it to a model id from GET /v1/models")
+	}
+	if e := checkMessages(req["messages"]); e != nil {
+		return nil, e
+	}
+	if raw, ok := req["stream"]; ok {
+		var b *bool
+		if json.Unmarshal(raw, &b) != nil {
+			return nil, apiErr(http.StatusBadRequest, "invalid_request", "stream must be true or false")
+		}
+	}
+	pin, e := pinnedProvider(req["route"])
+	if e != nil {
+		return nil, e
+	}
+	if strings.HasPrefix(modelID, "route:") {
+		return nil, apiErr(http.StatusBadRequest, "route_not_found",
+			"route %q does not exist; use a model id from GET /v1/models", modelID)
+	}
+	m, ok := rt.models[modelID]
+	if !ok {
+		return nil, apiErr(http.StatusBadRequest, "model_not_found",
+			"model %q is not in the catalog; GET /v1/models lists the model ids you can use", modelID)
+	}
+	target, p, e := rt.choose(m, pin)
+	if e != nil {
+		return nil, e
+	}
+	for _, f := range gatewayFields {
+		delete(req, f)
+	}
+	plan := &chatPlan{model: m, provider: p}
+	if m.supported != nil {
+		for f := range req {
+			if !structuralFields[f] && !m.supported[f] {
+				plan.removed = append(plan.removed, f)
+				delete(req, f)
+			}
+		}
+		sort.Strings(plan.removed)
+	}
+	adapter, err := provider.For(p.Type)
+	if err != nil {
+		return nil, apiErr(http.StatusInternalServerError, "internal_error", "%v", err)
+	}
+	if plan.upstream, err = adapter.Chat(p, target.Model, req); err != nil {
+		return nil, apiErr(http.StatusInternalServerError, "internal_error", "%v", err)
+	}
+	return plan, nil
+}
+
+// choose picks the first ready provider of m, or the pinned one.
+func (rt *Runtime) choose(m *model, pin string) (ir.Target, *ir.Provider, *APIError) {
+	var reasons []string
+	for _, t := range m.Targets {
+		if pin != "" && t.Provider != pin {
+			continue
+		}
+		p := rt.providers[t.Provider]
+		if p != nil && p.Ready() {
+			return t, p, nil
+		}
+		reasons = append(reasons, "provider "+t.Provider+" has no API key configured")
+	}
+	if pin != "" && len(reasons) == 0 {
+		names := make([]string, len(m.Targets))
+		for i, t := range m.Targets {
+			names[i] = t.Provider
+		}
+		return ir.Target{}, nil, apiErr(http.StatusBadRequest, "provider_not_available",
+			"provider %q does not serve model %q (it is served by %s): remove route.provider or choose one of those",
+			pin, m.ID, strings.Join(names, ", "))
+	}
+	return ir.Target{}, nil, apiErr(http.StatusServiceUnavailable, "model_unavailable",
+		"model %q has no provider that can take traffic (%s); try another model", m.ID, strings.Join(reasons, "; "))
+}
+
+func pinnedProvider(raw json.RawMessage) (string, *APIError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var r struct {
+		Provider *string `json:"provider"`
+	}
+	if json.Unmarshal(raw, &r) != nil || (r.Provider != nil && *r.Provider == "") {
+		return "", apiErr(http.StatusBadRequest, "invalid_request",
+			`route must be an object like {"provider": "<provider name>"}`)
+	}
+	if r.Provider == nil {
+		return "", nil
+	}
+	return *r.Provider, nil
+}
+
+func checkMessages(raw json.RawMessage) *APIError {
+	var msgs []struct {
+		Role *string `json:"role"`
+	}
+	if len(raw) == 0 {
+		return apiErr(http.StatusBadRequest, "missing_messages",
+			"messages is required: send an array like [{\"role\": \"user\", \"content\": \"Hello\"}]")
+	}
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return apiErr(http.StatusBadRequest, "invalid_messages",
+			"messages must be an array of objects with role and content (%s)", jsonProblem(err))
+	}
+	if len(msgs) == 0 {
+		return apiErr(http.StatusBadRequest, "missing_messages", "messages is empty: send at least one message")
+	}
+	for i, m := range msgs {
+		if m.Role == nil || !validRoles[*m.Role] {
+			return apiErr(http.StatusBadRequest, "invalid_messages",
+				"messages[%d].role must be one of system, developer, user, assistant, tool", i)
+		}
+	}
+	return nil
+}
+
+func jsonProblem(err error) string {
+	if err == nil {
+		return "null or not an object"
+	}
+	return err.Error()
+}

@@ -1,0 +1,88 @@
+package extproc
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// APIError is an error the client sees: an HTTP status and the spec's error body. Code is a
+// stable machine-readable string; Message says what was wrong and how to fix it.
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+
+func apiErr(status int, code, format string, args ...any) *APIError {
+	return &APIError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// errorBody is the spec's error shape: {"error": {"message", "code", "request_id"}}.
+type errorBody struct {
+	Error errorFields `json:"error"`
+}
+
+type errorFields struct {
+	Message   string `json:"message"`
+	Code      string `json:"code"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// Body renders e for the request with id requestID.
+func (e *APIError) Body(requestID string) []byte {
+	b, _ := json.Marshal(errorBody{errorFields{e.Message, e.Code, requestID}})
+	return b
+}
+
+// Errors the request path returns; their messages name the fix.
+var (
+	errMissingKey = apiErr(http.StatusUnauthorized, "invalid_api_key",
+		"missing API key: send Authorization: Bearer ale-<key> (create one with `tollway keys create`)")
+	errMalformedKey = apiErr(http.StatusUnauthorized, "invalid_api_key",
+		"malformed API key: Tollway keys look like ale- followed by 43 characters; check for truncation or extra spaces")
+	errInvalidKey = apiErr(http.StatusUnauthorized, "invalid_api_key",
+		"invalid API key: it is unknown, revoked or rotated; use a current key or create one with `tollway keys create`")
+	errNoBody = apiErr(http.StatusBadRequest, "invalid_request",
+		"request body is empty: send a JSON object with model and messages")
+)
+
+// upstreamError converts a provider's error body into the spec's shape, keeping the provider's
+// message and code where it has them.
+func upstreamError(status int, provider string, body []byte) *APIError {
+	var shaped struct {
+		Error json.RawMessage `json:"error"`
+	}
+	e := &APIError{Status: status, Code: "upstream_error"}
+	if json.Unmarshal(body, &shaped) == nil && len(shaped.Error) > 0 {
+		var obj struct {
+			Message string          `json:"message"`
+			Code    json.RawMessage `json:"code"`
+			Type    string          `json:"type"`
+		}
+		var str string
+		switch {
+		case json.Unmarshal(shaped.Error, &obj) == nil && obj.Message != "":
+			e.Message = obj.Message
+			var code string
+			if json.Unmarshal(obj.Code, &code) == nil && code != "" {
+				e.Code = code
+			} else if obj.Type != "" {
+				e.Code = obj.Type
+			}
+		case json.Unmarshal(shaped.Error, &str) == nil && str != "":
+			e.Message = str
+		}
+	}
+	if e.Message == "" {
+		const max = 512
+		text := string(body)
+		if len(text) > max {
+			text = text[:max] + "..."
+		}
+		e.Message = fmt.Sprintf("provider %s answered HTTP %d: %s", provider, status, text)
+	}
+	return e
+}

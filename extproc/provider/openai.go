@@ -1,0 +1,31 @@
+package provider
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// openAI speaks the OpenAI chat-completions API, which most providers and local servers
+// (vLLM, Ollama, llama.cpp, Groq, Together, ...) also accept.
+type openAI struct{}
+
+func init() { register(ir.ProviderTypeOpenAI, openAI{}) }
+
+func (openAI) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
+	m, err := json.Marshal(model)
+	if err != nil {
+		return nil, fmt.Errorf("openai: model name: %w", err)
+	}
+	req["model"] = m
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("openai: encode request: %w", err)
+	}
+	auth := ""
+	if p.APIKey != "" {
+		auth = "Bearer " + p.APIKey
+	}
+	return &Upstream{Body: body, Headers: map[string]string{"authorization": auth}}, nil
+}

@@ -1,0 +1,61 @@
+package extproc
+
+import (
+	"encoding/hex"
+
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// Runtime is the immutable, compiled view of configuration the request path reads. A new one is
+// built on every change and swapped in atomically; requests in flight keep the one they started with.
+type Runtime struct {
+	models    map[string]*model
+	providers map[string]*ir.Provider
+	keys      map[[32]byte]*keyInfo
+}
+
+type model struct {
+	ir.Model
+	// supported is nil when the catalog lists no parameters: then every field passes.
+	supported map[string]bool
+}
+
+type keyInfo struct {
+	ID      string
+	Account string
+	hash    [32]byte
+}
+
+// Compile builds a Runtime from the IR and the key records. Revoked keys are left out.
+func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
+	rt := &Runtime{
+		models:    make(map[string]*model, len(g.Models)),
+		providers: make(map[string]*ir.Provider, len(g.Providers)),
+		keys:      make(map[[32]byte]*keyInfo, len(keys)),
+	}
+	for i := range g.Providers {
+		rt.providers[g.Providers[i].Name] = &g.Providers[i]
+	}
+	for _, m := range g.Models {
+		cm := &model{Model: m}
+		if len(m.SupportedParameters) > 0 {
+			cm.supported = make(map[string]bool, len(m.SupportedParameters))
+			for _, p := range m.SupportedParameters {
+				cm.supported[p] = true
+			}
+		}
+		rt.models[m.ID] = cm
+	}
+	for _, k := range keys {
+		if k.RevokedAt != nil {
+			continue
+		}
+		var h [32]byte
+		if n, err := hex.Decode(h[:], []byte(k.Hash)); err != nil || n != len(h) {
+			continue
+		}
+		rt.keys[h] = &keyInfo{ID: k.ID, Account: k.Account, hash: h}
+	}
+	return rt
+}

@@ -1,0 +1,163 @@
+package translator
+
+import (
+	"fmt"
+	"time"
+
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	celv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/filters/cel/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// ExtProcMessageTimeout bounds each ext_proc exchange. Buffered 32 MiB bodies need more than
+// Envoy's 200 ms default; past it Envoy fails closed.
+const ExtProcMessageTimeout = 5 * time.Second
+
+// ErrorCodeDetailsPrefix starts the response code details of every error ext_proc answers
+// itself, so the local-reply mapper below leaves those bodies alone.
+const ErrorCodeDetailsPrefix = "tollway_"
+
+func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
+	filters, err := httpFilters()
+	if err != nil {
+		return nil, err
+	}
+	hcm := &hcmv3.HttpConnectionManager{
+		StatPrefix: ir.ListenerName,
+		CodecType:  hcmv3.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			RouteConfigName: ir.RouteConfigName,
+			ConfigSource:    adsSource(),
+		}},
+		HttpFilters:                  filters,
+		StreamIdleTimeout:            durationpb.New(streamIdle),
+		AlwaysSetRequestIdInResponse: true,
+		LocalReplyConfig:             localReplies(),
+	}
+	hcmAny, err := anypb.New(hcm)
+	if err != nil {
+		return nil, fmt.Errorf("translator: hcm: %w", err)
+	}
+	return &listenerv3.Listener{
+		Name:                          ir.ListenerName,
+		Address:                       socketAddress(g.Listener.Address, g.Listener.Port),
+		PerConnectionBufferLimitBytes: wrapperspb.UInt32(ir.BufferLimitBytes),
+		FilterChains: []*listenerv3.FilterChain{{
+			Filters: []*listenerv3.Filter{{
+				Name:       wellknown.HTTPConnectionManager,
+				ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcmAny},
+			}},
+		}},
+	}, nil
+}
+
+// httpFilters is the one place the HTTP filter order is decided: ext_proc authenticates and
+// picks the provider, then the router forwards.
+func httpFilters() ([]*hcmv3.HttpFilter, error) {
+	type named struct {
+		name string
+		cfg  proto.Message
+	}
+	var out []*hcmv3.HttpFilter
+	for _, f := range []named{
+		{"envoy.filters.http.ext_proc", ExtProc()},
+		{wellknown.Router, &routerv3.Router{}},
+	} {
+		a, err := anypb.New(f.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("translator: filter %s: %w", f.name, err)
+		}
+		out = append(out, &hcmv3.HttpFilter{Name: f.name, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: a}})
+	}
+	return out, nil
+}
+
+// ExtProc is the router-level ext_proc filter. Headers are sent so bad keys are refused before a
+// body is buffered; the request body is buffered so it can be rewritten; response bodies are not
+// sent unless ext_proc asks for them (mode override) after seeing the response headers, so
+// successful answers and SSE streams pass untouched and unbuffered.
+func ExtProc() *extprocv3.ExternalProcessor {
+	return &extprocv3.ExternalProcessor{
+		GrpcService: &corev3.GrpcService{
+			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
+				ClusterName:             ir.ExtProcCluster,
+				MaxReceiveMessageLength: wrapperspb.UInt32(2 * ir.BufferLimitBytes),
+			}},
+		},
+		FailureModeAllow: false, // ext_proc down means closed, never an open door
+		ProcessingMode: &extprocv3.ProcessingMode{
+			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
+			RequestBodyMode:     extprocv3.ProcessingMode_BUFFERED,
+			RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
+			ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
+			ResponseBodyMode:    extprocv3.ProcessingMode_NONE,
+			ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+		},
+		AllowModeOverride: true,
+		MessageTimeout:    durationpb.New(ExtProcMessageTimeout),
+	}
+}
+
+// localReplies gives Envoy's own error replies (ext_proc unreachable, upstream connect failure,
+// body too large) the spec's error body. Replies ext_proc wrote itself are already in that shape.
+func localReplies() *hcmv3.LocalReplyConfig {
+	notOurs, _ := anypb.New(&celv3.ExpressionFilter{
+		Expression: fmt.Sprintf("!response.code_details.startsWith('%s')", ErrorCodeDetailsPrefix),
+	})
+	body := func(code, message string) *corev3.SubstitutionFormatString {
+		return &corev3.SubstitutionFormatString{
+			Format: &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: &structpb.Struct{Fields: map[string]*structpb.Value{
+				"error": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+					"message":    structpb.NewStringValue(message),
+					"code":       structpb.NewStringValue(code),
+					"request_id": structpb.NewStringValue("%REQ(X-REQUEST-ID)%"),
+				}}),
+			}}},
+		}
+	}
+	mapper := func(status uint32, op accesslogv3.ComparisonFilter_Op, code, message string) *hcmv3.ResponseMapper {
+		return &hcmv3.ResponseMapper{
+			Filter: &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_AndFilter{AndFilter: &accesslogv3.AndFilter{
+				Filters: []*accesslogv3.AccessLogFilter{
+					{FilterSpecifier: &accesslogv3.AccessLogFilter_StatusCodeFilter{StatusCodeFilter: &accesslogv3.StatusCodeFilter{
+						Comparison: &accesslogv3.ComparisonFilter{Op: op, Value: &corev3.RuntimeUInt32{DefaultValue: status, RuntimeKey: "tollway.unused"}},
+					}}},
+					{FilterSpecifier: &accesslogv3.AccessLogFilter_ExtensionFilter{ExtensionFilter: &accesslogv3.ExtensionFilter{
+						Name:       "envoy.access_loggers.extension_filters.cel",
+						ConfigType: &accesslogv3.ExtensionFilter_TypedConfig{TypedConfig: notOurs},
+					}}},
+				},
+			}}},
+			BodyFormatOverride: body(code, message),
+		}
+	}
+	return &hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{
+		mapper(413, accesslogv3.ComparisonFilter_EQ, "request_too_large", "request body exceeds the gateway limit of 32 MiB; send smaller images or use image URLs"),
+		mapper(500, accesslogv3.ComparisonFilter_GE, "gateway_unavailable", "the gateway could not process the request (%RESPONSE_CODE_DETAILS%); retry later"),
+		mapper(400, accesslogv3.ComparisonFilter_GE, "gateway_error", "%LOCAL_REPLY_BODY%"),
+	}}
+}
+
+func adsSource() *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+	}
+}
+
+func exact(s string) *matcherv3.StringMatcher {
+	return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: s}}
+}
