@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sort"
 	"strings"
@@ -157,9 +158,14 @@ func checkMessages(raw json.RawMessage) *APIError {
 	return nil
 }
 
+// jsonProblem describes a decoding failure in client terms (no Go type names).
 func jsonProblem(err error) string {
-	if err == nil {
-		return "null or not an object"
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return "it is null"
+	case errors.As(err, &typeErr):
+		return "found a JSON " + typeErr.Value + " where an object or array belongs"
 	}
 	return err.Error()
 }

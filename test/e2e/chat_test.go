@@ -1,0 +1,377 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollway/tollway/test/fakeupstream"
+)
+
+const providerKey = "sk-fake-provider-secret"
+
+// catalog is a providers/models config section with one model served by one fake.
+func catalog(fakeURL string) string {
+	return fmt.Sprintf(`providers:
+  - {name: fake, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: gpt-4o-mini
+    name: GPT-4o mini
+    providers: [{provider: fake, model: fake-llama-3}]
+    supported_sampling_parameters: [temperature, top_p, max_tokens, tools, tool_choice]
+`, fakeURL)
+}
+
+func startWithFake(t *testing.T, opts fakeupstream.Options) (*gateway, *fakeupstream.Server) {
+	t.Helper()
+	opts.APIKey = providerKey
+	fake := fakeupstream.Start(t, opts)
+	g := startGateway(t, catalog(fake.URL()), "FAKE_PROVIDER_KEY="+providerKey)
+	return g, fake
+}
+
+func sdkEnv(g *gateway, key string) []string {
+	return append(os.Environ(),
+		"TOLLWAY_BASE_URL="+g.BaseURL,
+		"TOLLWAY_API_KEY="+key,
+		"TOLLWAY_MODEL=gpt-4o-mini",
+		"TOLLWAY_UPSTREAM_MODEL=fake-llama-3",
+	)
+}
+
+func TestOpenAIPythonSDK(t *testing.T) {
+	python := os.Getenv("TOLLWAY_PYTHON")
+	if python == "" {
+		python = filepath.Join(repoRoot, "tools", "venv", "bin", "python")
+	}
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("the Python SDK client is not installed (%v): run `make clients`", err)
+	}
+	g, _ := startWithFake(t, fakeupstream.Options{ChunkDelay: time.Millisecond})
+	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", filepath.Join(repoRoot, "test", "clients", "python"))
+	cmd.Env = sdkEnv(g, g.newKey("py"))
+	out, err := cmd.CombinedOutput()
+	t.Logf("pytest:\n%s", out)
+	if err != nil {
+		t.Fatalf("OpenAI Python SDK suite failed: %v", err)
+	}
+	if !strings.Contains(string(out), "passed") || strings.Contains(string(out), "skipped") {
+		t.Fatalf("pytest ran no tests or skipped some")
+	}
+}
+
+func TestOpenAINodeSDK(t *testing.T) {
+	dir := os.Getenv("TOLLWAY_NODE_DIR")
+	if dir == "" {
+		dir = filepath.Join(repoRoot, "test", "clients", "node")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
+		t.Fatalf("the Node SDK client is not installed (%v): run `make clients`", err)
+	}
+	g, _ := startWithFake(t, fakeupstream.Options{ChunkDelay: time.Millisecond})
+	cmd := exec.Command("node", "--test")
+	cmd.Dir = dir
+	cmd.Env = sdkEnv(g, g.newKey("node"))
+	out, err := cmd.CombinedOutput()
+	t.Logf("node --test:\n%s", out)
+	if err != nil {
+		t.Fatalf("OpenAI Node SDK suite failed: %v", err)
+	}
+	if !strings.Contains(string(out), "# fail 0") || strings.Contains(string(out), "# pass 0") {
+		t.Fatalf("node ran no tests or some failed")
+	}
+}
+
+// TestUpstreamRequestIsRewritten checks what the provider actually receives.
+func TestUpstreamRequestIsRewritten(t *testing.T) {
+	g, fake := startWithFake(t, fakeupstream.Options{})
+	key := g.newKey("acme")
+	resp := g.chat(context.Background(), key, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}],
+		"temperature":0.2,"frequency_penalty":1,"logit_bias":{"1":2},"route":{"provider":"fake"},"route_mode":"fast","user":"u-42"}`)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if got := resp.Header.Get("x-tollway-removed-params"); got != "frequency_penalty,logit_bias" {
+		t.Errorf("x-tollway-removed-params = %q", got)
+	}
+	if resp.Header.Get("x-request-id") == "" {
+		t.Error("no x-request-id on a successful response")
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("upstream saw %d requests, want 1", len(reqs))
+	}
+	up := reqs[0]
+	if up.Path != "/v1/chat/completions" {
+		t.Errorf("upstream path %q", up.Path)
+	}
+	if got := up.Header.Get("Authorization"); got != "Bearer "+providerKey {
+		t.Errorf("upstream Authorization = %q, want the provider key (the client's ale- key must never leave)", got)
+	}
+	if up.Header.Get("x-tollway-provider") != "" {
+		t.Error("internal routing header leaked upstream")
+	}
+	var sent map[string]json.RawMessage
+	if err := json.Unmarshal(up.Body, &sent); err != nil {
+		t.Fatal(err)
+	}
+	if string(sent["model"]) != `"fake-llama-3"` {
+		t.Errorf("upstream model = %s", sent["model"])
+	}
+	for _, gone := range []string{"route", "route_mode", "frequency_penalty", "logit_bias"} {
+		if _, ok := sent[gone]; ok {
+			t.Errorf("%s reached the provider", gone)
+		}
+	}
+	for _, kept := range []string{"temperature", "user", "messages"} {
+		if _, ok := sent[kept]; !ok {
+			t.Errorf("%s was dropped", kept)
+		}
+	}
+	if !strings.Contains(string(sent["messages"]), "data:image/png;base64,iVBORw0KGgo=") {
+		t.Error("image content part was not passed through")
+	}
+}
+
+func TestAuthErrors(t *testing.T) {
+	g, fake := startWithFake(t, fakeupstream.Options{})
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	ctx := context.Background()
+	wantError(t, g.chat(ctx, "", body), 401, "invalid_api_key")
+	wantError(t, g.chat(ctx, "ale-short", body), 401, "invalid_api_key")
+	wantError(t, g.chat(ctx, "ale-"+strings.Repeat("A", 43), body), 401, "invalid_api_key")
+
+	key := g.newKey("acme")
+	if resp := g.chat(ctx, key, body); resp.StatusCode != 200 {
+		t.Fatalf("fresh key: status %d", resp.StatusCode)
+	}
+	// rotate: the old secret stops, the new one works
+	list, err := g.cli("keys", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(list, key) {
+		t.Fatal("keys list shows a secret")
+	}
+	id := strings.Fields(strings.Split(strings.TrimSpace(list), "\n")[1])[0]
+	out, err := g.cli("keys", "rotate", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newKey := strings.TrimSpace(out)
+	wantError(t, g.chat(ctx, key, body), 401, "invalid_api_key")
+	if resp := g.chat(ctx, newKey, body); resp.StatusCode != 200 {
+		t.Fatalf("rotated key: status %d", resp.StatusCode)
+	}
+	if _, err := g.cli("keys", "revoke", id); err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, g.chat(ctx, newKey, body), 401, "invalid_api_key")
+	if n := fake.RequestCount(); n != 2 {
+		t.Fatalf("upstream saw %d requests, want only the 2 authenticated ones", n)
+	}
+	if strings.Contains(g.logs.String(), strings.TrimPrefix(newKey, "ale-")) || strings.Contains(g.logs.String(), providerKey) {
+		t.Fatal("a secret reached the logs")
+	}
+}
+
+func TestRequestErrors(t *testing.T) {
+	g, fake := startWithFake(t, fakeupstream.Options{})
+	key := g.newKey("acme")
+	ctx := context.Background()
+	cases := []struct {
+		body   string
+		status int
+		code   string
+	}{
+		{`{"model":`, 400, "invalid_json"},
+		{`[]`, 400, "invalid_json"},
+		{`{"messages":[{"role":"user","content":"hi"}]}`, 400, "missing_model"},
+		{`{"model":"gpt-4o-mini"}`, 400, "missing_messages"},
+		{`{"model":"gpt-4o-mini","messages":[]}`, 400, "missing_messages"},
+		{`{"model":"gpt-4o-mini","messages":[{"role":"robot","content":"hi"}]}`, 400, "invalid_messages"},
+		{`{"model":"no-such-model","messages":[{"role":"user","content":"hi"}]}`, 400, "model_not_found"},
+		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"route":{"provider":"elsewhere"}}`, 400, "provider_not_available"},
+	}
+	for _, c := range cases {
+		e := wantError(t, g.chat(ctx, key, c.body), c.status, c.code)
+		t.Logf("%s -> %s", c.body, e.Error.Message)
+	}
+	if n := fake.RequestCount(); n != 0 {
+		t.Fatalf("invalid requests reached the provider (%d)", n)
+	}
+	// wrong path and method
+	resp, err := http.Get(g.BaseURL + "/nothing-here")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, resp, 404, "not_found")
+	req, _ := http.NewRequest(http.MethodGet, g.BaseURL+"/chat/completions", nil)
+	req.Header.Set("authorization", "Bearer "+key)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, resp, 405, "method_not_allowed")
+}
+
+func TestUpstreamErrorsKeepTheSpecShape(t *testing.T) {
+	g, fake := startWithFake(t, fakeupstream.Options{})
+	key := g.newKey("acme")
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	fake.FailNext(429, "Rate limit reached for requests")
+	e := wantError(t, g.chat(context.Background(), key, body), 429, "rate_limit_exceeded")
+	if !strings.Contains(e.Error.Message, "Rate limit") {
+		t.Errorf("provider message lost: %q", e.Error.Message)
+	}
+	fake.Script(fakeupstream.Fault{Status: 502, Body: "<html>bad gateway</html>"})
+	e = wantError(t, g.chat(context.Background(), key, body), 502, "upstream_error")
+	if !strings.Contains(e.Error.Message, "fake") || !strings.Contains(e.Error.Message, "bad gateway") {
+		t.Errorf("non-JSON upstream error not explained: %q", e.Error.Message)
+	}
+}
+
+// TestStreamingIsNotBuffered shows chunks reach the client as the provider sends them: the first
+// token arrives long before the stream ends.
+func TestStreamingIsNotBuffered(t *testing.T) {
+	const delay = 40 * time.Millisecond
+	g, _ := startWithFake(t, fakeupstream.Options{ChunkDelay: delay})
+	key := g.newKey("acme")
+	start := time.Now()
+	resp := g.chat(context.Background(), key, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"one two three four five six seven eight"}]}`)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("content-type"), "text/event-stream") {
+		t.Fatalf("status %d content-type %q", resp.StatusCode, resp.Header.Get("content-type"))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var first time.Duration
+	events := 0
+	done := false
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		if events == 0 {
+			first = time.Since(start)
+		}
+		events++
+		if line == "data: [DONE]" {
+			done = true
+		}
+	}
+	total := time.Since(start)
+	if !done || events < 10 {
+		t.Fatalf("stream incomplete: %d events, [DONE]=%v", events, done)
+	}
+	if first > total/3 {
+		t.Fatalf("first chunk after %s of %s: the stream was buffered", first, total)
+	}
+	t.Logf("first chunk %s, whole stream %s (%d events)", first, total, events)
+}
+
+// TestLargeBodyPasses sends a ~30 MiB base64 image through ext_proc's buffered body path.
+func TestLargeBodyPasses(t *testing.T) {
+	g, fake := startWithFake(t, fakeupstream.Options{})
+	key := g.newKey("acme")
+	img := strings.Repeat("A", 30<<20)
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + img + `"}}]}]}`
+	resp := g.chat(context.Background(), key, body)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %.300s", resp.StatusCode, raw)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 1 || !strings.Contains(string(reqs[0].Body), img) {
+		t.Fatal("the provider did not receive the whole image")
+	}
+	// Over the limit: a clear 413, not a hang or a reset.
+	huge := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("B", 41<<20) + `"}]}`
+	wantError(t, g.chat(context.Background(), key, huge), 413, "request_too_large")
+}
+
+// TestConfigChanges edits the file and uses the admin API: each change is a new snapshot; a
+// change Envoy rejects is reported and the running configuration stays.
+func TestConfigChanges(t *testing.T) {
+	g, fake := startWithFake(t, fakeupstream.Options{})
+	key := g.newKey("acme")
+	ctx := context.Background()
+	_, st := g.adminJSON("GET", "/admin/v1/status", nil)
+	v0 := st["accepted_version"].(float64)
+
+	// 1. file edit adds a model
+	cfg, _ := os.ReadFile(g.cfgPath)
+	added := string(cfg) + "  - id: second-model\n    providers: [{provider: fake, model: fake-second}]\n"
+	if err := os.WriteFile(g.cfgPath, []byte(added), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"second-model","messages":[{"role":"user","content":"hi"}]}`
+	waitFor(t, "the edited file to take effect", 15*time.Second, func() bool {
+		resp := g.chat(ctx, key, body)
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	_, st = g.adminJSON("GET", "/admin/v1/status", nil)
+	if st["accepted_version"].(float64) <= v0 {
+		t.Fatalf("no new snapshot version after a file edit: %v", st)
+	}
+
+	// 2. admin API adds a model
+	code, out := g.adminJSON("PUT", "/admin/v1/models/third-model", map[string]any{
+		"providers": []map[string]string{{"provider": "fake", "model": "fake-third"}},
+	})
+	if code != 200 {
+		t.Fatalf("PUT model: %d %v", code, out)
+	}
+	resp := g.chat(ctx, key, `{"model":"third-model","messages":[{"role":"user","content":"hi"}]}`)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("model added through the admin API: status %d", resp.StatusCode)
+	}
+	// invalid change: refused with a reason, nothing changes
+	code, out = g.adminJSON("PUT", "/admin/v1/models/broken", map[string]any{
+		"providers": []map[string]string{{"provider": "nobody", "model": "x"}},
+	})
+	if code != 400 || !strings.Contains(fmt.Sprint(out), "nobody") {
+		t.Fatalf("invalid model: %d %v", code, out)
+	}
+
+	// 3. a listener Envoy cannot bind: Envoy NACKs, the old listener keeps serving
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	bad := strings.Replace(added, "public: "+g.Public, "public: "+busy.Addr().String(), 1)
+	if err := os.WriteFile(g.cfgPath, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "Envoy to reject the listener", 20*time.Second, func() bool {
+		_, st = g.adminJSON("GET", "/admin/v1/status", nil)
+		return st["last_rejection"] != nil
+	})
+	if !strings.Contains(g.logs.String(), "ENVOY REJECTED CONFIGURATION") {
+		t.Error("the rejection was not logged loudly")
+	}
+	resp = g.chat(ctx, key, body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("after a rejected change the old listener should serve: %d", resp.StatusCode)
+	}
+	if fake.RequestCount() < 3 {
+		t.Fatal("requests did not reach the provider")
+	}
+}

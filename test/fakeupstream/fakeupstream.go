@@ -1,0 +1,233 @@
+// Package fakeupstream is a fake OpenAI-compatible provider for tests and
+// benchmarks. It answers /v1/chat/completions deterministically (streamed or
+// not, with tool calls), rejects bad keys and bad bodies the way OpenAI does,
+// records every request, and can be scripted to fail the next requests.
+//
+// It listens on 127.0.0.1 and speaks HTTP/1.1 and cleartext HTTP/2 (h2c with
+// prior knowledge). It uses only the standard library and does no per-request
+// logging, so it can take benchmark load.
+package fakeupstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Options configures a Server. The zero value is usable.
+type Options struct {
+	// Name appears in reply texts: "Hello from <Name>/<model>: ...". Default "fake".
+	Name string
+	// APIKey, if set, is required as "Authorization: Bearer <APIKey>"; otherwise 401.
+	APIKey string
+	// ChunkDelay is the pause between streamed chunks.
+	ChunkDelay time.Duration
+	// Models lists the ids served by GET /v1/models. Default: a few OpenAI names.
+	Models []string
+	// NoRecord turns off request recording, for long benchmark runs.
+	NoRecord bool
+}
+
+// Recorded is one request as the server received it.
+type Recorded struct {
+	Method string
+	Path   string
+	Header http.Header
+	Body   []byte
+}
+
+// Fault scripts the reply to one upcoming chat completion request.
+type Fault struct {
+	// Delay waits before replying (or failing); useful for timeout tests.
+	Delay time.Duration
+	// Status > 0 replies with that status and an OpenAI-shaped error body.
+	Status int
+	// Message is the error message for Status; empty picks one that fits the status.
+	Message string
+	// Body, if set, is sent verbatim instead of the OpenAI-shaped error.
+	Body string
+	// Header holds extra reply headers, e.g. Retry-After.
+	Header http.Header
+	// Cut drops the connection mid-reply: a stream after CutAfter chunks
+	// (without [DONE]), a non-streamed reply halfway through its body.
+	Cut      bool
+	CutAfter int
+}
+
+// Server is a running fake provider.
+type Server struct {
+	opts Options
+	ln   net.Listener
+	srv  *http.Server
+	url  string
+	wg   sync.WaitGroup // in-flight handlers, so Close waits for them
+
+	seq atomic.Uint64 // ids for completions, tool calls and request ids
+
+	mu       sync.Mutex
+	closed   bool
+	requests []Recorded
+	faults   []Fault
+	count    int
+}
+
+// New starts a server on 127.0.0.1 with a free port.
+func New(opts Options) (*Server, error) {
+	if opts.Name == "" {
+		opts.Name = "fake"
+	}
+	if len(opts.Models) == 0 {
+		opts.Models = []string{"gpt-4o-mini", "gpt-4o", "gpt-4.1-mini"}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("fakeupstream: listen: %w", err)
+	}
+	s := &Server{opts: opts, ln: ln, url: "http://" + ln.Addr().String() + "/v1"}
+	protos := new(http.Protocols)
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	s.srv = &http.Server{
+		Handler:           s.handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		Protocols:         protos,
+		ErrorLog:          discardLogger, // aborted streams are intentional, not news
+	}
+	go s.srv.Serve(ln)
+	return s, nil
+}
+
+// Start is New for tests: it fails tb on error and closes the server at cleanup.
+func Start(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	s, err := New(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// URL is the OpenAI base URL a provider config uses: http://127.0.0.1:PORT/v1.
+func (s *Server) URL() string { return s.url }
+
+// Addr is the listen address, 127.0.0.1:PORT.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the server, drops open connections and waits for handlers to
+// return. Later calls do nothing.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	already := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if already {
+		return nil
+	}
+	err := s.srv.Close()
+	s.wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Requests returns a copy of the requests received so far, oldest first.
+func (s *Server) Requests() []Recorded {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Recorded(nil), s.requests...)
+}
+
+// RequestCount is the number of requests received, recorded or not.
+func (s *Server) RequestCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.count
+}
+
+// Reset forgets recorded requests and pending faults.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests, s.faults, s.count = nil, nil, 0
+}
+
+// Script queues faults; each applies to one later chat completion request, in order.
+func (s *Server) Script(faults ...Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = append(s.faults, faults...)
+}
+
+// FailNext makes the next chat completion request fail with status and an
+// OpenAI-shaped error carrying message (empty: a default for the status).
+func (s *Server) FailNext(status int, message string) {
+	s.Script(Fault{Status: status, Message: message})
+}
+
+// CutStreamAfter makes the next chat completion reply stop after n chunks
+// with the connection dropped and no [DONE].
+func (s *Server) CutStreamAfter(n int) { s.Script(Fault{Cut: true, CutAfter: n}) }
+
+// PendingFaults is the number of scripted faults not yet used.
+func (s *Server) PendingFaults() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.faults)
+}
+
+// enter registers a handler with Close's wait group unless the server is closing.
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) nextFault() (Fault, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.faults) == 0 {
+		return Fault{}, false
+	}
+	f := s.faults[0]
+	s.faults = s.faults[1:]
+	return f, true
+}
+
+func (s *Server) record(r *http.Request, body []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.count++
+	if !s.opts.NoRecord {
+		s.requests = append(s.requests, Recorded{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
+	}
+}
+
+func (s *Server) nextID() string { return strconv.FormatUint(s.seq.Add(1), 10) }
+
+// sleep waits d or until ctx ends; it reports whether the full wait happened.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
