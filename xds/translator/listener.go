@@ -111,12 +111,10 @@ func ExtProc() *extprocv3.ExternalProcessor {
 	}
 }
 
-// localReplies gives Envoy's own error replies (ext_proc unreachable, upstream connect failure,
-// body too large) the spec's error body. Replies ext_proc wrote itself are already in that shape.
+// localReplies gives Envoy's own error replies (ext_proc unreachable, provider unreachable, body
+// too large) the spec's error body. Replies ext_proc wrote itself are already in that shape and
+// carry code details starting with ErrorCodeDetailsPrefix, which the filters exclude.
 func localReplies() *hcmv3.LocalReplyConfig {
-	notOurs, _ := anypb.New(&celv3.ExpressionFilter{
-		Expression: fmt.Sprintf("!response.code_details.startsWith('%s')", ErrorCodeDetailsPrefix),
-	})
 	body := func(code, message string) *corev3.SubstitutionFormatString {
 		return &corev3.SubstitutionFormatString{
 			Format: &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: &structpb.Struct{Fields: map[string]*structpb.Value{
@@ -128,26 +126,26 @@ func localReplies() *hcmv3.LocalReplyConfig {
 			}}},
 		}
 	}
-	mapper := func(status uint32, op accesslogv3.ComparisonFilter_Op, code, message string) *hcmv3.ResponseMapper {
+	mapper := func(expr, code, message string) *hcmv3.ResponseMapper {
+		cel, _ := anypb.New(&celv3.ExpressionFilter{Expression: expr})
 		return &hcmv3.ResponseMapper{
-			Filter: &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_AndFilter{AndFilter: &accesslogv3.AndFilter{
-				Filters: []*accesslogv3.AccessLogFilter{
-					{FilterSpecifier: &accesslogv3.AccessLogFilter_StatusCodeFilter{StatusCodeFilter: &accesslogv3.StatusCodeFilter{
-						Comparison: &accesslogv3.ComparisonFilter{Op: op, Value: &corev3.RuntimeUInt32{DefaultValue: status, RuntimeKey: "tollway.unused"}},
-					}}},
-					{FilterSpecifier: &accesslogv3.AccessLogFilter_ExtensionFilter{ExtensionFilter: &accesslogv3.ExtensionFilter{
-						Name:       "envoy.access_loggers.extension_filters.cel",
-						ConfigType: &accesslogv3.ExtensionFilter_TypedConfig{TypedConfig: notOurs},
-					}}},
-				},
+			Filter: &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_ExtensionFilter{ExtensionFilter: &accesslogv3.ExtensionFilter{
+				Name:       "envoy.access_loggers.extension_filters.cel",
+				ConfigType: &accesslogv3.ExtensionFilter_TypedConfig{TypedConfig: cel},
 			}}},
 			BodyFormatOverride: body(code, message),
 		}
 	}
+	notOurs := fmt.Sprintf("!response.code_details.startsWith('%s')", ErrorCodeDetailsPrefix)
 	return &hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{
-		mapper(413, accesslogv3.ComparisonFilter_EQ, "request_too_large", "request body exceeds the gateway limit of 32 MiB; send smaller images or use image URLs"),
-		mapper(500, accesslogv3.ComparisonFilter_GE, "gateway_unavailable", "the gateway could not process the request (%RESPONSE_CODE_DETAILS%); retry later"),
-		mapper(400, accesslogv3.ComparisonFilter_GE, "gateway_error", "%LOCAL_REPLY_BODY%"),
+		// Details (socket paths, gRPC codes) stay in Envoy's log, not in the client's answer.
+		mapper("response.code_details.startsWith('ext_proc')", "gateway_unavailable",
+			"the gateway's request processor is unavailable, so the request was refused; retry later"),
+		mapper("response.code == 413 && "+notOurs, "request_too_large",
+			"request body exceeds the gateway limit of 32 MiB; send smaller images or use image URLs"),
+		mapper("response.code >= 500 && "+notOurs, "upstream_unavailable",
+			"the provider could not be reached: %LOCAL_REPLY_BODY%"),
+		mapper("response.code >= 400 && "+notOurs, "gateway_error", "%LOCAL_REPLY_BODY%"),
 	}}
 }
 
