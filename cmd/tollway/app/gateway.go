@@ -50,13 +50,21 @@ func (g *gateway) applyConfig(ctx context.Context, c *Config) error {
 	if g.cfg != nil && c.Listen.Admin != g.cfg.Listen.Admin {
 		g.log.Warn("listen.admin changed; it takes effect on restart", "from", g.cfg.Listen.Admin, "to", c.Listen.Admin)
 	}
+	before, err := g.store.Catalog()
+	if err != nil {
+		return err
+	}
 	if err := g.store.ReplaceConfig(c.catalog()); err != nil {
 		return err
 	}
 	prev := g.cfg
 	g.cfg = c
 	if err := g.applyLocked(ctx); err != nil {
+		// Keep the store matching what runs: invalid or rejected config changes nothing.
 		g.cfg = prev
+		if rerr := g.store.RestoreCatalog(before); rerr != nil {
+			g.log.Error("could not undo a rejected configuration", "error", rerr)
+		}
 		return err
 	}
 	return nil
