@@ -125,11 +125,12 @@ func (p *Process) WaitReady(ctx context.Context, timeout time.Duration, check fu
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if body, code, err := p.adminCall(ctx, http.MethodGet, "/ready"); err == nil && code == http.StatusOK && strings.TrimSpace(body) == "LIVE" {
-			return nil
-		}
+		// check first: Envoy goes LIVE even when it rejected part of its first configuration.
 		if err := check(); err != nil {
 			return err
+		}
+		if body, code, err := p.adminCall(ctx, http.MethodGet, "/ready"); err == nil && code == http.StatusOK && strings.TrimSpace(body) == "LIVE" {
+			return nil
 		}
 		select {
 		case <-p.done:

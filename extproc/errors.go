@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"unicode/utf8"
 )
 
 // APIError is an error the client sees: an HTTP status and the spec's error body. Code is a
@@ -80,7 +81,11 @@ func upstreamError(status int, provider string, body []byte) *APIError {
 		const max = 512
 		text := string(body)
 		if len(text) > max {
-			text = text[:max] + "..."
+			cut := max
+			for cut > 0 && !utf8.RuneStart(text[cut]) {
+				cut--
+			}
+			text = text[:cut] + "..."
 		}
 		e.Message = fmt.Sprintf("provider %s answered HTTP %d: %s", provider, status, text)
 	}

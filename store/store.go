@@ -46,6 +46,7 @@ type Provider struct {
 	// APIKeyRef is the credential as written in config ("${OPENAI_API_KEY}"); the resolved secret
 	// is never written to disk.
 	APIKeyRef string `json:"api_key_ref,omitempty"`
+	CAFile    string `json:"ca_file,omitempty"`
 	Source    Source `json:"source"`
 }
 

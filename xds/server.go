@@ -48,10 +48,8 @@ type Server struct {
 	lastGood map[resource.Type][]types.Resource
 	current  map[resource.Type][]types.Resource
 	streams  int
-	// rejectedVersion is the snapshot the last NACK answered; rollbackFrom guards against
-	// rolling back twice for one bad snapshot (Envoy NACKs it once per type).
+	// rejectedVersion is the snapshot the last NACK answered.
 	rejectedVersion uint64
-	rollbackFrom    uint64
 	acked           map[string]uint64 // type URL -> version ACKed
 	changed         chan struct{}     // closed and replaced on every ACK/NACK
 }
@@ -188,15 +186,19 @@ func (s *Server) onRequest(_ int64, req *discoveryv3.DiscoveryRequest) error {
 	defer s.notify()
 	if req.GetErrorDetail() != nil {
 		bad := s.status.Version
+		if s.rejectedVersion == bad {
+			// Envoy re-requests after a NACK and the cache answers with the same bad snapshot
+			// until it is replaced; report each bad snapshot once.
+			return nil
+		}
 		s.rejectedVersion = bad
 		s.status.LastRejection = req.GetErrorDetail().GetMessage()
 		s.status.RejectedAt = time.Now().UTC()
 		s.log.Error("ENVOY REJECTED CONFIGURATION; keeping the last accepted one",
 			"snapshot", bad, "type", req.GetTypeUrl(), "accepted", s.status.AcceptedVersion, "error", s.status.LastRejection)
-		if s.lastGood != nil && s.rollbackFrom < bad {
+		if s.lastGood != nil {
 			// Re-push the last good resources under a new version so the cache, and any Envoy
 			// that reconnects, serve what Envoy accepted rather than what it refused.
-			s.rollbackFrom = bad
 			v := s.status.Version + 1
 			if err := s.set(context.Background(), v, s.lastGood); err != nil {
 				s.log.Error("rollback failed", "error", err)

@@ -19,10 +19,7 @@ func (openAI) Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
 		return nil, fmt.Errorf("openai: model name: %w", err)
 	}
 	req["model"] = m
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("openai: encode request: %w", err)
-	}
+	body := req.Encode()
 	auth := ""
 	if p.APIKey != "" {
 		auth = "Bearer " + p.APIKey

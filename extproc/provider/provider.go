@@ -4,8 +4,10 @@
 package provider
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
 
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -13,6 +15,33 @@ import (
 // Request is a chat request already parsed into its top-level fields. Values stay raw so that
 // fields the gateway does not touch (messages with large images) are never re-encoded.
 type Request map[string]json.RawMessage
+
+// Encode writes the request back as a JSON object. Values are copied byte for byte: a 30 MiB
+// base64 image is neither rescanned nor re-escaped. Keys are sorted for stable output.
+func (r Request) Encode() []byte {
+	keys := make([]string, 0, len(r))
+	size := 2
+	for k, v := range r {
+		keys = append(keys, k)
+		size += len(k) + len(v) + 4
+	}
+	sort.Strings(keys)
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	buf.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		_ = enc.Encode(k)           // a string always encodes
+		buf.Truncate(buf.Len() - 1) // Encode's newline
+		buf.WriteByte(':')
+		buf.Write(r[k])
+	}
+	buf.WriteByte('}')
+	return buf.Bytes()
+}
 
 // Upstream is what an adapter produces for one attempt.
 type Upstream struct {

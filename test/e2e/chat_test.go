@@ -3,11 +3,21 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -381,4 +391,107 @@ func TestProviderDown(t *testing.T) {
 	g := startGateway(t, catalog("http://"+freeAddr(t)+"/v1"), "FAKE_PROVIDER_KEY="+providerKey)
 	e := wantError(t, g.chat(context.Background(), g.newKey("acme"), `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`), 503, "upstream_unavailable")
 	t.Log(e.Error.Message)
+}
+
+// TestTLSProviderWithPrivateCA: an https provider (an in-mesh server with its own CA) is reached
+// over TLS verified against ca_file; with the wrong CA the request fails instead of going out
+// unverified.
+func TestTLSProviderWithPrivateCA(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	target, _ := url.Parse("http://" + fake.Addr())
+	tlsSrv := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(target))
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wrong := filepath.Join(dir, "wrong.pem")
+	if err := os.WriteFile(wrong, selfSignedCA(t), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`providers:
+  - {name: mesh, type: openai, base_url: %s/v1, api_key: "${FAKE_PROVIDER_KEY}", ca_file: %s}
+  - {name: impostor, type: openai, base_url: %s/v1, api_key: "${FAKE_PROVIDER_KEY}", ca_file: %s}
+models:
+  - id: gpt-4o-mini
+    providers: [{provider: mesh, model: fake-llama-3}]
+  - id: unverified
+    providers: [{provider: impostor, model: fake-llama-3}]
+`, tlsSrv.URL, good, tlsSrv.URL, wrong)
+	g := startGateway(t, cfg, "FAKE_PROVIDER_KEY="+providerKey)
+	key := g.newKey("acme")
+	resp := g.chat(context.Background(), key, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"over tls"}]}`)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(raw), "over tls") {
+		t.Fatalf("via TLS: %d %s", resp.StatusCode, raw)
+	}
+	e := wantError(t, g.chat(context.Background(), key, `{"model":"unverified","messages":[{"role":"user","content":"x"}]}`), 503, "upstream_unavailable")
+	t.Log(e.Error.Message)
+	if n := fake.RequestCount(); n != 1 {
+		t.Fatalf("provider saw %d requests; the unverified one must not arrive", n)
+	}
+}
+
+// TestEmbeddedDefaultConfig runs `tollway run` with no --config, as `make run` on a fresh
+// machine does, moved to free ports by TOLLWAY_* overrides. OpenAI has no key here, so the
+// model falls to the local provider, which is not running: a clear 503.
+func TestEmbeddedDefaultConfig(t *testing.T) {
+	dir := t.TempDir()
+	public, admin := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(tollwayBin, "run")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "ENVOY_BIN="+envoyBin, "OPENAI_API_KEY=",
+		"TOLLWAY_LISTEN_PUBLIC="+public, "TOLLWAY_LISTEN_ADMIN="+admin)
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	}()
+	waitFor(t, "the ready line", 30*time.Second, func() bool { return strings.Contains(logs.String(), "tollway ready") })
+	if strings.Contains(logs.String(), "REJECTED") {
+		t.Fatalf("Envoy rejected the default configuration:\n%s", logs.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "tollway.db")); err != nil {
+		t.Fatalf("default store not created: %v", err)
+	}
+	g := &gateway{t: t, BaseURL: "http://" + public + "/v1", cfgPath: ""}
+	out, err := exec.Command(tollwayBin, "keys", "create", "--account", "me", "--admin", "http://"+admin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, g.chat(context.Background(), strings.TrimSpace(string(out)), `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`), 503, "upstream_unavailable")
+}
+
+// selfSignedCA makes a CA certificate unrelated to httptest's built-in one.
+func selfSignedCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(7),
+		Subject:               pkix.Name{CommonName: "not the provider's CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

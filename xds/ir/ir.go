@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -50,6 +51,9 @@ type Provider struct {
 	Port     uint32 `json:"port"`
 	TLS      bool   `json:"tls"`
 	BasePath string `json:"basePath"` // path prefix that replaces /v1, e.g. "/v1" or "/openai/v1"
+	// CAFile is the PEM bundle that verifies the provider's certificate (TLS only): the system
+	// bundle by default, a private CA for in-mesh model servers.
+	CAFile string `json:"caFile,omitempty"`
 	// NeedsKey is true when the config names a credential; a provider whose credential did not
 	// resolve cannot take traffic.
 	NeedsKey bool   `json:"needsKey"`
@@ -104,7 +108,7 @@ func ParseProviderURL(p *Provider, baseURL string) error {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return fmt.Errorf("provider %q: base_url %q must be an absolute http(s) URL like https://api.openai.com/v1: %w", p.Name, baseURL, ErrInvalid)
 	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+	if u.RawQuery != "" || u.ForceQuery || strings.Contains(baseURL, "#") || u.User != nil {
 		return fmt.Errorf("provider %q: base_url %q must not carry a query, fragment or credentials (put the key in api_key): %w", p.Name, baseURL, ErrInvalid)
 	}
 	p.TLS = u.Scheme == "https"
@@ -120,7 +124,11 @@ func ParseProviderURL(p *Provider, baseURL string) error {
 		}
 		p.Port = uint32(n)
 	}
-	p.BasePath = strings.TrimRight(u.EscapedPath(), "/")
+	if clean := path.Clean("/" + u.EscapedPath()); clean != "/" {
+		p.BasePath = clean
+	} else {
+		p.BasePath = ""
+	}
 	return nil
 }
 
@@ -144,6 +152,8 @@ func (g *Gateway) Validate() error {
 			bad("provider %q: unknown type %q (supported: %s)", p.Name, p.Type, ProviderTypeOpenAI)
 		case p.Host == "" || p.Port == 0:
 			bad("provider %q: base_url is required", p.Name)
+		case p.TLS && p.CAFile == "":
+			bad("provider %q: no CA bundle to verify %s with; set ca_file", p.Name, p.Host)
 		}
 		providers[p.Name] = true
 	}

@@ -148,15 +148,22 @@ func cluster(p *ir.Provider) (*clusterv3.Cluster, error) {
 		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(time.Hour)},
 	}
 	if p.TLS {
+		// Host names are sent as SNI and matched as DNS SANs; literal IPs (in-mesh servers) are
+		// matched as IP SANs and sent without SNI, which may not carry an address.
+		sni, sanType := p.Host, tlsv3.SubjectAltNameMatcher_DNS
+		if _, err := netip.ParseAddr(p.Host); err == nil {
+			sni, sanType = "", tlsv3.SubjectAltNameMatcher_IP_ADDRESS
+		}
 		tls, err := anypb.New(&tlsv3.UpstreamTlsContext{
-			Sni: p.Host,
+			Sni: sni,
 			CommonTlsContext: &tlsv3.CommonTlsContext{
 				AlpnProtocols: []string{"h2", "http/1.1"},
 				ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{
 					ValidationContext: &tlsv3.CertificateValidationContext{
-						SystemRootCerts: &tlsv3.CertificateValidationContext_SystemRootCerts{},
+						TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: p.CAFile}},
+						// Without a SAN matcher Envoy checks the chain but not the host name.
 						MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-							SanType: tlsv3.SubjectAltNameMatcher_DNS,
+							SanType: sanType,
 							Matcher: exact(p.Host),
 						}},
 					},

@@ -45,6 +45,7 @@ type ProviderConfig struct {
 	Type    string `mapstructure:"type"`
 	BaseURL string `mapstructure:"base_url"`
 	APIKey  string `mapstructure:"api_key"`
+	CAFile  string `mapstructure:"ca_file"` // PEM bundle for https base URLs; default: the system bundle
 }
 
 // ModelConfig is one entry of models:.
@@ -148,7 +149,7 @@ func storeRef(ref string) string {
 func (c *Config) catalog() store.Catalog {
 	var cat store.Catalog
 	for _, p := range c.Providers {
-		cat.Providers = append(cat.Providers, store.Provider{Name: p.Name, Type: p.Type, BaseURL: p.BaseURL, APIKeyRef: storeRef(p.APIKey)})
+		cat.Providers = append(cat.Providers, store.Provider{Name: p.Name, Type: p.Type, BaseURL: p.BaseURL, APIKeyRef: storeRef(p.APIKey), CAFile: p.CAFile})
 	}
 	for _, m := range c.Models {
 		cat.Models = append(cat.Models, store.Model{
@@ -174,6 +175,16 @@ func (c *Config) catalogIR() (*ir.Gateway, error) {
 	return buildIR(c.Listen.Public, c.catalog(), c.inlineSecrets())
 }
 
+// systemCABundle finds the operating system's CA bundle (Debian/Ubuntu, RHEL/Fedora, Alpine/macOS).
+func systemCABundle() string {
+	for _, p := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
 // buildIR compiles store records into the IR, resolving credentials.
 func buildIR(public string, cat store.Catalog, inline map[string]string) (*ir.Gateway, error) {
 	l, err := ir.ParseListen(public)
@@ -187,11 +198,19 @@ func buildIR(public string, cat store.Catalog, inline map[string]string) (*ir.Ga
 		if err := ir.ParseProviderURL(&p, sp.BaseURL); err != nil {
 			errs = append(errs, err)
 		}
+		if p.TLS {
+			p.CAFile = sp.CAFile
+			if p.CAFile == "" {
+				p.CAFile = systemCABundle()
+			} else if _, err := os.Stat(p.CAFile); err != nil {
+				errs = append(errs, fmt.Errorf("provider %q: ca_file: %w", sp.Name, err))
+			}
+		}
 		if s, ok := inline[sp.Name]; ok {
 			p.APIKey = s
-		} else if s, ok := resolveSecret(sp.APIKeyRef); ok {
-			p.APIKey = s
-		}
+		} else if envRef.MatchString(sp.APIKeyRef) {
+			p.APIKey, _ = resolveSecret(sp.APIKeyRef)
+		} // else: an inline secret whose config is gone stays unresolved, never used as a literal
 		g.Providers = append(g.Providers, p)
 	}
 	for _, sm := range cat.Models {

@@ -107,7 +107,6 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	}
 	serve("xds", func() error { return xdsGRPC.Serve(xdsLn) })
 	serve("extproc", func() error { return extGRPC.Serve(extLn) })
-	serve("admin", func() error { return adminSrv.Serve(adminLn) })
 	defer func() {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -118,10 +117,13 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		wg.Wait()
 	}()
 
-	// The first snapshot is in the cache before Envoy asks for it.
+	// The first snapshot is in the cache before Envoy asks for it, and the admin API only
+	// accepts changes once there is a configuration to change.
 	if err := gw.applyConfig(ctx, cfg); err != nil {
+		adminLn.Close()
 		return err
 	}
+	serve("admin", func() error { return adminSrv.Serve(adminLn) })
 
 	boot, err := envoy.Bootstrap(envoy.BootstrapConfig{
 		XDS:     envoy.Endpoint{Network: "unix", Address: sock("xds.sock")},
@@ -156,6 +158,10 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	// LIVE is not enough: every resource type of the first snapshot must be accepted.
+	if err := ctrl.WaitAccepted(ctx, 1, 10*time.Second); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "tollway ready base_url=http://%s/v1 admin=http://%s envoy_pid=%d\n", cfg.Listen.Public, cfg.Listen.Admin, proc.Pid())

@@ -1,0 +1,202 @@
+package extproc
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+)
+
+func TestPlanChatRewritesForProvider(t *testing.T) {
+	rt := testRuntime()
+	body := `{"model":"gpt","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},"user":"u1",` +
+		`"temperature":0.2,"max_tokens":10,"top_k":5,"logit_bias":{"1":2},"route":{"provider":"openai"},"route_mode":"fallback"}`
+	plan, e := rt.planChat([]byte(body))
+	if e != nil {
+		t.Fatalf("planChat: %v", e)
+	}
+	if plan.provider.Name != "openai" || plan.model.ID != "gpt" {
+		t.Errorf("plan goes to %s/%s, want openai/gpt", plan.provider.Name, plan.model.ID)
+	}
+	if want := []string{"logit_bias", "top_k"}; !reflect.DeepEqual(plan.removed, want) {
+		t.Errorf("removed = %v, want %v (sorted)", plan.removed, want)
+	}
+	up := decodeObject(t, plan.upstream.Body)
+	if got := jsonString(t, up["model"]); got != "gpt-4o-2024-08-06" {
+		t.Errorf("upstream model = %q, want the provider's model name", got)
+	}
+	for _, gone := range []string{"route", "route_mode", "top_k", "logit_bias"} {
+		if _, ok := up[gone]; ok {
+			t.Errorf("upstream body still has %q: %s", gone, plan.upstream.Body)
+		}
+	}
+	want := map[string]string{
+		"messages":       `[{"role":"user","content":"hi"}]`,
+		"stream":         `true`,
+		"stream_options": `{"include_usage":true}`,
+		"user":           `"u1"`,
+		"temperature":    `0.2`,
+		"max_tokens":     `10`,
+	}
+	for k, v := range want {
+		if got := string(up[k]); got != v {
+			t.Errorf("upstream %s = %s, want %s", k, got, v)
+		}
+	}
+	if len(up) != len(want)+1 {
+		t.Errorf("upstream body has %d fields, want %d: %s", len(up), len(want)+1, plan.upstream.Body)
+	}
+	if got := plan.upstream.Headers["authorization"]; got != "Bearer sk-openai-secret" {
+		t.Errorf("authorization = %q, want the provider key", got)
+	}
+}
+
+func TestPlanChatNoSupportedListPassesEverything(t *testing.T) {
+	rt := testRuntime()
+	body := `{"model":"free","messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}],"top_k":5,"frobnicate":{"a":1},"route":null}`
+	plan, e := rt.planChat([]byte(body))
+	if e != nil {
+		t.Fatalf("planChat: %v", e)
+	}
+	if len(plan.removed) != 0 {
+		t.Errorf("removed = %v, want none for a model without a supported list", plan.removed)
+	}
+	up := decodeObject(t, plan.upstream.Body)
+	if string(up["top_k"]) != "5" || string(up["frobnicate"]) != `{"a":1}` {
+		t.Errorf("unknown fields not passed through: %s", plan.upstream.Body)
+	}
+	if _, ok := up["route"]; ok {
+		t.Errorf("route must be stripped even when every field passes: %s", plan.upstream.Body)
+	}
+	if got := jsonString(t, up["model"]); got != "qwen2.5:7b" {
+		t.Errorf("upstream model = %q", got)
+	}
+	if got, ok := plan.upstream.Headers["authorization"]; !ok || got != "" {
+		t.Errorf("authorization header = %q (present %v); a keyless provider must remove the client's header", got, ok)
+	}
+}
+
+func TestPlanChatErrors(t *testing.T) {
+	rt := testRuntime()
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	tests := []struct {
+		name     string
+		body     string
+		status   int
+		code     string
+		contains []string // in the message
+	}{
+		{"not json", `{"model":`, http.StatusBadRequest, "invalid_json", nil},
+		{"json array", `[1,2]`, http.StatusBadRequest, "invalid_json", nil},
+		{"json null", `null`, http.StatusBadRequest, "invalid_json", nil},
+		{"empty body", ``, http.StatusBadRequest, "invalid_json", nil},
+		{"missing model", `{` + msgs + `}`, http.StatusBadRequest, "missing_model", []string{"GET /v1/models"}},
+		{"empty model", `{"model":"",` + msgs + `}`, http.StatusBadRequest, "missing_model", nil},
+		{"numeric model", `{"model":42,` + msgs + `}`, http.StatusBadRequest, "missing_model", nil},
+		{"null model", `{"model":null,` + msgs + `}`, http.StatusBadRequest, "missing_model", nil},
+		{"missing messages", `{"model":"gpt"}`, http.StatusBadRequest, "missing_messages", nil},
+		{"empty messages", `{"model":"gpt","messages":[]}`, http.StatusBadRequest, "missing_messages", nil},
+		{"null messages", `{"model":"gpt","messages":null}`, http.StatusBadRequest, "missing_messages", nil},
+		{"messages object", `{"model":"gpt","messages":{"role":"user"}}`, http.StatusBadRequest, "invalid_messages", nil},
+		{"bad role", `{"model":"gpt","messages":[{"role":"user","content":"a"},{"role":"robot","content":"b"}]}`, http.StatusBadRequest, "invalid_messages", []string{"messages[1]"}},
+		{"missing role", `{"model":"gpt","messages":[{"content":"b"}]}`, http.StatusBadRequest, "invalid_messages", []string{"messages[0]"}},
+		{"stream string", `{"model":"gpt",` + msgs + `,"stream":"yes"}`, http.StatusBadRequest, "invalid_request", []string{"stream"}},
+		{"stream number", `{"model":"gpt",` + msgs + `,"stream":1}`, http.StatusBadRequest, "invalid_request", []string{"stream"}},
+		{"route string", `{"model":"gpt",` + msgs + `,"route":"openai"}`, http.StatusBadRequest, "invalid_request", []string{"route"}},
+		{"route empty provider", `{"model":"gpt",` + msgs + `,"route":{"provider":""}}`, http.StatusBadRequest, "invalid_request", []string{"route"}},
+		{"route provider number", `{"model":"gpt",` + msgs + `,"route":{"provider":1}}`, http.StatusBadRequest, "invalid_request", []string{"route"}},
+		{"pinned provider not serving", `{"model":"gpt",` + msgs + `,"route":{"provider":"groq"}}`, http.StatusBadRequest, "provider_not_available",
+			[]string{`"groq"`, `"gpt"`, "openai, local", "route.provider"}},
+		{"pinned unknown provider", `{"model":"free",` + msgs + `,"route":{"provider":"nope"}}`, http.StatusBadRequest, "provider_not_available", []string{`"nope"`, "local"}},
+		{"unknown model", `{"model":"gpt-5",` + msgs + `}`, http.StatusBadRequest, "model_not_found", []string{`"gpt-5"`, "GET /v1/models"}},
+		{"route model", `{"model":"route:cheap",` + msgs + `}`, http.StatusBadRequest, "route_not_found", []string{`"route:cheap"`}},
+		{"only provider has no key", `{"model":"broken",` + msgs + `}`, http.StatusServiceUnavailable, "model_unavailable", []string{`"broken"`, "nokey"}},
+		{"pinned provider has no key", `{"model":"fallback",` + msgs + `,"route":{"provider":"nokey"}}`, http.StatusServiceUnavailable, "model_unavailable", []string{"nokey"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, e := rt.planChat([]byte(tt.body))
+			if e == nil {
+				t.Fatalf("planChat(%s) succeeded with provider %s; want %d %s", tt.body, plan.provider.Name, tt.status, tt.code)
+			}
+			if e.Status != tt.status || e.Code != tt.code {
+				t.Errorf("got %d %s (%s), want %d %s", e.Status, e.Code, e.Message, tt.status, tt.code)
+			}
+			if strings.TrimSpace(e.Message) == "" {
+				t.Error("empty error message")
+			}
+			for _, s := range tt.contains {
+				if !strings.Contains(e.Message, s) {
+					t.Errorf("message %q does not contain %q", e.Message, s)
+				}
+			}
+		})
+	}
+}
+
+func TestPlanChatProviderChoice(t *testing.T) {
+	rt := testRuntime()
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	tests := []struct {
+		name     string
+		body     string
+		provider string
+		model    string
+		auth     string
+	}{
+		{"first ready target", `{"model":"gpt",` + msgs + `}`, "openai", "gpt-4o-2024-08-06", "Bearer sk-openai-secret"},
+		{"pinned to the second target", `{"model":"gpt",` + msgs + `,"route":{"provider":"local"}}`, "local", "llama3.2", ""},
+		{"pinned to the first target", `{"model":"gpt",` + msgs + `,"route":{"provider":"openai"}}`, "openai", "gpt-4o-2024-08-06", "Bearer sk-openai-secret"},
+		{"keyless first target skipped", `{"model":"fallback",` + msgs + `}`, "groq", "llama-3.3-70b", "Bearer gsk-groq-secret"},
+		{"route without provider", `{"model":"fallback",` + msgs + `,"route":{}}`, "groq", "llama-3.3-70b", "Bearer gsk-groq-secret"},
+		{"stream false", `{"model":"free",` + msgs + `,"stream":false}`, "local", "qwen2.5:7b", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, e := rt.planChat([]byte(tt.body))
+			if e != nil {
+				t.Fatalf("planChat: %v", e)
+			}
+			if plan.provider.Name != tt.provider {
+				t.Errorf("provider = %s, want %s", plan.provider.Name, tt.provider)
+			}
+			up := decodeObject(t, plan.upstream.Body)
+			if got := jsonString(t, up["model"]); got != tt.model {
+				t.Errorf("upstream model = %q, want %q", got, tt.model)
+			}
+			if got := plan.upstream.Headers["authorization"]; got != tt.auth {
+				t.Errorf("authorization = %q, want %q", got, tt.auth)
+			}
+		})
+	}
+}
+
+func TestPlanChatAllRolesAccepted(t *testing.T) {
+	rt := testRuntime()
+	roles := []string{"system", "developer", "user", "assistant", "tool"}
+	var msgs []map[string]string
+	for _, r := range roles {
+		msgs = append(msgs, map[string]string{"role": r, "content": "x"})
+	}
+	body, _ := json.Marshal(map[string]any{"model": "free", "messages": msgs})
+	if _, e := rt.planChat(body); e != nil {
+		t.Fatalf("roles %v rejected: %v", roles, e)
+	}
+}
+
+func TestPlanChatRemovedSorted(t *testing.T) {
+	rt := testRuntime()
+	body := `{"model":"gpt","messages":[{"role":"user","content":"hi"}],"zz":1,"aa":2,"mm":3,"seed":4,"temperature":1}`
+	plan, e := rt.planChat([]byte(body))
+	if e != nil {
+		t.Fatal(e)
+	}
+	if !sort.StringsAreSorted(plan.removed) || len(plan.removed) != 4 {
+		t.Errorf("removed = %v, want 4 sorted names", plan.removed)
+	}
+	if plan.removed[0] != "aa" || plan.removed[3] != "zz" {
+		t.Errorf("removed = %v", plan.removed)
+	}
+}

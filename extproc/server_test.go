@@ -1,0 +1,525 @@
+package extproc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
+	"github.com/tollway/tollway/xds/translator"
+)
+
+func TestAuthenticate(t *testing.T) {
+	rt := testRuntime()
+	tests := []struct {
+		name string
+		auth string
+		want *APIError
+	}{
+		{"missing header", "", errMissingKey},
+		{"basic scheme", "Basic dXNlcjpwYXNz", errMissingKey},
+		{"bare key", validSecret, errMissingKey},
+		{"bearer without key", "Bearer", errMissingKey},
+		{"bearer with empty key", "Bearer ", errMissingKey},
+		{"malformed short", "Bearer ale-abc", errMalformedKey},
+		{"malformed prefix", "Bearer sk-" + strings.TrimPrefix(validSecret, "ale-"), errMalformedKey},
+		{"malformed truncated", "Bearer " + validSecret[:len(validSecret)-1], errMalformedKey},
+		{"unknown", "Bearer " + unknownSecret, errInvalidKey},
+		{"revoked", "Bearer " + revokedSecret, errInvalidKey},
+		{"valid", "Bearer " + validSecret, nil},
+		{"valid lowercase scheme", "bearer " + validSecret, nil},
+		{"valid with extra spaces", "Bearer  " + validSecret + " ", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := &exchange{rt: rt}
+			got := x.authenticate(tt.auth)
+			if got != tt.want {
+				t.Fatalf("authenticate(%q) = %v, want %v", tt.auth, got, tt.want)
+			}
+			if tt.want == nil {
+				if x.key == nil || x.key.ID != "key_valid" {
+					t.Errorf("authenticated key = %+v, want key_valid", x.key)
+				}
+			} else if x.key != nil {
+				t.Errorf("failed authentication set key %+v", x.key)
+			}
+		})
+	}
+	for _, e := range []*APIError{errMissingKey, errMalformedKey, errInvalidKey} {
+		if e.Status != http.StatusUnauthorized || e.Code != "invalid_api_key" || e.Message == "" {
+			t.Errorf("auth error %+v: want 401 invalid_api_key with a message", e)
+		}
+	}
+}
+
+// TestAuthenticateStoreKeys runs real store keys through Compile: created keys work, revoked and
+// rotated-away secrets do not.
+func TestAuthenticateStoreKeys(t *testing.T) {
+	s, err := store.Open(filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	live, liveSecret, err := s.CreateKey("a", "live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, goneSecret, err := s.CreateKey("a", "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RevokeKey(gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	rot, oldSecret, err := s.CreateKey("b", "rot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, newSecret, err := s.RotateKey(rot.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := s.Keys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := Compile(testGateway(), keys)
+	for _, tt := range []struct {
+		secret string
+		id     string // "" = rejected
+	}{
+		{liveSecret, live.ID},
+		{goneSecret, ""},
+		{oldSecret, ""},
+		{newSecret, rot.ID},
+	} {
+		x := &exchange{rt: rt}
+		e := x.authenticate("Bearer " + tt.secret)
+		switch {
+		case tt.id == "" && e != errInvalidKey:
+			t.Errorf("secret %s...: got %v, want errInvalidKey", tt.secret[:10], e)
+		case tt.id != "" && (e != nil || x.key.ID != tt.id):
+			t.Errorf("secret %s...: got %v, want key %s", tt.secret[:10], e, tt.id)
+		}
+	}
+}
+
+// envoy plays Envoy's side of the ext_proc protocol over a real gRPC connection.
+type envoy struct {
+	t      *testing.T
+	srv    *Server
+	client extprocv3.ExternalProcessorClient
+}
+
+func startServer(t *testing.T, rt *Runtime) *envoy {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), rt)
+	extprocv3.RegisterExternalProcessorServer(gs, srv)
+	done := make(chan error, 1)
+	go func() { done <- gs.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		gs.Stop()
+		if err := <-done; err != nil {
+			t.Errorf("grpc Serve: %v", err)
+		}
+	})
+	return &envoy{t: t, srv: srv, client: extprocv3.NewExternalProcessorClient(conn)}
+}
+
+type stream struct {
+	t *testing.T
+	s extprocv3.ExternalProcessor_ProcessClient
+}
+
+func (e *envoy) open() *stream {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	e.t.Cleanup(cancel)
+	s, err := e.client.Process(ctx)
+	if err != nil {
+		e.t.Fatalf("Process: %v", err)
+	}
+	return &stream{t: e.t, s: s}
+}
+
+func (s *stream) roundTrip(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	s.t.Helper()
+	if err := s.s.Send(req); err != nil {
+		s.t.Fatalf("Send: %v", err)
+	}
+	resp, err := s.s.Recv()
+	if err != nil {
+		s.t.Fatalf("Recv: %v", err)
+	}
+	return resp
+}
+
+// expectClosed checks the server ended the stream after an immediate response.
+func (s *stream) expectClosed() {
+	s.t.Helper()
+	if resp, err := s.s.Recv(); !errors.Is(err, io.EOF) {
+		s.t.Errorf("after an immediate response Recv = %v, %v; want io.EOF", resp, err)
+	}
+}
+
+func (s *stream) close() {
+	s.t.Helper()
+	if err := s.s.CloseSend(); err != nil {
+		s.t.Fatalf("CloseSend: %v", err)
+	}
+	if _, err := s.s.Recv(); !errors.Is(err, io.EOF) {
+		s.t.Errorf("after CloseSend Recv err = %v, want io.EOF", err)
+	}
+}
+
+// hdr builds a header; raw puts the value in RawValue as Envoy does.
+func hdr(k, v string, raw bool) *corev3.HeaderValue {
+	if raw {
+		return &corev3.HeaderValue{Key: k, RawValue: []byte(v)}
+	}
+	return &corev3.HeaderValue{Key: k, Value: v}
+}
+
+func requestHeaders(eos bool, hs ...*corev3.HeaderValue) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: hs}, EndOfStream: eos},
+	}}
+}
+
+func chatHeaders(auth, requestID string, raw bool) *extprocv3.ProcessingRequest {
+	return requestHeaders(false,
+		hdr(":method", "POST", raw),
+		hdr(":path", "/v1/chat/completions", raw),
+		hdr(":authority", "127.0.0.1:8080", raw),
+		hdr("content-type", "application/json", raw),
+		hdr("authorization", auth, raw),
+		hdr("x-request-id", requestID, raw),
+	)
+}
+
+func requestBody(body string) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true},
+	}}
+}
+
+func responseHeaders(status string, raw bool) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			hdr(":status", status, raw), hdr("content-type", "application/json", raw),
+		}}},
+	}}
+}
+
+func responseBody(body string) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true},
+	}}
+}
+
+// setHeaders flattens a mutation's set headers, checking each overwrites.
+func setHeaders(t *testing.T, m *extprocv3.HeaderMutation) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, o := range m.GetSetHeaders() {
+		if o.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
+			t.Errorf("header %s set with append action %v, want OVERWRITE_IF_EXISTS_OR_ADD", o.GetHeader().GetKey(), o.GetAppendAction())
+		}
+		k := o.GetHeader().GetKey()
+		if _, dup := out[k]; dup {
+			t.Errorf("header %s set twice", k)
+		}
+		out[k] = headerValue(o.GetHeader())
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestProcessChatFlow(t *testing.T) {
+	e := startServer(t, testRuntime())
+	tests := []struct {
+		name       string
+		raw        bool
+		body       string
+		provider   string
+		model      string
+		auth       string // "" = removed
+		removed    string // x-tollway-removed-params on the response, "" = absent
+		errStatus  string
+		errBody    string
+		wantCode   string
+		wantErrMsg string
+	}{
+		{
+			name: "raw values, provider with key", raw: true,
+			body:     `{"model":"gpt","messages":[{"role":"user","content":"hi"}],"top_k":3,"seed":1,"temperature":0.5}`,
+			provider: "openai", model: "gpt-4o-2024-08-06", auth: "Bearer sk-openai-secret", removed: "seed,top_k",
+			errStatus: "429", errBody: `{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}`,
+			wantCode: "rate_limit_exceeded", wantErrMsg: "slow down",
+		},
+		{
+			name: "string values, keyless provider", raw: false,
+			body:     `{"model":"free","messages":[{"role":"user","content":"hi"}],"top_k":3}`,
+			provider: "local", model: "qwen2.5:7b", auth: "",
+			errStatus: "500", errBody: "Internal Server Error",
+			wantCode: "upstream_error", wantErrMsg: "provider local answered HTTP 500: Internal Server Error",
+		},
+		{
+			name: "fallback past keyless provider", raw: true,
+			body:     `{"model":"fallback","messages":[{"role":"user","content":"hi"}]}`,
+			provider: "groq", model: "llama-3.3-70b", auth: "Bearer gsk-groq-secret",
+			errStatus: "503", errBody: `{"error":"overloaded"}`,
+			wantCode: "upstream_error", wantErrMsg: "overloaded",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			requestID := "req-" + strings.ReplaceAll(tt.name, " ", "-")
+			run := func(status string) (*extprocv3.ProcessingResponse, *stream) {
+				s := e.open()
+				resp := s.roundTrip(chatHeaders("Bearer "+validSecret, requestID, tt.raw))
+				rh := resp.GetRequestHeaders()
+				if rh == nil {
+					t.Fatalf("request headers answered with %T, want RequestHeaders: %v", resp.Response, resp)
+				}
+				if rm := rh.GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, ir.ProviderHeader) {
+					t.Errorf("request headers remove %v; the client's %s must be removed", rm, ir.ProviderHeader)
+				}
+
+				resp = s.roundTrip(requestBody(tt.body))
+				rb := resp.GetRequestBody().GetResponse()
+				if rb == nil {
+					t.Fatalf("request body answered with %T, want RequestBody: %v", resp.Response, resp)
+				}
+				if !rb.GetClearRouteCache() {
+					t.Error("ClearRouteCache = false; the route must be recomputed after the provider header is set")
+				}
+				body := rb.GetBodyMutation().GetBody()
+				up := decodeObject(t, body)
+				if got := jsonString(t, up["model"]); got != tt.model {
+					t.Errorf("upstream model = %q, want %q", got, tt.model)
+				}
+				if _, ok := up["top_k"]; ok && tt.removed != "" {
+					t.Errorf("unsupported top_k forwarded: %s", body)
+				}
+				set := setHeaders(t, rb.GetHeaderMutation())
+				if set[ir.ProviderHeader] != tt.provider {
+					t.Errorf("%s = %q, want %q", ir.ProviderHeader, set[ir.ProviderHeader], tt.provider)
+				}
+				if set["content-length"] != strconv.Itoa(len(body)) {
+					t.Errorf("content-length = %q, body is %d bytes", set["content-length"], len(body))
+				}
+				removed := rb.GetHeaderMutation().GetRemoveHeaders()
+				if tt.auth == "" {
+					if _, ok := set["authorization"]; ok || !contains(removed, "authorization") {
+						t.Errorf("keyless provider: authorization set=%q removed=%v; the client's key must be removed", set["authorization"], removed)
+					}
+				} else {
+					if set["authorization"] != tt.auth || contains(removed, "authorization") {
+						t.Errorf("authorization = %q (removed %v), want %q", set["authorization"], removed, tt.auth)
+					}
+				}
+				for k, v := range set {
+					if strings.Contains(v, validSecret) {
+						t.Errorf("client API key forwarded upstream in %s", k)
+					}
+				}
+
+				resp = s.roundTrip(responseHeaders(status, tt.raw))
+				rsh := resp.GetResponseHeaders()
+				if rsh == nil {
+					t.Fatalf("response headers answered with %T", resp.Response)
+				}
+				rset := setHeaders(t, rsh.GetResponse().GetHeaderMutation())
+				if rset["x-tollway-provider"] != tt.provider {
+					t.Errorf("response x-tollway-provider = %q, want %q", rset["x-tollway-provider"], tt.provider)
+				}
+				if got := rset["x-tollway-removed-params"]; got != tt.removed {
+					t.Errorf("x-tollway-removed-params = %q, want %q", got, tt.removed)
+				}
+				return resp, s
+			}
+
+			t.Run("success passes through", func(t *testing.T) {
+				resp, s := run("200")
+				if resp.GetModeOverride() != nil {
+					t.Errorf("200 response got mode override %v; successful bodies must stream through", resp.GetModeOverride())
+				}
+				s.close()
+			})
+			t.Run("error is reshaped", func(t *testing.T) {
+				resp, s := run(tt.errStatus)
+				if got := resp.GetModeOverride().GetResponseBodyMode(); got != extprocv3filter.ProcessingMode_BUFFERED {
+					t.Fatalf("%s response body mode = %v, want BUFFERED", tt.errStatus, got)
+				}
+				resp = s.roundTrip(responseBody(tt.errBody))
+				rb := resp.GetResponseBody().GetResponse()
+				if rb == nil {
+					t.Fatalf("response body answered with %T", resp.Response)
+				}
+				body := rb.GetBodyMutation().GetBody()
+				var got struct {
+					Error map[string]json.RawMessage `json:"error"`
+				}
+				if err := json.Unmarshal(body, &got); err != nil {
+					t.Fatalf("rewritten error body %s: %v", body, err)
+				}
+				if len(got.Error) != 3 {
+					t.Errorf("error object %s: want exactly message, code, request_id", body)
+				}
+				if m := jsonString(t, got.Error["message"]); m != tt.wantErrMsg {
+					t.Errorf("message = %q, want %q", m, tt.wantErrMsg)
+				}
+				if c := jsonString(t, got.Error["code"]); c != tt.wantCode {
+					t.Errorf("code = %q, want %q", c, tt.wantCode)
+				}
+				if id := jsonString(t, got.Error["request_id"]); id != requestID {
+					t.Errorf("request_id = %q, want the x-request-id %q", id, requestID)
+				}
+				set := setHeaders(t, rb.GetHeaderMutation())
+				if set["content-length"] != strconv.Itoa(len(body)) || set["content-type"] != "application/json" {
+					t.Errorf("error body headers = %v, body %d bytes", set, len(body))
+				}
+				s.close()
+			})
+		})
+	}
+}
+
+func TestProcessImmediateResponses(t *testing.T) {
+	e := startServer(t, testRuntime())
+	good := "Bearer " + validSecret
+	tests := []struct {
+		name   string
+		send   []*extprocv3.ProcessingRequest
+		status int
+		code   string
+	}{
+		{"missing key", []*extprocv3.ProcessingRequest{chatHeaders("", "rid-1", true)}, 401, "invalid_api_key"},
+		{"unknown key", []*extprocv3.ProcessingRequest{chatHeaders("Bearer "+unknownSecret, "rid-2", true)}, 401, "invalid_api_key"},
+		{"revoked key", []*extprocv3.ProcessingRequest{chatHeaders("Bearer "+revokedSecret, "rid-3", false)}, 401, "invalid_api_key"},
+		{"malformed key", []*extprocv3.ProcessingRequest{chatHeaders("Bearer ale-x", "rid-4", true)}, 401, "invalid_api_key"},
+		{"other path", []*extprocv3.ProcessingRequest{requestHeaders(false,
+			hdr(":method", "GET", true), hdr(":path", "/v1/other", true), hdr("authorization", good, true), hdr("x-request-id", "rid-5", true))}, 404, "not_found"},
+		{"models not served here", []*extprocv3.ProcessingRequest{requestHeaders(false,
+			hdr(":method", "POST", false), hdr(":path", "/v1/chat/completions/extra", false), hdr("x-request-id", "rid-6", false))}, 404, "not_found"},
+		{"wrong method", []*extprocv3.ProcessingRequest{requestHeaders(false,
+			hdr(":method", "GET", true), hdr(":path", "/v1/chat/completions", true), hdr("authorization", good, true), hdr("x-request-id", "rid-7", true))}, 405, "method_not_allowed"},
+		{"no body", []*extprocv3.ProcessingRequest{requestHeaders(true,
+			hdr(":method", "POST", true), hdr(":path", "/v1/chat/completions?x=1", true), hdr("authorization", good, true), hdr("x-request-id", "rid-8", true))}, 400, "invalid_request"},
+		{"bad body", []*extprocv3.ProcessingRequest{chatHeaders(good, "rid-9", true), requestBody(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`)}, 400, "model_not_found"},
+		{"unavailable model", []*extprocv3.ProcessingRequest{chatHeaders(good, "rid-10", true), requestBody(`{"model":"broken","messages":[{"role":"user","content":"x"}]}`)}, 503, "model_unavailable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := e.open()
+			var resp *extprocv3.ProcessingResponse
+			for i, req := range tt.send {
+				resp = s.roundTrip(req)
+				if i < len(tt.send)-1 && resp.GetImmediateResponse() != nil {
+					t.Fatalf("message %d answered immediately: %v", i, resp)
+				}
+			}
+			imm := resp.GetImmediateResponse()
+			if imm == nil {
+				t.Fatalf("answered with %T, want ImmediateResponse", resp.Response)
+			}
+			if int(imm.GetStatus().GetCode()) != tt.status {
+				t.Errorf("status = %d, want %d", imm.GetStatus().GetCode(), tt.status)
+			}
+			if want := translator.ErrorCodeDetailsPrefix + tt.code; imm.GetDetails() != want || !strings.HasPrefix(imm.GetDetails(), "tollway_") {
+				t.Errorf("details = %q, want %q", imm.GetDetails(), want)
+			}
+			var requestID string
+			for _, h := range tt.send[0].GetRequestHeaders().GetHeaders().GetHeaders() {
+				if h.Key == "x-request-id" {
+					requestID = headerValue(h)
+				}
+			}
+			set := setHeaders(t, imm.GetHeaders())
+			if set["x-request-id"] != requestID || set["content-type"] != "application/json" {
+				t.Errorf("immediate response headers = %v, want x-request-id %q and JSON", set, requestID)
+			}
+			var body struct {
+				Error struct {
+					Message   string `json:"message"`
+					Code      string `json:"code"`
+					RequestID string `json:"request_id"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(imm.GetBody(), &body); err != nil {
+				t.Fatalf("body %s: %v", imm.GetBody(), err)
+			}
+			if body.Error.Code != tt.code || body.Error.Message == "" || body.Error.RequestID != requestID {
+				t.Errorf("body = %s, want code %s, a message and request_id %q", imm.GetBody(), tt.code, requestID)
+			}
+			s.expectClosed()
+		})
+	}
+}
+
+func TestProcessSwap(t *testing.T) {
+	e := startServer(t, testRuntime())
+	auth := "Bearer " + validSecret
+
+	// A stream opened before the swap keeps the runtime it started with.
+	before := e.open()
+	if resp := before.roundTrip(chatHeaders(auth, "r1", true)); resp.GetRequestHeaders() == nil {
+		t.Fatalf("valid key rejected before swap: %v", resp)
+	}
+
+	e.srv.Swap(Compile(testGateway(), []store.Key{keyRecord("key_other", unknownSecret, false)}))
+
+	if resp := before.roundTrip(requestBody(`{"model":"gpt","messages":[{"role":"user","content":"x"}]}`)); resp.GetRequestBody() == nil {
+		t.Errorf("in-flight stream broken by swap: %v", resp)
+	}
+	before.close()
+
+	s := e.open()
+	resp := s.roundTrip(chatHeaders(auth, "r2", true))
+	if got := resp.GetImmediateResponse().GetStatus().GetCode(); got != http.StatusUnauthorized {
+		t.Fatalf("after swap removing the key: status %d (%T), want 401", got, resp.Response)
+	}
+	s.expectClosed()
+
+	s = e.open()
+	if resp := s.roundTrip(chatHeaders("Bearer "+unknownSecret, "r3", false)); resp.GetRequestHeaders() == nil {
+		t.Fatalf("key added by the swap rejected: %v", resp)
+	}
+	s.close()
+}

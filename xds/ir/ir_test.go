@@ -1,0 +1,178 @@
+package ir
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseListen(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Listener
+		wantErr bool
+	}{
+		{in: "127.0.0.1:8080", want: Listener{Address: "127.0.0.1", Port: 8080}},
+		{in: ":8080", want: Listener{Address: "0.0.0.0", Port: 8080}},
+		{in: "[::1]:9000", want: Listener{Address: "::1", Port: 9000}},
+		{in: "localhost:65535", want: Listener{Address: "localhost", Port: 65535}},
+		{in: "127.0.0.1", wantErr: true},
+		{in: "127.0.0.1:0", wantErr: true},
+		{in: "127.0.0.1:65536", wantErr: true},
+		{in: "127.0.0.1:http", wantErr: true},
+		{in: "127.0.0.1:-1", wantErr: true},
+		{in: "", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseListen(tt.in)
+		if tt.wantErr {
+			if err == nil {
+				t.Errorf("ParseListen(%q) = %+v, want an error", tt.in, got)
+			} else if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "listen.public") {
+				t.Errorf("ParseListen(%q) error %q: want ErrInvalid naming listen.public", tt.in, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("ParseListen(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestParseProviderURL(t *testing.T) {
+	tests := []struct {
+		url     string
+		want    Provider // endpoint fields only
+		wantErr string   // substring of the error
+	}{
+		{url: "https://api.openai.com/v1", want: Provider{Host: "api.openai.com", Port: 443, TLS: true, BasePath: "/v1"}},
+		{url: "https://api.groq.com/openai/v1", want: Provider{Host: "api.groq.com", Port: 443, TLS: true, BasePath: "/openai/v1"}},
+		{url: "https://api.groq.com/openai/v1/", want: Provider{Host: "api.groq.com", Port: 443, TLS: true, BasePath: "/openai/v1"}},
+		{url: "http://127.0.0.1:11434/v1", want: Provider{Host: "127.0.0.1", Port: 11434, BasePath: "/v1"}},
+		{url: "http://localhost/v1", want: Provider{Host: "localhost", Port: 80, BasePath: "/v1"}},
+		{url: "https://example.com:8443", want: Provider{Host: "example.com", Port: 8443, TLS: true, BasePath: ""}},
+		{url: "http://[::1]:8000/v1", want: Provider{Host: "::1", Port: 8000, BasePath: "/v1"}},
+		{url: "ftp://example.com/v1", wantErr: "absolute http(s) URL"},
+		{url: "api.openai.com/v1", wantErr: "absolute http(s) URL"},
+		{url: "https:///v1", wantErr: "absolute http(s) URL"},
+		{url: "", wantErr: "absolute http(s) URL"},
+		{url: "https://api.openai.com/v1?key=x", wantErr: "query"},
+		{url: "https://api.openai.com/v1#frag", wantErr: "fragment"},
+		{url: "https://user:pass@api.openai.com/v1", wantErr: "credentials"},
+		{url: "https://api.openai.com:0/v1", wantErr: "bad port"},
+		{url: "https://api.openai.com:99999/v1", wantErr: "bad port"},
+	}
+	for _, tt := range tests {
+		p := Provider{Name: "prov"}
+		err := ParseProviderURL(&p, tt.url)
+		if tt.wantErr != "" {
+			if err == nil {
+				t.Errorf("ParseProviderURL(%q) = %+v, want an error", tt.url, p)
+				continue
+			}
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), `"prov"`) {
+				t.Errorf("ParseProviderURL(%q) error %q: want ErrInvalid naming the provider and %q", tt.url, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseProviderURL(%q): %v", tt.url, err)
+			continue
+		}
+		tt.want.Name = "prov"
+		if p != tt.want {
+			t.Errorf("ParseProviderURL(%q) = %+v, want %+v", tt.url, p, tt.want)
+		}
+	}
+}
+
+func TestProviderHelpers(t *testing.T) {
+	p := Provider{Name: "groq"}
+	if p.ClusterName() != "provider.groq" {
+		t.Errorf("ClusterName = %q", p.ClusterName())
+	}
+	for _, tt := range []struct {
+		needs bool
+		key   string
+		ready bool
+	}{{false, "", true}, {true, "", false}, {true, "k", true}, {false, "k", true}} {
+		p := Provider{NeedsKey: tt.needs, APIKey: tt.key}
+		if p.Ready() != tt.ready {
+			t.Errorf("Ready(needs=%v key=%q) = %v, want %v", tt.needs, tt.key, p.Ready(), tt.ready)
+		}
+	}
+}
+
+func validGateway() *Gateway {
+	return &Gateway{
+		Listener: Listener{Address: "127.0.0.1", Port: 8080},
+		Providers: []Provider{
+			{Name: "openai", Type: ProviderTypeOpenAI, Host: "api.openai.com", Port: 443, TLS: true, BasePath: "/v1", CAFile: "/etc/ssl/certs/ca-certificates.crt"},
+			{Name: "local_1", Type: ProviderTypeOpenAI, Host: "127.0.0.1", Port: 11434, BasePath: "/v1"},
+		},
+		Models: []Model{
+			{ID: "gpt-4o-mini", Targets: []Target{{Provider: "openai", Model: "gpt-4o-mini"}, {Provider: "local_1", Model: "llama3.2"}}},
+			{ID: "meta/llama:3", Targets: []Target{{Provider: "local_1", Model: "llama3"}}},
+		},
+	}
+}
+
+func TestValidateAccepts(t *testing.T) {
+	if err := validGateway().Validate(); err != nil {
+		t.Fatalf("Validate of a valid gateway: %v", err)
+	}
+}
+
+func TestValidateRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(g *Gateway)
+		want   []string // each must appear in the error
+	}{
+		{"no port", func(g *Gateway) { g.Listener.Port = 0 }, []string{"listen.public"}},
+		{"tls without a CA bundle", func(g *Gateway) { g.Providers[0].CAFile = "" }, []string{`provider "openai"`, "ca_file"}},
+		{"uppercase name", func(g *Gateway) { g.Providers[0].Name = "OpenAI" }, []string{`provider "OpenAI"`, "lowercase"}},
+		{"empty name", func(g *Gateway) { g.Providers[0].Name = "" }, []string{`provider ""`}},
+		{"name too long", func(g *Gateway) { g.Providers[0].Name = strings.Repeat("a", 64) }, []string{"max 63"}},
+		{"duplicate provider", func(g *Gateway) { g.Providers[1].Name = "openai" }, []string{`provider "openai": defined twice`}},
+		{"unknown type", func(g *Gateway) { g.Providers[1].Type = "anthropic" }, []string{`provider "local_1": unknown type "anthropic"`}},
+		{"no host", func(g *Gateway) { g.Providers[0].Host = "" }, []string{`provider "openai": base_url is required`}},
+		{"no provider port", func(g *Gateway) { g.Providers[0].Port = 0 }, []string{`provider "openai": base_url is required`}},
+		{"empty model id", func(g *Gateway) { g.Models[0].ID = "" }, []string{`model ""`}},
+		{"route model id", func(g *Gateway) { g.Models[0].ID = "route:cheap" }, []string{`model "route:cheap"`, "route:"}},
+		{"model id with space", func(g *Gateway) { g.Models[0].ID = "gpt 4" }, []string{`model "gpt 4"`}},
+		{"duplicate model", func(g *Gateway) { g.Models[1].ID = "gpt-4o-mini" }, []string{`model "gpt-4o-mini": defined twice`}},
+		{"no targets", func(g *Gateway) { g.Models[1].Targets = nil }, []string{`model "meta/llama:3": needs at least one provider`}},
+		{"unknown target", func(g *Gateway) { g.Models[1].Targets[0].Provider = "ghost" }, []string{`model "meta/llama:3": provider "ghost" is not defined`}},
+		{"no upstream model", func(g *Gateway) { g.Models[0].Targets[1].Model = "" }, []string{`provider "local_1" needs the upstream model name`}},
+		{"several at once", func(g *Gateway) {
+			g.Listener.Port = 0
+			g.Providers[1].Type = "x"
+			g.Models[0].Targets[0].Provider = "ghost"
+			g.Models[1].ID = "route:y"
+		}, []string{"listen.public", `unknown type "x"`, `provider "ghost"`, `model "route:y"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := validGateway()
+			tt.mutate(g)
+			err := g.Validate()
+			if err == nil {
+				t.Fatal("Validate accepted an invalid gateway")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not wrap ErrInvalid", err)
+			}
+			for _, s := range tt.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not contain %q", err, s)
+				}
+			}
+			if n := len(tt.want); tt.name == "several at once" {
+				if lines := strings.Count(err.Error(), "\n") + 1; lines < n {
+					t.Errorf("got %d problems in %q, want all %d reported at once", lines, err, n)
+				}
+			}
+		})
+	}
+}
