@@ -67,8 +67,8 @@ testdata: ## Regenerate golden files
 	$(GO) test ./xds/translator/ ./envoy/ -update
 
 .PHONY: bench
-bench: deps build ## Latency/throughput: direct vs Envoy alone vs Tollway
-	$(GO) run ./test/bench
+bench: deps build ## Latency/throughput: direct vs Envoy alone vs Tollway (BENCH_FLAGS="-rate 1000 ...")
+	$(GO) run ./test/bench $(BENCH_FLAGS)
 
 .PHONY: run
 run: envoy build ## Run the gateway on the embedded default config

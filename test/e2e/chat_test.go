@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/test/fakeupstream"
+	"github.com/tollway/tollway/test/harness"
 )
 
 const providerKey = "sk-fake-provider-secret"
@@ -323,9 +324,9 @@ func TestConfigChanges(t *testing.T) {
 	v0 := st["accepted_version"].(float64)
 
 	// 1. file edit adds a model
-	cfg, _ := os.ReadFile(g.cfgPath)
+	cfg, _ := os.ReadFile(g.CfgPath)
 	added := string(cfg) + "  - id: second-model\n    providers: [{provider: fake, model: fake-second}]\n"
-	if err := os.WriteFile(g.cfgPath, []byte(added), 0o600); err != nil {
+	if err := os.WriteFile(g.CfgPath, []byte(added), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	body := `{"model":"second-model","messages":[{"role":"user","content":"hi"}]}`
@@ -366,7 +367,7 @@ func TestConfigChanges(t *testing.T) {
 	}
 	defer busy.Close()
 	bad := strings.Replace(added, "public: "+g.Public, "public: "+busy.Addr().String(), 1)
-	if err := os.WriteFile(g.cfgPath, []byte(bad), 0o600); err != nil {
+	if err := os.WriteFile(g.CfgPath, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "Envoy to reject the listener", 20*time.Second, func() bool {
@@ -464,7 +465,7 @@ func TestEmbeddedDefaultConfig(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "data", "tollway.db")); err != nil {
 		t.Fatalf("default store not created: %v", err)
 	}
-	g := &gateway{t: t, BaseURL: "http://" + public + "/v1", cfgPath: ""}
+	g := &gateway{t: t, Gateway: &harness.Gateway{BaseURL: "http://" + public + "/v1"}}
 	out, err := exec.Command(tollwayBin, "keys", "create", "--account", "me", "--admin", "http://"+admin).Output()
 	if err != nil {
 		t.Fatal(err)

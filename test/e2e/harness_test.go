@@ -3,24 +3,21 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tollway/tollway/envoy"
+	"github.com/tollway/tollway/test/harness"
 )
 
 var (
@@ -62,147 +59,52 @@ func TestMain(m *testing.M) {
 // freeAddr returns a loopback host:port that was free a moment ago.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // syncBuffer collects a process's output for assertions while it runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+type syncBuffer = harness.SyncBuffer
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// gateway is a running `tollway run`.
+// gateway is a running `tollway run` bound to a test.
 type gateway struct {
-	t       testing.TB
-	cfgPath string
-	Public  string
-	Admin   string
-	BaseURL string
-	cmd     *exec.Cmd
-	logs    *syncBuffer
-	exited  chan struct{}
-	exitErr error
+	*harness.Gateway
+	t    testing.TB
+	logs *syncBuffer
 }
 
-// configYAML renders a config whose listen addresses are filled in by startGateway.
-type gwConfig struct {
-	Public, Admin, Store string
-	Body                 string // providers: and models: sections
-}
-
-func (c gwConfig) render() string {
-	return fmt.Sprintf("listen: {public: %s, admin: %s}\nstore: {path: %s}\nenvoy: {drain_timeout: 5s}\n%s",
-		c.Public, c.Admin, c.Store, c.Body)
-}
-
-// startGateway writes body (providers and models) into a config file, starts tollway with it
-// and waits for its ready line.
+// startGateway starts tollway with body (providers and models) as its config and stops it when
+// the test ends, printing its output if the test failed.
 func startGateway(t testing.TB, body string, env ...string) *gateway {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := gwConfig{Public: freeAddr(t), Admin: freeAddr(t), Store: filepath.Join(dir, "tollway.db"), Body: body}
-	g := &gateway{t: t, cfgPath: filepath.Join(dir, "tollway.yaml"), Public: cfg.Public, Admin: cfg.Admin,
-		BaseURL: "http://" + cfg.Public + "/v1", logs: &syncBuffer{}, exited: make(chan struct{})}
-	if err := os.WriteFile(g.cfgPath, []byte(cfg.render()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	g.cmd = exec.Command(tollwayBin, "run", "--config", g.cfgPath)
-	g.cmd.Env = append(append(os.Environ(), "ENVOY_BIN="+envoyBin), env...)
-	g.cmd.Dir = dir
-	stdout, err := g.cmd.StdoutPipe()
+	hg, err := harness.Start(context.Background(), harness.Options{
+		Bin: tollwayBin, EnvoyBin: envoyBin, Dir: t.TempDir(), Body: body, Env: env,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.cmd.Stderr = g.logs
-	if err := g.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(g.logs, "stdout: "+line)
-			if strings.HasPrefix(line, "tollway ready") {
-				ready <- line
-			}
-		}
-	}()
-	go func() {
-		g.exitErr = g.cmd.Wait()
-		close(g.exited)
-	}()
+	g := &gateway{Gateway: hg, t: t, logs: hg.Logs}
 	t.Cleanup(func() {
-		g.stop()
+		g.Stop()
 		if t.Failed() {
 			t.Logf("gateway output:\n%s", g.logs.String())
 		}
 	})
-	select {
-	case <-ready:
-	case <-g.exited:
-		t.Fatalf("tollway exited before ready: %v\n%s", g.exitErr, g.logs.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("tollway not ready after 60s:\n%s", g.logs.String())
-	}
 	return g
 }
 
-// stop sends SIGTERM and waits for a clean exit.
-func (g *gateway) stop() {
-	select {
-	case <-g.exited:
-		return
-	default:
-	}
-	_ = g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-g.exited:
-	case <-time.After(30 * time.Second):
-		_ = g.cmd.Process.Kill()
-		<-g.exited
-	}
-}
-
 // cli runs a tollway subcommand against this gateway and returns its stdout.
-func (g *gateway) cli(args ...string) (string, error) {
-	cmd := exec.Command(tollwayBin, append(args, "--config", g.cfgPath)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if err != nil {
-		return out.String(), fmt.Errorf("tollway %s: %w: %s", strings.Join(args, " "), err, errb.String())
-	}
-	return out.String(), nil
-}
+func (g *gateway) cli(args ...string) (string, error) { return g.CLI(context.Background(), args...) }
 
 // newKey creates an API key through the CLI.
 func (g *gateway) newKey(account string) string {
 	g.t.Helper()
-	out, err := g.cli("keys", "create", "--account", account)
+	key, err := g.NewKey(context.Background(), account)
 	if err != nil {
 		g.t.Fatal(err)
-	}
-	key := strings.TrimSpace(out)
-	if !strings.HasPrefix(key, "ale-") {
-		g.t.Fatalf("keys create printed %q, want an ale- key", out)
 	}
 	return key
 }

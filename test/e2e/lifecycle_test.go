@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/tollway/tollway/envoy"
 	"github.com/tollway/tollway/test/fakeupstream"
+	"github.com/tollway/tollway/test/harness"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
 	"github.com/tollway/tollway/xds/translator"
@@ -85,7 +85,7 @@ func TestExtProcDownFailsClosed(t *testing.T) {
 	if err := proc.WaitReady(ctx, 30*time.Second, func() error { return nil }); err != nil {
 		t.Fatalf("%v\n%s", err, logs.String())
 	}
-	gw := &gateway{t: t, BaseURL: "http://" + public + "/v1"}
+	gw := &gateway{t: t, Gateway: &harness.Gateway{BaseURL: "http://" + public + "/v1"}}
 	resp := gw.chat(ctx, "ale-"+strings.Repeat("k", 43), `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	if resp.StatusCode < 500 {
 		t.Fatalf("status %d with ext_proc down: the door is open", resp.StatusCode)
@@ -168,12 +168,7 @@ func asExit(err error, target **exec.ExitError) bool {
 // than running on without a data plane.
 func TestEnvoyDeathStopsTheGateway(t *testing.T) {
 	g, _ := startWithFake(t, fakeupstream.Options{})
-	var pid int
-	for _, line := range strings.Split(g.logs.String(), "\n") {
-		if i := strings.Index(line, "envoy_pid="); i >= 0 {
-			pid, _ = strconv.Atoi(strings.TrimSpace(line[i+len("envoy_pid="):]))
-		}
-	}
+	pid := g.EnvoyPID
 	if pid == 0 {
 		t.Fatal("ready line has no envoy_pid")
 	}
@@ -181,11 +176,11 @@ func TestEnvoyDeathStopsTheGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-g.exited:
+	case <-g.Exited():
 	case <-time.After(15 * time.Second):
 		t.Fatal("gateway kept running without Envoy")
 	}
-	if g.exitErr == nil {
+	if g.ExitErr() == nil {
 		t.Fatal("gateway exited 0 after Envoy died")
 	}
 	if !strings.Contains(g.logs.String(), "envoy exited unexpectedly") {
@@ -203,7 +198,7 @@ func TestGracefulDrain(t *testing.T) {
 	if !sc.Scan() {
 		t.Fatal("no first chunk")
 	}
-	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := g.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	var text strings.Builder
@@ -227,12 +222,12 @@ func TestGracefulDrain(t *testing.T) {
 		t.Fatalf("stream cut by the drain; got %q", text.String())
 	}
 	select {
-	case <-g.exited:
+	case <-g.Exited():
 	case <-time.After(20 * time.Second):
 		t.Fatal("gateway did not exit after the drain")
 	}
-	if g.exitErr != nil {
-		t.Fatalf("exit after SIGTERM: %v", g.exitErr)
+	if g.ExitErr() != nil {
+		t.Fatalf("exit after SIGTERM: %v", g.ExitErr())
 	}
 	if _, err := http.Get(g.BaseURL + "/models"); err == nil {
 		t.Fatal("the listener still accepts connections after shutdown")

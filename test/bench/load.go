@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// target is one path under test: where requests go and the credential they carry.
+type target struct {
+	name    string
+	baseURL string
+	auth    string
+	client  *http.Client // one per target, shared by warm-up and measurement so connections stay warm
+}
+
+func newClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 10000, // open model: never queue behind a small idle pool
+		DisableCompression:  true,
+	}}
+}
+
+func (t *target) header() http.Header {
+	return http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + t.auth}}
+}
+
+// result is one measured scenario.
+type result struct {
+	requests   int
+	errors     int
+	errSamples map[string]int
+	lat        []time.Duration // whole request (non-streaming) or whole stream
+	ttfb       []time.Duration // streaming: first SSE data line
+	sentRate   float64         // requests started per second
+	throughput float64         // successful requests per second
+}
+
+func (r *result) fail(msg string) {
+	r.errors++
+	if r.errSamples == nil {
+		r.errSamples = map[string]int{}
+	}
+	if len(r.errSamples) < 8 || r.errSamples[msg] > 0 {
+		r.errSamples[msg]++
+	}
+}
+
+func (r *result) errRate() float64 {
+	if r.requests == 0 {
+		return 0
+	}
+	return float64(r.errors) / float64(r.requests)
+}
+
+// attackChat sends non-streaming chat completions at a fixed rate (vegeta's open model: a
+// request starts on schedule whether or not earlier ones have finished).
+func attackChat(ctx context.Context, t *target, body []byte, rate int, dur time.Duration) *result {
+	atk := vegeta.NewAttacker(vegeta.Client(t.client), vegeta.MaxBody(1<<20))
+	defer context.AfterFunc(ctx, func() { atk.Stop() })()
+	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodPost, URL: t.baseURL + "/chat/completions", Body: body, Header: t.header()})
+	r := &result{lat: make([]time.Duration, 0, rate*int(dur.Seconds()+1))}
+	var m vegeta.Metrics
+	for res := range atk.Attack(tr, vegeta.Rate{Freq: rate, Per: time.Second}, dur, t.name) {
+		m.Add(res)
+		r.requests++
+		switch {
+		case res.Code/100 != 2:
+			r.fail(cmpStr(res.Error, fmt.Sprintf("status %d", res.Code)))
+		case res.Error != "":
+			r.fail(res.Error)
+		case !bytes.Contains(res.Body, []byte(`"chat.completion"`)):
+			r.fail("200 without a chat.completion body")
+		default:
+			r.lat = append(r.lat, res.Latency)
+		}
+	}
+	m.Close()
+	r.sentRate = m.Rate
+	if d := (m.Duration + m.Wait).Seconds(); d > 0 {
+		r.throughput = float64(len(r.lat)) / d
+	}
+	return r
+}
+
+func cmpStr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// attackStream sends streaming chat completions at a fixed rate. vegeta cannot time the first
+// byte, so this is its own open-model loop: one goroutine per scheduled request, at most
+// maxInFlight at once (a request that would exceed it is counted as an error, not queued).
+func attackStream(ctx context.Context, t *target, body []byte, rate int, dur time.Duration, maxInFlight int) *result {
+	n := rate * int(dur/time.Millisecond) / 1000
+	interval := time.Second / time.Duration(rate)
+	r := &result{lat: make([]time.Duration, 0, n), ttfb: make([]time.Duration, 0, n)}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, maxInFlight)
+	)
+	url, hdr := t.baseURL+"/chat/completions", t.header()
+	timer := time.NewTimer(0)
+	<-timer.C
+	start := time.Now()
+loop:
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				break loop
+			}
+		}
+		r.requests++
+		select {
+		case sem <- struct{}{}:
+		default:
+			r.fail(fmt.Sprintf("not sent: %d requests already in flight", maxInFlight))
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ttfb, total, err := streamOnce(ctx, t.client, url, hdr, body)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				r.fail(err.Error())
+				return
+			}
+			r.ttfb, r.lat = append(r.ttfb, ttfb), append(r.lat, total)
+		}()
+	}
+	sent := time.Since(start)
+	wg.Wait() // bounded: every request has the client's timeout
+	if s := sent.Seconds(); s > 0 {
+		r.sentRate = float64(r.requests) / s
+	}
+	r.throughput = float64(len(r.lat)) / time.Since(start).Seconds()
+	return r
+}
+
+var errNoDone = errors.New("stream ended without data: [DONE]")
+
+// streamOnce makes one streaming request and times the first SSE data line and the end.
+func streamOnce(ctx context.Context, c *http.Client, url string, hdr http.Header, body []byte) (ttfb, total time.Duration, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header = hdr.Clone()
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		return 0, 0, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		return 0, 0, fmt.Errorf("content-type %q, want text/event-stream", ct)
+	}
+	br := bufio.NewReaderSize(resp.Body, 16<<10)
+	done, lineStart := false, true
+	for {
+		line, err := br.ReadSlice('\n')
+		if lineStart && bytes.HasPrefix(line, []byte("data:")) {
+			if ttfb == 0 {
+				ttfb = time.Since(start)
+			}
+			done = done || bytes.HasPrefix(line, []byte("data: [DONE]"))
+		}
+		lineStart = err == nil // ErrBufferFull: the rest of a long line follows
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return 0, 0, err
+		}
+	}
+	if !done {
+		return 0, 0, errNoDone
+	}
+	return ttfb, time.Since(start), nil
+}
+
+// probe checks a target answers one request correctly before it is loaded, retrying briefly
+// (a freshly created key reaches ext_proc asynchronously).
+func probe(ctx context.Context, t *target, body []byte) error {
+	var last string
+	for range 50 {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.baseURL+"/chat/completions", bytes.NewReader(body))
+		req.Header = t.header()
+		resp, err := t.client.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("status %d: %.300s", resp.StatusCode, b)
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s does not answer: %s", t.name, last)
+}
+
+// pct is the q-quantile (0..1) of d by the nearest-rank method; d is sorted in place.
+func pct(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	i := int(q*float64(len(d))+0.999999) - 1
+	return d[max(0, min(i, len(d)-1))]
+}

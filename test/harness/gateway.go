@@ -1,0 +1,195 @@
+// Package harness starts and drives a real `tollway run` process for the end-to-end tests and the
+// benchmark: one implementation of "write a config, start, wait for ready, create a key, stop".
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// FreeAddr returns a loopback host:port that was free a moment ago.
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// SyncBuffer collects a process's output for assertions while it runs.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() > 4<<20 { // bounded: keep the start, it explains start-up failures
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Options say how to start a gateway.
+type Options struct {
+	Bin      string   // the tollway binary
+	EnvoyBin string   // passed as ENVOY_BIN
+	Dir      string   // working directory; the config and store go here
+	Body     string   // the providers: and models: sections of the config
+	Env      []string // extra environment, e.g. provider keys
+	Drain    time.Duration
+}
+
+// Gateway is a running `tollway run`.
+type Gateway struct {
+	Bin      string
+	CfgPath  string
+	Public   string
+	Admin    string
+	BaseURL  string // http://<public>/v1
+	EnvoyPID int
+	Logs     *SyncBuffer // stderr, and stdout lines prefixed "stdout: "
+
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	exitErr error
+}
+
+// Start writes a config with free listen ports, starts tollway and waits for its ready line.
+func Start(ctx context.Context, o Options) (*Gateway, error) {
+	public, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	admin, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	if o.Drain == 0 {
+		o.Drain = 5 * time.Second
+	}
+	g := &Gateway{Bin: o.Bin, CfgPath: filepath.Join(o.Dir, "tollway.yaml"), Public: public, Admin: admin,
+		BaseURL: "http://" + public + "/v1", Logs: &SyncBuffer{}, exited: make(chan struct{})}
+	cfg := fmt.Sprintf("listen: {public: %s, admin: %s}\nstore: {path: %s}\nenvoy: {drain_timeout: %s}\n%s",
+		public, admin, filepath.Join(o.Dir, "tollway.db"), o.Drain, o.Body)
+	if err := os.WriteFile(g.CfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	g.cmd = exec.Command(o.Bin, "run", "--config", g.CfgPath)
+	g.cmd.Dir = o.Dir
+	g.cmd.Env = append(append(os.Environ(), "ENVOY_BIN="+o.EnvoyBin), o.Env...)
+	// If the caller dies without cleaning up, tollway drains and takes its Envoy with it.
+	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	g.cmd.Stderr = g.Logs
+	stdout, err := g.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := g.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", o.Bin, err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(g.Logs, "stdout: "+line)
+			if strings.HasPrefix(line, "tollway ready") {
+				ready <- line
+			}
+		}
+	}()
+	go func() {
+		g.exitErr = g.cmd.Wait()
+		close(g.exited)
+	}()
+	select {
+	case line := <-ready:
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "envoy_pid="); ok {
+				g.EnvoyPID, _ = strconv.Atoi(v)
+			}
+		}
+		return g, nil
+	case <-g.exited:
+		return nil, fmt.Errorf("tollway exited before ready: %v\n%s", g.exitErr, g.Logs.String())
+	case <-ctx.Done():
+		g.Stop()
+		return nil, ctx.Err()
+	case <-time.After(60 * time.Second):
+		g.Stop()
+		return nil, fmt.Errorf("tollway not ready after 60s:\n%s", g.Logs.String())
+	}
+}
+
+// Exited is closed when the process has ended; ExitErr then says how.
+func (g *Gateway) Exited() <-chan struct{} { return g.exited }
+
+// ExitErr is the process's exit error (nil for exit 0); valid after Exited.
+func (g *Gateway) ExitErr() error { return g.exitErr }
+
+// Pid is the tollway process id.
+func (g *Gateway) Pid() int { return g.cmd.Process.Pid }
+
+// Signal sends sig to the tollway process.
+func (g *Gateway) Signal(sig os.Signal) error { return g.cmd.Process.Signal(sig) }
+
+// Stop sends SIGTERM (tollway drains and stops its Envoy) and kills it if that takes too long.
+func (g *Gateway) Stop() {
+	select {
+	case <-g.exited:
+		return
+	default:
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.exited:
+	case <-time.After(30 * time.Second):
+		_ = g.cmd.Process.Kill()
+		<-g.exited
+	}
+}
+
+// CLI runs a tollway subcommand against this gateway and returns its stdout.
+func (g *Gateway) CLI(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, g.Bin, append(args, "--config", g.CfgPath)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("tollway %s: %w: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+// NewKey creates an API key through the CLI, as an operator would.
+func (g *Gateway) NewKey(ctx context.Context, account string) (string, error) {
+	out, err := g.CLI(ctx, "keys", "create", "--account", account)
+	if err != nil {
+		return "", err
+	}
+	key := strings.TrimSpace(out)
+	if !strings.HasPrefix(key, "ale-") {
+		return "", errors.New("keys create printed " + strconv.Quote(out) + ", want an ale- key")
+	}
+	return key, nil
+}
