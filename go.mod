@@ -2,16 +2,17 @@ module github.com/tollway/tollway
 
 go 1.26.0
 
+// Why each direct dependency is here:
 require (
-	github.com/envoyproxy/go-control-plane v0.14.0
-	github.com/envoyproxy/go-control-plane/envoy v1.40.0
-	github.com/fsnotify/fsnotify v1.9.0
-	github.com/spf13/viper v1.21.0
-	github.com/tsenart/vegeta/v12 v12.13.0
-	go.etcd.io/bbolt v1.5.0
-	go.yaml.in/yaml/v3 v3.0.4
-	google.golang.org/grpc v1.85.0
-	google.golang.org/protobuf v1.36.12
+	github.com/envoyproxy/go-control-plane v0.14.0 // xDS snapshot cache and ADS server
+	github.com/envoyproxy/go-control-plane/envoy v1.40.0 // Envoy API types with their protoc-gen-validate rules (ValidateAll)
+	github.com/fsnotify/fsnotify v1.9.0 // config file watch (viper's own dependency, used directly for debouncing)
+	github.com/spf13/viper v1.21.0 // config: file, TOLLWAY_* environment overrides
+	github.com/tsenart/vegeta/v12 v12.13.0 // make bench: fixed-rate load generation
+	go.etcd.io/bbolt v1.5.0 // the store
+	go.yaml.in/yaml/v3 v3.0.4 // golden files rendered as YAML
+	google.golang.org/grpc v1.85.0 // ext_proc and xDS servers
+	google.golang.org/protobuf v1.36.12 // protojson, Any
 )
 
 require (
