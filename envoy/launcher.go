@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"bufio"
+	"encoding/json"
 	"context"
 	"errors"
 	"fmt"
@@ -218,4 +219,46 @@ func splitHostPort(addr string) (string, uint32) {
 	}
 	n, _ := strconv.ParseUint(port, 10, 16)
 	return host, uint32(n)
+}
+
+// ClusterHealth reads /clusters: for every cluster, whether at least one of its hosts is
+// healthy (not failing active health checks, not ejected by outlier detection). A cluster whose
+// name has not resolved to any host counts as unhealthy.
+func (p *Process) ClusterHealth(ctx context.Context) (map[string]bool, error) {
+	body, code, err := p.adminCall(ctx, http.MethodGet, "/clusters?format=json")
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("envoy /clusters: HTTP %d", code)
+	}
+	var out struct {
+		ClusterStatuses []struct {
+			Name         string `json:"name"`
+			HostStatuses []struct {
+				HealthStatus map[string]any `json:"health_status"`
+			} `json:"host_statuses"`
+		} `json:"cluster_statuses"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		return nil, fmt.Errorf("envoy /clusters: %w", err)
+	}
+	health := make(map[string]bool, len(out.ClusterStatuses))
+	for _, c := range out.ClusterStatuses {
+		ok := false
+		for _, h := range c.HostStatuses {
+			healthy := true
+			for k, v := range h.HealthStatus {
+				if b, isBool := v.(bool); isBool && b && strings.HasPrefix(k, "failed_") {
+					healthy = false
+				}
+				if k == "eds_health_status" && v != "HEALTHY" {
+					healthy = false
+				}
+			}
+			ok = ok || healthy
+		}
+		health[c.Name] = ok
+	}
+	return health, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/tollway/tollway/extproc/provider"
@@ -28,6 +29,10 @@ type chatPlan struct {
 	provider *ir.Provider
 	upstream *provider.Upstream
 	removed  []string // parameters dropped because the model does not support them
+
+	stream      bool
+	clientUsage bool  // the client asked for stream usage itself
+	maxTokens   int64 // the client's output cap (max_completion_tokens or max_tokens); 0 if none
 }
 
 // planChat validates a chat request body and builds its upstream request.
@@ -45,11 +50,17 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	if e := checkMessages(req["messages"]); e != nil {
 		return nil, e
 	}
+	var stream bool
 	if raw, ok := req["stream"]; ok {
 		var b *bool
 		if json.Unmarshal(raw, &b) != nil {
 			return nil, apiErr(http.StatusBadRequest, "invalid_request", "stream must be true or false")
 		}
+		stream = b != nil && *b
+	}
+	maxTokens, e := maxTokensOf(req)
+	if e != nil {
+		return nil, e
 	}
 	pin, e := pinnedProvider(req["route"])
 	if e != nil {
@@ -71,7 +82,15 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	for _, f := range gatewayFields {
 		delete(req, f)
 	}
-	plan := &chatPlan{model: m, provider: p}
+	plan := &chatPlan{model: m, provider: p, stream: stream, maxTokens: maxTokens}
+	if stream {
+		// Streams are billed from the provider's final usage chunk, so always ask for it; the
+		// chunk is removed again for clients that did not ask.
+		var e *APIError
+		if plan.clientUsage, e = requestUsage(req); e != nil {
+			return nil, e
+		}
+	}
 	if m.supported != nil {
 		for f := range req {
 			if !structuralFields[f] && !m.supported[f] {
@@ -80,7 +99,9 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 			}
 		}
 		sort.Strings(plan.removed)
+		plan.maxTokens, _ = maxTokensOf(req) // a cap the provider will not see does not bound the cost
 	}
+	capOutput(req, plan)
 	adapter, err := provider.For(p.Type)
 	if err != nil {
 		return nil, apiErr(http.StatusInternalServerError, "internal_error", "%v", err)
@@ -89,6 +110,57 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 		return nil, apiErr(http.StatusInternalServerError, "internal_error", "%v", err)
 	}
 	return plan, nil
+}
+
+// capOutput bounds the answer by the model's max_output_length when the client asked for more
+// or set no cap, so the worst case the request was admitted for is the most it can cost.
+func capOutput(req provider.Request, plan *chatPlan) {
+	m := plan.model
+	if m.MaxOutputLength <= 0 || (plan.maxTokens > 0 && plan.maxTokens <= m.MaxOutputLength) {
+		return
+	}
+	field := "max_tokens"
+	if _, ok := req["max_completion_tokens"]; ok {
+		field = "max_completion_tokens"
+	}
+	if m.supported != nil && !m.supported[field] {
+		return // the provider would not see it: the estimate stays the bound
+	}
+	req[field] = json.RawMessage(strconv.FormatInt(m.MaxOutputLength, 10))
+	plan.maxTokens = m.MaxOutputLength
+}
+
+// maxTokensOf reads the client's output cap; max_completion_tokens wins over the older max_tokens.
+func maxTokensOf(req provider.Request) (int64, *APIError) {
+	var out int64
+	for _, f := range []string{"max_tokens", "max_completion_tokens"} {
+		raw, ok := req[f]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		var n int64
+		if json.Unmarshal(raw, &n) != nil || n < 1 {
+			return 0, apiErr(http.StatusBadRequest, "invalid_request", "%s must be a positive integer", f)
+		}
+		out = n
+	}
+	return out, nil
+}
+
+// requestUsage sets stream_options.include_usage on a streamed request and reports whether the
+// client had set it. Other stream_options are kept.
+func requestUsage(req provider.Request) (bool, *APIError) {
+	opts := map[string]json.RawMessage{}
+	if raw, ok := req["stream_options"]; ok && string(raw) != "null" {
+		if json.Unmarshal(raw, &opts) != nil {
+			return false, apiErr(http.StatusBadRequest, "invalid_request", `stream_options must be an object like {"include_usage": true}`)
+		}
+	}
+	asked := string(opts["include_usage"]) == "true"
+	opts["include_usage"] = json.RawMessage("true")
+	raw, _ := json.Marshal(opts)
+	req["stream_options"] = raw
+	return asked, nil
 }
 
 // choose picks the first ready provider of m, or the pinned one.

@@ -2,6 +2,9 @@ package extproc
 
 import (
 	"encoding/hex"
+	"sort"
+
+	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
@@ -11,6 +14,7 @@ import (
 // built on every change and swapped in atomically; requests in flight keep the one they started with.
 type Runtime struct {
 	models    map[string]*model
+	modelIDs  []string // sorted, for the catalog
 	providers map[string]*ir.Provider
 	keys      map[[32]byte]*keyInfo
 }
@@ -22,10 +26,14 @@ type model struct {
 }
 
 type keyInfo struct {
-	ID      string
-	Account string
-	hash    [32]byte
+	ID           string
+	Account      string
+	MonthlyLimit *decimal.Decimal
+	models       map[string]bool // nil: every model
+	hash         [32]byte
 }
+
+func (k *keyInfo) allows(model string) bool { return k.models == nil || k.models[model] }
 
 // Compile builds a Runtime from the IR and the key records. Revoked keys are left out.
 func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
@@ -46,7 +54,9 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 			}
 		}
 		rt.models[m.ID] = cm
+		rt.modelIDs = append(rt.modelIDs, m.ID)
 	}
+	sort.Strings(rt.modelIDs)
 	for _, k := range keys {
 		if k.RevokedAt != nil {
 			continue
@@ -55,7 +65,14 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		if n, err := hex.Decode(h[:], []byte(k.Hash)); err != nil || n != len(h) {
 			continue
 		}
-		rt.keys[h] = &keyInfo{ID: k.ID, Account: k.Account, hash: h}
+		ki := &keyInfo{ID: k.ID, Account: k.Account, MonthlyLimit: k.MonthlyLimit, hash: h}
+		if len(k.Models) > 0 {
+			ki.models = make(map[string]bool, len(k.Models))
+			for _, m := range k.Models {
+				ki.models[m] = true
+			}
+		}
+		rt.keys[h] = ki
 	}
 	return rt
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -20,23 +21,38 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 	"github.com/tollway/tollway/xds/translator"
 )
 
-const chatPath = "/v1/chat/completions"
+const (
+	chatPath   = "/v1/chat/completions"
+	modelsPath = "/v1/models"
+)
 
 // Server implements Envoy's ExternalProcessor service.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	log     *slog.Logger
 	runtime atomic.Pointer[Runtime]
+	health  atomic.Pointer[map[string]bool]
+	billing *Billing
+}
+
+// Billing is the money path: holds taken before forwarding, and where settled requests go.
+// A nil *Billing turns admission and metering off (responses then pass untouched).
+type Billing struct {
+	Ledger *billing.Ledger
+	// Record hands a settled request to durable storage; it must not block for long.
+	Record func(store.UsageRecord)
+	Now    func() time.Time
 }
 
 // NewServer makes a server that serves rt until Swap replaces it.
-func NewServer(log *slog.Logger, rt *Runtime) *Server {
-	s := &Server{log: log}
+func NewServer(log *slog.Logger, rt *Runtime, b *Billing) *Server {
+	s := &Server{log: log, billing: b}
 	s.runtime.Store(rt)
 	return s
 }
@@ -44,18 +60,51 @@ func NewServer(log *slog.Logger, rt *Runtime) *Server {
 // Swap installs a new runtime for requests that start from now on.
 func (s *Server) Swap(rt *Runtime) { s.runtime.Store(rt) }
 
+// SetHealth records which providers Envoy currently sees as healthy (by provider name).
+func (s *Server) SetHealth(h map[string]bool) { s.health.Store(&h) }
+
+// modelReady: some provider of m has its credential and is not known to be unhealthy.
+func (s *Server) modelReady(rt *Runtime, m *model) bool {
+	h := s.health.Load()
+	for _, t := range m.Targets {
+		p := rt.providers[t.Provider]
+		if p == nil || !p.Ready() {
+			continue
+		}
+		if h == nil {
+			return true // no health reading yet
+		}
+		if healthy, known := (*h)[p.Name]; !known || healthy {
+			return true
+		}
+	}
+	return false
+}
+
 // exchange is the state of one HTTP request across its ext_proc messages.
 type exchange struct {
+	s         *Server
 	rt        *Runtime
 	requestID string
 	key       *keyInfo
 	plan      *chatPlan
 	status    int
+	answer    []byte // a 200 body answered by ext_proc itself (the catalog)
+
+	// money: the hold taken before forwarding, released or settled exactly once
+	hold           *billing.Reservation
+	promptEstimate int64
+	meter          meter
+	streaming      bool
+	responded      bool // response headers arrived: the provider answered
 }
 
 // Process handles one HTTP request's stream of messages from Envoy.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	x := &exchange{rt: s.runtime.Load()}
+	x := &exchange{s: s, rt: s.runtime.Load()}
+	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
+	// released: a request that got an answer is billed, from an estimate if need be.
+	defer x.finish()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
@@ -103,9 +152,24 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
+	if path == modelsPath || strings.HasPrefix(path, modelsPath+"/") {
+		if method != http.MethodGet {
+			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", method, path))
+		}
+		// No key is needed to read the catalog; a key that is sent must be valid.
+		if auth != "" {
+			if e := x.authenticate(auth); e != nil {
+				return x.fail(e)
+			}
+		}
+		if e := x.catalog(path); e != nil {
+			return x.fail(e)
+		}
+		return x.reply(http.StatusOK, x.answer)
+	}
 	if path != chatPath {
 		return x.fail(apiErr(http.StatusNotFound, "not_found",
-			"no endpoint %s %s; Tollway serves POST %s", method, path, chatPath))
+			"no endpoint %s %s; Tollway serves POST %s and GET %s", method, path, chatPath, modelsPath))
 	}
 	if method != http.MethodPost {
 		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed",
@@ -149,7 +213,14 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if e != nil {
 		return x.fail(e)
 	}
+	if !x.key.allows(plan.model.ID) {
+		return x.fail(apiErr(http.StatusForbidden, "model_not_allowed",
+			"this API key may not use model %q; use one of its allowed models (GET /v1/models with this key lists them) or another key", plan.model.ID))
+	}
 	x.plan = plan
+	if e := x.admit(b.GetBody()); e != nil {
+		return x.fail(e)
+	}
 	set := []*corev3.HeaderValueOption{
 		setHeader(ir.ProviderHeader, plan.provider.Name),
 		setHeader("content-length", strconv.Itoa(len(plan.upstream.Body))),
@@ -179,6 +250,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 			break
 		}
 	}
+	x.responded = true
 	common := &extprocv3.CommonResponse{}
 	if x.plan != nil {
 		set := []*corev3.HeaderValueOption{setHeader("x-tollway-provider", x.plan.provider.Name)}
@@ -190,15 +262,36 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: common},
 	}}
-	// Successful answers and streams pass through untouched; error bodies are read so they can
-	// be put in the spec's shape.
-	if x.status >= 400 {
+	// Error bodies are read so they can be put in the spec's shape, and nothing is billed for
+	// them. Answers are read to meter them: SSE chunk by chunk as they come (never held back
+	// whole), plain JSON buffered. Without billing, answers pass untouched.
+	switch {
+	case x.status >= 400:
+		x.release()
+		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_BUFFERED}
+	case x.hold == nil:
+	case isEventStream(h):
+		x.streaming = true
+		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_STREAMED}
+	default:
 		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_BUFFERED}
 	}
 	return resp
 }
 
+func isEventStream(h *extprocv3.HttpHeaders) bool {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if hv.Key == "content-type" {
+			return strings.HasPrefix(headerValue(hv), "text/event-stream")
+		}
+	}
+	return false
+}
+
 func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if x.status < 400 {
+		return x.meterBody(b)
+	}
 	name := "upstream"
 	if x.plan != nil {
 		name = x.plan.provider.Name
@@ -217,15 +310,25 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 
 // fail answers the client directly with e in the spec's error shape.
 func (x *exchange) fail(e *APIError) *extprocv3.ProcessingResponse {
+	x.release()
+	return x.immediate(e.Status, e.Body(x.requestID), translator.ErrorCodeDetailsPrefix+e.Code)
+}
+
+// reply answers the client directly with a JSON body.
+func (x *exchange) reply(status int, body []byte) *extprocv3.ProcessingResponse {
+	return x.immediate(status, body, translator.ErrorCodeDetailsPrefix+"answered")
+}
+
+func (x *exchange) immediate(status int, body []byte, details string) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode(status)},
 			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 				setHeader("content-type", "application/json"),
 				setHeader("x-request-id", x.requestID),
 			}},
-			Body:    e.Body(x.requestID),
-			Details: translator.ErrorCodeDetailsPrefix + e.Code,
+			Body:    body,
+			Details: details,
 		},
 	}}
 }

@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"github.com/shopspring/decimal"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -77,18 +79,23 @@ func TestAuthenticateStoreKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	live, liveSecret, err := s.CreateKey("a", "live")
+	for _, a := range []string{"a", "b"} {
+		if _, err := s.CreateAccount(a, decimal.Zero); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live, liveSecret, err := s.CreateKey("a", store.KeyOptions{Name: "live"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone, goneSecret, err := s.CreateKey("a", "gone")
+	gone, goneSecret, err := s.CreateKey("a", store.KeyOptions{Name: "gone"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.RevokeKey(gone.ID); err != nil {
 		t.Fatal(err)
 	}
-	rot, oldSecret, err := s.CreateKey("b", "rot")
+	rot, oldSecret, err := s.CreateKey("b", store.KeyOptions{Name: "rot"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +142,7 @@ func startServer(t *testing.T, rt *Runtime) *envoy {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), rt)
+	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), rt, nil)
 	extprocv3.RegisterExternalProcessorServer(gs, srv)
 	done := make(chan error, 1)
 	go func() { done <- gs.Serve(lis) }()

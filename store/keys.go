@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/shopspring/decimal"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -48,11 +49,43 @@ func withSecret(k Key, secret string) Key {
 	return k
 }
 
+// KeyOptions are the settings of a new key.
+type KeyOptions struct {
+	Name string
+	// MonthlyLimit caps the key's spend per UTC calendar month; nil means no limit. Must be >= 0.
+	MonthlyLimit *decimal.Decimal
+	// Models restricts the key to these model ids or route names; nil or empty means all.
+	Models []string
+}
+
 // CreateKey makes a key for account and returns its record and the secret, which is shown once
-// and never stored.
-func (s *Store) CreateKey(account, name string) (Key, string, error) {
+// and never stored. The account must exist (CreateAccount); otherwise the error wraps ErrNotFound
+// and says how to create it. Invalid options wrap ErrInvalid.
+func (s *Store) CreateKey(account string, opts KeyOptions) (Key, string, error) {
 	if account == "" {
-		return Key{}, "", fmt.Errorf("store: a key needs an account")
+		return Key{}, "", errorOf(ErrInvalid, "store: a key needs an account")
+	}
+	if err := validAccountID(account); err != nil {
+		return Key{}, "", err
+	}
+	var limit *decimal.Decimal
+	if opts.MonthlyLimit != nil {
+		if opts.MonthlyLimit.Sign() < 0 {
+			return Key{}, "", errorOf(ErrInvalid, "monthly limit %s is negative", opts.MonthlyLimit)
+		}
+		l := *opts.MonthlyLimit
+		limit = &l
+	}
+	var models []string
+	seen := make(map[string]bool, len(opts.Models))
+	for _, m := range opts.Models {
+		if m == "" {
+			return Key{}, "", errorOf(ErrInvalid, "a key's model list has an empty model id")
+		}
+		if !seen[m] {
+			seen[m] = true
+			models = append(models, m)
+		}
 	}
 	id, err := newID()
 	if err != nil {
@@ -62,8 +95,20 @@ func (s *Store) CreateKey(account, name string) (Key, string, error) {
 	if err != nil {
 		return Key{}, "", err
 	}
-	k := withSecret(Key{ID: id, Account: account, Name: name, CreatedAt: time.Now().UTC()}, secret)
-	return k, secret, s.PutKey(k)
+	k := withSecret(Key{
+		ID: id, Account: account, Name: opts.Name, CreatedAt: time.Now().UTC(),
+		MonthlyLimit: limit, Models: models,
+	}, secret)
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketAccounts).Get([]byte(account)) == nil {
+			return errorOf(ErrNotFound, "account %q does not exist; create it with: tollway accounts create %s --credits N", account, account)
+		}
+		return putJSON(tx.Bucket(bucketKeys), k.ID, k)
+	})
+	if err != nil {
+		return Key{}, "", err
+	}
+	return k, secret, nil
 }
 
 // RevokeKey marks a key revoked; requests with it fail from the next runtime snapshot on.

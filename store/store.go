@@ -1,5 +1,6 @@
 // Package store owns Tollway's durable state in one bbolt file: the providers and models that
-// configuration and the admin API write, and API keys (hashed, never in clear).
+// configuration and the admin API write, API keys (hashed, never in clear), and the ledger:
+// accounts with credit balances and the usage records that debit them (ledger.go).
 //
 // bbolt takes an exclusive file lock, so one process owns the file; the CLI talks to the running
 // gateway's admin API instead of opening it.
@@ -14,19 +15,50 @@ import (
 	"sort"
 	"time"
 
+	"github.com/shopspring/decimal"
 	bolt "go.etcd.io/bbolt"
 )
 
 // Sentinel errors; callers map them to HTTP status at their boundary.
 var (
 	ErrNotFound = errors.New("not found")
+	ErrExists   = errors.New("already exists")
+	ErrInvalid  = errors.New("invalid")
 	ErrLocked   = errors.New("store is locked by another process")
 )
+
+// kindError carries a complete message and matches one sentinel with errors.Is, so that messages
+// meant for operators do not end in ": not found".
+type kindError struct {
+	msg  string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
+func errorOf(kind error, format string, args ...any) error {
+	return &kindError{msg: fmt.Sprintf(format, args...), kind: kind}
+}
 
 var (
 	bucketProviders = []byte("providers")
 	bucketModels    = []byte("models")
 	bucketKeys      = []byte("keys")
+)
+
+// allBuckets is every bucket Open creates.
+var allBuckets = [][]byte{
+	bucketProviders, bucketModels, bucketKeys,
+	bucketAccounts, bucketUsage, bucketUsageByRequest, bucketUsageAgg, bucketSpendMonth,
+}
+
+// Group commit for Settle: concurrent calls that arrive within MaxBatchDelay of the first share
+// one transaction and one fsync. 2ms is small against an LLM request's latency; 1000 calls bound
+// how long one transaction holds the writer lock.
+const (
+	settleBatchDelay = 2 * time.Millisecond
+	settleBatchSize  = 1000
 )
 
 // Source says who wrote a record: the config file owns its records and replaces them on reload;
@@ -58,12 +90,18 @@ type ModelProvider struct {
 
 // Model is a catalog entry.
 type Model struct {
-	ID                          string            `json:"id"`
-	Name                        string            `json:"name,omitempty"`
-	Providers                   []ModelProvider   `json:"providers"`
-	SupportedSamplingParameters []string          `json:"supported_sampling_parameters,omitempty"`
-	Pricing                     map[string]string `json:"pricing,omitempty"`
-	Source                      Source            `json:"source"`
+	ID                          string          `json:"id"`
+	Name                        string          `json:"name,omitempty"`
+	Providers                   []ModelProvider `json:"providers"`
+	SupportedSamplingParameters []string        `json:"supported_sampling_parameters,omitempty"`
+	InputModalities             []string        `json:"input_modalities,omitempty"`
+	OutputModalities            []string        `json:"output_modalities,omitempty"`
+	ContextLength               int64           `json:"context_length,omitempty"`
+	MaxOutputLength             int64           `json:"max_output_length,omitempty"`
+	SupportedFeatures           []string        `json:"supported_features,omitempty"`
+	// Pricing is kept as the JSON it was validated as (decimal strings), object or tier array.
+	Pricing json.RawMessage `json:"pricing,omitempty"`
+	Source  Source          `json:"source"`
 }
 
 // Key is an API key record. Only the SHA-256 of the secret is stored.
@@ -75,6 +113,10 @@ type Key struct {
 	Name      string     `json:"name,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	// MonthlyLimit caps the key's spend per UTC calendar month; nil means no limit.
+	MonthlyLimit *decimal.Decimal `json:"monthly_limit,omitempty"`
+	// Models the key may use (catalog model ids or route names); nil or empty means all.
+	Models []string `json:"models,omitempty"`
 }
 
 // Store is a bbolt-backed record store.
@@ -95,8 +137,10 @@ func Open(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
+	db.MaxBatchDelay = settleBatchDelay
+	db.MaxBatchSize = settleBatchSize
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketProviders, bucketModels, bucketKeys} {
+		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -206,7 +206,8 @@ func TestRestoreCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.CreateKey("acct", "k"); err != nil {
+	mustAccount(t, s, "acct", "0")
+	if _, _, err := s.CreateKey("acct", KeyOptions{Name: "k"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -269,7 +270,8 @@ func TestDeleteNotFound(t *testing.T) {
 
 func TestCreateKey(t *testing.T) {
 	s, path := openTemp(t)
-	k, secret, err := s.CreateKey("acct-1", "laptop")
+	mustAccount(t, s, "acct-1", "0")
+	k, secret, err := s.CreateKey("acct-1", KeyOptions{Name: "laptop"})
 	if err != nil {
 		t.Fatalf("CreateKey: %v", err)
 	}
@@ -303,7 +305,7 @@ func TestCreateKey(t *testing.T) {
 		t.Errorf("GetKey = %+v, want %+v", got, k)
 	}
 
-	_, secret2, err := s.CreateKey("acct-1", "")
+	_, secret2, err := s.CreateKey("acct-1", KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,8 +337,10 @@ func TestCreateKey(t *testing.T) {
 func TestCreateKeyNeedsAccount(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
-	if _, _, err := s.CreateKey("", "x"); err == nil {
+	if _, _, err := s.CreateKey("", KeyOptions{Name: "x"}); err == nil {
 		t.Fatal("CreateKey with no account succeeded")
+	} else if !errors.Is(err, ErrInvalid) {
+		t.Errorf("CreateKey with no account: %v, want ErrInvalid", err)
 	}
 	ks, err := s.Keys()
 	if err != nil {
@@ -374,7 +378,8 @@ func TestWellFormedKey(t *testing.T) {
 func TestRevokeKey(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
-	k, _, err := s.CreateKey("a", "")
+	mustAccount(t, s, "a", "0")
+	k, _, err := s.CreateKey("a", KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +416,8 @@ func TestRevokeKey(t *testing.T) {
 func TestRotateKey(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
-	k, secret, err := s.CreateKey("a", "n")
+	mustAccount(t, s, "a", "0")
+	k, secret, err := s.CreateKey("a", KeyOptions{Name: "n"})
 	if err != nil {
 		t.Fatal(err)
 	}

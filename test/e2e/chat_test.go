@@ -466,6 +466,9 @@ func TestEmbeddedDefaultConfig(t *testing.T) {
 		t.Fatalf("default store not created: %v", err)
 	}
 	g := &gateway{t: t, Gateway: &harness.Gateway{BaseURL: "http://" + public + "/v1"}}
+	if out, err := exec.Command(tollwayBin, "accounts", "create", "me", "--credits", "1", "--admin", "http://"+admin).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
 	out, err := exec.Command(tollwayBin, "keys", "create", "--account", "me", "--admin", "http://"+admin).Output()
 	if err != nil {
 		t.Fatal(err)

@@ -100,9 +100,9 @@ func startGateway(t testing.TB, body string, env ...string) *gateway {
 func (g *gateway) cli(args ...string) (string, error) { return g.CLI(context.Background(), args...) }
 
 // newKey creates an API key through the CLI.
-func (g *gateway) newKey(account string) string {
+func (g *gateway) newKey(account string, flags ...string) string {
 	g.t.Helper()
-	key, err := g.NewKey(context.Background(), account)
+	key, err := g.NewKey(context.Background(), account, flags...)
 	if err != nil {
 		g.t.Fatal(err)
 	}

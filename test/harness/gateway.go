@@ -181,9 +181,19 @@ func (g *Gateway) CLI(ctx context.Context, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// NewKey creates an API key through the CLI, as an operator would.
-func (g *Gateway) NewKey(ctx context.Context, account string) (string, error) {
-	out, err := g.CLI(ctx, "keys", "create", "--account", account)
+// NewAccount creates an account with credits (USD, a decimal string) through the CLI.
+func (g *Gateway) NewAccount(ctx context.Context, account, credits string) error {
+	_, err := g.CLI(ctx, "accounts", "create", account, "--credits", credits)
+	return err
+}
+
+// NewKey creates an API key through the CLI, as an operator would, creating its account (with
+// no credits) if needed. Extra flags (--monthly-limit, --models) pass through.
+func (g *Gateway) NewKey(ctx context.Context, account string, flags ...string) (string, error) {
+	if err := g.NewAccount(ctx, account, "0"); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return "", err
+	}
+	out, err := g.CLI(ctx, append([]string{"keys", "create", "--account", account}, flags...)...)
 	if err != nil {
 		return "", err
 	}

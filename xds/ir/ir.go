@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/tollway/tollway/extproc/billing"
 )
 
 // Names shared by the translator, the bootstrap and the ext_proc server.
@@ -71,8 +73,14 @@ type Model struct {
 	ID                  string            `json:"id"`
 	Name                string            `json:"name,omitempty"`
 	Targets             []Target          `json:"targets"`
-	SupportedParameters []string          `json:"supportedParameters,omitempty"`
-	Pricing             map[string]string `json:"pricing,omitempty"`
+	SupportedParameters []string `json:"supportedParameters,omitempty"`
+	// Catalog facts (spec 2.4); xDS does not use them.
+	InputModalities   []string        `json:"inputModalities,omitempty"`
+	OutputModalities  []string        `json:"outputModalities,omitempty"`
+	ContextLength     int64           `json:"contextLength,omitempty"`
+	MaxOutputLength   int64           `json:"maxOutputLength,omitempty"`
+	SupportedFeatures []string        `json:"supportedFeatures,omitempty"`
+	Pricing           billing.Pricing `json:"-"`
 }
 
 // Target is one provider that serves a model, under that provider's model name.

@@ -136,6 +136,24 @@ func cluster(p *ir.Provider) (*clusterv3.Cluster, error) {
 			}},
 		},
 	}
+	// Health feeds the catalog's is_ready (and, later, failover): a TCP connect check finds a
+	// provider that is down before traffic does, outlier detection ejects one that fails requests.
+	c.HealthChecks = []*corev3.HealthCheck{{
+		Timeout:            durationpb.New(2 * time.Second),
+		Interval:           durationpb.New(5 * time.Second),
+		UnhealthyThreshold: wrapperspb.UInt32(2),
+		HealthyThreshold:   wrapperspb.UInt32(1),
+		HealthChecker:      &corev3.HealthCheck_TcpHealthCheck_{TcpHealthCheck: &corev3.HealthCheck_TcpHealthCheck{}},
+		NoTrafficInterval:  durationpb.New(5 * time.Second),
+	}}
+	c.OutlierDetection = &clusterv3.OutlierDetection{
+		Consecutive_5Xx:                    wrapperspb.UInt32(5),
+		ConsecutiveGatewayFailure:          wrapperspb.UInt32(3),
+		EnforcingConsecutive_5Xx:           wrapperspb.UInt32(100),
+		EnforcingConsecutiveGatewayFailure: wrapperspb.UInt32(100),
+		BaseEjectionTime:                   durationpb.New(30 * time.Second),
+		MaxEjectionPercent:                 wrapperspb.UInt32(100),
+	}
 	// Literal IPs need no resolver; names use LOGICAL_DNS, the right type for large web APIs
 	// behind rotating addresses.
 	if _, err := netip.ParseAddr(p.Host); err == nil {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
@@ -16,17 +18,19 @@ import (
 
 // keyView is a key as the admin API shows it: never the secret or its hash.
 type keyView struct {
-	ID        string     `json:"id"`
-	Prefix    string     `json:"prefix"`
-	Account   string     `json:"account"`
-	Name      string     `json:"name,omitempty"`
-	CreatedAt time.Time  `json:"created_at"`
-	RevokedAt *time.Time `json:"revoked_at,omitempty"`
-	Secret    string     `json:"key,omitempty"` // only in the create/rotate answer, once
+	ID           string           `json:"id"`
+	Prefix       string           `json:"prefix"`
+	Account      string           `json:"account"`
+	Name         string           `json:"name,omitempty"`
+	MonthlyLimit *decimal.Decimal `json:"monthly_limit,omitempty"`
+	Models       []string         `json:"models,omitempty"`
+	CreatedAt    time.Time        `json:"created_at"`
+	RevokedAt    *time.Time       `json:"revoked_at,omitempty"`
+	Secret       string           `json:"key,omitempty"` // only in the create/rotate answer, once
 }
 
 func viewKey(k store.Key, secret string) keyView {
-	return keyView{k.ID, k.Prefix + "...", k.Account, k.Name, k.CreatedAt, k.RevokedAt, secret}
+	return keyView{k.ID, k.Prefix + "...", k.Account, k.Name, k.MonthlyLimit, k.Models, k.CreatedAt, k.RevokedAt, secret}
 }
 
 func (g *gateway) adminHandler(reload func() error) http.Handler {
@@ -55,14 +59,16 @@ func (g *gateway) adminHandler(reload func() error) http.Handler {
 	})
 	mux.HandleFunc("POST /admin/v1/keys", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Account string `json:"account"`
-			Name    string `json:"name"`
+			Account      string           `json:"account"`
+			Name         string           `json:"name"`
+			MonthlyLimit *decimal.Decimal `json:"monthly_limit"`
+			Models       []string         `json:"models"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Account == "" {
-			writeErr(w, badRequest(`send {"account": "<account>", "name": "<optional name>"}`))
+			writeErr(w, badRequest(`send {"account": "<account>", "name": "<optional>", "monthly_limit": "<USD, optional>", "models": ["<optional allow-list>"]}`))
 			return
 		}
-		k, secret, err := g.store.CreateKey(req.Account, req.Name)
+		k, secret, err := g.store.CreateKey(req.Account, store.KeyOptions{Name: req.Name, MonthlyLimit: req.MonthlyLimit, Models: req.Models})
 		if err == nil {
 			err = g.keysChanged()
 		}
@@ -94,6 +100,7 @@ func (g *gateway) adminHandler(reload func() error) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, viewKey(k, secret))
 	})
+	g.accountRoutes(mux)
 	mux.HandleFunc("GET /admin/v1/providers", func(w http.ResponseWriter, r *http.Request) {
 		cat, err := g.store.Catalog()
 		if err != nil {
@@ -180,6 +187,10 @@ func writeErr(w http.ResponseWriter, err error) {
 		status, code = http.StatusBadRequest, "invalid_request"
 	case errors.Is(err, store.ErrNotFound):
 		status, code = http.StatusNotFound, "not_found"
+	case errors.Is(err, store.ErrExists):
+		status, code = http.StatusConflict, "already_exists"
+	case errors.Is(err, store.ErrInvalid):
+		status, code = http.StatusBadRequest, "invalid_request"
 	case errors.Is(err, xds.ErrRejected):
 		status, code = http.StatusConflict, "envoy_rejected"
 	}

@@ -11,19 +11,28 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/tollway/tollway/store"
 )
 
 const usage = `tollway: an Envoy-native model gateway
 
 usage:
   tollway run [--config FILE]                         run the gateway (embedded default config without --config)
-  tollway keys create --account A [--name N]          create an API key; prints it once
+  tollway accounts create A [--credits 25]            create an account with prepaid credits (USD)
+  tollway accounts credit A 10                        add credits
+  tollway accounts list                               balances and what is available now
+  tollway keys create --account A [--name N] [--monthly-limit 5] [--models m1,m2]
+                                                      create an API key; prints it once
   tollway keys list                                   list keys (never their secrets)
   tollway keys revoke ID                              revoke a key
   tollway keys rotate ID                              replace a key's secret; prints the new one once
+  tollway usage [--key ID] [--account A] [--model M] [--since 2026-11-01]
+                                                      usage and cost per day, key and model
   tollway reload                                      re-read the config file of the running gateway
   tollway status                                      configuration delivery status
 
@@ -46,6 +55,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	adminURL := fs.String("admin", "", "admin API base URL, e.g. http://127.0.0.1:9090")
 	account := fs.String("account", "", "account the key belongs to")
 	name := fs.String("name", "", "a name for the key")
+	credits := fs.String("credits", "0", "initial credits in USD (accounts create)")
+	limit := fs.String("monthly-limit", "", "the key's monthly spend limit in USD (calendar month, UTC)")
+	models := fs.String("models", "", "comma-separated models the key may use (default: all)")
+	keyID := fs.String("key", "", "usage of one key")
+	model := fs.String("model", "", "usage of one model")
+	since := fs.String("since", "", "usage from this date (YYYY-MM-DD, UTC)")
 	pos, err := parseInterspersed(fs, args[1:])
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
@@ -66,8 +81,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *account == "" {
 			return fmt.Errorf("%w: keys create needs --account", ErrUsage)
 		}
+		req := map[string]any{"account": *account, "name": *name}
+		if *limit != "" {
+			req["monthly_limit"] = *limit
+		}
+		if *models != "" {
+			req["models"] = strings.Split(*models, ",")
+		}
 		var k keyView
-		if err := c.call(ctx, http.MethodPost, "/admin/v1/keys", map[string]string{"account": *account, "name": *name}, &k); err != nil {
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/keys", req, &k); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, k.Secret)
@@ -103,6 +125,59 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "revoked key %s\n", k.ID)
 		}
 		return nil
+	case "accounts create":
+		if len(pos) != 2 {
+			return fmt.Errorf("%w: accounts create ACCOUNT [--credits 25]", ErrUsage)
+		}
+		var a accountView
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/accounts", map[string]string{"id": pos[1], "credits": *credits}, &a); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "account %s created with %s credits\n", a.ID, a.Balance.String())
+		return nil
+	case "accounts credit":
+		if len(pos) != 3 {
+			return fmt.Errorf("%w: accounts credit ACCOUNT AMOUNT", ErrUsage)
+		}
+		var a accountView
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/accounts/"+pos[1]+"/credit", map[string]string{"amount": pos[2]}, &a); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "account %s balance %s\n", a.ID, a.Balance.String())
+		return nil
+	case "accounts list":
+		var out struct{ Data []accountView }
+		if err := c.call(ctx, http.MethodGet, "/admin/v1/accounts", nil, &out); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ACCOUNT\tBALANCE\tAVAILABLE\tCREATED")
+		for _, a := range out.Data {
+			avail := "-"
+			if a.Available != nil {
+				avail = a.Available.String()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.ID, a.Balance.String(), avail, a.CreatedAt.Format(time.RFC3339))
+		}
+		return tw.Flush()
+	case "usage":
+		q := url.Values{}
+		for k, v := range map[string]string{"key": *keyID, "account": *account, "model": *model, "since": *since} {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+		var sum store.UsageSummary
+		if err := c.call(ctx, http.MethodGet, "/admin/v1/usage?"+q.Encode(), nil, &sum); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "DAY\tACCOUNT\tKEY\tMODEL\tREQUESTS\tPROMPT\tCOMPLETION\tESTIMATED\tCOST")
+		for _, r := range sum.Rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.Day, r.Account, r.KeyID, r.Model, r.Requests, r.PromptTokens, r.CompletionTokens, r.EstimatedRequests, r.Cost.String())
+		}
+		fmt.Fprintf(tw, "TOTAL\t\t\t\t%d\t%d\t%d\t%d\t%s\n", sum.Requests, sum.PromptTokens, sum.CompletionTokens, sum.EstimatedRequests, sum.Cost.String())
+		return tw.Flush()
 	case "reload", "status":
 		method, path := http.MethodGet, "/admin/v1/status"
 		if args[0] == "reload" {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/tollway/tollway/configs"
+	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -33,6 +35,11 @@ type Config struct {
 	Log struct {
 		Level string `mapstructure:"level"`
 	} `mapstructure:"log"`
+	Billing struct {
+		// Enabled turns on admission (credits, monthly limits) and metering. Off, keys still
+		// authenticate and nothing is billed.
+		Enabled bool `mapstructure:"enabled"`
+	} `mapstructure:"billing"`
 	Providers []ProviderConfig `mapstructure:"providers"`
 	Models    []ModelConfig    `mapstructure:"models"`
 
@@ -54,7 +61,13 @@ type ModelConfig struct {
 	Name                        string                `mapstructure:"name"`
 	Providers                   []store.ModelProvider `mapstructure:"providers"`
 	SupportedSamplingParameters []string              `mapstructure:"supported_sampling_parameters"`
-	Pricing                     map[string]string     `mapstructure:"pricing"`
+	InputModalities             []string              `mapstructure:"input_modalities"`
+	OutputModalities            []string              `mapstructure:"output_modalities"`
+	ContextLength               int64                 `mapstructure:"context_length"`
+	MaxOutputLength             int64                 `mapstructure:"max_output_length"`
+	SupportedFeatures           []string              `mapstructure:"supported_features"`
+	// Pricing is an object or an array of tiers with decimal-string prices (spec 2.4).
+	Pricing any `mapstructure:"pricing"`
 }
 
 var defaults = map[string]any{
@@ -65,6 +78,7 @@ var defaults = map[string]any{
 	"envoy.log_level":     "warning",
 	"envoy.drain_timeout": "10s",
 	"log.level":           "info",
+	"billing.enabled":     true,
 }
 
 // LoadConfig reads path (the embedded default when path is ""), applies TOLLWAY_* environment
@@ -146,18 +160,32 @@ func storeRef(ref string) string {
 }
 
 // catalog is the config's providers and models as store records.
-func (c *Config) catalog() store.Catalog {
+func (c *Config) catalog() (store.Catalog, error) {
 	var cat store.Catalog
+	var errs []error
 	for _, p := range c.Providers {
 		cat.Providers = append(cat.Providers, store.Provider{Name: p.Name, Type: p.Type, BaseURL: p.BaseURL, APIKeyRef: storeRef(p.APIKey), CAFile: p.CAFile})
 	}
 	for _, m := range c.Models {
+		pricing, err := billing.ParsePricing(m.Pricing)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("model %q: pricing: %w: %w", m.ID, err, ir.ErrInvalid))
+			continue
+		}
+		raw, err := json.Marshal(pricing)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("model %q: pricing: %w", m.ID, err))
+			continue
+		}
 		cat.Models = append(cat.Models, store.Model{
 			ID: m.ID, Name: m.Name, Providers: m.Providers,
-			SupportedSamplingParameters: m.SupportedSamplingParameters, Pricing: m.Pricing,
+			SupportedSamplingParameters: m.SupportedSamplingParameters,
+			InputModalities:             m.InputModalities, OutputModalities: m.OutputModalities,
+			ContextLength: m.ContextLength, MaxOutputLength: m.MaxOutputLength,
+			SupportedFeatures: m.SupportedFeatures, Pricing: raw,
 		})
 	}
-	return cat
+	return cat, errors.Join(errs...)
 }
 
 // inlineSecrets are literal api_key values, kept in memory only.
@@ -172,7 +200,11 @@ func (c *Config) inlineSecrets() map[string]string {
 }
 
 func (c *Config) catalogIR() (*ir.Gateway, error) {
-	return buildIR(c.Listen.Public, c.catalog(), c.inlineSecrets())
+	cat, err := c.catalog()
+	if err != nil {
+		return nil, err
+	}
+	return buildIR(c.Listen.Public, cat, c.inlineSecrets())
 }
 
 // systemCABundle finds the operating system's CA bundle (Debian/Ubuntu, RHEL/Fedora, Alpine/macOS).
@@ -183,6 +215,27 @@ func systemCABundle() string {
 		}
 	}
 	return ""
+}
+
+func orDefault(v []string, d string) []string {
+	if len(v) == 0 {
+		return []string{d}
+	}
+	return v
+}
+
+// decodePricing reads stored pricing JSON without going through float64.
+func decodePricing(raw json.RawMessage) (billing.Pricing, error) {
+	if len(raw) == 0 {
+		return billing.ParsePricing(nil)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return billing.Pricing{}, err
+	}
+	return billing.ParsePricing(v)
 }
 
 // buildIR compiles store records into the IR, resolving credentials.
@@ -214,7 +267,15 @@ func buildIR(public string, cat store.Catalog, inline map[string]string) (*ir.Ga
 		g.Providers = append(g.Providers, p)
 	}
 	for _, sm := range cat.Models {
-		m := ir.Model{ID: sm.ID, Name: sm.Name, SupportedParameters: sm.SupportedSamplingParameters, Pricing: sm.Pricing}
+		m := ir.Model{
+			ID: sm.ID, Name: sm.Name, SupportedParameters: sm.SupportedSamplingParameters,
+			InputModalities: orDefault(sm.InputModalities, "text"), OutputModalities: orDefault(sm.OutputModalities, "text"),
+			ContextLength: sm.ContextLength, MaxOutputLength: sm.MaxOutputLength, SupportedFeatures: sm.SupportedFeatures,
+		}
+		var err error
+		if m.Pricing, err = decodePricing(sm.Pricing); err != nil {
+			errs = append(errs, fmt.Errorf("model %q: pricing: %w: %w", sm.ID, err, ir.ErrInvalid))
+		}
 		for _, t := range sm.Providers {
 			m.Targets = append(m.Targets, ir.Target{Provider: t.Provider, Model: t.Model})
 		}

@@ -139,7 +139,7 @@ func TestLoadConfigFile(t *testing.T) {
 			ID: "gpt-4o-mini", Name: "GPT-4o mini",
 			Providers:                   []store.ModelProvider{{Provider: "openai", Model: "gpt-4o-mini"}, {Provider: "local", Model: "llama3.2"}},
 			SupportedSamplingParameters: []string{"temperature", "top_p"},
-			Pricing:                     map[string]string{"prompt": "0.00000015", "completion": "0.0000006"},
+			Pricing:                     map[string]any{"prompt": "0.00000015", "completion": "0.0000006"},
 		},
 		{ID: "llama-70b", Providers: []store.ModelProvider{{Provider: "groq", Model: "llama-3.3-70b-versatile"}}},
 	}
@@ -423,7 +423,10 @@ func TestInlineSecretNeverStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := c.catalog()
+	cat, err := c.catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
 	refs := map[string]string{}
 	for _, p := range cat.Providers {
 		refs[p.Name] = p.APIKeyRef

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/extproc"
+	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
@@ -22,10 +23,11 @@ const ackWait = 10 * time.Second
 // gateway ties the store to its two consumers: Envoy (through xDS) and ext_proc (through a
 // compiled runtime). Every change goes store -> IR -> both, serialized by mu.
 type gateway struct {
-	log   *slog.Logger
-	store *store.Store
-	xds   *xds.Server
-	ext   *extproc.Server
+	log    *slog.Logger
+	store  *store.Store
+	xds    *xds.Server
+	ext    *extproc.Server
+	ledger *billing.Ledger // nil when billing is off
 
 	mu     sync.Mutex
 	cfg    *Config
@@ -54,7 +56,11 @@ func (g *gateway) applyConfig(ctx context.Context, c *Config) error {
 	if err != nil {
 		return err
 	}
-	if err := g.store.ReplaceConfig(c.catalog()); err != nil {
+	cat, err := c.catalog()
+	if err != nil {
+		return err
+	}
+	if err := g.store.ReplaceConfig(cat); err != nil {
 		return err
 	}
 	prev := g.cfg

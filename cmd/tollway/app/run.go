@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollway/tollway/envoy"
 	"github.com/tollway/tollway/extproc"
+	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
@@ -73,8 +74,19 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	}
 
 	ctrl := xds.New(log.With("component", "xds"))
-	ext := extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil))
-	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext}
+	var bill *extproc.Billing
+	var ledger *billing.Ledger
+	if cfg.Billing.Enabled {
+		billing.Warm() // load the tokenizer now, not on the first request
+		if ledger, err = loadLedger(st, time.Now()); err != nil {
+			return err
+		}
+		settle := newSettler(log.With("component", "ledger"), st)
+		defer settle.Close() // after the servers stop: every settled request reaches the store
+		bill = newBilling(ledger, settle)
+	}
+	ext := extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), bill)
+	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger}
 
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
@@ -167,6 +179,8 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "tollway ready base_url=http://%s/v1 admin=http://%s envoy_pid=%d\n", cfg.Listen.Public, cfg.Listen.Admin, proc.Pid())
 	log.Info("tollway ready", "base_url", "http://"+cfg.Listen.Public+"/v1", "admin", cfg.Listen.Admin, "envoy", envoyBin)
 
+	go pollHealth(serveCtx, proc, ext)
+
 	if cfg.path != "" {
 		stopWatch, err := watchFile(cfg.path, log, func() {
 			if err := reload(); err != nil {
@@ -188,6 +202,28 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		return nil
 	case <-proc.Done():
 		return fmt.Errorf("envoy exited unexpectedly: %w", proc.Err())
+	}
+}
+
+// pollHealth keeps ext_proc's view of provider health (for the catalog's is_ready) current.
+func pollHealth(ctx context.Context, proc *envoy.Process, ext *extproc.Server) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if h, err := proc.ClusterHealth(ctx); err == nil {
+			byProvider := make(map[string]bool, len(h))
+			for name, ok := range h {
+				if p, found := strings.CutPrefix(name, ir.ClusterPrefix); found {
+					byProvider[p] = ok
+				}
+			}
+			ext.SetHealth(byProvider)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }
 

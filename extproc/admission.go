@@ -1,0 +1,139 @@
+package extproc
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/store"
+)
+
+// defaultOutputCap bounds the hold for a request with no max_tokens on a model whose catalog
+// gives neither max_output_length nor context_length.
+const defaultOutputCap = 4096
+
+// admit takes the hold for the worst case this request can cost (the prompt's token count plus
+// the largest answer it may get) against both the account's credits and the key's monthly
+// limit, in one atomic step, so concurrent requests cannot spend past either.
+func (x *exchange) admit(body []byte) *APIError {
+	b := x.s.billing
+	if b == nil {
+		return nil
+	}
+	prompt, err := billing.CountChatPrompt(body)
+	if err != nil {
+		return apiErr(http.StatusBadRequest, "invalid_messages", "messages could not be read: %v", err)
+	}
+	x.promptEstimate = int64(prompt)
+	m := x.plan.model
+	out := x.plan.maxTokens
+	switch {
+	case out > 0 && m.MaxOutputLength > 0 && out > m.MaxOutputLength:
+		out = m.MaxOutputLength
+	case out > 0:
+	case m.MaxOutputLength > 0:
+		out = m.MaxOutputLength
+	case m.ContextLength > x.promptEstimate:
+		out = m.ContextLength - x.promptEstimate
+	default:
+		out = defaultOutputCap
+	}
+	worst := m.Pricing.WorstCase(x.promptEstimate, out)
+	hold, err := b.Ledger.Reserve(x.key.Account, x.key.ID, x.key.MonthlyLimit, worst, b.Now())
+	switch {
+	case errors.Is(err, billing.ErrInsufficientCredits):
+		return apiErr(http.StatusPaymentRequired, "insufficient_credits",
+			"account %q does not have the credits this request may cost (up to $%s); add credits with `tollway accounts credit %s AMOUNT`, or lower max_tokens",
+			x.key.Account, worst.String(), x.key.Account)
+	case errors.Is(err, billing.ErrSpendLimit):
+		return apiErr(http.StatusForbidden, "spend_limit_exceeded",
+			"this key's monthly spend limit of $%s would be exceeded (this request may cost up to $%s); raise the limit, lower max_tokens, or wait for next month (UTC)",
+			x.key.MonthlyLimit.String(), worst.String())
+	case err != nil:
+		return apiErr(http.StatusInternalServerError, "internal_error", "admission: %v", err)
+	}
+	x.hold = hold
+	x.meter.dropUsage = x.plan.stream && !x.plan.clientUsage
+	return nil
+}
+
+// meterBody reads an answer to bill it. Streamed chunks go back as they came (less the usage
+// chunk the client did not ask for); a buffered body goes back unchanged.
+func (x *exchange) meterBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	common := &extprocv3.CommonResponse{}
+	if x.streaming {
+		out, changed := x.meter.chunk(b.GetBody(), b.GetEndOfStream())
+		if changed {
+			if len(out) == 0 {
+				common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+			} else {
+				common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
+			}
+		}
+	} else {
+		x.meter.body(b.GetBody())
+	}
+	if b.GetEndOfStream() {
+		x.settle()
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: common},
+	}}
+}
+
+// settle bills the request from the provider's usage, or from a token count of what was sent.
+func (x *exchange) settle() {
+	if x.hold == nil {
+		return
+	}
+	b := x.s.billing
+	usage, estimated := x.meter.result(x.promptEstimate)
+	cost := x.plan.model.Pricing.Cost(usage)
+	b.Ledger.Settle(x.hold, cost)
+	x.hold = nil
+	b.Record(store.UsageRecord{
+		RequestID:        x.billingID(),
+		KeyID:            x.key.ID,
+		Account:          x.key.Account,
+		Model:            x.plan.model.ID,
+		Provider:         x.plan.provider.Name,
+		PromptTokens:     usage.PromptTokens,
+		CompletionTokens: usage.CompletionTokens,
+		CachedTokens:     usage.CachedTokens,
+		Cost:             cost,
+		Estimated:        estimated,
+		Time:             b.Now().UTC(),
+	})
+}
+
+// release drops the hold without billing (the request was refused or the provider failed).
+func (x *exchange) release() {
+	if x.hold != nil {
+		x.s.billing.Ledger.Release(x.hold)
+		x.hold = nil
+	}
+}
+
+// finish runs when the ext_proc stream ends. A hold still open means the exchange ended early:
+// if the provider had answered (a stream cut, a client gone mid-answer) the request is billed
+// from what was sent; if not, nothing was delivered and the hold is released.
+func (x *exchange) finish() {
+	if x.responded && x.status < 400 {
+		x.settle()
+		return
+	}
+	x.release()
+}
+
+// billingID makes the usage record's id: the request id for tracing plus a random suffix,
+// because clients can set x-request-id and a repeated id must not make a request free.
+func (x *exchange) billingID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return x.requestID + "." + hex.EncodeToString(b[:])
+}
+

@@ -1,0 +1,212 @@
+package billing
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+var (
+	// ErrInsufficientCredits: the account's balance, less what in-flight requests hold, does not
+	// cover the request's worst case (or the account does not exist).
+	ErrInsufficientCredits = errors.New("insufficient credits")
+	// ErrSpendLimit: the key's monthly spend limit would be exceeded by this request's worst case
+	// on top of what the key spent this month and what its in-flight requests hold.
+	ErrSpendLimit = errors.New("monthly spend limit reached")
+)
+
+const monthLayout = "2006-01"
+
+// Ledger is the in-memory view that admission decisions are made against: account balances, each
+// key's settled spend per calendar month (UTC), and the holds of requests still in flight.
+//
+// Concurrent requests cannot outrun a limit because every request first reserves its worst-case
+// cost, and the check and the hold happen under one lock: a hold counts against the balance and
+// the limit until it is settled or released. One mutex suffices: each call is a few map
+// operations.
+type Ledger struct {
+	mu          sync.Mutex
+	balances    map[string]decimal.Decimal   // account -> balance
+	accountHeld map[string]decimal.Decimal   // account -> sum of outstanding holds
+	spent       map[keyMonth]decimal.Decimal // settled spend
+	keyHeld     map[keyMonth]decimal.Decimal // sum of outstanding holds
+	month       string                       // latest month seen, for pruning
+}
+
+type keyMonth struct{ key, month string }
+
+// Reservation is a hold on an account's balance and a key's monthly limit for one request.
+type Reservation struct {
+	account, keyID, month string
+	amount                decimal.Decimal
+	done                  bool // guarded by the ledger's mutex
+}
+
+func (r *Reservation) Account() string         { return r.account }
+func (r *Reservation) KeyID() string           { return r.keyID }
+func (r *Reservation) Amount() decimal.Decimal { return r.amount }
+
+// Month is the UTC calendar month ("2026-11") the reservation was made in; it settles into it.
+func (r *Reservation) Month() string { return r.month }
+
+// NewLedger starts from balances per account and the spend per key so far in month ("2026-11",
+// UTC), as read from the store. It panics on a malformed month: spend filed under a month that
+// never matches would silently lift every key's limit.
+func NewLedger(balances, monthSpend map[string]decimal.Decimal, month string) *Ledger {
+	if _, err := time.Parse(monthLayout, month); err != nil {
+		panic(fmt.Sprintf("billing.NewLedger: month %q is not YYYY-MM", month))
+	}
+	l := &Ledger{
+		balances:    make(map[string]decimal.Decimal, len(balances)),
+		accountHeld: make(map[string]decimal.Decimal),
+		spent:       make(map[keyMonth]decimal.Decimal, len(monthSpend)),
+		keyHeld:     make(map[keyMonth]decimal.Decimal),
+		month:       month,
+	}
+	for a, b := range balances {
+		l.balances[a] = b
+	}
+	for k, s := range monthSpend {
+		l.spent[keyMonth{k, month}] = s
+	}
+	return l
+}
+
+func monthOf(t time.Time) string { return t.UTC().Format(monthLayout) }
+
+// Reserve holds amount (the request's worst-case cost) if the account's available balance covers
+// it and, when monthlyLimit is set, the key's month spend plus its holds plus amount stays within
+// the limit. Both checks and the hold are one atomic step.
+//
+// A free request (amount 0) always passes, even on an exhausted balance or limit: it cannot spend
+// anything, so refusing it would only deny free service. The account must still exist.
+func (l *Ledger) Reserve(account, keyID string, monthlyLimit *decimal.Decimal, amount decimal.Decimal, now time.Time) (*Reservation, error) {
+	if amount.IsNegative() {
+		return nil, fmt.Errorf("billing: reservation amount %s is negative", amount)
+	}
+	month := monthOf(now)
+	km := keyMonth{keyID, month}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rollover(month)
+	balance, ok := l.balances[account]
+	if !ok {
+		return nil, fmt.Errorf("%w: account %q does not exist", ErrInsufficientCredits, account)
+	}
+	if !amount.IsZero() {
+		if available := balance.Sub(l.accountHeld[account]); available.LessThan(amount) {
+			return nil, fmt.Errorf("%w: the request may cost up to $%s and $%s is available", ErrInsufficientCredits, amount, available)
+		}
+		if monthlyLimit != nil {
+			used := l.spent[km].Add(l.keyHeld[km])
+			if used.Add(amount).GreaterThan(*monthlyLimit) {
+				return nil, fmt.Errorf("%w: the request may cost up to $%s; this key has used $%s of its $%s limit for %s",
+					ErrSpendLimit, amount, used, *monthlyLimit, month)
+			}
+		}
+		l.accountHeld[account] = l.accountHeld[account].Add(amount)
+		l.keyHeld[km] = l.keyHeld[km].Add(amount)
+	}
+	return &Reservation{account: account, keyID: keyID, month: month, amount: amount}, nil
+}
+
+// Settle ends a reservation with the request's actual cost: the hold is released, actual is debited
+// from the balance and added to the key's spend for the reservation's month. actual may exceed the
+// hold (the estimate was short); the balance may then go below zero, and later paid requests are
+// refused until it is credited. A negative actual counts as 0 so a bug can never credit money.
+// A second Settle or Release of the same reservation does nothing.
+func (l *Ledger) Settle(r *Reservation, actual decimal.Decimal) {
+	if actual.IsNegative() {
+		actual = decimal.Decimal{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.unhold(r) {
+		return
+	}
+	if actual.IsZero() {
+		return
+	}
+	l.balances[r.account] = l.balances[r.account].Sub(actual)
+	km := keyMonth{r.keyID, r.month}
+	l.spent[km] = l.spent[km].Add(actual)
+}
+
+// Release ends a reservation that cost nothing (the request failed): the hold goes, nothing is
+// debited. Idempotent, and a no-op after Settle.
+func (l *Ledger) Release(r *Reservation) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.unhold(r)
+}
+
+// unhold removes r's hold once; it reports false when r was already settled or released.
+func (l *Ledger) unhold(r *Reservation) bool {
+	if r == nil || r.done {
+		return false
+	}
+	r.done = true
+	if r.amount.IsZero() {
+		return true
+	}
+	subOrDelete(l.accountHeld, r.account, r.amount)
+	subOrDelete(l.keyHeld, keyMonth{r.keyID, r.month}, r.amount)
+	return true
+}
+
+// subOrDelete drops zeroed entries so the hold maps only hold what is in flight.
+func subOrDelete[K comparable](m map[K]decimal.Decimal, k K, amount decimal.Decimal) {
+	if v := m[k].Sub(amount); v.IsZero() {
+		delete(m, k)
+	} else {
+		m[k] = v
+	}
+}
+
+// rollover forgets settled spend older than the previous month when a new month is first seen, so
+// a long-running process does not keep every month forever. The previous month stays for requests
+// that started before midnight and settle after it.
+func (l *Ledger) rollover(month string) {
+	if month <= l.month {
+		return
+	}
+	l.month = month
+	t, _ := time.Parse(monthLayout, month)
+	keep := t.AddDate(0, -1, 0).Format(monthLayout)
+	for km := range l.spent {
+		if km.month < keep {
+			if _, held := l.keyHeld[km]; !held {
+				delete(l.spent, km)
+			}
+		}
+	}
+}
+
+// Credit adds amount to the account's balance (a negative amount debits), creating the account if
+// it is new.
+func (l *Ledger) Credit(account string, amount decimal.Decimal) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.balances[account] = l.balances[account].Add(amount)
+}
+
+// SetAccount sets an account's balance, for a newly created account. Holds are left as they are.
+func (l *Ledger) SetAccount(account string, balance decimal.Decimal) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.balances[account] = balance
+}
+
+// Snapshot returns the account's balance less its outstanding holds, and the key's settled spend
+// in now's month (holds not included). An unknown account has 0 available.
+func (l *Ledger) Snapshot(account, keyID string, now time.Time) (available, monthSpent decimal.Decimal) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	available = l.balances[account].Sub(l.accountHeld[account])
+	monthSpent = l.spent[keyMonth{keyID, monthOf(now)}]
+	return available, monthSpent
+}

@@ -1,0 +1,286 @@
+package billing
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+var nov = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+
+func ptr(d decimal.Decimal) *decimal.Decimal { return &d }
+
+// reserveMany runs n Reserve calls at once (released together by a barrier) and returns the
+// reservations that succeeded; every failure must be want.
+func reserveMany(t *testing.T, l *Ledger, n int, limit *decimal.Decimal, amount decimal.Decimal, want error) []*Reservation {
+	t.Helper()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		ok    []*Reservation
+		start = make(chan struct{})
+	)
+	for range n {
+		wg.Go(func() {
+			<-start
+			r, err := l.Reserve("acme", "key1", limit, amount, nov)
+			switch {
+			case err == nil:
+				mu.Lock()
+				ok = append(ok, r)
+				mu.Unlock()
+			case !errors.Is(err, want):
+				t.Errorf("Reserve: %v, want %v", err, want)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return ok
+}
+
+// The proof at unit level: a limit that covers exactly 10 worst-case requests admits
+// exactly 10 of 50 concurrent ones.
+func TestSpendLimitCannotBeOutrun(t *testing.T) {
+	pricing := mustParse(t, map[string]any{"prompt": "0.000001", "completion": "0.000002"})
+	worst := pricing.WorstCase(500, 500) // 0.0015
+	limit := worst.Mul(decimal.NewFromInt(10))
+	start := dec("100")
+	l := NewLedger(map[string]decimal.Decimal{"acme": start}, nil, "2026-11")
+
+	held := reserveMany(t, l, 50, &limit, worst, ErrSpendLimit)
+	if len(held) != 10 {
+		t.Fatalf("%d of 50 concurrent reservations passed, want exactly 10", len(held))
+	}
+	// The holds alone block the next request: nothing has been spent yet.
+	if _, err := l.Reserve("acme", "key1", &limit, worst, nov); !errors.Is(err, ErrSpendLimit) {
+		t.Fatalf("11th reservation: %v, want ErrSpendLimit", err)
+	}
+	if avail, spent := l.Snapshot("acme", "key1", nov); !avail.Equal(start.Sub(limit)) || !spent.IsZero() {
+		t.Errorf("with 10 holds: available %s, spent %s", avail, spent)
+	}
+
+	// Settle at the real cost, less than the hold: the difference frees room for more.
+	actual := pricing.Cost(Usage{PromptTokens: 500, CachedTokens: 0, CompletionTokens: 100}) // 0.0007
+	for _, r := range held {
+		l.Settle(r, actual)
+	}
+	// spent 0.007, room 0.008: 5 more worst-case requests (0.0075), not 6 (0.009).
+	more := reserveMany(t, l, 50, &limit, worst, ErrSpendLimit)
+	if len(more) != 5 {
+		t.Fatalf("after settling, %d more passed, want 5", len(more))
+	}
+	for _, r := range more {
+		l.Settle(r, actual)
+	}
+	totalSpent := actual.Mul(decimal.NewFromInt(15))
+	avail, spent := l.Snapshot("acme", "key1", nov)
+	if !spent.Equal(totalSpent) || spent.String() != "0.0105" {
+		t.Errorf("month spend = %s, want %s", spent, totalSpent)
+	}
+	if !avail.Add(spent).Equal(start) {
+		t.Errorf("balance %s + spent %s != starting balance %s", avail, spent, start)
+	}
+	if len(l.accountHeld) != 0 || len(l.keyHeld) != 0 {
+		t.Errorf("holds left after settling everything: %v %v", l.accountHeld, l.keyHeld)
+	}
+}
+
+func TestInsufficientCredits(t *testing.T) {
+	l := NewLedger(map[string]decimal.Decimal{"acme": dec("0.03")}, nil, "2026-11")
+	held := reserveMany(t, l, 20, nil, dec("0.01"), ErrInsufficientCredits)
+	if len(held) != 3 {
+		t.Fatalf("%d reservations of 0.01 against 0.03 passed, want 3", len(held))
+	}
+	_, err := l.Reserve("acme", "key1", nil, dec("0.01"), nov)
+	if !errors.Is(err, ErrInsufficientCredits) || errors.Is(err, ErrSpendLimit) {
+		t.Fatalf("4th: %v, want ErrInsufficientCredits", err)
+	}
+	// A failed request releases its hold and is not charged.
+	l.Release(held[0])
+	if _, err := l.Reserve("acme", "key1", nil, dec("0.01"), nov); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	if avail, _ := l.Snapshot("acme", "key1", nov); !avail.IsZero() {
+		t.Errorf("available = %s, want 0 (all held)", avail)
+	}
+	if _, err := l.Reserve("nobody", "key1", nil, dec("0.01"), nov); !errors.Is(err, ErrInsufficientCredits) {
+		t.Errorf("unknown account: %v, want ErrInsufficientCredits", err)
+	}
+	if _, err := l.Reserve("nobody", "key1", nil, decimal.Zero, nov); !errors.Is(err, ErrInsufficientCredits) {
+		t.Errorf("unknown account, free request: %v, want ErrInsufficientCredits", err)
+	}
+	// Credit makes room; SetAccount creates an account.
+	l.Credit("acme", dec("0.01"))
+	if _, err := l.Reserve("acme", "key1", nil, dec("0.01"), nov); err != nil {
+		t.Errorf("after a credit: %v", err)
+	}
+	l.SetAccount("new", dec("5"))
+	if avail, _ := l.Snapshot("new", "k", nov); avail.String() != "5" {
+		t.Errorf("new account available = %s", avail)
+	}
+	if _, err := l.Reserve("acme", "key1", nil, dec("-1"), nov); err == nil {
+		t.Error("a negative amount was accepted")
+	}
+}
+
+func TestSettleAndReleaseAreIdempotent(t *testing.T) {
+	l := NewLedger(map[string]decimal.Decimal{"acme": dec("1")}, nil, "2026-11")
+	r, err := l.Reserve("acme", "key1", ptr(dec("1")), dec("0.5"), nov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Account() != "acme" || r.KeyID() != "key1" || r.Amount().String() != "0.5" || r.Month() != "2026-11" {
+		t.Errorf("reservation = %+v", r)
+	}
+	// Many concurrent settles, then a release: one debit.
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() { l.Settle(r, dec("0.2")) })
+		wg.Go(func() { l.Release(r) })
+	}
+	wg.Wait()
+	l.Settle(r, dec("0.2"))
+	l.Release(r)
+	avail, spent := l.Snapshot("acme", "key1", nov)
+	// Either a settle or a release won the race; either way exactly one took effect.
+	if !(avail.String() == "0.8" && spent.String() == "0.2") && !(avail.String() == "1" && spent.IsZero()) {
+		t.Errorf("after repeated settle/release: available %s, spent %s", avail, spent)
+	}
+
+	r2, _ := l.Reserve("acme", "key1", nil, dec("0.1"), nov)
+	l.Release(r2)
+	l.Settle(r2, dec("0.1")) // too late: the request already failed
+	if a2, s2 := l.Snapshot("acme", "key1", nov); !a2.Equal(avail) || !s2.Equal(spent) {
+		t.Errorf("settle after release changed the ledger: %s %s", a2, s2)
+	}
+	l.Settle(nil, dec("1")) // no reservation: nothing to do
+	l.Release(nil)
+}
+
+func TestActualAboveHold(t *testing.T) {
+	l := NewLedger(map[string]decimal.Decimal{"acme": dec("1")}, nil, "2026-11")
+	limit := ptr(dec("2"))
+	r, _ := l.Reserve("acme", "key1", limit, dec("0.6"), nov)
+	l.Settle(r, dec("1.25")) // the estimate was short
+	avail, spent := l.Snapshot("acme", "key1", nov)
+	if avail.String() != "-0.25" || spent.String() != "1.25" {
+		t.Errorf("available %s, spent %s; want -0.25, 1.25", avail, spent)
+	}
+	if _, err := l.Reserve("acme", "key1", limit, dec("0.0001"), nov); !errors.Is(err, ErrInsufficientCredits) {
+		t.Errorf("paid request on a negative balance: %v", err)
+	}
+	// Free requests pass whatever the balance and limit.
+	if _, err := l.Reserve("acme", "key1", ptr(decimal.Zero), decimal.Zero, nov); err != nil {
+		t.Errorf("free request: %v", err)
+	}
+	// A negative actual is a bug upstream, never a credit.
+	r3, _ := l.Reserve("acme", "key1", nil, decimal.Zero, nov)
+	l.Settle(r3, dec("-5"))
+	if a, _ := l.Snapshot("acme", "key1", nov); !a.Equal(avail) {
+		t.Errorf("negative actual changed the balance to %s", a)
+	}
+}
+
+func TestMonthRollover(t *testing.T) {
+	l := NewLedger(map[string]decimal.Decimal{"acme": dec("100")}, map[string]decimal.Decimal{"key1": dec("9.5")}, "2026-11")
+	limit := ptr(dec("10"))
+	lateNov := time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC)
+	// 01:00 in UTC+2 on 1 December is still November in UTC.
+	novInUTCPlus2 := time.Date(2026, 12, 1, 1, 0, 0, 0, time.FixedZone("UTC+2", 2*3600))
+	dec1 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+	// November's starting spend counts: 9.5 + 0.5 fits, anything more does not.
+	r, err := l.Reserve("acme", "key1", limit, dec("0.5"), lateNov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reserve("acme", "key1", limit, dec("0.01"), novInUTCPlus2); !errors.Is(err, ErrSpendLimit) {
+		t.Fatalf("November is full: %v, want ErrSpendLimit", err)
+	}
+	// December starts at zero, even while November's reservation is in flight.
+	r2, err := l.Reserve("acme", "key1", limit, dec("10"), dec1)
+	if err != nil {
+		t.Fatalf("first December request: %v", err)
+	}
+	if r2.Month() != "2026-12" || r.Month() != "2026-11" {
+		t.Errorf("months %s %s", r.Month(), r2.Month())
+	}
+	// The November reservation settles into November after midnight.
+	l.Settle(r, dec("0.4"))
+	l.Release(r2)
+	_, novSpent := l.Snapshot("acme", "key1", lateNov)
+	_, decSpent := l.Snapshot("acme", "key1", dec1)
+	if novSpent.String() != "9.9" || !decSpent.IsZero() {
+		t.Errorf("November spend %s (want 9.9), December %s (want 0)", novSpent, decSpent)
+	}
+	// Two months on, November is forgotten; October never existed here.
+	jan := time.Date(2027, 1, 2, 0, 0, 0, 0, time.UTC)
+	feb := time.Date(2027, 2, 2, 0, 0, 0, 0, time.UTC)
+	rj, _ := l.Reserve("acme", "key1", limit, dec("1"), jan)
+	l.Settle(rj, dec("1"))
+	rf, _ := l.Reserve("acme", "key1", limit, dec("1"), feb)
+	l.Settle(rf, dec("1"))
+	if len(l.spent) != 2 {
+		t.Errorf("spend kept for %d months after February started, want 2 (January, February): %v", len(l.spent), l.spent)
+	}
+	if avail, _ := l.Snapshot("acme", "key1", feb); avail.String() != "97.6" { // 100 - 0.4 - 1 - 1
+		t.Errorf("available = %s, want 97.6", avail)
+	}
+}
+
+func TestNewLedgerRejectsBadMonth(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("NewLedger accepted month \"2026-13\"")
+		}
+	}()
+	NewLedger(nil, nil, "2026-13")
+}
+
+// Every request of every goroutine against one account and key: the worst case for the lock.
+func BenchmarkReserveSettle(b *testing.B) {
+	l := NewLedger(map[string]decimal.Decimal{"acme": dec("1000000000")}, nil, "2026-11")
+	limit := ptr(dec("1000000000"))
+	hold, actual := dec("0.0015"), dec("0.0007")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r, err := l.Reserve("acme", "key1", limit, hold, nov)
+			if err != nil {
+				panic(err)
+			}
+			l.Settle(r, actual)
+		}
+	})
+}
+
+// Many keys and accounts, as in production: contention on the one mutex only.
+func BenchmarkReserveSettleManyKeys(b *testing.B) {
+	const n = 1000
+	balances := make(map[string]decimal.Decimal, n)
+	for i := range n {
+		balances[fmt.Sprint("acct", i)] = dec("1000000000")
+	}
+	l := NewLedger(balances, nil, "2026-11")
+	limit := ptr(dec("1000000000"))
+	hold, actual := dec("0.0015"), dec("0.0007")
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1))
+		acct, key := fmt.Sprint("acct", i%n), fmt.Sprint("key", i)
+		for pb.Next() {
+			r, err := l.Reserve(acct, key, limit, hold, nov)
+			if err != nil {
+				panic(err)
+			}
+			l.Settle(r, actual)
+		}
+	})
+}

@@ -1,0 +1,208 @@
+package billing
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/pkoukk/tiktoken-go"
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+)
+
+// Encoding is the BPE encoding estimates use: o200k_base (GPT-4o and later), embedded in the
+// binary by tiktoken-go-loader so nothing is downloaded at run time. Other providers' tokenizers
+// differ; the estimates only size holds, and settlement uses the upstream's reported usage.
+const Encoding = "o200k_base"
+
+var (
+	encOnce sync.Once
+	enc     *tiktoken.Tiktoken
+)
+
+func encoder() *tiktoken.Tiktoken {
+	encOnce.Do(func() {
+		// The loader is a package-global of tiktoken-go; setting it here, once and before any
+		// GetEncoding, keeps the default (downloading) loader from ever running.
+		tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader())
+		e, err := tiktoken.GetEncoding(Encoding)
+		if err != nil {
+			// Only possible if the embedded asset is missing: a build problem, not a request one.
+			panic("billing: loading " + Encoding + ": " + err.Error())
+		}
+		enc = e
+	})
+	return enc
+}
+
+// Warm loads the encoding (about a second and tens of MB; see the package tests) so the gateway
+// pays for it at start-up rather than on the first request.
+func Warm() { encoder() }
+
+// CountText returns the number of tokens of s.
+func CountText(s string) int {
+	e := encoder()
+	n := 0
+	eachChunk(s, func(chunk string) {
+		// EncodeOrdinary: special-token text such as "<|endoftext|>" in a prompt is counted as the
+		// plain text it is (Encode would panic on it).
+		n += len(e.EncodeOrdinary(chunk))
+	})
+	return n
+}
+
+const (
+	// chunkSize bounds the text handed to one EncodeOrdinary call, which copies it to []rune and
+	// lists every regex match: a 32 MiB prompt would otherwise cost hundreds of MB at once.
+	chunkSize = 8 << 10
+	// maxRun bounds a stretch of text with no exact cut point. BPE merging is quadratic in the
+	// length of a regex piece (4,096 CJK characters in one piece take ~40 ms), and scripts
+	// without spaces or a hostile prompt of one repeated letter make pieces as long as the text.
+	maxRun = 256
+)
+
+// eachChunk splits s into pieces whose token counts add up to the count of s.
+//
+// Cutting right before a space that follows a non-space is exact: no o200k regex piece extends
+// from a non-space across a following space, the whitespace patterns leave the last space of a run
+// to the word after it, and the regex has no look-behind, so matching from the space on is the
+// same with or without the text before it. Only where such a point is missing for maxRun bytes is
+// the text cut at a character boundary, which can change the count by a token per cut: an estimate,
+// which is all CountText is used for.
+func eachChunk(s string, f func(string)) {
+	if len(s) <= maxRun {
+		f(s)
+		return
+	}
+	start, safe := 0, 0 // safe: latest exact cut point, never before start
+	for i := 0; i < len(s); i++ {
+		if s[i] == ' ' && i > safe {
+			if r, _ := utf8.DecodeLastRuneInString(s[:i]); !unicode.IsSpace(r) {
+				safe = i
+			}
+		}
+		switch {
+		case i-start >= chunkSize && safe > start:
+			f(s[start:safe])
+			start = safe
+		case i-safe >= maxRun && utf8.RuneStart(s[i]):
+			f(s[start:i])
+			start, safe = i, i
+		}
+	}
+	if start < len(s) {
+		f(s[start:])
+	}
+}
+
+// Estimated overheads, from OpenAI's cookbook "How to count tokens with tiktoken": every message
+// costs 3 tokens of framing (1 more when it has a name) and every reply is primed with 3.
+const (
+	tokensPerMessage = 3
+	tokensPerName    = 1
+	tokensReply      = 3
+	// tokensPerImage is a low-detail image (OpenAI's fixed 85). High-detail images cost more, and
+	// the real count depends on the image size, which the gateway does not decode: an estimate.
+	tokensPerImage = 85
+)
+
+type chatPrompt struct {
+	Messages  []chatMessage     `json:"messages"`
+	Tools     []json.RawMessage `json:"tools"`
+	Functions []json.RawMessage `json:"functions"` // legacy form of tools
+}
+
+type chatMessage struct {
+	Role      string          `json:"role"`
+	Name      string          `json:"name"`
+	Content   json.RawMessage `json:"content"`
+	ToolCalls []struct {
+		Function functionCall `json:"function"`
+	} `json:"tool_calls"`
+	FunctionCall *functionCall `json:"function_call"` // legacy form of tool_calls
+}
+
+type functionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// contentPart leaves image_url out on purpose: the decoder then skips a multi-MB data URL instead
+// of copying it.
+type contentPart struct {
+	Type    string `json:"type"`
+	Text    string `json:"text"`
+	Refusal string `json:"refusal"`
+}
+
+// CountChatPrompt estimates the prompt tokens of an OpenAI chat completion request body: per
+// message 3 tokens plus its role, name (+1), content text (a string, or text and refusal parts;
+// each image part counts a fixed 85) and tool call names and arguments; plus the compact JSON of
+// the tool definitions, plus 3 for the reply. Part types other than text, image_url and refusal
+// (not in the spec) count 0. Providers render tools and framing their own way, so this sizes a
+// hold; the bill uses the upstream's reported usage.
+func CountChatPrompt(body []byte) (int, error) {
+	var req chatPrompt
+	if err := json.Unmarshal(body, &req); err != nil {
+		return 0, fmt.Errorf("counting prompt tokens: %w", err)
+	}
+	n := tokensReply
+	for i, m := range req.Messages {
+		n += tokensPerMessage + CountText(m.Role)
+		if m.Name != "" {
+			n += tokensPerName + CountText(m.Name)
+		}
+		c, err := countContent(m.Content)
+		if err != nil {
+			return 0, fmt.Errorf("counting prompt tokens: messages[%d].content: %w", i, err)
+		}
+		n += c
+		for _, tc := range m.ToolCalls {
+			n += CountText(tc.Function.Name) + CountText(tc.Function.Arguments)
+		}
+		if fc := m.FunctionCall; fc != nil {
+			n += CountText(fc.Name) + CountText(fc.Arguments)
+		}
+	}
+	var buf bytes.Buffer
+	for _, def := range append(req.Tools, req.Functions...) {
+		buf.Reset()
+		if err := json.Compact(&buf, def); err != nil {
+			return 0, fmt.Errorf("counting prompt tokens: tools: %w", err)
+		}
+		n += CountText(buf.String())
+	}
+	return n, nil
+}
+
+func countContent(raw json.RawMessage) (int, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return 0, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return 0, err
+		}
+		return CountText(s), nil
+	}
+	var parts []contentPart
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range parts {
+		switch p.Type {
+		case "text":
+			n += CountText(p.Text)
+		case "refusal":
+			n += CountText(p.Refusal)
+		case "image_url":
+			n += tokensPerImage
+		}
+	}
+	return n, nil
+}

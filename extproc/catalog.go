@@ -1,0 +1,90 @@
+package extproc
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/tollway/tollway/extproc/billing"
+)
+
+// catalogEntry is one model as GET /v1/models shows it (spec 2.4). Lengths are null when unknown.
+type catalogEntry struct {
+	ID                          string          `json:"id"`
+	Object                      string          `json:"object"` // "model", for OpenAI SDKs' models.list
+	OwnedBy                     string          `json:"owned_by"`
+	Name                        string          `json:"name"`
+	InputModalities             []string        `json:"input_modalities"`
+	OutputModalities            []string        `json:"output_modalities"`
+	ContextLength               *int64          `json:"context_length"`
+	MaxOutputLength             *int64          `json:"max_output_length"`
+	SupportedSamplingParameters []string        `json:"supported_sampling_parameters"`
+	SupportedFeatures           []string        `json:"supported_features"`
+	Pricing                     billing.Pricing `json:"pricing"`
+	IsReady                     bool            `json:"is_ready"`
+	IsFree                      bool            `json:"is_free"`
+}
+
+func optional(n int64) *int64 {
+	if n <= 0 {
+		return nil
+	}
+	return &n
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// entry renders m; ready says whether any of its providers can take traffic now.
+func (m *model) entry(ready bool) catalogEntry {
+	name := m.Name
+	if name == "" {
+		name = m.ID
+	}
+	return catalogEntry{
+		ID: m.ID, Object: "model", OwnedBy: "tollway", Name: name,
+		InputModalities: nonNil(m.InputModalities), OutputModalities: nonNil(m.OutputModalities),
+		ContextLength: optional(m.ContextLength), MaxOutputLength: optional(m.MaxOutputLength),
+		SupportedSamplingParameters: nonNil(m.SupportedParameters), SupportedFeatures: nonNil(m.SupportedFeatures),
+		Pricing: m.Pricing, IsReady: ready, IsFree: m.Pricing.IsFree(),
+	}
+}
+
+// catalog answers GET /v1/models and GET /v1/models/{id}. It works without a key (the spec's
+// example sends none); a key restricted to some models sees only those. ids keeps the
+// configuration's order (sorted by id).
+func (x *exchange) catalog(path string) *APIError {
+	id, one := strings.CutPrefix(path, "/v1/models/")
+	var entries []catalogEntry
+	for _, mid := range x.rt.modelIDs {
+		if one && mid != id {
+			continue
+		}
+		if x.key != nil && !x.key.allows(mid) {
+			continue
+		}
+		m := x.rt.models[mid]
+		entries = append(entries, m.entry(x.s.modelReady(x.rt, m)))
+	}
+	var body []byte
+	switch {
+	case one && len(entries) == 0:
+		return apiErr(http.StatusNotFound, "model_not_found", "model %q is not in the catalog; GET /v1/models lists the model ids you can use", id)
+	case one:
+		body, _ = json.Marshal(entries[0])
+	default:
+		if entries == nil {
+			entries = []catalogEntry{}
+		}
+		body, _ = json.Marshal(struct {
+			Object string         `json:"object"`
+			Data   []catalogEntry `json:"data"`
+		}{"list", entries})
+	}
+	x.answer = body
+	return nil
+}

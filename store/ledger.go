@@ -1,0 +1,489 @@
+package store
+
+// The ledger: accounts hold a credit balance, and every served request is settled once as a
+// usage record that debits its account. Money is exact decimal (shopspring/decimal), never
+// float64, and is stored as decimal strings.
+//
+// Buckets:
+//
+//	accounts          account id → Account JSON
+//	usage             8-byte big-endian unix nanos ‖ request id → UsageRecord JSON
+//	usage_by_request  request id → its usage key (the idempotency index)
+//	usage_agg         "2006-01-02" \x00 key id \x00 account \x00 model → usageAgg JSON
+//	spend_month       "2006-01" \x00 key id → decimal string
+//
+// Settle writes all five in one transaction, so the balance, the records and the aggregates
+// always agree: initial credits + credits added == balance + sum of record costs.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+	bolt "go.etcd.io/bbolt"
+)
+
+var (
+	bucketAccounts       = []byte("accounts")
+	bucketUsage          = []byte("usage")
+	bucketUsageByRequest = []byte("usage_by_request")
+	bucketUsageAgg       = []byte("usage_agg")
+	bucketSpendMonth     = []byte("spend_month")
+)
+
+const (
+	dayLayout   = "2006-01-02"
+	monthLayout = "2006-01"
+)
+
+// Account is a prepaid balance that keys draw on. Balance goes below zero when settled usage
+// costs more than is left: actual usage is always recorded.
+type Account struct {
+	ID        string          `json:"id"`
+	Balance   decimal.Decimal `json:"balance"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+var accountIDFormat = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$`)
+
+func validAccountID(id string) error {
+	if !accountIDFormat.MatchString(id) {
+		return errorOf(ErrInvalid, "account id %q must be 1-128 characters of letters, digits and _ . @ -, starting with a letter or digit", id)
+	}
+	return nil
+}
+
+// CreateAccount creates an account holding credits (>= 0). An existing id fails with an error
+// wrapping ErrExists; an invalid id or negative credits wrap ErrInvalid.
+func (s *Store) CreateAccount(id string, credits decimal.Decimal) (Account, error) {
+	if err := validAccountID(id); err != nil {
+		return Account{}, err
+	}
+	if credits.Sign() < 0 {
+		return Account{}, errorOf(ErrInvalid, "account %q: credits %s are negative", id, credits)
+	}
+	a := Account{ID: id, Balance: credits, CreatedAt: time.Now().UTC()}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAccounts)
+		if b.Get([]byte(id)) != nil {
+			return errorOf(ErrExists, "account %q already exists", id)
+		}
+		return putJSON(b, id, a)
+	})
+	if err != nil {
+		return Account{}, err
+	}
+	return a, nil
+}
+
+// EnsureAccount returns the account id, creating it with no credits if it does not exist;
+// created says which happened.
+func (s *Store) EnsureAccount(id string) (a Account, created bool, err error) {
+	if err := validAccountID(id); err != nil {
+		return Account{}, false, err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAccounts)
+		if v := b.Get([]byte(id)); v != nil {
+			return jsonUnmarshal(v, &a)
+		}
+		a, created = Account{ID: id, Balance: decimal.Zero, CreatedAt: time.Now().UTC()}, true
+		return putJSON(b, id, a)
+	})
+	if err != nil {
+		return Account{}, false, err
+	}
+	return a, created, nil
+}
+
+// CreditAccount adds amount (> 0) to an account's balance and returns the updated account.
+func (s *Store) CreditAccount(id string, amount decimal.Decimal) (Account, error) {
+	if amount.Sign() <= 0 {
+		return Account{}, errorOf(ErrInvalid, "account %q: a credit must be positive, got %s", id, amount)
+	}
+	var a Account
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAccounts)
+		if err := getAccount(b, id, &a); err != nil {
+			return err
+		}
+		a.Balance = a.Balance.Add(amount)
+		return putJSON(b, id, a)
+	})
+	if err != nil {
+		return Account{}, err
+	}
+	return a, nil
+}
+
+// GetAccount returns one account; ErrNotFound if absent.
+func (s *Store) GetAccount(id string) (Account, error) {
+	var a Account
+	err := s.db.View(func(tx *bolt.Tx) error { return getAccount(tx.Bucket(bucketAccounts), id, &a) })
+	return a, err
+}
+
+// Accounts lists all accounts sorted by id.
+func (s *Store) Accounts() ([]Account, error) {
+	var as []Account
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return eachJSON(tx.Bucket(bucketAccounts), func(a Account) { as = append(as, a) })
+	})
+	// bbolt iterates in byte order, which is id order; sort anyway so the contract does not
+	// depend on the encoding.
+	sort.Slice(as, func(i, j int) bool { return as[i].ID < as[j].ID })
+	return as, err
+}
+
+func getAccount(b *bolt.Bucket, id string, a *Account) error {
+	v := b.Get([]byte(id))
+	if v == nil {
+		return errorOf(ErrNotFound, "account %q: not found", id)
+	}
+	return jsonUnmarshal(v, a)
+}
+
+// UsageRecord is one settled request.
+type UsageRecord struct {
+	RequestID        string          `json:"request_id"`
+	KeyID            string          `json:"key_id"`
+	Account          string          `json:"account"`
+	Model            string          `json:"model"`
+	Provider         string          `json:"provider"`
+	Route            string          `json:"route,omitempty"`
+	PromptTokens     int64           `json:"prompt_tokens"`
+	CompletionTokens int64           `json:"completion_tokens"`
+	CachedTokens     int64           `json:"cached_tokens,omitempty"`
+	Cost             decimal.Decimal `json:"cost"`
+	Estimated        bool            `json:"estimated"`
+	Time             time.Time       `json:"time"`
+}
+
+// usageAgg is one usage_agg value: the totals of one (day, key, account, model).
+type usageAgg struct {
+	Requests          int64           `json:"requests"`
+	PromptTokens      int64           `json:"prompt_tokens"`
+	CompletionTokens  int64           `json:"completion_tokens"`
+	CachedTokens      int64           `json:"cached_tokens"`
+	EstimatedRequests int64           `json:"estimated_requests"`
+	Cost              decimal.Decimal `json:"cost"`
+}
+
+func usageKey(t time.Time, requestID string) []byte {
+	k := make([]byte, 8, 8+len(requestID))
+	binary.BigEndian.PutUint64(k, uint64(t.UnixNano()))
+	return append(k, requestID...)
+}
+
+func usageKeyTime(k []byte) time.Time {
+	return time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))).UTC()
+}
+
+func aggKey(day, keyID, account, model string) []byte {
+	return []byte(day + "\x00" + keyID + "\x00" + account + "\x00" + model)
+}
+
+func spendKey(month, keyID string) []byte { return []byte(month + "\x00" + keyID) }
+
+func validateUsage(rec *UsageRecord) error {
+	switch {
+	case rec.RequestID == "":
+		return errorOf(ErrInvalid, "usage record: request id is empty")
+	case rec.KeyID == "":
+		return errorOf(ErrInvalid, "usage record %q: key id is empty", rec.RequestID)
+	case rec.Account == "":
+		return errorOf(ErrInvalid, "usage record %q: account is empty", rec.RequestID)
+	case rec.Cost.Sign() < 0:
+		return errorOf(ErrInvalid, "usage record %q: cost %s is negative", rec.RequestID, rec.Cost)
+	case rec.PromptTokens < 0 || rec.CompletionTokens < 0 || rec.CachedTokens < 0:
+		return errorOf(ErrInvalid, "usage record %q: token counts must not be negative", rec.RequestID)
+	}
+	// The ids are joined with NUL in aggregate keys.
+	for _, f := range []string{rec.RequestID, rec.KeyID, rec.Account, rec.Model} {
+		if strings.IndexByte(f, 0) >= 0 {
+			return errorOf(ErrInvalid, "usage record %q: ids must not contain NUL", rec.RequestID)
+		}
+	}
+	if y := rec.Time.Year(); y < 1970 || y > 2261 {
+		return errorOf(ErrInvalid, "usage record %q: time %v is out of range", rec.RequestID, rec.Time)
+	}
+	return nil
+}
+
+// Settle records one served request and debits its account, exactly once per RequestID. The
+// record, the balance, the daily aggregates and the key's monthly spend change in one
+// transaction, which is durable (fsync'd) when Settle returns nil. Settling a RequestID that is
+// already recorded does nothing and returns nil. A zero Time means now.
+//
+// Concurrent calls share transactions (bbolt group commit, Open sets the batch size and delay).
+//
+// The cost is debited even past zero: settling actual usage is never refused. An account that
+// does not exist fails with ErrNotFound and writes nothing; invalid records wrap ErrInvalid.
+func (s *Store) Settle(rec UsageRecord) error {
+	if rec.Time.IsZero() {
+		rec.Time = time.Now()
+	}
+	rec.Time = rec.Time.UTC().Round(0)
+	if err := validateUsage(&rec); err != nil {
+		return err
+	}
+	// Everything that does not depend on the database is computed once: bbolt may run the
+	// function below more than once (a batch with a failing call is rolled back and retried),
+	// so it must not change anything it captures.
+	recJSON, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("store: encode usage record %q: %w", rec.RequestID, err)
+	}
+	uKey := usageKey(rec.Time, rec.RequestID)
+	reqKey := []byte(rec.RequestID)
+	agKey := aggKey(rec.Time.Format(dayLayout), rec.KeyID, rec.Account, rec.Model)
+	spKey := spendKey(rec.Time.Format(monthLayout), rec.KeyID)
+	var estimated int64
+	if rec.Estimated {
+		estimated = 1
+	}
+
+	return s.db.Batch(func(tx *bolt.Tx) error {
+		byReq := tx.Bucket(bucketUsageByRequest)
+		if byReq.Get(reqKey) != nil {
+			return nil // already settled, in an earlier transaction or earlier in this one
+		}
+		accounts := tx.Bucket(bucketAccounts)
+		var a Account
+		if err := getAccount(accounts, rec.Account, &a); err != nil {
+			return fmt.Errorf("settle %q: %w", rec.RequestID, err)
+		}
+		a.Balance = a.Balance.Sub(rec.Cost)
+		if err := putJSON(accounts, rec.Account, a); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketUsage).Put(uKey, recJSON); err != nil {
+			return err
+		}
+		if err := byReq.Put(reqKey, uKey); err != nil {
+			return err
+		}
+
+		aggs := tx.Bucket(bucketUsageAgg)
+		var ag usageAgg
+		if v := aggs.Get(agKey); v != nil {
+			if err := jsonUnmarshal(v, &ag); err != nil {
+				return err
+			}
+		}
+		ag.Requests++
+		ag.PromptTokens += rec.PromptTokens
+		ag.CompletionTokens += rec.CompletionTokens
+		ag.CachedTokens += rec.CachedTokens
+		ag.EstimatedRequests += estimated
+		ag.Cost = ag.Cost.Add(rec.Cost)
+		agJSON, err := json.Marshal(ag)
+		if err != nil {
+			return err
+		}
+		if err := aggs.Put(agKey, agJSON); err != nil {
+			return err
+		}
+
+		spend := tx.Bucket(bucketSpendMonth)
+		total := rec.Cost
+		if v := spend.Get(spKey); v != nil {
+			prev, err := decimal.NewFromString(string(v))
+			if err != nil {
+				return fmt.Errorf("store: decode spend %q: %w", spKey, err)
+			}
+			total = prev.Add(rec.Cost)
+		}
+		return spend.Put(spKey, []byte(total.String()))
+	})
+}
+
+// MonthSpend returns each key's spend in month ("2006-01", UTC), key id → cost. Keys that spent
+// nothing that month are absent.
+func (s *Store) MonthSpend(month string) (map[string]decimal.Decimal, error) {
+	if _, err := time.Parse(monthLayout, month); err != nil || len(month) != len(monthLayout) {
+		return nil, errorOf(ErrInvalid, "month %q: want YYYY-MM", month)
+	}
+	out := make(map[string]decimal.Decimal)
+	prefix := []byte(month + "\x00")
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketSpendMonth).Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			d, err := decimal.NewFromString(string(v))
+			if err != nil {
+				return fmt.Errorf("store: decode spend %q: %w", k, err)
+			}
+			out[string(k[len(prefix):])] = d
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// UsageFilter selects usage. Empty strings match everything; Since and Until select whole UTC
+// days, inclusive, and a zero time is unbounded.
+type UsageFilter struct {
+	KeyID, Account, Model string
+	Since, Until          time.Time
+}
+
+func (f UsageFilter) days() (since, until string) {
+	if !f.Since.IsZero() {
+		since = f.Since.UTC().Format(dayLayout)
+	}
+	if !f.Until.IsZero() {
+		until = f.Until.UTC().Format(dayLayout)
+	}
+	return since, until
+}
+
+func (f UsageFilter) match(keyID, account, model string) bool {
+	return (f.KeyID == "" || f.KeyID == keyID) &&
+		(f.Account == "" || f.Account == account) &&
+		(f.Model == "" || f.Model == model)
+}
+
+// UsageRow is the usage of one key on one model on one UTC day.
+type UsageRow struct {
+	Day               string          `json:"day"`
+	KeyID             string          `json:"key_id"`
+	Account           string          `json:"account"`
+	Model             string          `json:"model"`
+	Requests          int64           `json:"requests"`
+	PromptTokens      int64           `json:"prompt_tokens"`
+	CompletionTokens  int64           `json:"completion_tokens"`
+	CachedTokens      int64           `json:"cached_tokens"`
+	EstimatedRequests int64           `json:"estimated_requests"`
+	Cost              decimal.Decimal `json:"cost"`
+}
+
+// UsageSummary totals the rows a filter selects.
+type UsageSummary struct {
+	Requests          int64           `json:"requests"`
+	PromptTokens      int64           `json:"prompt_tokens"`
+	CompletionTokens  int64           `json:"completion_tokens"`
+	CachedTokens      int64           `json:"cached_tokens"`
+	EstimatedRequests int64           `json:"estimated_requests"`
+	Cost              decimal.Decimal `json:"cost"`
+	Rows              []UsageRow      `json:"rows"`
+}
+
+// Usage sums the daily aggregates f selects. Rows are sorted by day, account, key, model.
+func (s *Store) Usage(f UsageFilter) (UsageSummary, error) {
+	since, until := f.days()
+	sum := UsageSummary{Cost: decimal.Zero}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketUsageAgg).Cursor()
+		for k, v := c.Seek([]byte(since)); k != nil; k, v = c.Next() {
+			parts := strings.SplitN(string(k), "\x00", 4)
+			if len(parts) != 4 {
+				return fmt.Errorf("store: malformed usage aggregate key %q", k)
+			}
+			if until != "" && parts[0] > until {
+				break
+			}
+			if !f.match(parts[1], parts[2], parts[3]) {
+				continue
+			}
+			var ag usageAgg
+			if err := jsonUnmarshal(v, &ag); err != nil {
+				return err
+			}
+			sum.Rows = append(sum.Rows, UsageRow{
+				Day: parts[0], KeyID: parts[1], Account: parts[2], Model: parts[3],
+				Requests: ag.Requests, PromptTokens: ag.PromptTokens, CompletionTokens: ag.CompletionTokens,
+				CachedTokens: ag.CachedTokens, EstimatedRequests: ag.EstimatedRequests, Cost: ag.Cost,
+			})
+			sum.Requests += ag.Requests
+			sum.PromptTokens += ag.PromptTokens
+			sum.CompletionTokens += ag.CompletionTokens
+			sum.CachedTokens += ag.CachedTokens
+			sum.EstimatedRequests += ag.EstimatedRequests
+			sum.Cost = sum.Cost.Add(ag.Cost)
+		}
+		return nil
+	})
+	if err != nil {
+		return UsageSummary{}, err
+	}
+	sort.Slice(sum.Rows, func(i, j int) bool {
+		a, b := sum.Rows[i], sum.Rows[j]
+		if a.Day != b.Day {
+			return a.Day < b.Day
+		}
+		if a.Account != b.Account {
+			return a.Account < b.Account
+		}
+		if a.KeyID != b.KeyID {
+			return a.KeyID < b.KeyID
+		}
+		return a.Model < b.Model
+	})
+	return sum, nil
+}
+
+// UsageRecords returns the records f selects, newest first, at most limit of them (limit <= 0:
+// all). Since and Until select whole UTC days, as in Usage, so both see the same requests.
+func (s *Store) UsageRecords(f UsageFilter, limit int) ([]UsageRecord, error) {
+	var lo, hi time.Time // record time >= lo and < hi; zero is unbounded
+	if !f.Since.IsZero() {
+		y, m, d := f.Since.UTC().Date()
+		lo = time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	}
+	if !f.Until.IsZero() {
+		y, m, d := f.Until.UTC().Date()
+		hi = time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
+	}
+	var out []UsageRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketUsage).Cursor()
+		var k, v []byte
+		if hi.IsZero() {
+			k, v = c.Last()
+		} else if k, _ = c.Seek(usageKey(hi, "")); k == nil {
+			k, v = c.Last()
+		} else {
+			k, v = c.Prev()
+		}
+		for ; k != nil; k, v = c.Prev() {
+			if len(k) < 8 {
+				return fmt.Errorf("store: malformed usage key %q", k)
+			}
+			if !lo.IsZero() && usageKeyTime(k).Before(lo) {
+				break
+			}
+			var r UsageRecord
+			if err := jsonUnmarshal(v, &r); err != nil {
+				return err
+			}
+			if !f.match(r.KeyID, r.Account, r.Model) {
+				continue
+			}
+			out = append(out, r)
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// UsageRecordCount is the number of settled requests.
+func (s *Store) UsageRecordCount() (int, error) {
+	var n int
+	err := s.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketUsageByRequest).Stats().KeyN
+		return nil
+	})
+	return n, err
+}
