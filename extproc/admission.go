@@ -136,4 +136,3 @@ func (x *exchange) billingID() string {
 	_, _ = rand.Read(b[:])
 	return x.requestID + "." + hex.EncodeToString(b[:])
 }
-

@@ -70,9 +70,9 @@ func (p *Provider) Ready() bool { return !p.NeedsKey || p.APIKey != "" }
 
 // Model is a catalog entry with its providers in preference order.
 type Model struct {
-	ID                  string            `json:"id"`
-	Name                string            `json:"name,omitempty"`
-	Targets             []Target          `json:"targets"`
+	ID                  string   `json:"id"`
+	Name                string   `json:"name,omitempty"`
+	Targets             []Target `json:"targets"`
 	SupportedParameters []string `json:"supportedParameters,omitempty"`
 	// Catalog facts (spec 2.4); xDS does not use them.
 	InputModalities   []string        `json:"inputModalities,omitempty"`
