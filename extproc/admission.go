@@ -12,6 +12,20 @@ import (
 	"github.com/tollway/tollway/store"
 )
 
+// maxRetainedBody is the largest request body kept for a later prompt count; beyond it an
+// estimated bill uses the prompt bound.
+const maxRetainedBody = 1 << 20
+
+// promptTokens counts the prompt with the tokenizer, for a bill the provider gave no usage for.
+func (x *exchange) promptTokens() int64 {
+	if x.body != nil {
+		if n, err := billing.CountChatPrompt(x.body); err == nil {
+			return int64(n)
+		}
+	}
+	return x.promptEstimate
+}
+
 // defaultOutputCap bounds the hold for a request with no max_tokens on a model whose catalog
 // gives neither max_output_length nor context_length.
 const defaultOutputCap = 4096
@@ -24,11 +38,16 @@ func (x *exchange) admit(body []byte) *APIError {
 	if b == nil {
 		return nil
 	}
-	prompt, err := billing.CountChatPrompt(body)
+	// The hold uses a cheap strict bound of the prompt; the tokenizer only runs when a bill has
+	// to be estimated (see promptTokens).
+	bound, err := billing.PromptBound(body)
 	if err != nil {
 		return apiErr(http.StatusBadRequest, "invalid_messages", "messages could not be read: %v", err)
 	}
-	x.promptEstimate = int64(prompt)
+	x.promptEstimate = int64(bound)
+	if len(body) <= maxRetainedBody {
+		x.body = body
+	}
 	m := x.plan.model
 	out := x.plan.maxTokens
 	switch {
@@ -91,7 +110,7 @@ func (x *exchange) settle() {
 		return
 	}
 	b := x.s.billing
-	usage, estimated := x.meter.result(x.promptEstimate)
+	usage, estimated := x.meter.result(x.promptTokens)
 	cost := x.plan.model.Pricing.Cost(usage)
 	b.Ledger.Settle(x.hold, cost)
 	x.hold = nil

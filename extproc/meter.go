@@ -193,9 +193,9 @@ func (m *meter) event(ev []byte) (drop bool) {
 }
 
 // result is the usage to bill and whether it is an estimate.
-func (m *meter) result(promptEstimate int64) (billing.Usage, bool) {
+func (m *meter) result(promptTokens func() int64) (billing.Usage, bool) {
 	if m.usage != nil {
 		return m.usage.billing(), false
 	}
-	return billing.Usage{PromptTokens: promptEstimate, CompletionTokens: int64(billing.CountText(m.text.String()))}, true
+	return billing.Usage{PromptTokens: promptTokens(), CompletionTokens: int64(billing.CountText(m.text.String()))}, true
 }

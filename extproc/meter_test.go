@@ -30,7 +30,7 @@ func TestMeterStreamPassThrough(t *testing.T) {
 		if got := feed(m, sseStream, n); got != sseStream {
 			t.Fatalf("chunk size %d: client stream changed:\n%q", n, got)
 		}
-		u, est := m.result(99)
+		u, est := m.result(func() int64 { return 99 })
 		if est || u.PromptTokens != 12 || u.CompletionTokens != 7 || u.CachedTokens != 4 {
 			t.Fatalf("chunk size %d: usage %+v estimated=%v", n, u, est)
 		}
@@ -47,7 +47,7 @@ func TestMeterDropsUsageTheClientDidNotAskFor(t *testing.T) {
 		if !strings.HasSuffix(got, "data: [DONE]\n\n") || !strings.Contains(got, "Hello ") || strings.Count(got, "data: ") != 5 {
 			t.Fatalf("chunk size %d: other events damaged:\n%q", n, got)
 		}
-		if u, est := m.result(0); est || u.CompletionTokens != 7 {
+		if u, est := m.result(func() int64 { return 0 }); est || u.CompletionTokens != 7 {
 			t.Fatalf("chunk size %d: usage lost: %+v", n, u)
 		}
 	}
@@ -57,7 +57,7 @@ func TestMeterEstimatesCutStreams(t *testing.T) {
 	cut := sseStream[:strings.Index(sseStream, "data: {\"choices\":[]")]
 	m := &meter{}
 	feed(m, cut, 10)
-	u, est := m.result(12)
+	u, est := m.result(func() int64 { return 12 })
 	if !est || u.PromptTokens != 12 {
 		t.Fatalf("usage %+v estimated=%v", u, est)
 	}
@@ -70,12 +70,12 @@ func TestMeterEstimatesCutStreams(t *testing.T) {
 func TestMeterBody(t *testing.T) {
 	m := &meter{}
 	m.body([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"hi there"}}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`))
-	if u, est := m.result(0); est || u.PromptTokens != 3 || u.CompletionTokens != 2 {
+	if u, est := m.result(func() int64 { return 0 }); est || u.PromptTokens != 3 || u.CompletionTokens != 2 {
 		t.Fatalf("usage %+v", u)
 	}
 	m = &meter{}
 	m.body([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"hi there"}}]}`))
-	if u, est := m.result(5); !est || u.PromptTokens != 5 || u.CompletionTokens != 2 {
+	if u, est := m.result(func() int64 { return 5 }); !est || u.PromptTokens != 5 || u.CompletionTokens != 2 {
 		t.Fatalf("no usage: want estimate, got %+v est=%v", u, est)
 	}
 }

@@ -93,7 +93,8 @@ type exchange struct {
 
 	// money: the hold taken before forwarding, released or settled exactly once
 	hold           *billing.Reservation
-	promptEstimate int64
+	promptEstimate int64  // strict bound of the prompt's tokens, sized the hold
+	body           []byte // the request, kept (when small) to count its prompt if a bill is estimated
 	meter          meter
 	streaming      bool
 	responded      bool // response headers arrived: the provider answered

@@ -143,27 +143,41 @@ type contentPart struct {
 // the tool definitions, plus 3 for the reply. Part types other than text, image_url and refusal
 // (not in the spec) count 0. Providers render tools and framing their own way, so this sizes a
 // hold; the bill uses the upstream's reported usage.
-func CountChatPrompt(body []byte) (int, error) {
+func CountChatPrompt(body []byte) (int, error) { return countChat(body, CountText, tokensPerImage) }
+
+// PromptBound is a cheap upper bound of the prompt tokens, for sizing holds on the request path
+// (the tokenizer costs ~170 ns per byte): every BPE token spans at least one byte, so a text's
+// UTF-8 length bounds its token count, and an image counts as the largest any provider charges
+// for one (Anthropic's ~1,600 at 1.15 megapixels). A bound, not an estimate: a hold sized with it
+// cannot be outrun by the prompt.
+func PromptBound(body []byte) (int, error) {
+	return countChat(body, func(s string) int { return len(s) }, maxTokensPerImage)
+}
+
+// maxTokensPerImage is the most tokens a provider bills for one image input.
+const maxTokensPerImage = 1600
+
+func countChat(body []byte, count func(string) int, perImage int) (int, error) {
 	var req chatPrompt
 	if err := json.Unmarshal(body, &req); err != nil {
 		return 0, fmt.Errorf("counting prompt tokens: %w", err)
 	}
 	n := tokensReply
 	for i, m := range req.Messages {
-		n += tokensPerMessage + CountText(m.Role)
+		n += tokensPerMessage + count(m.Role)
 		if m.Name != "" {
-			n += tokensPerName + CountText(m.Name)
+			n += tokensPerName + count(m.Name)
 		}
-		c, err := countContent(m.Content)
+		c, err := countContent(m.Content, count, perImage)
 		if err != nil {
 			return 0, fmt.Errorf("counting prompt tokens: messages[%d].content: %w", i, err)
 		}
 		n += c
 		for _, tc := range m.ToolCalls {
-			n += CountText(tc.Function.Name) + CountText(tc.Function.Arguments)
+			n += count(tc.Function.Name) + count(tc.Function.Arguments)
 		}
 		if fc := m.FunctionCall; fc != nil {
-			n += CountText(fc.Name) + CountText(fc.Arguments)
+			n += count(fc.Name) + count(fc.Arguments)
 		}
 	}
 	var buf bytes.Buffer
@@ -172,12 +186,12 @@ func CountChatPrompt(body []byte) (int, error) {
 		if err := json.Compact(&buf, def); err != nil {
 			return 0, fmt.Errorf("counting prompt tokens: tools: %w", err)
 		}
-		n += CountText(buf.String())
+		n += count(buf.String())
 	}
 	return n, nil
 }
 
-func countContent(raw json.RawMessage) (int, error) {
+func countContent(raw json.RawMessage, count func(string) int, perImage int) (int, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return 0, nil
@@ -187,7 +201,7 @@ func countContent(raw json.RawMessage) (int, error) {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return 0, err
 		}
-		return CountText(s), nil
+		return count(s), nil
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
@@ -197,11 +211,11 @@ func countContent(raw json.RawMessage) (int, error) {
 	for _, p := range parts {
 		switch p.Type {
 		case "text":
-			n += CountText(p.Text)
+			n += count(p.Text)
 		case "refusal":
-			n += CountText(p.Refusal)
+			n += count(p.Refusal)
 		case "image_url":
-			n += tokensPerImage
+			n += perImage
 		}
 	}
 	return n, nil

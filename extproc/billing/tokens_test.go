@@ -209,3 +209,33 @@ func BenchmarkCountChatPrompt(b *testing.B) {
 		}
 	}
 }
+
+// TestPromptBoundIsAnUpperBound: the hold's bound is never below the tokenizer's count.
+func TestPromptBoundIsAnUpperBound(t *testing.T) {
+	for _, body := range []string{
+		`{"messages":[{"role":"user","content":"hello world"}]}`,
+		`{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":[{"type":"text","text":"日本語のテキスト、絵文字 🎉 and code: func main() {}"},{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`,
+		`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},{"role":"tool","tool_call_id":"c","content":"{\"temp\":21}"}]}`,
+	} {
+		exact, err := CountChatPrompt([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound, err := PromptBound([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bound < exact || exact <= 0 {
+			t.Fatalf("bound %d < count %d for %s", bound, exact, body)
+		}
+	}
+}
+
+func BenchmarkPromptBound(b *testing.B) {
+	body := []byte(`{"messages":[{"role":"system","content":"You are a helpful assistant that answers briefly."},{"role":"user","content":"What is the weather like in Paris today, and should I take an umbrella?"}]}`)
+	for b.Loop() {
+		if _, err := PromptBound(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

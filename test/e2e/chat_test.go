@@ -25,30 +25,57 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/tollway/tollway/test/fakeupstream"
 	"github.com/tollway/tollway/test/harness"
 )
 
 const providerKey = "sk-fake-provider-secret"
 
-// catalog is a providers/models config section with one model served by one fake.
-func catalog(fakeURL string) string {
+// catalog is a providers/models config section with one model served by one fake; extra lines
+// (e.g. pricing) are added to the model.
+func catalog(fakeURL string, extra ...string) string {
+	more := ""
+	for _, e := range extra {
+		more += "    " + e + "\n"
+	}
 	return fmt.Sprintf(`providers:
   - {name: fake, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
 models:
   - id: gpt-4o-mini
     name: GPT-4o mini
     providers: [{provider: fake, model: fake-llama-3}]
-    supported_sampling_parameters: [temperature, top_p, max_tokens, tools, tool_choice]
-`, fakeURL)
+    supported_sampling_parameters: [temperature, top_p, max_tokens, tools, tool_choice, stream_options]
+%s`, fakeURL, more)
 }
 
-func startWithFake(t *testing.T, opts fakeupstream.Options) (*gateway, *fakeupstream.Server) {
+func startWithFake(t *testing.T, opts fakeupstream.Options, extra ...string) (*gateway, *fakeupstream.Server) {
 	t.Helper()
 	opts.APIKey = providerKey
 	fake := fakeupstream.Start(t, opts)
-	g := startGateway(t, catalog(fake.URL()), "FAKE_PROVIDER_KEY="+providerKey)
+	g := startGateway(t, catalog(fake.URL(), extra...), "FAKE_PROVIDER_KEY="+providerKey)
 	return g, fake
+}
+
+// sdkPricing prices the SDK suites' model so their requests are billed like production ones.
+const sdkPricing = `pricing: {prompt: "0.0000025", completion: "0.00001"}`
+
+// checkBilled asserts every request of account was recorded from the provider's usage (none
+// estimated) and that credits = balance + spend to the digit.
+func checkBilled(t *testing.T, g *gateway, account string, credits string, requests int) {
+	t.Helper()
+	recs := g.waitRecords(account, requests)
+	spent := decimal.Zero
+	for _, r := range recs {
+		if r.Estimated || !r.Cost.IsPositive() {
+			t.Errorf("record %+v: want a priced record from the provider's usage", r)
+		}
+		spent = spent.Add(r.Cost)
+	}
+	if bal := g.balance(account); !bal.Add(spent).Equal(decimal.RequireFromString(credits)) {
+		t.Errorf("balance %s + spent %s != %s", bal, spent, credits)
+	}
 }
 
 func sdkEnv(g *gateway, key string) []string {
@@ -68,7 +95,10 @@ func TestOpenAIPythonSDK(t *testing.T) {
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("the Python SDK client is not installed (%v): run `make clients`", err)
 	}
-	g, _ := startWithFake(t, fakeupstream.Options{ChunkDelay: time.Millisecond})
+	g, fake := startWithFake(t, fakeupstream.Options{ChunkDelay: time.Millisecond}, sdkPricing)
+	if err := g.NewAccount(context.Background(), "py", "5"); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", filepath.Join(repoRoot, "test", "clients", "python"))
 	cmd.Env = sdkEnv(g, g.newKey("py"))
 	out, err := cmd.CombinedOutput()
@@ -79,6 +109,7 @@ func TestOpenAIPythonSDK(t *testing.T) {
 	if !strings.Contains(string(out), "passed") || strings.Contains(string(out), "skipped") {
 		t.Fatalf("pytest ran no tests or skipped some")
 	}
+	checkBilled(t, g, "py", "5", fake.RequestCount())
 }
 
 func TestOpenAINodeSDK(t *testing.T) {
@@ -89,7 +120,10 @@ func TestOpenAINodeSDK(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
 		t.Fatalf("the Node SDK client is not installed (%v): run `make clients`", err)
 	}
-	g, _ := startWithFake(t, fakeupstream.Options{ChunkDelay: time.Millisecond})
+	g, fake := startWithFake(t, fakeupstream.Options{ChunkDelay: time.Millisecond}, sdkPricing)
+	if err := g.NewAccount(context.Background(), "node", "5"); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command("node", "--test")
 	cmd.Dir = dir
 	cmd.Env = sdkEnv(g, g.newKey("node"))
@@ -101,6 +135,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 	if !strings.Contains(string(out), "# fail 0") || strings.Contains(string(out), "# pass 0") {
 		t.Fatalf("node ran no tests or some failed")
 	}
+	checkBilled(t, g, "node", "5", fake.RequestCount())
 }
 
 // TestUpstreamRequestIsRewritten checks what the provider actually receives.

@@ -180,3 +180,18 @@ test('unknown model is 400', async () => {
     },
   );
 });
+
+test('models list', async () => {
+  // The catalog is readable with the SDK; entries carry the spec's fields beyond OpenAI's.
+  const ids = [];
+  for await (const m of client().models.list()) {
+    ids.push(m.id);
+    if (m.id === env('TOLLWAY_MODEL')) {
+      for (const f of ['name', 'pricing', 'is_ready', 'is_free', 'input_modalities']) {
+        assert.ok(f in m, `catalog entry lacks ${f}`);
+      }
+      assert.equal(m.is_ready, true);
+    }
+  }
+  assert.ok(ids.includes(env('TOLLWAY_MODEL')), `catalog ${ids} lacks ${env('TOLLWAY_MODEL')}`);
+});

@@ -182,3 +182,14 @@ def test_unknown_model():
             extra_body={"route_mode": "fast"},
         )
     assert_gateway_error(info.value, 400)
+
+
+def test_models_list():
+    # The catalog is readable with the SDK; entries carry the spec's fields beyond OpenAI's.
+    models = {m.id: m for m in client().models.list()}
+    model = models[env("TOLLWAY_MODEL")]
+    extra = model.model_dump()
+    for field in ("name", "pricing", "is_ready", "is_free", "input_modalities", "supported_sampling_parameters"):
+        assert field in extra, field
+    assert extra["is_ready"] is True
+    assert client().models.retrieve(env("TOLLWAY_MODEL")).id == env("TOLLWAY_MODEL")
