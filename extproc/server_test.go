@@ -135,14 +135,16 @@ type envoy struct {
 	client extprocv3.ExternalProcessorClient
 }
 
-func startServer(t *testing.T, rt *Runtime) *envoy {
+func startServer(t *testing.T, rt *Runtime) *envoy { return startServerWith(t, rt, nil) }
+
+func startServerWith(t *testing.T, rt *Runtime, b *Billing) *envoy {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), rt, nil)
+	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), rt, b)
 	extprocv3.RegisterExternalProcessorServer(gs, srv)
 	done := make(chan error, 1)
 	go func() { done <- gs.Serve(lis) }()

@@ -255,6 +255,24 @@ func TestStreamingDoesNotChangeTheBill(t *testing.T) {
 	if s := g.usage("account=acme&model=priced"); s.Requests != 3 || !s.Cost.Equal(total) {
 		t.Fatalf("usage summary %+v", s)
 	}
+	// The CLI shows the same numbers, and a credit is usable at once.
+	out, err := g.cli("usage", "--account", "acme", "--model", "priced", "--since", time.Now().UTC().Format(time.DateOnly))
+	if err != nil || !strings.Contains(out, "TOTAL") || !strings.Contains(out, total.String()) {
+		t.Fatalf("tollway usage: %v\n%s", err, out)
+	}
+	if out, err = g.cli("accounts", "credit", "acme", "0.5"); err != nil {
+		t.Fatal(err)
+	}
+	want := decimal.RequireFromString("25.5").Sub(total)
+	if got := g.balance("acme"); !got.Equal(want) {
+		t.Fatalf("after a credit of 0.5: balance %s, want %s", got, want)
+	}
+	if out, err = g.cli("accounts", "list"); err != nil || !strings.Contains(out, want.String()) {
+		t.Fatalf("accounts list: %v\n%s", err, out)
+	}
+	if _, err := g.cli("accounts", "credit", "acme", "-1"); err == nil {
+		t.Fatal("a negative credit was accepted")
+	}
 }
 
 func readStream(t *testing.T, resp *http.Response) []string {

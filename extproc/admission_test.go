@@ -1,0 +1,176 @@
+package extproc
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/store"
+)
+
+// recorder collects what the server hands to durable storage.
+type recorder struct {
+	mu   sync.Mutex
+	recs []store.UsageRecord
+}
+
+func (r *recorder) record(rec store.UsageRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec)
+}
+
+func (r *recorder) all() []store.UsageRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]store.UsageRecord(nil), r.recs...)
+}
+
+var testNow = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+// billedServer runs the ext_proc server with billing: model "gpt" priced at $1 per prompt token
+// and $2 per completion token (so costs are easy to read), key_valid on account acct-key_valid.
+func billedServer(t *testing.T, credits string, limit *decimal.Decimal) (*envoy, *billing.Ledger, *recorder) {
+	t.Helper()
+	g := testGateway()
+	p, err := billing.ParsePricing(map[string]any{"prompt": "1", "completion": "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Models[0].Pricing = p
+	g.Models[0].MaxOutputLength = 10
+	k := keyRecord("key_valid", validSecret, false)
+	k.MonthlyLimit = limit
+	rt := Compile(g, []store.Key{k})
+	ledger := billing.NewLedger(map[string]decimal.Decimal{"acct-key_valid": decimal.RequireFromString(credits)}, nil, "2026-11")
+	rec := &recorder{}
+	e := startServerWith(t, rt, &Billing{Ledger: ledger, Record: rec.record, Now: func() time.Time { return testNow }})
+	return e, ledger, rec
+}
+
+func sseHeaders() *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			hdr(":status", "200", true), hdr("content-type", "text/event-stream", true),
+		}}},
+	}}
+}
+
+func bodyChunk(s string, eos bool) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: []byte(s), EndOfStream: eos},
+	}}
+}
+
+const shortPrompt = `{"model":"gpt","messages":[{"role":"user","content":"hi"}]}`
+
+func TestAdmissionRefusals(t *testing.T) {
+	// The hold for shortPrompt is its prompt bound x $1 + 10 output tokens x $2: more than $5.
+	e, _, rec := billedServer(t, "5", nil)
+	s := e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r1", true))
+	resp := s.roundTrip(requestBody(shortPrompt))
+	if im := resp.GetImmediateResponse(); im == nil || im.Status.Code != 402 || !strings.Contains(string(im.Body), "insufficient_credits") {
+		t.Fatalf("want 402 insufficient_credits, got %v", resp)
+	}
+	limit := decimal.RequireFromString("5")
+	e, _, _ = billedServer(t, "1000", &limit)
+	s = e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r2", true))
+	resp = s.roundTrip(requestBody(shortPrompt))
+	if im := resp.GetImmediateResponse(); im == nil || im.Status.Code != 403 || !strings.Contains(string(im.Body), "spend_limit_exceeded") {
+		t.Fatalf("want 403 spend_limit_exceeded, got %v", resp)
+	}
+	if len(rec.all()) != 0 {
+		t.Fatal("a refused request was billed")
+	}
+}
+
+func TestAdmissionBillsPlainAnswerFromUsage(t *testing.T) {
+	e, ledger, rec := billedServer(t, "1000", nil)
+	s := e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r1", true))
+	resp := s.roundTrip(requestBody(shortPrompt))
+	up := decodeObject(t, resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody())
+	if string(up["max_tokens"]) != "10" {
+		t.Fatalf("the model's output cap was not enforced upstream: max_tokens=%s", up["max_tokens"])
+	}
+	avail, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow)
+	if !avail.LessThan(decimal.NewFromInt(1000)) {
+		t.Fatal("no hold taken before forwarding")
+	}
+	resp = s.roundTrip(responseHeaders("200", true))
+	if m := resp.GetModeOverride(); m.GetResponseBodyMode() != extprocv3filter.ProcessingMode_BUFFERED {
+		t.Fatalf("plain answer not buffered for metering: %v", m)
+	}
+	s.roundTrip(responseBody(`{"choices":[{"index":0,"message":{"role":"assistant","content":"hey"}}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`))
+	s.close()
+	recs := rec.all()
+	if len(recs) != 1 || !recs[0].Cost.Equal(decimal.NewFromInt(11)) || recs[0].Estimated || recs[0].Provider != "openai" || !strings.HasPrefix(recs[0].RequestID, "r1.") {
+		t.Fatalf("records %+v: want one of $11 (3x1 + 4x2) from usage", recs)
+	}
+	if avail, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); !avail.Equal(decimal.NewFromInt(989)) {
+		t.Fatalf("available %s after settling $11 of 1000", avail)
+	}
+}
+
+func TestAdmissionStreamsAndCuts(t *testing.T) {
+	e, ledger, rec := billedServer(t, "1000", nil)
+	s := e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r1", true))
+	resp := s.roundTrip(requestBody(`{"model":"gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	up := decodeObject(t, resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody())
+	if !strings.Contains(string(up["stream_options"]), `"include_usage":true`) {
+		t.Fatalf("stream usage not requested upstream: %s", up["stream_options"])
+	}
+	if m := s.roundTrip(sseHeaders()).GetModeOverride(); m.GetResponseBodyMode() != extprocv3filter.ProcessingMode_STREAMED {
+		t.Fatalf("SSE not streamed through the meter: %v", m)
+	}
+	text := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hello\"}}]}\n\n"
+	if r := s.roundTrip(bodyChunk(text, false)); r.GetResponseBody().GetResponse().GetBodyMutation() != nil {
+		t.Fatal("a content chunk was rewritten")
+	}
+	r := s.roundTrip(bodyChunk("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n", true))
+	if got := string(r.GetResponseBody().GetResponse().GetBodyMutation().GetBody()); got != "data: [DONE]\n\n" {
+		t.Fatalf("client got %q; the usage chunk it did not ask for must go", got)
+	}
+	s.close()
+	if recs := rec.all(); len(recs) != 1 || !recs[0].Cost.Equal(decimal.NewFromInt(7)) || recs[0].Estimated {
+		t.Fatalf("records %+v: want $7 from the usage chunk", recs)
+	}
+
+	// A stream that ends without its end (client gone, provider cut) is billed from what was sent.
+	s = e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r2", true))
+	s.roundTrip(requestBody(`{"model":"gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	s.roundTrip(sseHeaders())
+	s.roundTrip(bodyChunk(text, false))
+	s.close()
+	waitFor := time.Now().Add(2 * time.Second)
+	for len(rec.all()) < 2 && time.Now().Before(waitFor) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	recs := rec.all()
+	if len(recs) != 2 || !recs[1].Estimated || recs[1].CompletionTokens != 1 || recs[1].PromptTokens == 0 {
+		t.Fatalf("records %+v: want an estimate for the cut stream", recs)
+	}
+
+	// A provider error releases the hold and bills nothing.
+	before, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow)
+	s = e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r3", true))
+	s.roundTrip(requestBody(shortPrompt))
+	s.roundTrip(responseHeaders("503", true))
+	s.roundTrip(responseBody(`{"error":{"message":"overloaded","code":"overloaded"}}`))
+	s.close()
+	if after, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); !after.Equal(before) || len(rec.all()) != 2 {
+		t.Fatalf("a failed request changed the books: %s -> %s", before, after)
+	}
+}
