@@ -28,48 +28,40 @@ func (u *upstreamUsage) billing() billing.Usage {
 // tokenizer can count when the provider reports no usage.
 type completionText struct {
 	Choices []struct {
-		Message *struct {
-			Content   *string `json:"content"`
-			ToolCalls []struct {
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"message"`
-		Delta *struct {
-			Content   *string `json:"content"`
-			ToolCalls []struct {
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"delta"`
+		Message *messageText `json:"message"`
+		Delta   *messageText `json:"delta"`
 	} `json:"choices"`
 	Usage *upstreamUsage `json:"usage"`
 }
 
+// messageText is an answer's message, or a stream's delta of one.
+type messageText struct {
+	Content   *string `json:"content"`
+	ToolCalls []struct {
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+func (m *messageText) appendText(b *bytes.Buffer) {
+	if m == nil {
+		return
+	}
+	if m.Content != nil {
+		b.WriteString(*m.Content)
+	}
+	for _, tc := range m.ToolCalls {
+		b.WriteString(tc.Function.Name)
+		b.WriteString(tc.Function.Arguments)
+	}
+}
+
 func (c *completionText) appendText(b *bytes.Buffer) {
 	for _, ch := range c.Choices {
-		if m := ch.Message; m != nil {
-			if m.Content != nil {
-				b.WriteString(*m.Content)
-			}
-			for _, tc := range m.ToolCalls {
-				b.WriteString(tc.Function.Name)
-				b.WriteString(tc.Function.Arguments)
-			}
-		}
-		if d := ch.Delta; d != nil {
-			if d.Content != nil {
-				b.WriteString(*d.Content)
-			}
-			for _, tc := range d.ToolCalls {
-				b.WriteString(tc.Function.Name)
-				b.WriteString(tc.Function.Arguments)
-			}
-		}
+		ch.Message.appendText(b)
+		ch.Delta.appendText(b)
 	}
 }
 
