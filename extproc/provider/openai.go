@@ -24,5 +24,5 @@ func (openAI) Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
 	if p.APIKey != "" {
 		auth = "Bearer " + p.APIKey
 	}
-	return &Upstream{Body: body, Headers: map[string]string{"authorization": auth}}, nil
+	return &Upstream{Body: body, Path: "/chat/completions", Headers: map[string]string{"authorization": auth}}, nil
 }

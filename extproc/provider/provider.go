@@ -45,8 +45,26 @@ func (r Request) Encode() []byte {
 
 // Upstream is what an adapter produces for one attempt.
 type Upstream struct {
-	Body    []byte
+	Body []byte
+	// Path is the request path below the provider's base path (the base URL's path), e.g.
+	// "/chat/completions", "/messages", "/models/gemini-2.5-flash:streamGenerateContent?alt=sse".
+	Path    string
 	Headers map[string]string // set on the upstream request; "" removes the header
+	// Response turns the provider's answer back into the OpenAI chat-completion shape; nil when
+	// the provider already speaks it. One per attempt: stream translation keeps state.
+	Response ResponseTranslator
+}
+
+// ResponseTranslator converts one provider answer into OpenAI chat-completion form, including
+// an OpenAI "usage" object (and, for streams, a final usage-only chunk with "choices": []
+// before "data: [DONE]") so metering reads every provider the same way.
+type ResponseTranslator interface {
+	// Body converts a complete successful (2xx) JSON answer into a chat.completion object.
+	Body(b []byte) ([]byte, error)
+	// Chunk converts the next bytes of a successful SSE answer into chat.completion.chunk
+	// events; end marks the last bytes. Input events may be split across calls: incomplete
+	// ones are held until their end arrives. Output is whole "data: ...\n\n" events.
+	Chunk(b []byte, end bool) ([]byte, error)
 }
 
 // Adapter builds the upstream request for one provider kind.
