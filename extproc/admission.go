@@ -8,6 +8,8 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
 )
@@ -48,20 +50,13 @@ func (x *exchange) admit(body []byte) *APIError {
 	if len(body) <= maxRetainedBody {
 		x.body = body
 	}
-	m := x.plan.model
-	out := x.plan.maxTokens
-	switch {
-	case out > 0 && m.MaxOutputLength > 0 && out > m.MaxOutputLength:
-		out = m.MaxOutputLength
-	case out > 0:
-	case m.MaxOutputLength > 0:
-		out = m.MaxOutputLength
-	case m.ContextLength > x.promptEstimate:
-		out = m.ContextLength - x.promptEstimate
-	default:
-		out = defaultOutputCap
+	// Any model of the chain may answer: hold for the most expensive.
+	worst := decimal.Zero
+	for _, m := range x.plan.models {
+		if w := m.Pricing.WorstCase(x.promptEstimate, outputCap(m, x.plan.maxTokens, x.promptEstimate)); w.GreaterThan(worst) {
+			worst = w
+		}
 	}
-	worst := m.Pricing.WorstCase(x.promptEstimate, out)
 	hold, err := b.Ledger.Reserve(x.key.Account, x.key.ID, x.key.MonthlyLimit, worst, b.Now())
 	switch {
 	case errors.Is(err, billing.ErrInsufficientCredits):
@@ -78,6 +73,21 @@ func (x *exchange) admit(body []byte) *APIError {
 	x.hold = hold
 	x.meter.dropUsage = x.plan.stream && !x.plan.clientUsage
 	return nil
+}
+
+// outputCap is the largest answer m can give this request.
+func outputCap(m *model, asked, prompt int64) int64 {
+	switch {
+	case asked > 0 && m.MaxOutputLength > 0 && asked > m.MaxOutputLength:
+		return m.MaxOutputLength
+	case asked > 0:
+		return asked
+	case m.MaxOutputLength > 0:
+		return m.MaxOutputLength
+	case m.ContextLength > prompt:
+		return m.ContextLength - prompt
+	}
+	return defaultOutputCap
 }
 
 // meterBody reads an answer to bill it. Streamed chunks go back as they came (less the usage
@@ -119,7 +129,8 @@ func (x *exchange) settle() {
 		KeyID:            x.key.ID,
 		Account:          x.key.Account,
 		Model:            x.plan.model.ID,
-		Provider:         x.plan.provider.Name,
+		Provider:         x.provider,
+		Route:            x.plan.routeID(),
 		PromptTokens:     usage.PromptTokens,
 		CompletionTokens: usage.CompletionTokens,
 		CachedTokens:     usage.CachedTokens,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // recorder collects what the server hands to durable storage.
@@ -56,9 +57,15 @@ func billedServer(t *testing.T, credits string, limit *decimal.Decimal) (*envoy,
 }
 
 func sseHeaders() *extprocv3.ProcessingRequest {
+	return servedHeaders("200", "text/event-stream", "openai/gpt")
+}
+
+// servedHeaders are response headers as the router-level filter sees them: with the attempt's
+// x-tollway-served.
+func servedHeaders(status, contentType, served string) *extprocv3.ProcessingRequest {
 	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-			hdr(":status", "200", true), hdr("content-type", "text/event-stream", true),
+			hdr(":status", status, true), hdr("content-type", contentType, true), hdr(ir.ServedHeader, served, true),
 		}}},
 	}}
 }
@@ -97,16 +104,18 @@ func TestAdmissionBillsPlainAnswerFromUsage(t *testing.T) {
 	e, ledger, rec := billedServer(t, "1000", nil)
 	s := e.open()
 	s.roundTrip(chatHeaders("Bearer "+validSecret, "r1", true))
-	resp := s.roundTrip(requestBody(shortPrompt))
-	up := decodeObject(t, resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody())
-	if string(up["max_tokens"]) != "10" {
-		t.Fatalf("the model's output cap was not enforced upstream: max_tokens=%s", up["max_tokens"])
+	s.roundTrip(requestBody(shortPrompt))
+	// The attempt enforces the model's output cap the hold was sized with.
+	rt := e.srv.runtime.Load()
+	up, _, err := rt.attempt([]byte(shortPrompt), rt.models["gpt"], rt.providers["openai"])
+	if err != nil || string(decodeObject(t, up.Body)["max_tokens"]) != "10" {
+		t.Fatalf("the model's output cap was not enforced upstream: %v %s", err, up.Body)
 	}
 	avail, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow)
 	if !avail.LessThan(decimal.NewFromInt(1000)) {
 		t.Fatal("no hold taken before forwarding")
 	}
-	resp = s.roundTrip(responseHeaders("200", true))
+	resp := s.roundTrip(servedHeaders("200", "application/json", "openai/gpt"))
 	if m := resp.GetModeOverride(); m.GetResponseBodyMode() != extprocv3filter.ProcessingMode_BUFFERED {
 		t.Fatalf("plain answer not buffered for metering: %v", m)
 	}
@@ -125,10 +134,12 @@ func TestAdmissionStreamsAndCuts(t *testing.T) {
 	e, ledger, rec := billedServer(t, "1000", nil)
 	s := e.open()
 	s.roundTrip(chatHeaders("Bearer "+validSecret, "r1", true))
-	resp := s.roundTrip(requestBody(`{"model":"gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
-	up := decodeObject(t, resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody())
-	if !strings.Contains(string(up["stream_options"]), `"include_usage":true`) {
-		t.Fatalf("stream usage not requested upstream: %s", up["stream_options"])
+	streamed := `{"model":"gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	s.roundTrip(requestBody(streamed))
+	rt := e.srv.runtime.Load()
+	up, _, err := rt.attempt([]byte(streamed), rt.models["gpt"], rt.providers["openai"])
+	if err != nil || !strings.Contains(string(decodeObject(t, up.Body)["stream_options"]), `"include_usage":true`) {
+		t.Fatalf("stream usage not requested upstream: %v %s", err, up.Body)
 	}
 	if m := s.roundTrip(sseHeaders()).GetModeOverride(); m.GetResponseBodyMode() != extprocv3filter.ProcessingMode_STREAMED {
 		t.Fatalf("SSE not streamed through the meter: %v", m)
@@ -167,7 +178,7 @@ func TestAdmissionStreamsAndCuts(t *testing.T) {
 	s = e.open()
 	s.roundTrip(chatHeaders("Bearer "+validSecret, "r3", true))
 	s.roundTrip(requestBody(shortPrompt))
-	s.roundTrip(responseHeaders("503", true))
+	s.roundTrip(servedHeaders("503", "application/json", "openai/gpt"))
 	s.roundTrip(responseBody(`{"error":{"message":"overloaded","code":"overloaded"}}`))
 	s.close()
 	if after, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); !after.Equal(before) || len(rec.all()) != 2 {

@@ -23,19 +23,37 @@ var gatewayFields = []string{"route", "route_mode"}
 
 var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
 
-// chatPlan is the decision for one chat request: where it goes and what is sent.
+// chatPlan is the router-level decision for one chat request: which chain of attempts Envoy
+// walks. The body is rewritten per attempt by the upstream ext_proc (see attempt).
 type chatPlan struct {
-	model    *model
-	provider *ir.Provider
-	upstream *provider.Upstream
-	removed  []string // parameters dropped because the model does not support them
+	model    *model // the catalog model asked for (for a route: the first of its chain)
+	route    *ir.Route
+	models   []*model // every model the chain may use, for the worst-case hold
+	cluster  string   // the Envoy cluster: a chain, or a provider for a pinned request
+	attempts int      // how many attempts the chain has
+	pinned   string   // provider name when route.provider pins the request
 
 	stream      bool
 	clientUsage bool  // the client asked for stream usage itself
 	maxTokens   int64 // the client's output cap (max_completion_tokens or max_tokens); 0 if none
 }
 
-// planChat validates a chat request body and builds its upstream request.
+// target names what the request asked for, for messages.
+func (p *chatPlan) target() string {
+	if p.route != nil {
+		return "route " + p.route.ID
+	}
+	return "model " + strconv.Quote(p.model.ID)
+}
+
+func (p *chatPlan) routeID() string {
+	if p.route == nil {
+		return ""
+	}
+	return p.route.ID
+}
+
+// planChat validates a chat request body and decides where it goes.
 func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	var req provider.Request
 	if err := json.Unmarshal(body, &req); err != nil || req == nil {
@@ -50,15 +68,24 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	if e := checkMessages(req["messages"]); e != nil {
 		return nil, e
 	}
-	var stream bool
+	plan := &chatPlan{}
 	if raw, ok := req["stream"]; ok {
 		var b *bool
 		if json.Unmarshal(raw, &b) != nil {
 			return nil, apiErr(http.StatusBadRequest, "invalid_request", "stream must be true or false")
 		}
-		stream = b != nil && *b
+		plan.stream = b != nil && *b
 	}
-	maxTokens, e := maxTokensOf(req)
+	var e *APIError
+	if plan.maxTokens, e = maxTokensOf(req); e != nil {
+		return nil, e
+	}
+	if plan.stream {
+		if plan.clientUsage, e = requestUsage(req); e != nil {
+			return nil, e
+		}
+	}
+	mode, e := routeMode(req["route_mode"])
 	if e != nil {
 		return nil, e
 	}
@@ -66,57 +93,173 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	if e != nil {
 		return nil, e
 	}
-	if strings.HasPrefix(modelID, "route:") {
-		return nil, apiErr(http.StatusBadRequest, "route_not_found",
-			"route %q does not exist; use a model id from GET /v1/models", modelID)
+	if strings.HasPrefix(modelID, ir.RoutePrefix) {
+		// The route chooses models and providers itself: route.provider is ignored.
+		return plan, rt.planRoute(plan, modelID, mode)
 	}
 	m, ok := rt.models[modelID]
 	if !ok {
 		return nil, apiErr(http.StatusBadRequest, "model_not_found",
 			"model %q is not in the catalog; GET /v1/models lists the model ids you can use", modelID)
 	}
-	target, p, e := rt.choose(m, pin)
-	if e != nil {
-		return nil, e
+	plan.model, plan.models = m, []*model{m}
+	if pin != "" {
+		return plan, rt.planPinned(plan, pin)
+	}
+	ch := rt.chains[ir.ModelChainCluster(m.ID)]
+	if len(ch) == 0 {
+		return nil, rt.unavailable(m)
+	}
+	plan.cluster, plan.attempts = ir.ModelChainCluster(m.ID), len(ch)
+	return plan, nil
+}
+
+func (rt *Runtime) planRoute(plan *chatPlan, id, mode string) *APIError {
+	r, ok := rt.routes[id]
+	if !ok {
+		return apiErr(http.StatusBadRequest, "route_not_found",
+			"route %q does not exist; `tollway routes list` shows the routes, GET /v1/models the models", id)
+	}
+	if r.Status != ir.RouteActive {
+		return apiErr(http.StatusConflict, "route_paused",
+			"route %s is paused; resume it (`tollway routes resume %s`) or send another route or model", id, id)
+	}
+	plan.route = r
+	if r.Rule == ir.RuleModeMapping {
+		if mode == "" {
+			mode = "balanced"
+		}
+		mid, ok := r.Modes[mode]
+		if !ok {
+			return apiErr(http.StatusBadRequest, "invalid_route_mode",
+				"route %s has no %q mode; it maps %s", id, mode, strings.Join(sortedKeys(r.Modes), ", "))
+		}
+		m := rt.models[mid]
+		plan.model, plan.models = m, []*model{m}
+		ch := rt.chains[ir.ModelChainCluster(mid)]
+		if len(ch) == 0 {
+			return rt.unavailable(m)
+		}
+		plan.cluster, plan.attempts = ir.ModelChainCluster(mid), len(ch)
+		return nil
+	}
+	for _, mid := range r.Models {
+		plan.models = append(plan.models, rt.models[mid])
+	}
+	plan.model = plan.models[0]
+	ch := rt.chains[ir.RouteChainCluster(r)]
+	if len(ch) == 0 {
+		return apiErr(http.StatusServiceUnavailable, "route_unavailable",
+			"no model of route %s has a provider that can take traffic; check their providers' credentials", id)
+	}
+	plan.cluster, plan.attempts = ir.RouteChainCluster(r), len(ch)
+	return nil
+}
+
+func (rt *Runtime) planPinned(plan *chatPlan, pin string) *APIError {
+	m := plan.model
+	for _, t := range m.Targets {
+		if t.Provider != pin {
+			continue
+		}
+		if p := rt.providers[pin]; p == nil || !p.Ready() {
+			return apiErr(http.StatusServiceUnavailable, "provider_not_available",
+				"provider %q has no API key configured; remove route.provider or choose another provider", pin)
+		}
+		plan.pinned, plan.cluster, plan.attempts = pin, ir.ClusterPrefix+pin, 1
+		return nil
+	}
+	names := make([]string, len(m.Targets))
+	for i, t := range m.Targets {
+		names[i] = t.Provider
+	}
+	return apiErr(http.StatusBadRequest, "provider_not_available",
+		"provider %q does not serve model %q (it is served by %s): remove route.provider or choose one of those",
+		pin, m.ID, strings.Join(names, ", "))
+}
+
+func (rt *Runtime) unavailable(m *model) *APIError {
+	var reasons []string
+	for _, t := range m.Targets {
+		reasons = append(reasons, "provider "+t.Provider+" has no API key configured")
+	}
+	return apiErr(http.StatusServiceUnavailable, "model_unavailable",
+		"model %q has no provider that can take traffic (%s); try another model", m.ID, strings.Join(reasons, "; "))
+}
+
+// attempt builds the upstream request of one attempt: the client's body for catalog model m on
+// provider p, without the gateway's own fields and the parameters m does not support, with the
+// model's output cap and stream usage requested, in p's API.
+func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Upstream, []string, error) {
+	var req provider.Request
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, nil, err
+	}
+	var target string
+	for _, t := range m.Targets {
+		if t.Provider == p.Name {
+			target = t.Model
+		}
+	}
+	if target == "" {
+		return nil, nil, errors.New("provider " + p.Name + " does not serve model " + m.ID)
 	}
 	for _, f := range gatewayFields {
 		delete(req, f)
 	}
-	plan := &chatPlan{model: m, provider: p, stream: stream, maxTokens: maxTokens}
-	if stream {
-		// Streams are billed from the provider's final usage chunk, so always ask for it; the
-		// chunk is removed again for clients that did not ask.
-		var e *APIError
-		if plan.clientUsage, e = requestUsage(req); e != nil {
-			return nil, e
-		}
-	}
+	var removed []string
 	if m.supported != nil {
 		for f := range req {
 			if !structuralFields[f] && !m.supported[f] {
-				plan.removed = append(plan.removed, f)
+				removed = append(removed, f)
 				delete(req, f)
 			}
 		}
-		sort.Strings(plan.removed)
-		plan.maxTokens, _ = maxTokensOf(req) // a cap the provider will not see does not bound the cost
+		sort.Strings(removed)
 	}
-	capOutput(req, plan)
+	maxTokens, _ := maxTokensOf(req) // a cap the provider will not see does not bound the cost
+	capOutput(req, m, maxTokens)
+	var stream *bool
+	if raw, ok := req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream != nil && *stream {
+		// Streams are billed from the provider's final usage chunk, so always ask for it; the
+		// router-level ext_proc removes it again for clients that did not ask.
+		if _, e := requestUsage(req); e != nil {
+			return nil, nil, errors.New(e.Message)
+		}
+	}
 	adapter, err := provider.For(p.Type)
 	if err != nil {
-		return nil, apiErr(http.StatusInternalServerError, "internal_error", "%v", err)
+		return nil, nil, err
 	}
-	if plan.upstream, err = adapter.Chat(p, target.Model, req); err != nil {
-		return nil, apiErr(http.StatusInternalServerError, "internal_error", "%v", err)
+	up, err := adapter.Chat(p, target, req)
+	return up, removed, err
+}
+
+func routeMode(raw json.RawMessage) (string, *APIError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
 	}
-	return plan, nil
+	var mode string
+	if json.Unmarshal(raw, &mode) != nil || !ir.ValidMode(mode) {
+		return "", apiErr(http.StatusBadRequest, "invalid_route_mode",
+			"route_mode must be one of %s (balanced when omitted)", strings.Join(ir.Modes, ", "))
+	}
+	return mode, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // capOutput bounds the answer by the model's max_output_length when the client asked for more
 // or set no cap, so the worst case the request was admitted for is the most it can cost.
-func capOutput(req provider.Request, plan *chatPlan) {
-	m := plan.model
-	if m.MaxOutputLength <= 0 || (plan.maxTokens > 0 && plan.maxTokens <= m.MaxOutputLength) {
+func capOutput(req provider.Request, m *model, maxTokens int64) {
+	if m.MaxOutputLength <= 0 || (maxTokens > 0 && maxTokens <= m.MaxOutputLength) {
 		return
 	}
 	field := "max_tokens"
@@ -127,7 +270,6 @@ func capOutput(req provider.Request, plan *chatPlan) {
 		return // the provider would not see it: the estimate stays the bound
 	}
 	req[field] = json.RawMessage(strconv.FormatInt(m.MaxOutputLength, 10))
-	plan.maxTokens = m.MaxOutputLength
 }
 
 // maxTokensOf reads the client's output cap; max_completion_tokens wins over the older max_tokens.
@@ -161,32 +303,6 @@ func requestUsage(req provider.Request) (bool, *APIError) {
 	raw, _ := json.Marshal(opts)
 	req["stream_options"] = raw
 	return asked, nil
-}
-
-// choose picks the first ready provider of m, or the pinned one.
-func (rt *Runtime) choose(m *model, pin string) (ir.Target, *ir.Provider, *APIError) {
-	var reasons []string
-	for _, t := range m.Targets {
-		if pin != "" && t.Provider != pin {
-			continue
-		}
-		p := rt.providers[t.Provider]
-		if p != nil && p.Ready() {
-			return t, p, nil
-		}
-		reasons = append(reasons, "provider "+t.Provider+" has no API key configured")
-	}
-	if pin != "" && len(reasons) == 0 {
-		names := make([]string, len(m.Targets))
-		for i, t := range m.Targets {
-			names[i] = t.Provider
-		}
-		return ir.Target{}, nil, apiErr(http.StatusBadRequest, "provider_not_available",
-			"provider %q does not serve model %q (it is served by %s): remove route.provider or choose one of those",
-			pin, m.ID, strings.Join(names, ", "))
-	}
-	return ir.Target{}, nil, apiErr(http.StatusServiceUnavailable, "model_unavailable",
-		"model %q has no provider that can take traffic (%s); try another model", m.ID, strings.Join(reasons, "; "))
 }
 
 func pinnedProvider(raw json.RawMessage) (string, *APIError) {

@@ -2,6 +2,9 @@ package extproc
 
 import (
 	"encoding/json"
+
+	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/xds/ir"
 	"net/http"
 	"reflect"
 	"sort"
@@ -9,27 +12,48 @@ import (
 	"testing"
 )
 
-func TestPlanChatRewritesForProvider(t *testing.T) {
-	rt := testRuntime()
-	body := `{"model":"gpt","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},"user":"u1",` +
-		`"temperature":0.2,"max_tokens":10,"top_k":5,"logit_bias":{"1":2},"route":{"provider":"openai"},"route_mode":"fallback"}`
+// firstAttempt plans body and rewrites it for the first attempt of its chain, as the upstream
+// ext_proc would for the endpoint Envoy picks first.
+func firstAttempt(t *testing.T, rt *Runtime, body string) (*chatPlan, *ir.Provider, *provider.Upstream, []string) {
+	t.Helper()
 	plan, e := rt.planChat([]byte(body))
 	if e != nil {
 		t.Fatalf("planChat: %v", e)
 	}
-	if plan.provider.Name != "openai" || plan.model.ID != "gpt" {
-		t.Errorf("plan goes to %s/%s, want openai/gpt", plan.provider.Name, plan.model.ID)
+	var p *ir.Provider
+	if plan.pinned != "" {
+		p = rt.providers[plan.pinned]
+	} else {
+		p = rt.providers[rt.chains[plan.cluster][0].Provider]
 	}
-	if want := []string{"logit_bias", "top_k"}; !reflect.DeepEqual(plan.removed, want) {
-		t.Errorf("removed = %v, want %v (sorted)", plan.removed, want)
+	up, removed, err := rt.attempt([]byte(body), plan.model, p)
+	if err != nil {
+		t.Fatalf("attempt: %v", err)
 	}
-	up := decodeObject(t, plan.upstream.Body)
+	return plan, p, up, removed
+}
+
+func TestPlanChatRewritesForProvider(t *testing.T) {
+	rt := testRuntime()
+	body := `{"model":"gpt","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},"user":"u1",` +
+		`"temperature":0.2,"max_tokens":10,"top_k":5,"logit_bias":{"1":2},"route":{"provider":"openai"},"route_mode":"fast"}`
+	plan, p, upstream, removed := firstAttempt(t, rt, body)
+	if p.Name != "openai" || plan.model.ID != "gpt" || plan.cluster != "provider.openai" || plan.attempts != 1 {
+		t.Errorf("plan goes to %s/%s via %s (%d attempts), want openai/gpt via provider.openai", p.Name, plan.model.ID, plan.cluster, plan.attempts)
+	}
+	if want := []string{"logit_bias", "top_k"}; !reflect.DeepEqual(removed, want) {
+		t.Errorf("removed = %v, want %v (sorted)", removed, want)
+	}
+	if upstream.Path != "/chat/completions" {
+		t.Errorf("path %q", upstream.Path)
+	}
+	up := decodeObject(t, upstream.Body)
 	if got := jsonString(t, up["model"]); got != "gpt-4o-2024-08-06" {
 		t.Errorf("upstream model = %q, want the provider's model name", got)
 	}
 	for _, gone := range []string{"route", "route_mode", "top_k", "logit_bias"} {
 		if _, ok := up[gone]; ok {
-			t.Errorf("upstream body still has %q: %s", gone, plan.upstream.Body)
+			t.Errorf("upstream body still has %q: %s", gone, upstream.Body)
 		}
 	}
 	want := map[string]string{
@@ -46,9 +70,9 @@ func TestPlanChatRewritesForProvider(t *testing.T) {
 		}
 	}
 	if len(up) != len(want)+1 {
-		t.Errorf("upstream body has %d fields, want %d: %s", len(up), len(want)+1, plan.upstream.Body)
+		t.Errorf("upstream body has %d fields, want %d: %s", len(up), len(want)+1, upstream.Body)
 	}
-	if got := plan.upstream.Headers["authorization"]; got != "Bearer sk-openai-secret" {
+	if got := upstream.Headers["authorization"]; got != "Bearer sk-openai-secret" {
 		t.Errorf("authorization = %q, want the provider key", got)
 	}
 }
@@ -56,24 +80,21 @@ func TestPlanChatRewritesForProvider(t *testing.T) {
 func TestPlanChatNoSupportedListPassesEverything(t *testing.T) {
 	rt := testRuntime()
 	body := `{"model":"free","messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}],"top_k":5,"frobnicate":{"a":1},"route":null}`
-	plan, e := rt.planChat([]byte(body))
-	if e != nil {
-		t.Fatalf("planChat: %v", e)
+	_, _, upstream, removed := firstAttempt(t, rt, body)
+	if len(removed) != 0 {
+		t.Errorf("removed = %v, want none for a model without a supported list", removed)
 	}
-	if len(plan.removed) != 0 {
-		t.Errorf("removed = %v, want none for a model without a supported list", plan.removed)
-	}
-	up := decodeObject(t, plan.upstream.Body)
+	up := decodeObject(t, upstream.Body)
 	if string(up["top_k"]) != "5" || string(up["frobnicate"]) != `{"a":1}` {
-		t.Errorf("unknown fields not passed through: %s", plan.upstream.Body)
+		t.Errorf("unknown fields not passed through: %s", upstream.Body)
 	}
 	if _, ok := up["route"]; ok {
-		t.Errorf("route must be stripped even when every field passes: %s", plan.upstream.Body)
+		t.Errorf("route must be stripped even when every field passes: %s", upstream.Body)
 	}
 	if got := jsonString(t, up["model"]); got != "qwen2.5:7b" {
 		t.Errorf("upstream model = %q", got)
 	}
-	if got, ok := plan.upstream.Headers["authorization"]; !ok || got != "" {
+	if got, ok := upstream.Headers["authorization"]; !ok || got != "" {
 		t.Errorf("authorization header = %q (present %v); a keyless provider must remove the client's header", got, ok)
 	}
 }
@@ -113,13 +134,14 @@ func TestPlanChatErrors(t *testing.T) {
 		{"unknown model", `{"model":"gpt-5",` + msgs + `}`, http.StatusBadRequest, "model_not_found", []string{`"gpt-5"`, "GET /v1/models"}},
 		{"route model", `{"model":"route:cheap",` + msgs + `}`, http.StatusBadRequest, "route_not_found", []string{`"route:cheap"`}},
 		{"only provider has no key", `{"model":"broken",` + msgs + `}`, http.StatusServiceUnavailable, "model_unavailable", []string{`"broken"`, "nokey"}},
-		{"pinned provider has no key", `{"model":"fallback",` + msgs + `,"route":{"provider":"nokey"}}`, http.StatusServiceUnavailable, "model_unavailable", []string{"nokey"}},
+		{"pinned provider has no key", `{"model":"fallback",` + msgs + `,"route":{"provider":"nokey"}}`, http.StatusServiceUnavailable, "provider_not_available", []string{"nokey"}},
+		{"bad route_mode", `{"model":"gpt",` + msgs + `,"route_mode":"turbo"}`, http.StatusBadRequest, "invalid_route_mode", []string{"fast, balanced, deep"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			plan, e := rt.planChat([]byte(tt.body))
 			if e == nil {
-				t.Fatalf("planChat(%s) succeeded with provider %s; want %d %s", tt.body, plan.provider.Name, tt.status, tt.code)
+				t.Fatalf("planChat(%s) succeeded via %s; want %d %s", tt.body, plan.cluster, tt.status, tt.code)
 			}
 			if e.Status != tt.status || e.Code != tt.code {
 				t.Errorf("got %d %s (%s), want %d %s", e.Status, e.Code, e.Message, tt.status, tt.code)
@@ -155,18 +177,15 @@ func TestPlanChatProviderChoice(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			plan, e := rt.planChat([]byte(tt.body))
-			if e != nil {
-				t.Fatalf("planChat: %v", e)
+			_, p, upstream, _ := firstAttempt(t, rt, tt.body)
+			if p.Name != tt.provider {
+				t.Errorf("provider = %s, want %s", p.Name, tt.provider)
 			}
-			if plan.provider.Name != tt.provider {
-				t.Errorf("provider = %s, want %s", plan.provider.Name, tt.provider)
-			}
-			up := decodeObject(t, plan.upstream.Body)
+			up := decodeObject(t, upstream.Body)
 			if got := jsonString(t, up["model"]); got != tt.model {
 				t.Errorf("upstream model = %q, want %q", got, tt.model)
 			}
-			if got := plan.upstream.Headers["authorization"]; got != tt.auth {
+			if got := upstream.Headers["authorization"]; got != tt.auth {
 				t.Errorf("authorization = %q, want %q", got, tt.auth)
 			}
 		})
@@ -189,14 +208,11 @@ func TestPlanChatAllRolesAccepted(t *testing.T) {
 func TestPlanChatRemovedSorted(t *testing.T) {
 	rt := testRuntime()
 	body := `{"model":"gpt","messages":[{"role":"user","content":"hi"}],"zz":1,"aa":2,"mm":3,"seed":4,"temperature":1}`
-	plan, e := rt.planChat([]byte(body))
-	if e != nil {
-		t.Fatal(e)
+	_, _, _, removed := firstAttempt(t, rt, body)
+	if !sort.StringsAreSorted(removed) || len(removed) != 4 {
+		t.Errorf("removed = %v, want 4 sorted names", removed)
 	}
-	if !sort.StringsAreSorted(plan.removed) || len(plan.removed) != 4 {
-		t.Errorf("removed = %v, want 4 sorted names", plan.removed)
-	}
-	if plan.removed[0] != "aa" || plan.removed[3] != "zz" {
-		t.Errorf("removed = %v", plan.removed)
+	if removed[0] != "aa" || removed[3] != "zz" {
+		t.Errorf("removed = %v", removed)
 	}
 }

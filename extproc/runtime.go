@@ -17,6 +17,8 @@ type Runtime struct {
 	modelIDs  []string // sorted, for the catalog
 	providers map[string]*ir.Provider
 	keys      map[[32]byte]*keyInfo
+	routes    map[string]*ir.Route    // by id, route:<slug>
+	chains    map[string][]ir.Attempt // by cluster name; only providers that can take traffic
 }
 
 type model struct {
@@ -35,12 +37,33 @@ type keyInfo struct {
 
 func (k *keyInfo) allows(model string) bool { return k.models == nil || k.models[model] }
 
+// allowsPlan: a route is allowed when the key lists the route itself or every model it may use.
+func (k *keyInfo) allowsPlan(p *chatPlan) bool {
+	if k.models == nil || (p.route != nil && k.models[p.route.ID]) {
+		return true
+	}
+	for _, m := range p.models {
+		if !k.models[m.ID] {
+			return false
+		}
+	}
+	return true
+}
+
 // Compile builds a Runtime from the IR and the key records. Revoked keys are left out.
 func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 	rt := &Runtime{
 		models:    make(map[string]*model, len(g.Models)),
 		providers: make(map[string]*ir.Provider, len(g.Providers)),
 		keys:      make(map[[32]byte]*keyInfo, len(keys)),
+		routes:    make(map[string]*ir.Route, len(g.Routes)),
+		chains:    map[string][]ir.Attempt{},
+	}
+	for i := range g.Routes {
+		rt.routes[g.Routes[i].ID] = &g.Routes[i]
+	}
+	for _, c := range g.Chains() {
+		rt.chains[c.Cluster] = c.Targets
 	}
 	for i := range g.Providers {
 		rt.providers[g.Providers[i].Name] = &g.Providers[i]

@@ -19,6 +19,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollway/tollway/extproc/billing"
@@ -97,11 +98,27 @@ type exchange struct {
 	body           []byte // the request, kept (when small) to count its prompt if a bill is estimated
 	meter          meter
 	streaming      bool
-	responded      bool // response headers arrived: the provider answered
+	responded      bool   // response headers arrived: the provider answered
+	provider       string // the provider that answered (from the upstream ext_proc)
+}
+
+// served records which attempt answered ("<provider>/<catalog model>"); the model's prices bill it.
+func (x *exchange) served(v string) {
+	p, mid, ok := strings.Cut(v, "/")
+	if !ok {
+		return
+	}
+	x.provider = p
+	if m := x.rt.models[mid]; m != nil {
+		x.plan.model = m
+	}
 }
 
 // Process handles one HTTP request's stream of messages from Envoy.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	if md, ok := metadata.FromIncomingContext(stream.Context()); ok && len(md.Get(ir.PhaseMetadata)) > 0 && md.Get(ir.PhaseMetadata)[0] == ir.PhaseUpstream {
+		return s.processAttempt(stream)
+	}
 	x := &exchange{s: s, rt: s.runtime.Load()}
 	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
 	// released: a request that got an answer is billed, from an estimate if need be.
@@ -184,8 +201,8 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-			// A client must not choose the provider route itself.
-			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ProviderHeader}},
+			// A client must not choose the cluster or claim who answered.
+			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ClusterHeader, ir.ModelHeader, ir.ServedHeader}},
 		}},
 	}}
 }
@@ -214,31 +231,27 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if e != nil {
 		return x.fail(e)
 	}
-	if !x.key.allows(plan.model.ID) {
+	if !x.key.allowsPlan(plan) {
 		return x.fail(apiErr(http.StatusForbidden, "model_not_allowed",
-			"this API key may not use model %q; use one of its allowed models (GET /v1/models with this key lists them) or another key", plan.model.ID))
+			"this API key may not use %s; use one of its allowed models (GET /v1/models with this key lists them) or another key", plan.target()))
 	}
 	x.plan = plan
 	if e := x.admit(b.GetBody()); e != nil {
 		return x.fail(e)
 	}
+	// The body goes on unchanged: each attempt's upstream ext_proc rewrites it for its provider.
 	set := []*corev3.HeaderValueOption{
-		setHeader(ir.ProviderHeader, plan.provider.Name),
-		setHeader("content-length", strconv.Itoa(len(plan.upstream.Body))),
+		setHeader(ir.ClusterHeader, plan.cluster),
+		// Envoy retries down the chain at most once per remaining attempt.
+		setHeader("x-envoy-max-retries", strconv.Itoa(plan.attempts-1)),
 	}
-	var remove []string
-	for k, v := range plan.upstream.Headers {
-		if v == "" {
-			remove = append(remove, k)
-		} else {
-			set = append(set, setHeader(k, v))
-		}
+	if plan.pinned != "" {
+		set = append(set, setHeader(ir.ModelHeader, plan.model.ID))
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
-			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: plan.upstream.Body}},
-			// The provider header picks the route, so the route chosen before it was set is void.
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
+			// The cluster header picks the cluster, so the route chosen before it was set is void.
 			ClearRouteCache: true,
 		}},
 	}}
@@ -254,11 +267,20 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	x.responded = true
 	common := &extprocv3.CommonResponse{}
 	if x.plan != nil {
-		set := []*corev3.HeaderValueOption{setHeader("x-tollway-provider", x.plan.provider.Name)}
-		if len(x.plan.removed) > 0 {
-			set = append(set, setHeader("x-tollway-removed-params", strings.Join(x.plan.removed, ",")))
+		// The attempt that answered says which provider and model it was.
+		for _, hv := range h.GetHeaders().GetHeaders() {
+			if hv.Key == ir.ServedHeader {
+				x.served(headerValue(hv))
+			}
 		}
-		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set}
+		mut := &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ServedHeader}}
+		if x.provider != "" {
+			mut.SetHeaders = []*corev3.HeaderValueOption{
+				setHeader(ir.ProviderHeader, x.provider),
+				setHeader(ir.ModelHeader, x.plan.model.ID),
+			}
+		}
+		common.HeaderMutation = mut
 	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: common},
@@ -293,9 +315,9 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 	if x.status < 400 {
 		return x.meterBody(b)
 	}
-	name := "upstream"
-	if x.plan != nil {
-		name = x.plan.provider.Name
+	name := "the provider"
+	if x.provider != "" {
+		name = x.provider
 	}
 	body := upstreamError(x.status, name, b.GetBody()).Body(x.requestID)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{

@@ -1,6 +1,11 @@
 package extproc
 
 import (
+	"fmt"
+
+	grpcmd "google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/shopspring/decimal"
 
 	"context"
@@ -279,15 +284,22 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// TestProcessChatFlow plays both filters Envoy runs: the router-level ext_proc picks the chain
+// and leaves the body alone; the upstream ext_proc of an attempt rewrites it for the endpoint's
+// provider and reports which attempt answered; the router-level one shapes errors.
 func TestProcessChatFlow(t *testing.T) {
 	e := startServer(t, testRuntime())
 	tests := []struct {
 		name       string
 		raw        bool
 		body       string
-		provider   string
-		model      string
+		cluster    string
+		attempts   string
+		provider   string // the endpoint the attempt goes to
+		model      string // upstream model name
 		auth       string // "" = removed
+		path       string
+		authority  string
 		removed    string // x-tollway-removed-params on the response, "" = absent
 		errStatus  string
 		errBody    string
@@ -296,22 +308,25 @@ func TestProcessChatFlow(t *testing.T) {
 	}{
 		{
 			name: "raw values, provider with key", raw: true,
-			body:     `{"model":"gpt","messages":[{"role":"user","content":"hi"}],"top_k":3,"seed":1,"temperature":0.5}`,
-			provider: "openai", model: "gpt-4o-2024-08-06", auth: "Bearer sk-openai-secret", removed: "seed,top_k",
+			body:    `{"model":"gpt","messages":[{"role":"user","content":"hi"}],"top_k":3,"seed":1,"temperature":0.5}`,
+			cluster: "chain.model.gpt", attempts: "1", provider: "openai", model: "gpt-4o-2024-08-06", auth: "Bearer sk-openai-secret",
+			path: "/v1/chat/completions", authority: "api.openai.com", removed: "seed,top_k",
 			errStatus: "429", errBody: `{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}`,
 			wantCode: "rate_limit_exceeded", wantErrMsg: "slow down",
 		},
 		{
 			name: "string values, keyless provider", raw: false,
-			body:     `{"model":"free","messages":[{"role":"user","content":"hi"}],"top_k":3}`,
-			provider: "local", model: "qwen2.5:7b", auth: "",
+			body:    `{"model":"free","messages":[{"role":"user","content":"hi"}],"top_k":3}`,
+			cluster: "chain.model.free", attempts: "0", provider: "local", model: "qwen2.5:7b", auth: "",
+			path: "/v1/chat/completions", authority: "127.0.0.1:11434",
 			errStatus: "500", errBody: "Internal Server Error",
 			wantCode: "upstream_error", wantErrMsg: "provider local answered HTTP 500: Internal Server Error",
 		},
 		{
-			name: "fallback past keyless provider", raw: true,
-			body:     `{"model":"fallback","messages":[{"role":"user","content":"hi"}]}`,
-			provider: "groq", model: "llama-3.3-70b", auth: "Bearer gsk-groq-secret",
+			name: "keyless provider left out of the chain", raw: true,
+			body:    `{"model":"fallback","messages":[{"role":"user","content":"hi"}]}`,
+			cluster: "chain.model.fallback", attempts: "0", provider: "groq", model: "llama-3.3-70b", auth: "Bearer gsk-groq-secret",
+			path: "/openai/v1/chat/completions", authority: "api.groq.com",
 			errStatus: "503", errBody: `{"error":"overloaded"}`,
 			wantCode: "upstream_error", wantErrMsg: "overloaded",
 		},
@@ -326,8 +341,8 @@ func TestProcessChatFlow(t *testing.T) {
 				if rh == nil {
 					t.Fatalf("request headers answered with %T, want RequestHeaders: %v", resp.Response, resp)
 				}
-				if rm := rh.GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, ir.ProviderHeader) {
-					t.Errorf("request headers remove %v; the client's %s must be removed", rm, ir.ProviderHeader)
+				if rm := rh.GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, ir.ClusterHeader) || !contains(rm, ir.ModelHeader) {
+					t.Errorf("request headers remove %v; the client's routing headers must be removed", rm)
 				}
 
 				resp = s.roundTrip(requestBody(tt.body))
@@ -336,9 +351,25 @@ func TestProcessChatFlow(t *testing.T) {
 					t.Fatalf("request body answered with %T, want RequestBody: %v", resp.Response, resp)
 				}
 				if !rb.GetClearRouteCache() {
-					t.Error("ClearRouteCache = false; the route must be recomputed after the provider header is set")
+					t.Error("ClearRouteCache = false; the route must be recomputed after the cluster header is set")
 				}
-				body := rb.GetBodyMutation().GetBody()
+				if rb.GetBodyMutation() != nil {
+					t.Error("the router-level filter rewrote the body; attempts rewrite it")
+				}
+				set := setHeaders(t, rb.GetHeaderMutation())
+				if set[ir.ClusterHeader] != tt.cluster || set["x-envoy-max-retries"] != tt.attempts {
+					t.Errorf("cluster %q retries %q, want %q %q", set[ir.ClusterHeader], set["x-envoy-max-retries"], tt.cluster, tt.attempts)
+				}
+
+				// The attempt, on the endpoint Envoy picked.
+				a := e.openAttempt(tt.provider, strings.TrimPrefix(tt.cluster, "chain.model."))
+				resp = a.roundTrip(chatHeaders("Bearer "+validSecret, requestID, tt.raw))
+				if resp.GetRequestHeaders() == nil {
+					t.Fatalf("attempt headers answered with %v", resp)
+				}
+				resp = a.roundTrip(requestBody(tt.body))
+				ab := resp.GetRequestBody().GetResponse()
+				body := ab.GetBodyMutation().GetBody()
 				up := decodeObject(t, body)
 				if got := jsonString(t, up["model"]); got != tt.model {
 					t.Errorf("upstream model = %q, want %q", got, tt.model)
@@ -346,40 +377,43 @@ func TestProcessChatFlow(t *testing.T) {
 				if _, ok := up["top_k"]; ok && tt.removed != "" {
 					t.Errorf("unsupported top_k forwarded: %s", body)
 				}
-				set := setHeaders(t, rb.GetHeaderMutation())
-				if set[ir.ProviderHeader] != tt.provider {
-					t.Errorf("%s = %q, want %q", ir.ProviderHeader, set[ir.ProviderHeader], tt.provider)
+				aset := setHeaders(t, ab.GetHeaderMutation())
+				if aset[":path"] != tt.path || aset[":authority"] != tt.authority || aset["content-length"] != strconv.Itoa(len(body)) {
+					t.Errorf(":path %q :authority %q content-length %q (body %d)", aset[":path"], aset[":authority"], aset["content-length"], len(body))
 				}
-				if set["content-length"] != strconv.Itoa(len(body)) {
-					t.Errorf("content-length = %q, body is %d bytes", set["content-length"], len(body))
-				}
-				removed := rb.GetHeaderMutation().GetRemoveHeaders()
+				removed := ab.GetHeaderMutation().GetRemoveHeaders()
 				if tt.auth == "" {
-					if _, ok := set["authorization"]; ok || !contains(removed, "authorization") {
-						t.Errorf("keyless provider: authorization set=%q removed=%v; the client's key must be removed", set["authorization"], removed)
+					if _, ok := aset["authorization"]; ok || !contains(removed, "authorization") {
+						t.Errorf("keyless provider: authorization set=%q removed=%v; the client's key must be removed", aset["authorization"], removed)
 					}
-				} else {
-					if set["authorization"] != tt.auth || contains(removed, "authorization") {
-						t.Errorf("authorization = %q (removed %v), want %q", set["authorization"], removed, tt.auth)
-					}
+				} else if aset["authorization"] != tt.auth || contains(removed, "authorization") {
+					t.Errorf("authorization = %q (removed %v), want %q", aset["authorization"], removed, tt.auth)
 				}
-				for k, v := range set {
+				for k, v := range aset {
 					if strings.Contains(v, validSecret) {
 						t.Errorf("client API key forwarded upstream in %s", k)
 					}
 				}
+				resp = a.roundTrip(responseHeaders(status, tt.raw))
+				served := setHeaders(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())
+				if got := served["x-tollway-removed-params"]; got != tt.removed {
+					t.Errorf("x-tollway-removed-params = %q, want %q", got, tt.removed)
+				}
+				a.close()
 
-				resp = s.roundTrip(responseHeaders(status, tt.raw))
+				// Back at the router-level filter, which learns who answered.
+				resp = s.roundTrip(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+					ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+						hdr(":status", status, tt.raw), hdr("content-type", "application/json", tt.raw), hdr(ir.ServedHeader, served[ir.ServedHeader], tt.raw),
+					}}},
+				}})
 				rsh := resp.GetResponseHeaders()
 				if rsh == nil {
 					t.Fatalf("response headers answered with %T", resp.Response)
 				}
 				rset := setHeaders(t, rsh.GetResponse().GetHeaderMutation())
-				if rset["x-tollway-provider"] != tt.provider {
-					t.Errorf("response x-tollway-provider = %q, want %q", rset["x-tollway-provider"], tt.provider)
-				}
-				if got := rset["x-tollway-removed-params"]; got != tt.removed {
-					t.Errorf("x-tollway-removed-params = %q, want %q", got, tt.removed)
+				if rset[ir.ProviderHeader] != tt.provider {
+					t.Errorf("response %s = %q, want %q", ir.ProviderHeader, rset[ir.ProviderHeader], tt.provider)
 				}
 				return resp, s
 			}
@@ -387,7 +421,7 @@ func TestProcessChatFlow(t *testing.T) {
 			t.Run("success passes through", func(t *testing.T) {
 				resp, s := run("200")
 				if resp.GetModeOverride() != nil {
-					t.Errorf("200 response got mode override %v; successful bodies must stream through", resp.GetModeOverride())
+					t.Errorf("200 response got mode override %v; without billing, successful bodies must stream through", resp.GetModeOverride())
 				}
 				s.close()
 			})
@@ -428,6 +462,36 @@ func TestProcessChatFlow(t *testing.T) {
 			})
 		})
 	}
+}
+
+// openAttempt opens an upstream-filter stream for an endpoint of provider serving model, with
+// the endpoint metadata as Envoy 1.40 sends it (protobuf text).
+func (e *envoy) openAttempt(providerName, model string) *attemptStream {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	e.t.Cleanup(cancel)
+	ctx = grpcmd.AppendToOutgoingContext(ctx, ir.PhaseMetadata, ir.PhaseUpstream)
+	s, err := e.client.Process(ctx)
+	if err != nil {
+		e.t.Fatalf("Process: %v", err)
+	}
+	md := fmt.Sprintf(`filter_metadata { key: "tollway" value { fields { key: "provider" value { string_value: %q } } fields { key: "model" value { string_value: %q } } } }`, providerName, model)
+	return &attemptStream{stream: stream{t: e.t, s: s}, attrs: map[string]*structpb.Struct{
+		"envoy.filters.http.ext_proc": {Fields: map[string]*structpb.Value{"xds.upstream_host_metadata": structpb.NewStringValue(md)}},
+	}}
+}
+
+type attemptStream struct {
+	stream
+	attrs map[string]*structpb.Struct
+}
+
+// roundTrip sends the endpoint attributes with the request headers, as Envoy does.
+func (a *attemptStream) roundTrip(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	if _, ok := req.Request.(*extprocv3.ProcessingRequest_RequestHeaders); ok {
+		req.Attributes = a.attrs
+	}
+	return a.stream.roundTrip(req)
 }
 
 func TestProcessImmediateResponses(t *testing.T) {

@@ -35,6 +35,7 @@ var (
 	bucketUsageByRequest = []byte("usage_by_request")
 	bucketUsageAgg       = []byte("usage_agg")
 	bucketSpendMonth     = []byte("spend_month")
+	bucketUsageRoute     = []byte("usage_route") // route \x00 model -> usageAgg, all time
 )
 
 const (
@@ -270,25 +271,13 @@ func (s *Store) Settle(rec UsageRecord) error {
 			return err
 		}
 
-		aggs := tx.Bucket(bucketUsageAgg)
-		var ag usageAgg
-		if v := aggs.Get(agKey); v != nil {
-			if err := jsonUnmarshal(v, &ag); err != nil {
+		if err := addAgg(tx.Bucket(bucketUsageAgg), agKey, &rec, estimated); err != nil {
+			return err
+		}
+		if rec.Route != "" {
+			if err := addAgg(tx.Bucket(bucketUsageRoute), routeAggKey(rec.Route, rec.Model), &rec, estimated); err != nil {
 				return err
 			}
-		}
-		ag.Requests++
-		ag.PromptTokens += rec.PromptTokens
-		ag.CompletionTokens += rec.CompletionTokens
-		ag.CachedTokens += rec.CachedTokens
-		ag.EstimatedRequests += estimated
-		ag.Cost = ag.Cost.Add(rec.Cost)
-		agJSON, err := json.Marshal(ag)
-		if err != nil {
-			return err
-		}
-		if err := aggs.Put(agKey, agJSON); err != nil {
-			return err
 		}
 
 		spend := tx.Bucket(bucketSpendMonth)
@@ -302,6 +291,48 @@ func (s *Store) Settle(rec UsageRecord) error {
 		}
 		return spend.Put(spKey, []byte(total.String()))
 	})
+}
+
+// addAgg adds one record to the aggregate at key k of bucket b.
+func addAgg(b *bolt.Bucket, k []byte, rec *UsageRecord, estimated int64) error {
+	var ag usageAgg
+	if v := b.Get(k); v != nil {
+		if err := jsonUnmarshal(v, &ag); err != nil {
+			return err
+		}
+	}
+	ag.Requests++
+	ag.PromptTokens += rec.PromptTokens
+	ag.CompletionTokens += rec.CompletionTokens
+	ag.CachedTokens += rec.CachedTokens
+	ag.EstimatedRequests += estimated
+	ag.Cost = ag.Cost.Add(rec.Cost)
+	agJSON, err := json.Marshal(ag)
+	if err != nil {
+		return err
+	}
+	return b.Put(k, agJSON)
+}
+
+func routeAggKey(route, model string) []byte { return []byte(route + "\x00" + model) }
+
+// RouteUsage returns each route's usage since it was first used, by model: route id -> rows
+// (Day and KeyID empty, Account empty, Model set).
+func (s *Store) RouteUsage() (map[string][]UsageRow, error) {
+	out := map[string][]UsageRow{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketUsageRoute).ForEach(func(k, v []byte) error {
+			route, model, _ := strings.Cut(string(k), "\x00")
+			var ag usageAgg
+			if err := jsonUnmarshal(v, &ag); err != nil {
+				return err
+			}
+			out[route] = append(out[route], UsageRow{Model: model, Requests: ag.Requests, PromptTokens: ag.PromptTokens,
+				CompletionTokens: ag.CompletionTokens, CachedTokens: ag.CachedTokens, EstimatedRequests: ag.EstimatedRequests, Cost: ag.Cost})
+			return nil
+		})
+	})
+	return out, err
 }
 
 // MonthSpend returns each key's spend in month ("2006-01", UTC), key id → cost. Keys that spent

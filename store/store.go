@@ -17,6 +17,7 @@ import (
 
 	"github.com/shopspring/decimal"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // Sentinel errors; callers map them to HTTP status at their boundary.
@@ -49,8 +50,8 @@ var (
 
 // allBuckets is every bucket Open creates.
 var allBuckets = [][]byte{
-	bucketProviders, bucketModels, bucketKeys,
-	bucketAccounts, bucketUsage, bucketUsageByRequest, bucketUsageAgg, bucketSpendMonth,
+	bucketProviders, bucketModels, bucketKeys, bucketRoutes,
+	bucketAccounts, bucketUsage, bucketUsageByRequest, bucketUsageAgg, bucketSpendMonth, bucketUsageRoute,
 }
 
 // Group commit for Settle: concurrent calls that arrive within MaxBatchDelay of the first share
@@ -161,6 +162,7 @@ func (s *Store) Close() error { return s.db.Close() }
 type Catalog struct {
 	Providers []Provider
 	Models    []Model
+	Routes    []Route
 }
 
 // ReplaceConfig makes the config-owned records equal to c in one transaction: records the file
@@ -170,7 +172,14 @@ func (s *Store) ReplaceConfig(c Catalog) error {
 		if err := replaceSource(tx.Bucket(bucketProviders), providerRecords(c.Providers)); err != nil {
 			return err
 		}
-		return replaceSource(tx.Bucket(bucketModels), modelRecords(c.Models))
+		if err := replaceSource(tx.Bucket(bucketModels), modelRecords(c.Models)); err != nil {
+			return err
+		}
+		rb, err := tx.CreateBucketIfNotExists(bucketRoutes)
+		if err != nil {
+			return err
+		}
+		return replaceSource(rb, routeRecords(rb, c.Routes))
 	})
 }
 
@@ -264,8 +273,15 @@ func (s *Store) Catalog() (Catalog, error) {
 		if err := eachJSON(tx.Bucket(bucketProviders), func(p Provider) { c.Providers = append(c.Providers, p) }); err != nil {
 			return err
 		}
-		return eachJSON(tx.Bucket(bucketModels), func(m Model) { c.Models = append(c.Models, m) })
+		if err := eachJSON(tx.Bucket(bucketModels), func(m Model) { c.Models = append(c.Models, m) }); err != nil {
+			return err
+		}
+		if rb := tx.Bucket(bucketRoutes); rb != nil {
+			return eachJSON(rb, func(r Route) { c.Routes = append(c.Routes, r) })
+		}
+		return nil
 	})
+	sort.Slice(c.Routes, func(i, j int) bool { return c.Routes[i].ID < c.Routes[j].ID })
 	sort.Slice(c.Providers, func(i, j int) bool { return c.Providers[i].Name < c.Providers[j].Name })
 	sort.Slice(c.Models, func(i, j int) bool { return c.Models[i].ID < c.Models[j].ID })
 	return c, err
@@ -328,8 +344,8 @@ func jsonUnmarshal(v []byte, out any) error {
 // RestoreCatalog puts providers and models back exactly as c has them (undoing a rejected change).
 func (s *Store) RestoreCatalog(c Catalog) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketProviders, bucketModels} {
-			if err := tx.DeleteBucket(name); err != nil {
+		for _, name := range [][]byte{bucketProviders, bucketModels, bucketRoutes} {
+			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 				return err
 			}
 			if _, err := tx.CreateBucket(name); err != nil {
@@ -343,6 +359,11 @@ func (s *Store) RestoreCatalog(c Catalog) error {
 		}
 		for _, m := range c.Models {
 			if err := putJSON(tx.Bucket(bucketModels), m.ID, m); err != nil {
+				return err
+			}
+		}
+		for _, r := range c.Routes {
+			if err := putJSON(tx.Bucket(bucketRoutes), r.ID, r); err != nil {
 				return err
 			}
 		}

@@ -18,15 +18,17 @@ import (
 
 // Names shared by the translator, the bootstrap and the ext_proc server.
 const (
-	ListenerName       = "public"
-	RouteConfigName    = "public"
-	ExtProcCluster     = "tollway_extproc"
-	XDSCluster         = "tollway_xds"
-	ProviderHeader     = "x-tollway-provider" // set by ext_proc, matched by routes, removed before upstream
-	ClusterPrefix      = "provider."
-	MaxBodyBytes       = 32 << 20 // spec: base64 images up to 20 MB, with room for JSON around them
-	BufferLimitBytes   = MaxBodyBytes + 8<<20
-	ProviderTypeOpenAI = "openai"
+	ListenerName          = "public"
+	RouteConfigName       = "public"
+	ExtProcCluster        = "tollway_extproc"
+	XDSCluster            = "tollway_xds"
+	ProviderHeader        = "x-tollway-provider" // a response header: the provider that answered
+	ClusterPrefix         = "provider."
+	MaxBodyBytes          = 32 << 20 // spec: base64 images up to 20 MB, with room for JSON around them
+	BufferLimitBytes      = MaxBodyBytes + 8<<20
+	ProviderTypeOpenAI    = "openai"
+	ProviderTypeAnthropic = "anthropic"
+	ProviderTypeGemini    = "gemini"
 )
 
 // ErrInvalid marks a configuration the IR refuses.
@@ -37,6 +39,7 @@ type Gateway struct {
 	Listener  Listener   `json:"listener"`
 	Providers []Provider `json:"providers"`
 	Models    []Model    `json:"models"`
+	Routes    []Route    `json:"routes,omitempty"`
 }
 
 // Listener is the public HTTP listener ({base_url} = http://Address:Port/v1).
@@ -65,6 +68,14 @@ type Provider struct {
 // ClusterName is the Envoy cluster that reaches this provider.
 func (p *Provider) ClusterName() string { return ClusterPrefix + p.Name }
 
+// Authority is the Host a request to the provider carries (the port only when not the default).
+func (p *Provider) Authority() string {
+	if (p.TLS && p.Port == 443) || (!p.TLS && p.Port == 80) {
+		return p.Host
+	}
+	return p.Host + ":" + strconv.FormatUint(uint64(p.Port), 10)
+}
+
 // Ready reports whether the provider has what it needs to take traffic.
 func (p *Provider) Ready() bool { return !p.NeedsKey || p.APIKey != "" }
 
@@ -92,7 +103,7 @@ type Target struct {
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // knownTypes are the provider adapters ext_proc has.
-var knownTypes = map[string]bool{ProviderTypeOpenAI: true}
+var knownTypes = map[string]bool{ProviderTypeOpenAI: true, ProviderTypeAnthropic: true, ProviderTypeGemini: true}
 
 // ParseListen turns "host:port" into a Listener.
 func ParseListen(addr string) (Listener, error) {
@@ -157,7 +168,7 @@ func (g *Gateway) Validate() error {
 		case providers[p.Name]:
 			bad("provider %q: defined twice", p.Name)
 		case !knownTypes[p.Type]:
-			bad("provider %q: unknown type %q (supported: %s)", p.Name, p.Type, ProviderTypeOpenAI)
+			bad("provider %q: unknown type %q (supported: openai, anthropic, gemini)", p.Name, p.Type)
 		case p.Host == "" || p.Port == 0:
 			bad("provider %q: base_url is required", p.Name)
 		case p.TLS && p.CAFile == "":
@@ -186,5 +197,6 @@ func (g *Gateway) Validate() error {
 			}
 		}
 	}
+	g.validateRoutes(models, bad)
 	return errors.Join(errs...)
 }

@@ -135,7 +135,7 @@ func TestValidateRejects(t *testing.T) {
 		{"empty name", func(g *Gateway) { g.Providers[0].Name = "" }, []string{`provider ""`}},
 		{"name too long", func(g *Gateway) { g.Providers[0].Name = strings.Repeat("a", 64) }, []string{"max 63"}},
 		{"duplicate provider", func(g *Gateway) { g.Providers[1].Name = "openai" }, []string{`provider "openai": defined twice`}},
-		{"unknown type", func(g *Gateway) { g.Providers[1].Type = "anthropic" }, []string{`provider "local_1": unknown type "anthropic"`}},
+		{"unknown type", func(g *Gateway) { g.Providers[1].Type = "cohere" }, []string{`provider "local_1": unknown type "cohere"`}},
 		{"no host", func(g *Gateway) { g.Providers[0].Host = "" }, []string{`provider "openai": base_url is required`}},
 		{"no provider port", func(g *Gateway) { g.Providers[0].Port = 0 }, []string{`provider "openai": base_url is required`}},
 		{"empty model id", func(g *Gateway) { g.Models[0].ID = "" }, []string{`model ""`}},

@@ -5,11 +5,13 @@ import (
 	"time"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
+	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	celv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/filters/cel/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
@@ -108,6 +110,8 @@ func ExtProc() *extprocv3.ExternalProcessor {
 		},
 		AllowModeOverride: true,
 		MessageTimeout:    durationpb.New(ExtProcMessageTimeout),
+		// x-envoy-max-retries bounds a request's retries to its chain's length.
+		MutationRules: &mutationrulesv3.HeaderMutationRules{AllowEnvoy: wrapperspb.Bool(true)},
 	}
 }
 
@@ -158,4 +162,47 @@ func adsSource() *corev3.ConfigSource {
 
 func exact(s string) *matcherv3.StringMatcher {
 	return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: s}}
+}
+
+// UpstreamExtProc runs on every attempt, after Envoy picked the endpoint: it learns the
+// attempt's provider and model from the endpoint metadata, rewrites the body, path, host and
+// credentials for that provider, and translates the answer back when the provider speaks
+// another API. Routing headers (:path, :authority) may be rewritten here, and only here.
+func UpstreamExtProc() *extprocv3.ExternalProcessor {
+	return &extprocv3.ExternalProcessor{
+		GrpcService: &corev3.GrpcService{
+			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
+				ClusterName:             ir.ExtProcCluster,
+				MaxReceiveMessageLength: wrapperspb.UInt32(2 * ir.BufferLimitBytes),
+			}},
+			InitialMetadata: []*corev3.HeaderValue{{Key: ir.PhaseMetadata, Value: ir.PhaseUpstream}},
+		},
+		ProcessingMode: &extprocv3.ProcessingMode{
+			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
+			RequestBodyMode:     extprocv3.ProcessingMode_BUFFERED,
+			RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
+			ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
+			ResponseBodyMode:    extprocv3.ProcessingMode_NONE,
+			ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+		},
+		AllowModeOverride: true,
+		MessageTimeout:    durationpb.New(ExtProcMessageTimeout),
+		RequestAttributes: []string{"xds.upstream_host_metadata"},
+		MutationRules:     &mutationrulesv3.HeaderMutationRules{AllowAllRouting: wrapperspb.Bool(true), AllowEnvoy: wrapperspb.Bool(true)},
+	}
+}
+
+func upstreamFilters() ([]*hcmv3.HttpFilter, error) {
+	ext, err := anypb.New(UpstreamExtProc())
+	if err != nil {
+		return nil, err
+	}
+	codec, err := anypb.New(&upstreamcodecv3.UpstreamCodec{})
+	if err != nil {
+		return nil, err
+	}
+	return []*hcmv3.HttpFilter{
+		{Name: "envoy.filters.http.ext_proc", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: ext}},
+		{Name: "envoy.filters.http.upstream_codec", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: codec}},
+	}, nil
 }

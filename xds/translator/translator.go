@@ -13,11 +13,13 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	previouspriorities "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollway/tollway/xds/ir"
@@ -44,27 +46,59 @@ func Translate(g *ir.Gateway) (*Resources, error) {
 		return nil, err
 	}
 	r := &Resources{Listeners: []*listenerv3.Listener{l}, Routes: []*routev3.RouteConfiguration{routes(g)}}
-	providers := append([]ir.Provider(nil), g.Providers...)
-	sort.Slice(providers, func(i, j int) bool { return providers[i].Name < providers[j].Name })
-	for i := range providers {
-		c, err := cluster(&providers[i])
+	providers := make(map[string]*ir.Provider, len(g.Providers))
+	for i := range g.Providers {
+		p := &g.Providers[i]
+		providers[p.Name] = p
+		// A provider's own cluster serves requests pinned to it (route.provider): one attempt.
+		c, err := cluster(p.ClusterName(), []endpoint{{provider: p}})
 		if err != nil {
 			return nil, err
 		}
 		r.Clusters = append(r.Clusters, c)
 	}
+	for _, ch := range g.Chains() {
+		eps := make([]endpoint, len(ch.Targets))
+		for i, t := range ch.Targets {
+			eps[i] = endpoint{provider: providers[t.Provider], model: t.Model}
+		}
+		c, err := cluster(ch.Cluster, eps)
+		if err != nil {
+			return nil, err
+		}
+		r.Clusters = append(r.Clusters, c)
+	}
+	sort.Slice(r.Clusters, func(i, j int) bool { return r.Clusters[i].Name < r.Clusters[j].Name })
 	return r, nil
 }
 
+// maxAttempts bounds the retries of one request; ext_proc lowers it per request
+// (x-envoy-max-retries) to the length of the request's chain.
+const maxAttempts = 8
+
 func routes(g *ir.Gateway) *routev3.RouteConfiguration {
-	providers := append([]ir.Provider(nil), g.Providers...)
-	sort.Slice(providers, func(i, j int) bool { return providers[i].Name < providers[j].Name })
-	var rs []*routev3.Route
-	for _, p := range providers {
-		rs = append(rs, providerRoute(&p))
-	}
+	rs := []*routev3.Route{{
+		// ext_proc names the cluster (a chain, or a provider for a pinned request) after reading
+		// the body; Envoy then walks the chain's priorities on failure, each attempt rewritten by
+		// the upstream ext_proc for its own provider.
+		Name: "chat",
+		Match: &routev3.RouteMatch{
+			PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/v1/"},
+			Headers: []*routev3.HeaderMatcher{{
+				Name:                 ir.ClusterHeader,
+				HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
+			}},
+		},
+		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+			ClusterSpecifier: &routev3.RouteAction_ClusterHeader{ClusterHeader: ir.ClusterHeader},
+			Timeout:          durationpb.New(0),
+			IdleTimeout:      durationpb.New(streamIdle),
+			RetryPolicy:      retryPolicy(),
+		}},
+		RequestHeadersToRemove: []string{ir.ClusterHeader},
+	}}
 	// ext_proc answers every request it does not route itself; reaching this route means it let
-	// one through without choosing a provider, which must not silently go anywhere.
+	// one through without choosing a cluster, which must not silently go anywhere.
 	rs = append(rs, &routev3.Route{
 		Name:  "unrouted",
 		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
@@ -84,60 +118,108 @@ func routes(g *ir.Gateway) *routev3.RouteConfiguration {
 			Name:    "tollway",
 			Domains: []string{"*"},
 			Routes:  rs,
-			// Big base64 bodies are buffered for ext_proc; the virtual host must allow them.
+			// Big base64 bodies are buffered for ext_proc and kept for retries.
 			RequestBodyBufferLimit: wrapperspb.UInt64(ir.BufferLimitBytes),
 		}},
 	}
 }
 
-// providerRoute sends requests that ext_proc tagged with a provider to that provider's cluster,
-// rewriting /v1/ to the provider's base path and Host to its authority.
-func providerRoute(p *ir.Provider) *routev3.Route {
-	return &routev3.Route{
-		Name: ir.ClusterPrefix + p.Name,
-		Match: &routev3.RouteMatch{
-			PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/v1/"},
-			Headers: []*routev3.HeaderMatcher{{
-				Name:                 ir.ProviderHeader,
-				HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: exact(p.Name)},
-			}},
+// retryPolicy moves a failed attempt to the next priority (the next provider or model of the
+// chain). Retried: connection failures and resets before the answer started, 5xx, 429, and an
+// attempt that stays silent for attemptIdle. Not retried: other 4xx (the request itself is at
+// fault) and anything after the first byte reached the client.
+func retryPolicy() *routev3.RetryPolicy {
+	prev, _ := anypb.New(&previouspriorities.PreviousPrioritiesConfig{UpdateFrequency: 1})
+	return &routev3.RetryPolicy{
+		RetryOn:              "5xx,reset,connect-failure,retriable-status-codes",
+		RetriableStatusCodes: []uint32{429},
+		NumRetries:           wrapperspb.UInt32(maxAttempts - 1),
+		PerTryIdleTimeout:    durationpb.New(attemptIdle),
+		RetryPriority: &routev3.RetryPolicy_RetryPriority{
+			Name:       "envoy.retry_priorities.previous_priorities",
+			ConfigType: &routev3.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: prev},
 		},
-		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-			ClusterSpecifier:     &routev3.RouteAction_Cluster{Cluster: p.ClusterName()},
-			PrefixRewrite:        p.BasePath + "/",
-			HostRewriteSpecifier: &routev3.RouteAction_HostRewriteLiteral{HostRewriteLiteral: authority(p)},
-			Timeout:              durationpb.New(0),
-			IdleTimeout:          durationpb.New(streamIdle),
-		}},
-		RequestHeadersToRemove: []string{ir.ProviderHeader},
+		RetryBackOff: &routev3.RetryPolicy_RetryBackOff{
+			BaseInterval: durationpb.New(5 * time.Millisecond),
+			MaxInterval:  durationpb.New(50 * time.Millisecond),
+		},
 	}
 }
 
-func authority(p *ir.Provider) string {
-	if (p.TLS && p.Port == 443) || (!p.TLS && p.Port == 80) {
-		return p.Host
-	}
-	return fmt.Sprintf("%s:%d", p.Host, p.Port)
+// attemptIdle is how long an attempt may stay silent before the next one is tried.
+const attemptIdle = 60 * time.Second
+
+// endpoint is one attempt of a cluster: a provider and, in a chain, the catalog model it serves.
+type endpoint struct {
+	provider *ir.Provider
+	model    string
 }
 
-func cluster(p *ir.Provider) (*clusterv3.Cluster, error) {
+// cluster builds an upstream cluster whose endpoints are attempts in priority order. Each
+// endpoint carries its provider (and model) as metadata for the upstream ext_proc, and selects
+// its own TLS settings through transport socket matching, since one chain mixes providers.
+func cluster(name string, eps []endpoint) (*clusterv3.Cluster, error) {
 	c := &clusterv3.Cluster{
-		Name:                          p.ClusterName(),
+		Name:                          name,
 		ConnectTimeout:                durationpb.New(connectTimeout),
 		PerConnectionBufferLimitBytes: wrapperspb.UInt32(ir.BufferLimitBytes),
-		LoadAssignment: &endpointv3.ClusterLoadAssignment{
-			ClusterName: p.ClusterName(),
-			Endpoints: []*endpointv3.LocalityLbEndpoints{{
-				LbEndpoints: []*endpointv3.LbEndpoint{{
-					HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-						Address: socketAddress(p.Host, p.Port),
-					}},
-				}},
-			}},
-		},
+		// STRICT_DNS resolves host names and takes literal IPs; every priority is one attempt.
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS},
+		DnsLookupFamily:      clusterv3.Cluster_V4_PREFERRED,
+		LoadAssignment:       &endpointv3.ClusterLoadAssignment{ClusterName: name},
 	}
-	// Health feeds the catalog's is_ready (and, later, failover): a TCP connect check finds a
-	// provider that is down before traffic does, outlier detection ejects one that fails requests.
+	// h2 is negotiated by ALPN, which Envoy allows only when every endpoint speaks TLS; a
+	// cluster that mixes TLS and plaintext endpoints uses HTTP/1.1 throughout.
+	allTLS := true
+	for _, ep := range eps {
+		allTLS = allTLS && ep.provider.TLS
+	}
+	alpn := []string{"http/1.1"}
+	if allTLS {
+		alpn = []string{"h2", "http/1.1"}
+	}
+	tlsDone := map[string]bool{}
+	for i, ep := range eps {
+		p := ep.provider
+		fields := map[string]*structpb.Value{"provider": structpb.NewStringValue(p.Name)}
+		if ep.model != "" {
+			fields["model"] = structpb.NewStringValue(ep.model)
+		}
+		md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{ir.MetadataNamespace: {Fields: fields}}}
+		if p.TLS {
+			md.FilterMetadata["envoy.transport_socket_match"] = &structpb.Struct{Fields: map[string]*structpb.Value{
+				"tls": structpb.NewStringValue(p.Name),
+			}}
+			if !tlsDone[p.Name] {
+				tlsDone[p.Name] = true
+				ts, err := tlsSocket(p, alpn)
+				if err != nil {
+					return nil, err
+				}
+				if c.TransportSocket == nil && allTLS {
+					c.TransportSocket = ts // the default must speak ALPN too; matches pick per endpoint
+				}
+				c.TransportSocketMatches = append(c.TransportSocketMatches, &clusterv3.Cluster_TransportSocketMatch{
+					Name:            "tls." + p.Name,
+					Match:           &structpb.Struct{Fields: map[string]*structpb.Value{"tls": structpb.NewStringValue(p.Name)}},
+					TransportSocket: ts,
+				})
+			}
+		}
+		c.LoadAssignment.Endpoints = append(c.LoadAssignment.Endpoints, &endpointv3.LocalityLbEndpoints{
+			Priority: uint32(i),
+			LbEndpoints: []*endpointv3.LbEndpoint{{
+				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+					Address:  socketAddress(p.Host, p.Port),
+					Hostname: p.Authority(),
+				}},
+				Metadata: md,
+			}},
+		})
+	}
+	// Health feeds the catalog's is_ready and lets a chain skip a provider that is down before
+	// any request fails on it: a TCP connect check finds one that is down, outlier detection
+	// ejects one that fails requests.
 	c.HealthChecks = []*corev3.HealthCheck{{
 		Timeout:            durationpb.New(2 * time.Second),
 		Interval:           durationpb.New(5 * time.Second),
@@ -154,48 +236,56 @@ func cluster(p *ir.Provider) (*clusterv3.Cluster, error) {
 		BaseEjectionTime:                   durationpb.New(30 * time.Second),
 		MaxEjectionPercent:                 wrapperspb.UInt32(100),
 	}
-	// Literal IPs need no resolver; names use LOGICAL_DNS, the right type for large web APIs
-	// behind rotating addresses.
-	if _, err := netip.ParseAddr(p.Host); err == nil {
-		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
-	} else {
-		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_LOGICAL_DNS}
-		c.DnsLookupFamily = clusterv3.Cluster_V4_PREFERRED
+	opts, err := upstreamOptions(allTLS)
+	if err != nil {
+		return nil, fmt.Errorf("translator: cluster %s: %w", name, err)
 	}
+	if err := typedOptions(c, opts); err != nil {
+		return nil, fmt.Errorf("translator: cluster %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// tlsSocket verifies the provider's certificate against its CA bundle and host name. Host
+// names are sent as SNI and matched as DNS SANs; literal IPs (in-mesh servers) are matched as IP
+// SANs and sent without SNI, which may not carry an address.
+func tlsSocket(p *ir.Provider, alpn []string) (*corev3.TransportSocket, error) {
+	sni, sanType := p.Host, tlsv3.SubjectAltNameMatcher_DNS
+	if _, err := netip.ParseAddr(p.Host); err == nil {
+		sni, sanType = "", tlsv3.SubjectAltNameMatcher_IP_ADDRESS
+	}
+	tls, err := anypb.New(&tlsv3.UpstreamTlsContext{
+		Sni: sni,
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			AlpnProtocols: alpn,
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{
+				ValidationContext: &tlsv3.CertificateValidationContext{
+					TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: p.CAFile}},
+					// Without a SAN matcher Envoy checks the chain but not the host name.
+					MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+						SanType: sanType,
+						Matcher: exact(p.Host),
+					}},
+				},
+			},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("translator: provider %s tls: %w", p.Name, err)
+	}
+	return &corev3.TransportSocket{
+		Name:       "envoy.transport_sockets.tls",
+		ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tls},
+	}, nil
+}
+
+// upstreamOptions: all-TLS clusters negotiate h2 or http/1.1 by ALPN, others use HTTP/1.1; the
+// upstream filter chain runs the per-attempt ext_proc before the codec.
+func upstreamOptions(allTLS bool) (*httpv3.HttpProtocolOptions, error) {
 	opts := &httpv3.HttpProtocolOptions{
 		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(time.Hour)},
 	}
-	if p.TLS {
-		// Host names are sent as SNI and matched as DNS SANs; literal IPs (in-mesh servers) are
-		// matched as IP SANs and sent without SNI, which may not carry an address.
-		sni, sanType := p.Host, tlsv3.SubjectAltNameMatcher_DNS
-		if _, err := netip.ParseAddr(p.Host); err == nil {
-			sni, sanType = "", tlsv3.SubjectAltNameMatcher_IP_ADDRESS
-		}
-		tls, err := anypb.New(&tlsv3.UpstreamTlsContext{
-			Sni: sni,
-			CommonTlsContext: &tlsv3.CommonTlsContext{
-				AlpnProtocols: []string{"h2", "http/1.1"},
-				ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{
-					ValidationContext: &tlsv3.CertificateValidationContext{
-						TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: p.CAFile}},
-						// Without a SAN matcher Envoy checks the chain but not the host name.
-						MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-							SanType: sanType,
-							Matcher: exact(p.Host),
-						}},
-					},
-				},
-			},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("translator: provider %s tls: %w", p.Name, err)
-		}
-		c.TransportSocket = &corev3.TransportSocket{
-			Name:       "envoy.transport_sockets.tls",
-			ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tls},
-		}
-		// HTTPS APIs negotiate h2 or http/1.1 by ALPN.
+	if allTLS {
 		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_AutoConfig{AutoConfig: &httpv3.HttpProtocolOptions_AutoHttpConfig{
 			Http2ProtocolOptions: &corev3.Http2ProtocolOptions{},
 		}}
@@ -204,10 +294,12 @@ func cluster(p *ir.Provider) (*clusterv3.Cluster, error) {
 			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{},
 		}}
 	}
-	if err := typedOptions(c, opts); err != nil {
-		return nil, fmt.Errorf("translator: provider %s: %w", p.Name, err)
+	filters, err := upstreamFilters()
+	if err != nil {
+		return nil, err
 	}
-	return c, nil
+	opts.HttpFilters = filters
+	return opts, nil
 }
 
 func typedOptions(c *clusterv3.Cluster, opts proto.Message) error {

@@ -42,6 +42,7 @@ type Config struct {
 	} `mapstructure:"billing"`
 	Providers []ProviderConfig `mapstructure:"providers"`
 	Models    []ModelConfig    `mapstructure:"models"`
+	Routes    []RouteConfig    `mapstructure:"routes"`
 
 	path string // file it came from; "" for the embedded default
 }
@@ -53,6 +54,24 @@ type ProviderConfig struct {
 	BaseURL string `mapstructure:"base_url"`
 	APIKey  string `mapstructure:"api_key"`
 	CAFile  string `mapstructure:"ca_file"` // PEM bundle for https base URLs; default: the system bundle
+}
+
+// RouteConfig is one entry of routes: (id route:<slug of name>).
+type RouteConfig struct {
+	Name   string            `mapstructure:"name"`
+	Rule   string            `mapstructure:"rule"`
+	Models []string          `mapstructure:"models"`
+	Modes  map[string]string `mapstructure:"modes"`
+	Status string            `mapstructure:"status"` // active when omitted
+}
+
+// storeRoute is a route as the store keeps it; its id comes from the name once.
+func (r RouteConfig) storeRoute() store.Route {
+	status := r.Status
+	if status == "" {
+		status = ir.RouteActive
+	}
+	return store.Route{ID: ir.RoutePrefix + ir.Slug(r.Name), Name: r.Name, Rule: r.Rule, Models: r.Models, Modes: r.Modes, Status: status}
 }
 
 // ModelConfig is one entry of models:.
@@ -185,6 +204,9 @@ func (c *Config) catalog() (store.Catalog, error) {
 			SupportedFeatures: m.SupportedFeatures, Pricing: raw,
 		})
 	}
+	for _, r := range c.Routes {
+		cat.Routes = append(cat.Routes, r.storeRoute())
+	}
 	return cat, errors.Join(errs...)
 }
 
@@ -280,6 +302,9 @@ func buildIR(public string, cat store.Catalog, inline map[string]string) (*ir.Ga
 			m.Targets = append(m.Targets, ir.Target{Provider: t.Provider, Model: t.Model})
 		}
 		g.Models = append(g.Models, m)
+	}
+	for _, sr := range cat.Routes {
+		g.Routes = append(g.Routes, ir.Route{Name: sr.Name, ID: sr.ID, Rule: sr.Rule, Models: sr.Models, Modes: sr.Modes, Status: sr.Status})
 	}
 	errs = append(errs, g.Validate())
 	if err := errors.Join(errs...); err != nil {

@@ -241,8 +241,8 @@ providers:
 `, []string{`"leaky"`, "credentials"}},
 		{"unknown provider type", base + `
 providers:
-  - {name: claude, type: anthropic, base_url: https://api.anthropic.com/v1}
-`, []string{`"claude"`, `"anthropic"`}},
+  - {name: claude, type: cohere, base_url: https://api.cohere.com/v1}
+`, []string{`"claude"`, `"cohere"`}},
 		{"model with unknown provider", base + okProvider + `
 models:
   - {id: m1, providers: [{provider: ghost, model: x}]}
@@ -255,10 +255,10 @@ models:
 listen: {public: 127.0.0.1:8080, admin: 10.0.0.1:9090}
 store: {path: data/t.db}
 providers:
-  - {name: claude, type: anthropic, base_url: https://api.anthropic.com/v1}
+  - {name: claude, type: cohere, base_url: https://api.cohere.com/v1}
 models:
   - {id: m1, providers: [{provider: ghost, model: x}]}
-`, []string{"listen.admin", `"anthropic"`, `"ghost"`}},
+`, []string{"listen.admin", `"cohere"`, `"ghost"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

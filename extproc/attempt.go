@@ -1,0 +1,228 @@
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// attempt is one upstream try of a request, seen by the upstream ext_proc filter after Envoy
+// chose the endpoint: the request is rewritten for that endpoint's provider and, when the
+// provider speaks another API, its answer is translated back.
+type attempt struct {
+	rt        *Runtime
+	provider  *ir.Provider
+	model     *model
+	removed   []string
+	translate provider.ResponseTranslator
+	status    int
+	streaming bool
+}
+
+// processAttempt serves the upstream ext_proc stream of one attempt.
+func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	a := &attempt{rt: s.runtime.Load()}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var resp *extprocv3.ProcessingResponse
+		switch r := req.Request.(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			if err := a.target(req.GetAttributes(), r.RequestHeaders); err != nil {
+				// Fails the attempt closed (Envoy answers 500); never forwards unrewritten.
+				s.log.Error("upstream attempt without a target", "error", err)
+				return status.Error(codes.FailedPrecondition, err.Error())
+			}
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+				RequestHeaders: &extprocv3.HeadersResponse{},
+			}}
+		case *extprocv3.ProcessingRequest_RequestBody:
+			if resp, err = a.requestBody(r.RequestBody); err != nil {
+				s.log.Error("upstream attempt rewrite failed", "provider", a.provider.Name, "error", err)
+				return status.Error(codes.InvalidArgument, err.Error())
+			}
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			resp = a.responseHeaders(r.ResponseHeaders)
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			resp = a.responseBody(r.ResponseBody)
+		default:
+			return status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", r)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// target finds the attempt's provider and catalog model: from the chosen endpoint's metadata,
+// or, for a cluster pinned to one provider, the model from the router-level ext_proc's header.
+func (a *attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHeaders) error {
+	var md map[string]string
+	for _, st := range attrs {
+		if md = findTollway(structpb.NewStructValue(st)); md != nil {
+			break
+		}
+	}
+	if md == nil {
+		return fmt.Errorf("the endpoint has no tollway metadata (xds.upstream_host_metadata); attributes: %v", attrs)
+	}
+	modelID := md["model"]
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if hv.Key == ir.ModelHeader && modelID == "" {
+			modelID = headerValue(hv)
+		}
+	}
+	a.provider = a.rt.providers[md["provider"]]
+	a.model = a.rt.models[modelID]
+	if a.provider == nil || a.model == nil {
+		return fmt.Errorf("unknown provider %q or model %q", md["provider"], modelID)
+	}
+	return nil
+}
+
+// findTollway looks for the endpoint metadata namespace in an attribute value. Envoy 1.40 sends
+// xds.upstream_host_metadata as the Metadata message in protobuf text format; a structured
+// rendering is accepted too.
+func findTollway(v *structpb.Value) map[string]string {
+	if txt := v.GetStringValue(); txt != "" {
+		var md corev3.Metadata
+		if prototext.Unmarshal([]byte(txt), &md) != nil {
+			return nil
+		}
+		v = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{}})
+		for ns, st := range md.GetFilterMetadata() {
+			v.GetStructValue().Fields[ns] = structpb.NewStructValue(st)
+		}
+	}
+	st := v.GetStructValue()
+	if st == nil {
+		return nil
+	}
+	if ns := st.GetFields()[ir.MetadataNamespace].GetStructValue(); ns != nil {
+		out := map[string]string{}
+		for k, f := range ns.GetFields() {
+			out[k] = f.GetStringValue()
+		}
+		return out
+	}
+	for _, f := range st.GetFields() {
+		if md := findTollway(f); md != nil {
+			return md
+		}
+	}
+	return nil
+}
+
+func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	up, removed, err := a.rt.attempt(b.GetBody(), a.model, a.provider)
+	if err != nil {
+		return nil, err
+	}
+	a.removed, a.translate = removed, up.Response
+	set := []*corev3.HeaderValueOption{
+		setHeader(":path", a.provider.BasePath+up.Path),
+		setHeader(":authority", a.provider.Authority()),
+		setHeader("content-length", strconv.Itoa(len(up.Body))),
+	}
+	remove := []string{ir.ModelHeader, "x-envoy-max-retries"}
+	for k, v := range up.Headers {
+		if v == "" {
+			remove = append(remove, k)
+		} else {
+			set = append(set, setHeader(k, v))
+		}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
+			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: up.Body}},
+		}},
+	}}, nil
+}
+
+func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if hv.Key == ":status" {
+			a.status, _ = strconv.Atoi(headerValue(hv))
+		}
+	}
+	set := []*corev3.HeaderValueOption{setHeader(ir.ServedHeader, a.provider.Name+"/"+a.model.ID)}
+	if len(a.removed) > 0 {
+		set = append(set, setHeader("x-tollway-removed-params", strings.Join(a.removed, ",")))
+	}
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
+		}},
+	}}
+	// Answers in another API are translated; errors pass as they are (the router-level ext_proc
+	// shapes them, and Envoy decides on retries from the status).
+	if a.translate != nil && a.status < 400 {
+		a.streaming = isEventStream(h)
+		mode := extprocv3filter.ProcessingMode_BUFFERED
+		if a.streaming {
+			mode = extprocv3filter.ProcessingMode_STREAMED
+		}
+		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: mode}
+	}
+	return resp
+}
+
+func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	common := &extprocv3.CommonResponse{}
+	var out []byte
+	var err error
+	if a.streaming {
+		out, err = a.translate.Chunk(b.GetBody(), b.GetEndOfStream())
+	} else {
+		out, err = a.translate.Body(b.GetBody())
+	}
+	if err != nil {
+		// The provider answered 2xx with something that is no answer (a blocked prompt, a
+		// broken body): the client gets an error, never a half-translated reply.
+		e := apiErr(http.StatusBadGateway, "upstream_error", "provider %s: %v", a.provider.Name, err)
+		out = e.Body("")
+		if !a.streaming {
+			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+				setHeader(":status", strconv.Itoa(e.Status)),
+				setHeader("content-type", "application/json"),
+			}}
+		} else {
+			out = append(append([]byte("data: "), out...), "\n\n"...)
+		}
+	}
+	if !a.streaming {
+		if common.HeaderMutation == nil {
+			common.HeaderMutation = &extprocv3.HeaderMutation{}
+		}
+		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders,
+			setHeader("content-length", strconv.Itoa(len(out))), setHeader("content-type", "application/json"))
+	}
+	if len(out) == 0 {
+		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+	} else {
+		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: common},
+	}}
+}

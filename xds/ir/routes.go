@@ -1,0 +1,176 @@
+package ir
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Route rules (spec 2.5).
+const (
+	RulePriorityFallback = "priority_fallback"
+	RuleModeMapping      = "mode_mapping"
+	RouteActive          = "active"
+	RoutePaused          = "paused"
+	RoutePrefix          = "route:"
+)
+
+// Modes of a mode-mapping route; balanced is the default.
+var Modes = []string{"fast", "balanced", "deep"}
+
+// Route is a stable id (route:<slug>) behind which Tollway picks models and providers.
+type Route struct {
+	Name   string            `json:"name"`
+	ID     string            `json:"id"` // route:<slug>, fixed at creation
+	Rule   string            `json:"rule"`
+	Models []string          `json:"models,omitempty"` // priority order (priority_fallback)
+	Modes  map[string]string `json:"modes,omitempty"`  // mode -> model (mode_mapping)
+	Status string            `json:"status"`
+}
+
+var slugUnsafe = regexp.MustCompile(`[^a-z0-9]+`)
+
+// Slug turns a route name into the id's part: lowercase letters and digits joined by '-'.
+func Slug(name string) string {
+	return strings.Trim(slugUnsafe.ReplaceAllString(strings.ToLower(name), "-"), "-")
+}
+
+// Chain is an ordered list of attempts Envoy walks for one request: a cluster with one priority
+// level per target, retried down the priorities. Every model has one (its providers in order);
+// every priority-fallback route has one (its models' providers in order).
+type Chain struct {
+	Cluster string    `json:"cluster"`
+	Targets []Attempt `json:"targets"`
+}
+
+// Attempt is one (catalog model, provider) pair of a chain.
+type Attempt struct {
+	Model    string `json:"model"`    // catalog model id
+	Provider string `json:"provider"` // provider name
+}
+
+// ModelChainCluster and RouteChainCluster name the chain clusters.
+func ModelChainCluster(model string) string { return "chain.model." + model }
+func RouteChainCluster(route *Route) string { return "chain." + route.ID }
+
+// Chains lists the attempt chains of g, models first, in a stable order. Providers that cannot
+// take traffic (no credential) are left out: an attempt on them could only fail with a 401,
+// which Envoy rightly does not retry.
+func (g *Gateway) Chains() []Chain {
+	ready := make(map[string]bool, len(g.Providers))
+	for i := range g.Providers {
+		ready[g.Providers[i].Name] = g.Providers[i].Ready()
+	}
+	attempts := func(m *Model) []Attempt {
+		var out []Attempt
+		for _, t := range m.Targets {
+			if ready[t.Provider] {
+				out = append(out, Attempt{Model: m.ID, Provider: t.Provider})
+			}
+		}
+		return out
+	}
+	byID := make(map[string]*Model, len(g.Models))
+	var out []Chain
+	for i := range g.Models {
+		m := &g.Models[i]
+		byID[m.ID] = m
+		out = append(out, Chain{Cluster: ModelChainCluster(m.ID), Targets: attempts(m)})
+	}
+	for i := range g.Routes {
+		r := &g.Routes[i]
+		if r.Rule != RulePriorityFallback {
+			continue
+		}
+		c := Chain{Cluster: RouteChainCluster(r)}
+		for _, id := range r.Models {
+			if m := byID[id]; m != nil {
+				c.Targets = append(c.Targets, attempts(m)...)
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// validateRoutes checks routes against the models; bad is Validate's error collector.
+func (g *Gateway) validateRoutes(models map[string]bool, bad func(string, ...any)) {
+	seen := map[string]bool{}
+	for _, r := range g.Routes {
+		switch {
+		case r.Name == "" || Slug(r.Name) == "":
+			bad("route %q: a name with letters or digits is required", r.Name)
+			continue
+		case r.ID != RoutePrefix+Slug(r.Name) && !strings.HasPrefix(r.ID, RoutePrefix):
+			bad("route %q: id %q must start with %s", r.Name, r.ID, RoutePrefix)
+		case seen[r.ID]:
+			bad("route %q: id %s is already used by another route; rename one", r.Name, r.ID)
+		}
+		seen[r.ID] = true
+		if r.Status != RouteActive && r.Status != RoutePaused {
+			bad("route %q: status %q must be active or paused", r.Name, r.Status)
+		}
+		switch r.Rule {
+		case RulePriorityFallback:
+			if len(r.Models) == 0 {
+				bad("route %q: priority_fallback needs models: [first, second, ...]", r.Name)
+			}
+			if len(r.Modes) > 0 {
+				bad("route %q: modes belong to rule mode_mapping, not priority_fallback", r.Name)
+			}
+			for _, m := range r.Models {
+				if !models[m] {
+					bad("route %q: model %q is not in the catalog", r.Name, m)
+				}
+			}
+		case RuleModeMapping:
+			if len(r.Models) > 0 {
+				bad("route %q: mode_mapping takes modes: {fast: m1, balanced: m2, deep: m3}, not models", r.Name)
+			}
+			if len(r.Modes) == 0 {
+				bad("route %q: mode_mapping needs modes: {fast: ..., balanced: ..., deep: ...}", r.Name)
+			}
+			if _, ok := r.Modes["balanced"]; !ok && len(r.Modes) > 0 {
+				bad("route %q: mode_mapping needs a balanced mode (the default when route_mode is omitted)", r.Name)
+			}
+			for mode, m := range r.Modes {
+				if !validMode(mode) {
+					bad("route %q: mode %q is not one of %s", r.Name, mode, strings.Join(Modes, ", "))
+				}
+				if !models[m] {
+					bad("route %q: mode %s: model %q is not in the catalog", r.Name, mode, m)
+				}
+			}
+		default:
+			bad("route %q: rule %q must be %s or %s", r.Name, r.Rule, RulePriorityFallback, RuleModeMapping)
+		}
+	}
+}
+
+func validMode(m string) bool {
+	for _, v := range Modes {
+		if v == m {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidMode reports whether m is a route mode.
+func ValidMode(m string) bool { return validMode(m) }
+
+// Names the router-level ext_proc, the route and the upstream ext_proc agree on.
+const (
+	// ClusterHeader names the cluster a request goes to; set by ext_proc, read by the route.
+	ClusterHeader = "x-tollway-cluster"
+	// ModelHeader carries the catalog model of a request pinned to one provider to the
+	// upstream ext_proc (chain endpoints carry their model as metadata instead).
+	ModelHeader = "x-tollway-model"
+	// ServedHeader is set on the answer by the upstream ext_proc: "<provider>/<model>" of the
+	// attempt that answered, read (and replaced) by the router-level ext_proc.
+	ServedHeader = "x-tollway-served"
+	// MetadataNamespace holds an endpoint's provider and model.
+	MetadataNamespace = "tollway"
+	// PhaseMetadata is the gRPC metadata key telling ext_proc which filter a stream comes from.
+	PhaseMetadata = "x-tollway-phase"
+	PhaseUpstream = "upstream"
+)
