@@ -221,6 +221,51 @@ func splitHostPort(addr string) (string, uint32) {
 	return host, uint32(n)
 }
 
+// WaitHealthChecked waits until every host has had its first active health check, so that a
+// chain's fallback order is known before traffic arrives (a host pending its first check counts
+// as unhealthy, and a retry could then find no healthy priority to move to).
+func (p *Process) WaitHealthChecked(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		pending, err := p.pendingHealthChecks(ctx)
+		if err == nil && pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("envoy: %d hosts still wait for their first health check after %s (err %v)", pending, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *Process) pendingHealthChecks(ctx context.Context) (int, error) {
+	body, _, err := p.adminCall(ctx, http.MethodGet, "/clusters?format=json")
+	if err != nil {
+		return 0, err
+	}
+	var out struct {
+		ClusterStatuses []struct {
+			HostStatuses []struct {
+				HealthStatus struct {
+					Pending bool `json:"pending_active_hc"`
+				} `json:"health_status"`
+			} `json:"host_statuses"`
+		} `json:"cluster_statuses"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range out.ClusterStatuses {
+		for _, h := range c.HostStatuses {
+			if h.HealthStatus.Pending {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
 // ClusterHealth reads /clusters: for every cluster, whether at least one of its hosts is
 // healthy (not failing active health checks, not ejected by outlier detection). A cluster whose
 // name has not resolved to any host counts as unhealthy.

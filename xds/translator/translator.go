@@ -167,6 +167,9 @@ func cluster(name string, eps []endpoint) (*clusterv3.Cluster, error) {
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS},
 		DnsLookupFamily:      clusterv3.Cluster_V4_PREFERRED,
 		LoadAssignment:       &endpointv3.ClusterLoadAssignment{ClusterName: name},
+		// Health changes reach the workers at once rather than merged over Envoy's default 1 s
+		// window, so fallback follows a provider's health from the first request on.
+		CommonLbConfig: &clusterv3.Cluster_CommonLbConfig{UpdateMergeWindow: durationpb.New(0)},
 	}
 	// h2 is negotiated by ALPN, which Envoy allows only when every endpoint speaks TLS; a
 	// cluster that mixes TLS and plaintext endpoints uses HTTP/1.1 throughout.

@@ -172,9 +172,13 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	// LIVE is not enough: every resource type of the first snapshot must be accepted.
+	// LIVE is not enough: every resource type of the first snapshot must be accepted, and the
+	// providers' first health checks done.
 	if err := ctrl.WaitAccepted(ctx, 1, 10*time.Second); err != nil {
 		return err
+	}
+	if err := proc.WaitHealthChecked(ctx, 5*time.Second); err != nil {
+		log.Warn("starting before every provider was health-checked", "error", err)
 	}
 	fmt.Fprintf(stdout, "tollway ready base_url=http://%s/v1 admin=http://%s envoy_pid=%d\n", cfg.Listen.Public, cfg.Listen.Admin, proc.Pid())
 	log.Info("tollway ready", "base_url", "http://"+cfg.Listen.Public+"/v1", "admin", cfg.Listen.Admin, "envoy", envoyBin)

@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollway/tollway/test/fakeupstream"
+)
+
+// routeFixture: three providers, one of them down, two models and three routes.
+//
+//	primary: down (connection refused), then a
+//	backup:  c
+//	route:support-bot  priority_fallback [primary, backup]
+//	route:tiers        mode_mapping {fast: backup, balanced: primary, deep: primary}
+//	route:old          paused
+type routeFixture struct {
+	g    *gateway
+	a, c *fakeupstream.Server
+	key  string
+}
+
+func startRoutes(t *testing.T) *routeFixture {
+	t.Helper()
+	a := fakeupstream.Start(t, fakeupstream.Options{Name: "a", APIKey: providerKey})
+	c := fakeupstream.Start(t, fakeupstream.Options{Name: "c", APIKey: providerKey})
+	body := fmt.Sprintf(`providers:
+  - {name: down, type: openai, base_url: http://%s/v1, api_key: "${FAKE_PROVIDER_KEY}"}
+  - {name: a, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+  - {name: c, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: primary
+    providers: [{provider: down, model: down-model}, {provider: a, model: a-model}]
+    pricing: {prompt: "0.000001", completion: "0.000002"}
+  - id: backup
+    providers: [{provider: c, model: c-model}]
+    pricing: {prompt: "0.000003", completion: "0.000004"}
+routes:
+  - name: Support Bot
+    rule: priority_fallback
+    models: [primary, backup]
+  - name: tiers
+    rule: mode_mapping
+    modes: {fast: backup, balanced: primary, deep: primary}
+  - name: old
+    rule: priority_fallback
+    models: [backup]
+    status: paused
+`, freeAddr(t), a.URL(), c.URL())
+	g := startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	return &routeFixture{g: g, a: a, c: c, key: g.newKey("acme")}
+}
+
+// ask sends a chat request and returns status, body, the served provider and model headers.
+func (f *routeFixture) ask(t *testing.T, body string) (int, string, string, string) {
+	t.Helper()
+	resp := f.g.chat(context.Background(), f.key, body)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw), resp.Header.Get("x-tollway-provider"), resp.Header.Get("x-tollway-model")
+}
+
+const hi = `"messages":[{"role":"user","content":"hello there"}]`
+
+func TestFallbackInsideOneRequest(t *testing.T) {
+	f := startRoutes(t)
+
+	// A provider that refuses connections: the model's next provider answers the same request.
+	code, body, prov, model := f.ask(t, `{"model":"primary",`+hi+`}`)
+	if code != 200 || prov != "a" || model != "primary" || !strings.Contains(body, "Hello from a/a-model") {
+		t.Fatalf("primary: %d %s %s %s", code, prov, model, body)
+	}
+
+	// Through a route, 5xx and 429 from the first model fall to the next model, transparently.
+	for _, fail := range []int{500, 503, 429} {
+		f.a.FailNext(fail, "provider trouble")
+		code, body, prov, model = f.ask(t, `{"model":"route:support-bot",`+hi+`}`)
+		if code != 200 || prov != "c" || model != "backup" || !strings.Contains(body, "Hello from c/c-model") {
+			for _, r := range f.a.Requests() {
+				t.Logf("a saw %s %s", r.Path, r.Body)
+			}
+			t.Fatalf("after a %d: %d %s %s %s (a saw %d, c saw %d, faults left %d)", fail, code, prov, model, body, f.a.RequestCount(), f.c.RequestCount(), f.a.PendingFaults())
+		}
+	}
+	// And streamed, before the first byte.
+	f.a.FailNext(502, "bad gateway")
+	resp := f.g.chat(context.Background(), f.key, `{"model":"route:support-bot","stream":true,`+hi+`}`)
+	events := readStream(t, resp)
+	if resp.Header.Get("x-tollway-provider") != "c" || !strings.Contains(strings.Join(events, ""), "c-model") {
+		t.Fatalf("streamed fallback: provider %q, events %v", resp.Header.Get("x-tollway-provider"), events)
+	}
+
+	// A 400 is the request's own fault: no retry, the client gets it.
+	f.a.FailNext(400, "bad parameter")
+	before := f.c.RequestCount()
+	code, body, _, _ = f.ask(t, `{"model":"route:support-bot",`+hi+`}`)
+	if code != 400 || !strings.Contains(body, "bad parameter") || f.c.RequestCount() != before {
+		t.Fatalf("400 retried or reshaped: %d %s (c saw %d more)", code, body, f.c.RequestCount()-before)
+	}
+
+	// Every served request is recorded with the model, provider and route that served it.
+	recs := f.g.waitRecords("acme", 5)
+	served := map[string]int{}
+	for _, r := range recs {
+		served[r.Model+"@"+r.Provider]++
+	}
+	if served["primary@a"] != 1 || served["backup@c"] != 4 {
+		t.Fatalf("records by model@provider: %v", served)
+	}
+}
+
+func TestModeMappingAndRouteErrors(t *testing.T) {
+	f := startRoutes(t)
+	for mode, want := range map[string]string{`"fast"`: "backup", `"deep"`: "primary", "null": "primary"} {
+		code, body, _, model := f.ask(t, `{"model":"route:tiers","route_mode":`+mode+`,`+hi+`}`)
+		if code != 200 || model != want {
+			t.Fatalf("route_mode %s: %d %s %s", mode, code, model, body)
+		}
+	}
+	ctx := context.Background()
+	e := wantError(t, f.g.chat(ctx, f.key, `{"model":"route:tiers","route_mode":"turbo",`+hi+`}`), 400, "invalid_route_mode")
+	if !strings.Contains(e.Error.Message, "fast, balanced, deep") {
+		t.Errorf("message does not name the allowed values: %s", e.Error.Message)
+	}
+	wantError(t, f.g.chat(ctx, f.key, `{"model":"route:old",`+hi+`}`), 409, "route_paused")
+	wantError(t, f.g.chat(ctx, f.key, `{"model":"route:nope",`+hi+`}`), 400, "route_not_found")
+
+	// Pinning: only that provider; with a route the route decides and route.provider is ignored.
+	code, _, prov, _ := f.ask(t, `{"model":"primary","route":{"provider":"a"},`+hi+`}`)
+	if code != 200 || prov != "a" {
+		t.Fatalf("pinned: %d %s", code, prov)
+	}
+	f.a.FailNext(500, "down")
+	wantError(t, f.g.chat(ctx, f.key, `{"model":"primary","route":{"provider":"a"},`+hi+`}`), 500, "server_error")
+	code, _, prov, _ = f.ask(t, `{"model":"route:tiers","route_mode":"fast","route":{"provider":"a"},`+hi+`}`)
+	if code != 200 || prov != "c" {
+		t.Fatalf("route.provider must be ignored with a route: %d %s", code, prov)
+	}
+	wantError(t, f.g.chat(ctx, f.key, `{"model":"backup","route":{"provider":"a"},`+hi+`}`), 400, "provider_not_available")
+}
+
+// TestRoutesWithTheOpenAISDK sends route and route_mode in extra_body, as spec rule 4.1.6 says.
+func TestRoutesWithTheOpenAISDK(t *testing.T) {
+	python := os.Getenv("TOLLWAY_PYTHON")
+	if python == "" {
+		python = filepath.Join(repoRoot, "tools", "venv", "bin", "python")
+	}
+	f := startRoutes(t)
+	script := `
+import os, openai
+c = openai.OpenAI(base_url=os.environ["BASE"], api_key=os.environ["KEY"], max_retries=0)
+r = c.chat.completions.create(model="route:tiers", messages=[{"role": "user", "content": "hi"}], extra_body={"route_mode": "fast"})
+assert "c-model" in r.choices[0].message.content, r
+r = c.chat.completions.create(model="primary", messages=[{"role": "user", "content": "hi"}], extra_body={"route": {"provider": "a"}})
+assert "a-model" in r.choices[0].message.content, r
+try:
+    c.chat.completions.create(model="route:old", messages=[{"role": "user", "content": "hi"}])
+    raise SystemExit("paused route answered")
+except openai.APIStatusError as e:
+    assert e.status_code == 409 and e.body["code"] == "route_paused", e
+print("ok")
+`
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-c", script)
+	cmd.Env = append(os.Environ(), "BASE="+f.g.BaseURL, "KEY="+f.key)
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("SDK: %v\n%s", err, out)
+	}
+}
