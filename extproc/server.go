@@ -64,6 +64,13 @@ func (s *Server) Swap(rt *Runtime) { s.runtime.Store(rt) }
 // SetHealth records which providers Envoy currently sees as healthy (by provider name).
 func (s *Server) SetHealth(h map[string]bool) { s.health.Store(&h) }
 
+// ModelReady reports whether catalog model id can take traffic now (for route health).
+func (s *Server) ModelReady(id string) bool {
+	rt := s.runtime.Load()
+	m := rt.models[id]
+	return m != nil && s.modelReady(rt, m)
+}
+
 // modelReady: some provider of m has its credential and is not known to be unhealthy.
 func (s *Server) modelReady(rt *Runtime, m *model) bool {
 	h := s.health.Load()

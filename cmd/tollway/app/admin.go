@@ -101,6 +101,7 @@ func (g *gateway) adminHandler(reload func() error) http.Handler {
 		writeJSON(w, http.StatusOK, viewKey(k, secret))
 	})
 	g.accountRoutes(mux)
+	g.routeRoutes(mux)
 	mux.HandleFunc("GET /admin/v1/providers", func(w http.ResponseWriter, r *http.Request) {
 		cat, err := g.store.Catalog()
 		if err != nil {

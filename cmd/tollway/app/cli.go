@@ -16,7 +16,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 const usage = `tollway: an Envoy-native model gateway
@@ -33,6 +36,10 @@ usage:
   tollway keys rotate ID                              replace a key's secret; prints the new one once
   tollway usage [--key ID] [--account A] [--model M] [--since 2026-11-01]
                                                       usage and cost per day, key and model
+  tollway routes list                                 routes with rule, status, health and usage
+  tollway routes create NAME --rule priority_fallback --models m1,m2
+  tollway routes create NAME --rule mode_mapping --modes fast=m1,balanced=m2,deep=m3
+  tollway routes pause ID | tollway routes resume ID
   tollway reload                                      re-read the config file of the running gateway
   tollway status                                      configuration delivery status
 
@@ -61,6 +68,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	keyID := fs.String("key", "", "usage of one key")
 	model := fs.String("model", "", "usage of one model")
 	since := fs.String("since", "", "usage from this date (YYYY-MM-DD, UTC)")
+	rule := fs.String("rule", "", "route rule: priority_fallback or mode_mapping")
+	modes := fs.String("modes", "", "route modes: fast=m1,balanced=m2,deep=m3")
 	pos, err := parseInterspersed(fs, args[1:])
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
@@ -178,6 +187,68 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(tw, "TOTAL\t\t\t\t%d\t%d\t%d\t%d\t%s\n", sum.Requests, sum.PromptTokens, sum.CompletionTokens, sum.EstimatedRequests, sum.Cost.String())
 		return tw.Flush()
+	case "routes list":
+		var out struct{ Data []routeView }
+		if err := c.call(ctx, http.MethodGet, "/admin/v1/routes", nil, &out); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tRULE\tMODELS\tSTATUS\tHEALTH\tREQUESTS\tCOST")
+		for _, r := range out.Data {
+			models := strings.Join(r.Models, ",")
+			if r.Rule == "mode_mapping" {
+				var parts []string
+				for _, m := range []string{"fast", "balanced", "deep"} {
+					if v, ok := r.Modes[m]; ok {
+						parts = append(parts, m+"="+v)
+					}
+				}
+				models = strings.Join(parts, ",")
+			}
+			var reqs int64
+			cost := decimal.Zero
+			for _, u := range r.Usage {
+				reqs += u.Requests
+				cost = cost.Add(u.Cost)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.ID, r.Name, r.Rule, models, r.Status, r.Health, reqs, cost.String())
+		}
+		return tw.Flush()
+	case "routes create":
+		if len(pos) != 2 {
+			return fmt.Errorf("%w: routes create NAME --rule ... (--models m1,m2 | --modes fast=m1,...)", ErrUsage)
+		}
+		req := map[string]any{"name": pos[1], "rule": *rule}
+		if *models != "" {
+			req["models"] = strings.Split(*models, ",")
+		}
+		if *modes != "" {
+			mm := map[string]string{}
+			for _, kv := range strings.Split(*modes, ",") {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return fmt.Errorf("%w: --modes takes fast=model,balanced=model,deep=model", ErrUsage)
+				}
+				mm[k] = v
+			}
+			req["modes"] = mm
+		}
+		var out json.RawMessage
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/routes", req, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "route route:%s created\n", slug(pos[1]))
+		return nil
+	case "routes pause", "routes resume":
+		if len(pos) != 2 {
+			return fmt.Errorf("%w: routes %s ROUTE_ID", ErrUsage, pos[0])
+		}
+		var out json.RawMessage
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/routes/"+pos[1]+"/"+pos[0], nil, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "route %s %sd\n", pos[1], pos[0])
+		return nil
 	case "reload", "status":
 		method, path := http.MethodGet, "/admin/v1/status"
 		if args[0] == "reload" {
@@ -265,3 +336,5 @@ func (c *adminClient) call(ctx context.Context, method, path string, in, out any
 	}
 	return json.Unmarshal(raw, out)
 }
+
+func slug(name string) string { return ir.Slug(name) }

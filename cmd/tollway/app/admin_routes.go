@@ -1,0 +1,105 @@
+package app
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// routeView is a route as the admin API and `tollway routes list` show it: with its health
+// (from its models' providers, as Envoy sees them) and its usage so far, by model.
+type routeView struct {
+	store.Route
+	Health string           `json:"health"` // healthy, degraded or down
+	Usage  []store.UsageRow `json:"usage"`
+}
+
+// routeHealth: a fallback route is healthy when its first model can take traffic, degraded
+// when only a later one can, down when none can; a mode-mapping route is healthy when every
+// mapped model can, degraded when some can.
+func (g *gateway) routeHealth(r store.Route) string {
+	var models []string
+	if r.Rule == ir.RuleModeMapping {
+		for _, m := range r.Modes {
+			models = append(models, m)
+		}
+	} else {
+		models = r.Models
+	}
+	ready := 0
+	firstReady := false
+	for i, m := range models {
+		if g.ext.ModelReady(m) {
+			ready++
+			firstReady = firstReady || i == 0
+		}
+	}
+	switch {
+	case ready == 0:
+		return "down"
+	case r.Rule == ir.RuleModeMapping && ready == len(models), r.Rule != ir.RuleModeMapping && firstReady:
+		return "healthy"
+	}
+	return "degraded"
+}
+
+func (g *gateway) routeRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /admin/v1/routes", func(w http.ResponseWriter, r *http.Request) {
+		cat, err := g.store.Catalog()
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		usage, err := g.store.RouteUsage()
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		out := make([]routeView, 0, len(cat.Routes))
+		for _, rt := range cat.Routes {
+			u := usage[rt.ID]
+			if u == nil {
+				u = []store.UsageRow{}
+			}
+			out = append(out, routeView{Route: rt, Health: g.routeHealth(rt), Usage: u})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"data": out})
+	})
+	mux.HandleFunc("POST /admin/v1/routes", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Name   string            `json:"name"`
+			Rule   string            `json:"rule"`
+			Models []string          `json:"models"`
+			Modes  map[string]string `json:"modes"`
+			Status string            `json:"status"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Name == "" {
+			writeErr(w, badRequest(`send {"name": "support bot", "rule": "priority_fallback", "models": ["m1", "m2"]} or {"name": ..., "rule": "mode_mapping", "modes": {"fast": ..., "balanced": ..., "deep": ...}}`))
+			return
+		}
+		rt := RouteConfig{Name: req.Name, Rule: req.Rule, Models: req.Models, Modes: req.Modes, Status: req.Status}.storeRoute()
+		rt.Source = store.SourceAdmin
+		cat, err := g.store.Catalog()
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		for _, old := range cat.Routes {
+			if old.ID == rt.ID {
+				writeErr(w, badRequest("route "+rt.ID+" already exists; its id comes from its name and never changes: choose another name"))
+				return
+			}
+		}
+		g.change(w, r, func() error { return g.store.PutRoute(rt) })
+	})
+	for _, action := range []struct{ path, status string }{{"pause", ir.RoutePaused}, {"resume", ir.RouteActive}} {
+		mux.HandleFunc("POST /admin/v1/routes/{id}/"+action.path, func(w http.ResponseWriter, r *http.Request) {
+			g.change(w, r, func() error {
+				_, err := g.store.SetRouteStatus(r.PathValue("id"), action.status)
+				return err
+			})
+		})
+	}
+}
