@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -103,33 +105,82 @@ func startPlainEnvoy(ctx context.Context, bin, dir, fakeAddr string) (*plainEnvo
 type tollway struct {
 	*harness.Gateway
 	baseURL string
+	billing bool
 }
 
+// tollwayBody is the same catalog for both Tollway runs: one priced model on the fake. Only the
+// billing block differs, so "billing on - billing off" is admission plus metering and nothing else.
 const tollwayBody = `providers:
   - {name: fake, type: openai, base_url: %s, api_key: "${BENCH_PROVIDER_KEY}"}
 models:
   - id: %s
     providers: [{provider: fake, model: fake-llama-3}]
     supported_sampling_parameters: [temperature, top_p, max_tokens]
+    pricing: {prompt: "0.000001", completion: "0.000002"}
+billing: {enabled: %t}
 `
 
-// startTollway starts `tollway run` whose one provider is the fake.
-func startTollway(ctx context.Context, bin, envoyBin, dir, fakeURL string, extraEnv []string) (*tollway, error) {
+// benchAccount holds the credits every billed bench request draws on: far more than a run can
+// spend (a request costs about $0.0001), so no request is ever refused for money.
+const (
+	benchAccount = "bench"
+	benchCredits = "1000000"
+)
+
+// startTollway starts `tollway run` whose one provider is the fake, with billing on or off.
+func startTollway(ctx context.Context, bin, envoyBin, dir, fakeURL string, billing bool, extraEnv []string) (*tollway, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	g, err := harness.Start(ctx, harness.Options{
 		Bin: bin, EnvoyBin: envoyBin, Dir: dir, Drain: 2 * time.Second,
-		Body: fmt.Sprintf(tollwayBody, fakeURL, modelID),
+		Body: fmt.Sprintf(tollwayBody, fakeURL, modelID, billing),
 		Env:  append([]string{"BENCH_PROVIDER_KEY=" + providerKey}, extraEnv...),
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &tollway{Gateway: g, baseURL: g.BaseURL}, nil
+	return &tollway{Gateway: g, baseURL: g.BaseURL, billing: billing}, nil
 }
 
-func (t *tollway) newKey(ctx context.Context) (string, error) { return t.NewKey(ctx, "bench") }
+// newKey funds the bench account first (NewKey would create it with no credits), then creates
+// a key on it.
+func (t *tollway) newKey(ctx context.Context) (string, error) {
+	if err := t.NewAccount(ctx, benchAccount, benchCredits); err != nil {
+		return "", err
+	}
+	return t.NewKey(ctx, benchAccount)
+}
+
+// usageRecords is the number of durable usage records: the admin API sums the store's daily
+// aggregates, which Settle writes in the same transaction as each record.
+func (t *tollway) usageRecords(ctx context.Context) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+t.Admin+"/admin/v1/usage", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := adminHTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return 0, fmt.Errorf("GET /admin/v1/usage: %s: %s", resp.Status, b)
+	}
+	var sum struct {
+		Requests *int64 `json:"requests"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&sum); err != nil {
+		return 0, fmt.Errorf("GET /admin/v1/usage: %w", err)
+	}
+	if sum.Requests == nil {
+		return 0, errors.New(`GET /admin/v1/usage: no "requests" in the answer`)
+	}
+	return *sum.Requests, nil
+}
+
+var adminHTTP = &http.Client{Timeout: 5 * time.Second}
 
 func (t *tollway) stop() { t.Stop() }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -46,4 +47,16 @@ func counterDeltas(before, after map[string]int64) []counterDelta {
 		}
 	}
 	return out
+}
+
+// addDeltas sums two windows' deltas by counter.
+func addDeltas(a, b []counterDelta) []counterDelta {
+	for _, d := range b {
+		if i := slices.IndexFunc(a, func(c counterDelta) bool { return c.name == d.name }); i >= 0 {
+			a[i].delta += d.delta
+		} else {
+			a = append(a, d)
+		}
+	}
+	return a
 }

@@ -23,6 +23,16 @@ type target struct {
 	baseURL string
 	auth    string
 	client  *http.Client // one per target, shared by warm-up and measurement so connections stay warm
+
+	tw     *tollway // nil for direct and envoy
+	served int64    // successful requests sent so far (probe, warm-ups, measurements)
+	failed int64    // failed ones: a timed-out request may still have been served and billed
+}
+
+// tally counts a load's requests toward the usage records the gateway must have written.
+func (t *target) tally(r *result) {
+	t.served += int64(len(r.lat))
+	t.failed += int64(r.errors)
 }
 
 func newClient(timeout time.Duration) *http.Client {
@@ -56,6 +66,45 @@ func (r *result) fail(msg string) {
 	if len(r.errSamples) < 8 || r.errSamples[msg] > 0 {
 		r.errSamples[msg]++
 	}
+}
+
+// merge adds b, measured later on the same path, to r (nil r: b itself).
+func (r *result) merge(b *result) *result {
+	if r == nil {
+		return b
+	}
+	// Rates combine through the time each part took.
+	took := func(n int, rate float64) float64 {
+		if rate <= 0 {
+			return 0
+		}
+		return float64(n) / rate
+	}
+	sentFor := took(r.requests, r.sentRate) + took(b.requests, b.sentRate)
+	okFor := took(len(r.lat), r.throughput) + took(len(b.lat), b.throughput)
+	r.requests += b.requests
+	r.lat, r.ttfb = append(r.lat, b.lat...), append(r.ttfb, b.ttfb...)
+	if sentFor > 0 {
+		r.sentRate = float64(r.requests) / sentFor
+	}
+	if okFor > 0 {
+		r.throughput = float64(len(r.lat)) / okFor
+	}
+	for msg, n := range b.errSamples {
+		for range n {
+			r.fail(msg)
+		}
+	}
+	r.errors += b.errors - sumValues(b.errSamples) // failures past the sample cap
+	return r
+}
+
+func sumValues(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 func (r *result) errRate() float64 {

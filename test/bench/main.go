@@ -1,8 +1,21 @@
-// Command bench measures what Tollway adds to a chat request. The same fixed-rate (open model)
-// load goes, back to back in one run, straight to a fake provider, through a plain Envoy with
-// the same binary, and through `tollway run`; it prints latency percentiles, throughput, errors,
-// the overheads against the target (<= 1 ms at p50, <= 3 ms at p99 over direct) and the memory
-// of the Tollway process. `make bench` runs it with the defaults.
+// Command bench measures what Tollway adds to a chat request and what its billing costs.
+//
+// Latency (-scenarios latency): the same fixed-rate (open model) load goes, back to back in one
+// run, straight to a fake provider, through a plain Envoy with the same binary, through `tollway
+// run` with billing off and through `tollway run` with billing on (a priced model, a funded
+// account: every request is admitted against a hold and metered from the response). It prints
+// latency percentiles, throughput, errors, the overheads against the targets (<= 1 ms at p50,
+// <= 3 ms at p99 over direct; admission + metering < 200 us at p50 over billing off) and the
+// memory of the Tollway processes (< 100 MB).
+//
+// Settlement (-scenarios settle): Tollway with billing on at a high fixed rate; durable usage
+// records written per second, read back from the admin API. After all load, every successful
+// billed request must have left exactly one durable record.
+//
+// Store (-scenarios store): the store's Settle alone, in process, with as many concurrent callers
+// as the gateway's settler (durable settles per second; target >= 5,000/s).
+//
+// `make bench` runs all of it with the defaults.
 package main
 
 import (
@@ -31,10 +44,37 @@ const (
 	targetP50 = 1 * time.Millisecond
 	targetP99 = 3 * time.Millisecond
 	targetRSS = 100e6 // bytes
+	// Target: what admission + metering may add at p50 (billing on - billing off).
+	targetBillingP50 = 200 * time.Microsecond
+	// Target: durable settles per second of the store alone.
+	targetStoreSettles = 5000
 
 	tollwayProc = "tollway (ext_proc)" // the Go process: ext_proc, xDS and admin servers
 	selfProc    = "bench (client+fake)"
 )
+
+// The paths a request can take. tollway is billing on, the default configuration.
+const (
+	pathDirect     = "direct"
+	pathEnvoy      = "envoy"
+	pathTollwayOff = "tollway-off"
+	pathTollway    = "tollway"
+)
+
+var allPaths = []string{pathDirect, pathEnvoy, pathTollwayOff, pathTollway}
+
+// label is how a path is shown in the tables.
+func label(path string) string {
+	switch path {
+	case pathTollway:
+		return "tollway (billing on)"
+	case pathTollwayOff:
+		return "tollway (billing off)"
+	}
+	return path
+}
+
+var allScenarios = []string{"latency", "settle", "store"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -53,13 +93,24 @@ type options struct {
 	chunkDelay  time.Duration
 	timeout     time.Duration
 	maxInFlight int
+	rounds      int
 	paths       []string
 	modes       []string
+	scenarios   []string
 	tollwayBin  string
 	envoyBin    string
 	tollwayEnv  []string
 	envoyStats  bool
+	stateDir    string
+
+	settleRate     int
+	settleDuration time.Duration
+	settleWait     time.Duration
+	storeWorkers   int
+	storeDuration  time.Duration
 }
+
+func (o *options) has(scenario string) bool { return slices.Contains(o.scenarios, scenario) }
 
 type listFlag []string
 
@@ -70,25 +121,34 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.IntVar(&o.rate, "rate", 500, "requests per second, fixed (open model)")
-	fs.DurationVar(&o.duration, "duration", 8*time.Second, "measured duration of each scenario")
-	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up before each scenario, at the same rate; results discarded")
+	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","),
+		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the store's Settle in process)")
+	fs.IntVar(&o.rate, "rate", 500, "latency: requests per second, fixed (open model)")
+	fs.DurationVar(&o.duration, "duration", 8*time.Second, "latency: measured duration of each scenario (path x mode)")
+	fs.IntVar(&o.rounds, "rounds", 2, "latency: split each scenario's -duration into this many rounds, the paths taking turns")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up before each scenario, at the same rate; results discarded (settle: at most 1s)")
 	fs.DurationVar(&o.chunkDelay, "chunk-delay", time.Millisecond, "fake provider's pause between streamed chunks")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request timeout")
 	fs.IntVar(&o.maxInFlight, "max-inflight", 2000, "streaming: cap on concurrent requests (over it counts as an error)")
-	only := fs.String("only", "direct,envoy,tollway", "comma-separated paths to measure: direct, envoy, tollway")
-	modes := fs.String("modes", "chat,stream", "comma-separated modes: chat (non-streaming), stream")
+	only := fs.String("only", strings.Join(allPaths, ","), "latency: comma-separated paths to measure: "+strings.Join(allPaths, ", ")+" (tollway = billing on)")
+	modes := fs.String("modes", "chat,stream", "latency: comma-separated modes: chat (non-streaming), stream")
+	fs.IntVar(&o.settleRate, "settle-rate", 2000, "settle: non-streaming requests per second to Tollway with billing on")
+	fs.DurationVar(&o.settleDuration, "settle-duration", 5*time.Second, "settle: measured duration")
+	fs.DurationVar(&o.settleWait, "settle-wait", 15*time.Second, "how long durable records may take to catch up with the requests served")
+	fs.IntVar(&o.storeWorkers, "store-workers", 256, "store: concurrent Settle callers (the gateway's settler runs 256)")
+	fs.DurationVar(&o.storeDuration, "store-duration", 3*time.Second, "store: duration")
 	fs.StringVar(&o.tollwayBin, "tollway", cmpStr(os.Getenv("TOLLWAY_BIN"), "bin/tollway"), "tollway binary")
 	fs.StringVar(&o.envoyBin, "envoy", "", "envoy binary (default: $ENVOY_BIN, $TOLLWAY_ENVOY_BIN, tools/, PATH)")
-	fs.Var((*listFlag)(&o.tollwayEnv), "tollway-env", "extra KEY=VALUE for the tollway process, e.g. GOMAXPROCS=1 (repeatable)")
-	fs.BoolVar(&o.envoyStats, "envoy-stats", true, "print Envoy's own timings and ext_proc counters per scenario")
+	fs.Var((*listFlag)(&o.tollwayEnv), "tollway-env", "extra KEY=VALUE for the tollway processes, e.g. GOMAXPROCS=1 (repeatable)")
+	fs.StringVar(&o.stateDir, "state-dir", "", "where the gateways' stores and sockets go (default $TMPDIR); /dev/shm takes fsync's cost out, for diagnosis")
+	fs.BoolVar(&o.envoyStats, "envoy-stats", true, "print Envoy's ext_proc and connection counters per scenario")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	o.paths, o.modes = strings.Split(*only, ","), strings.Split(*modes, ",")
+	o.paths, o.modes, o.scenarios = strings.Split(*only, ","), strings.Split(*modes, ","), strings.Split(*scenarios, ",")
 	for _, p := range o.paths {
-		if !slices.Contains([]string{"direct", "envoy", "tollway"}, p) {
-			return nil, fmt.Errorf("-only: unknown path %q", p)
+		if !slices.Contains(allPaths, p) {
+			return nil, fmt.Errorf("-only: unknown path %q (want %s)", p, strings.Join(allPaths, ", "))
 		}
 	}
 	for _, m := range o.modes {
@@ -96,8 +156,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return nil, fmt.Errorf("-modes: unknown mode %q", m)
 		}
 	}
-	if o.rate <= 0 || o.duration < time.Second || o.warmup < 0 || o.maxInFlight <= 0 {
-		return nil, errors.New("need -rate > 0, -duration >= 1s, -warmup >= 0, -max-inflight > 0")
+	for _, sc := range o.scenarios {
+		if !slices.Contains(allScenarios, sc) {
+			return nil, fmt.Errorf("-scenarios: unknown scenario %q (want %s)", sc, strings.Join(allScenarios, ", "))
+		}
+	}
+	if o.rate <= 0 || o.duration < time.Second || o.warmup < 0 || o.maxInFlight <= 0 || o.rounds < 1 || o.duration/time.Duration(max(1, o.rounds)) < time.Second {
+		return nil, errors.New("need -rate > 0, -duration >= 1s, -rounds >= 1 with -duration/-rounds >= 1s, -warmup >= 0, -max-inflight > 0")
+	}
+	if o.settleRate <= 0 || o.settleDuration < time.Second || o.settleWait < time.Second || o.storeWorkers <= 0 || o.storeDuration < time.Second {
+		return nil, errors.New("need -settle-rate > 0, -settle-duration >= 1s, -settle-wait >= 1s, -store-workers > 0, -store-duration >= 1s")
 	}
 	return o, nil
 }
@@ -121,117 +189,216 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.envoyBin, err = envoy.FindBinary(o.envoyBin); err != nil {
-		return err
+	// The gateways to start: the latency paths, and billing-on Tollway for the settle scenario.
+	var paths []string
+	if o.has("latency") {
+		paths = slices.Clone(o.paths)
 	}
-	if _, err := os.Stat(o.tollwayBin); err != nil && slices.Contains(o.paths, "tollway") {
+	if o.has("settle") && !slices.Contains(paths, pathTollway) {
+		paths = append(paths, pathTollway)
+	}
+	if len(paths) > 0 {
+		if o.envoyBin, err = envoy.FindBinary(o.envoyBin); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(o.tollwayBin); err != nil && (slices.Contains(paths, pathTollway) || slices.Contains(paths, pathTollwayOff)) {
 		return fmt.Errorf("tollway binary: %w (run `make build` or set TOLLWAY_BIN)", err)
 	}
-	dir, err := os.MkdirTemp("", "tollway-bench-")
+	dir, err := os.MkdirTemp(o.stateDir, "tollway-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 
 	fmt.Fprintln(stdout, machine(o.envoyBin))
-	fmt.Fprintf(stdout, "load: %d req/s fixed rate for %s per scenario after a %s warm-up (discarded); fake provider chunk delay %s; HTTP/1.1 keep-alive client\n",
-		o.rate, o.duration, o.warmup, o.chunkDelay)
-
-	fake, err := fakeupstream.New(fakeupstream.Options{APIKey: providerKey, ChunkDelay: o.chunkDelay, NoRecord: true})
-	if err != nil {
-		return err
+	if o.has("latency") {
+		fmt.Fprintf(stdout, "latency load: %d req/s fixed rate for %s per scenario (%d rounds of %s, paths taking turns) after a %s warm-up (discarded); fake provider chunk delay %s; HTTP/1.1 keep-alive client\n",
+			o.rate, o.duration, o.rounds, o.duration/time.Duration(o.rounds), o.warmup, o.chunkDelay)
 	}
-	defer fake.Close()
-	self := proc{selfProc, os.Getpid()}
 
-	var targets []*target
-	procs := map[string][]proc{}
-	admins := map[string]string{} // path -> Envoy admin socket
-	for _, p := range o.paths {
-		switch p {
-		case "direct":
-			targets = append(targets, &target{name: p, baseURL: fake.URL(), auth: providerKey})
-			procs[p] = []proc{self}
-		case "envoy":
-			pe, err := startPlainEnvoy(ctx, o.envoyBin, filepath.Join(dir, "envoy"), fake.Addr())
-			if err != nil {
-				return err
-			}
-			defer pe.proc.Stop()
-			targets = append(targets, &target{name: p, baseURL: pe.baseURL, auth: providerKey})
-			procs[p] = []proc{self, {"envoy alone", pe.proc.Pid()}}
-			admins[p] = pe.admin
-		case "tollway":
-			tw, err := startTollway(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, "tollway"), fake.URL(), o.tollwayEnv)
-			if err != nil {
-				return err
-			}
-			defer tw.stop()
-			key, err := tw.newKey(ctx)
-			if err != nil {
-				return err
-			}
-			targets = append(targets, &target{name: p, baseURL: tw.baseURL, auth: key})
-			procs[p] = []proc{self, {"tollway's envoy", tw.EnvoyPID}, {tollwayProc, tw.Pid()}}
-			admins[p] = tw.envoyAdmin()
-		}
-	}
-	for _, t := range targets {
-		t.client = newClient(o.timeout)
-		if err := probe(ctx, t, chatBody); err != nil {
+	var (
+		targets []*target
+		procs   = map[string][]proc{}
+		admins  = map[string]string{} // path -> Envoy admin socket
+		bad     []string              // reasons to exit 1
+		idleRSS = map[int]int64{}     // pid -> VmRSS KiB once ready, before any load
+	)
+	if len(paths) > 0 {
+		fake, err := fakeupstream.New(fakeupstream.Options{APIKey: providerKey, ChunkDelay: o.chunkDelay, NoRecord: true})
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%-8s %s\n", t.name, t.baseURL)
+		defer fake.Close()
+		self := proc{selfProc, os.Getpid()}
+		for _, p := range paths {
+			switch p {
+			case pathDirect:
+				targets = append(targets, &target{name: p, baseURL: fake.URL(), auth: providerKey})
+				procs[p] = []proc{self}
+			case pathEnvoy:
+				pe, err := startPlainEnvoy(ctx, o.envoyBin, filepath.Join(dir, "envoy"), fake.Addr())
+				if err != nil {
+					return err
+				}
+				defer pe.proc.Stop()
+				targets = append(targets, &target{name: p, baseURL: pe.baseURL, auth: providerKey})
+				procs[p] = []proc{self, {"envoy alone", pe.proc.Pid()}}
+				admins[p] = pe.admin
+			case pathTollway, pathTollwayOff:
+				tw, err := startTollway(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, p), fake.URL(), p == pathTollway, o.tollwayEnv)
+				if err != nil {
+					return err
+				}
+				defer tw.stop()
+				key, err := tw.newKey(ctx)
+				if err != nil {
+					return err
+				}
+				targets = append(targets, &target{name: p, baseURL: tw.baseURL, auth: key, tw: tw})
+				procs[p] = []proc{self, {"tollway's envoy", tw.EnvoyPID}, {tollwayProc, tw.Pid()}}
+				admins[p] = tw.envoyAdmin()
+			}
+		}
+		for _, t := range targets {
+			t.client = newClient(o.timeout)
+			if err := probe(ctx, t, chatBody); err != nil {
+				return err
+			}
+			t.served++ // the probe's one successful request
+			for _, p := range procs[t.name] {
+				if rss, _, err := memKB(p.pid); err == nil && p.name != selfProc {
+					idleRSS[p.pid] = rss
+				}
+			}
+			fmt.Fprintf(stdout, "%-22s %s\n", label(t.name), t.baseURL)
+		}
+	}
+	byPath := func(p string) *target {
+		for _, t := range targets {
+			if t.name == p {
+				return t
+			}
+		}
+		return nil
 	}
 
 	var all []*scenario
-	for _, mode := range o.modes {
-		for _, t := range targets {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			fmt.Fprintf(stderr, "bench: %s %s ...\n", mode, t.name)
-			s := &scenario{mode: mode, path: t.name, cpu: map[string]time.Duration{}}
-			load := func(d time.Duration) *result {
-				if mode == "chat" {
-					return attackChat(ctx, t, chatBody, o.rate, d)
+	if o.has("latency") {
+		// Each path's measured time is split into rounds that take turns with the other paths,
+		// so a slow drift of the machine (other tenants, CPU clocks) is shared by all paths
+		// instead of landing on whichever ran last: the on/off difference is what is compared.
+		seg := o.duration / time.Duration(o.rounds)
+		for _, mode := range o.modes {
+			byMode := map[string]*scenario{}
+			for round := range o.rounds {
+				for _, p := range o.paths {
+					t := byPath(p)
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					fmt.Fprintf(stderr, "bench: %s %s, round %d/%d ...\n", mode, label(t.name), round+1, o.rounds)
+					load := func(d time.Duration) *result {
+						var r *result
+						if mode == "chat" {
+							r = attackChat(ctx, t, chatBody, o.rate, d)
+						} else {
+							r = attackStream(ctx, t, streamBody, o.rate, d, o.maxInFlight)
+						}
+						t.tally(r)
+						return r
+					}
+					s := byMode[p]
+					if s == nil {
+						s = &scenario{mode: mode, path: t.name, cpu: map[string]time.Duration{}}
+						byMode[p] = s
+						all = append(all, s)
+						if o.warmup > 0 {
+							s.warmErrs = load(o.warmup).errors
+						}
+					}
+					var before map[string]int64
+					if o.envoyStats {
+						before = envoyCounters(admins[t.name])
+					}
+					ps := procs[t.name]
+					c0 := cpuSnapshot(ps)
+					s.res = s.res.merge(load(seg))
+					for i, c := range cpuSnapshot(ps) {
+						s.cpu[ps[i].name] += c - c0[i]
+					}
+					if o.envoyStats {
+						s.counters = addDeltas(s.counters, counterDeltas(before, envoyCounters(admins[t.name])))
+					}
+					time.Sleep(300 * time.Millisecond) // let the last connections settle before the next path
 				}
-				return attackStream(ctx, t, streamBody, o.rate, d, o.maxInFlight)
 			}
-			if o.warmup > 0 {
-				s.warmErrs = load(o.warmup).errors
-			}
-			var before map[string]int64
-			if o.envoyStats {
-				before = envoyCounters(admins[t.name])
-			}
-			ps := procs[t.name]
-			c0 := cpuSnapshot(ps)
-			s.res = load(o.duration)
-			for i, c := range cpuSnapshot(ps) {
-				s.cpu[ps[i].name] = c - c0[i]
-			}
-			if o.envoyStats {
-				s.counters = counterDeltas(before, envoyCounters(admins[t.name]))
-			}
-			all = append(all, s)
-			time.Sleep(300 * time.Millisecond) // let the last connections settle before the next path
 		}
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		for _, s := range all {
+			if s.res.errRate() > maxErrRate {
+				bad = append(bad, fmt.Sprintf("%s/%s error rate %.2f%% > %.1f%%", s.mode, label(s.path), 100*s.res.errRate(), 100*maxErrRate))
+			}
+		}
 	}
 
-	report(stdout, o, all)
-	printMemory(stdout, procs)
-	var bad []string
-	for _, s := range all {
-		if s.res.errRate() > maxErrRate {
-			bad = append(bad, fmt.Sprintf("%s/%s %.2f%%", s.mode, s.path, 100*s.res.errRate()))
+	var settle *settleResult
+	if o.has("settle") {
+		t := byPath(pathTollway)
+		fmt.Fprintf(stderr, "bench: settle %s at %d req/s ...\n", label(t.name), o.settleRate)
+		settle = runSettle(ctx, o, t, procs[t.name], admins[t.name])
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if r := settle.res; r != nil && r.errRate() > maxErrRate {
+			bad = append(bad, fmt.Sprintf("settle error rate %.2f%% > %.1f%%", 100*r.errRate(), 100*maxErrRate))
+		}
+		if settle.err != nil {
+			bad = append(bad, "settle: "+settle.err.Error())
 		}
 	}
+
+	// Every successful billed request leaves exactly one durable record; with billing off, none.
+	var checks []*recordCheck
+	for _, t := range targets {
+		if t.tw != nil {
+			c := checkRecords(ctx, t, o.settleWait)
+			checks = append(checks, c)
+			if c.err != nil {
+				bad = append(bad, "usage records: "+c.err.Error())
+			}
+		}
+	}
+
+	if o.has("latency") {
+		report(stdout, o, all)
+	}
+	if settle != nil {
+		reportSettle(stdout, o, settle)
+	}
+	if len(checks) > 0 {
+		reportRecords(stdout, checks)
+	}
+	if len(targets) > 0 {
+		printMemory(stdout, paths, procs, idleRSS)
+	}
+
+	if o.has("store") {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		fmt.Fprintf(stderr, "bench: store Settle with %d goroutines for %s ...\n", o.storeWorkers, o.storeDuration)
+		sr := storeSettle(ctx, filepath.Join(dir, "store"), o.storeWorkers, o.storeDuration)
+		reportStore(stdout, sr)
+		if sr.err != nil {
+			bad = append(bad, "store: "+sr.err.Error())
+		}
+	}
+
 	if len(bad) > 0 {
-		return fmt.Errorf("error rate over %.1f%%: %s", 100*maxErrRate, strings.Join(bad, ", "))
+		return errors.New(strings.Join(bad, "; "))
 	}
 	return nil
 }

@@ -44,10 +44,10 @@ func report(w io.Writer, o *options, all []*scenario) {
 	for _, mode := range o.modes {
 		if mode == "chat" {
 			fmt.Fprintf(w, "\n== non-streaming chat completions, %d req/s ==\n", o.rate)
-			fmt.Fprintf(w, "%-8s %8s %8s %9s %9s %9s %9s  %s\n", "path", "sent/s", "ok/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors")
+			fmt.Fprintf(w, "%-22s %8s %8s %9s %9s %9s %9s  %s\n", "path", "sent/s", "ok/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors")
 		} else {
 			fmt.Fprintf(w, "\n== streaming chat completions, %d req/s (first = first SSE data line; total = through [DONE]) ==\n", o.rate)
-			fmt.Fprintf(w, "%-8s %8s %8s %10s %10s %10s %10s  %s\n", "path", "sent/s", "ok/s", "first p50", "first p99", "total p50", "total p99", "errors")
+			fmt.Fprintf(w, "%-22s %8s %8s %10s %10s %10s %10s  %s\n", "path", "sent/s", "ok/s", "first p50", "first p99", "total p50", "total p99", "errors")
 		}
 		for _, s := range all {
 			if s.mode != mode {
@@ -55,10 +55,10 @@ func report(w io.Writer, o *options, all []*scenario) {
 			}
 			r := s.res
 			if mode == "chat" {
-				fmt.Fprintf(w, "%-8s %8.1f %8.1f %9s %9s %9s %9s  %s\n", s.path, r.sentRate, r.throughput,
+				fmt.Fprintf(w, "%-22s %8.1f %8.1f %9s %9s %9s %9s  %s\n", label(s.path), r.sentRate, r.throughput,
 					ms(pct(r.lat, .5)), ms(pct(r.lat, .9)), ms(pct(r.lat, .99)), ms(pct(r.lat, 1)), errCell(r))
 			} else {
-				fmt.Fprintf(w, "%-8s %8.1f %8.1f %10s %10s %10s %10s  %s\n", s.path, r.sentRate, r.throughput,
+				fmt.Fprintf(w, "%-22s %8.1f %8.1f %10s %10s %10s %10s  %s\n", label(s.path), r.sentRate, r.throughput,
 					ms(pct(r.ttfb, .5)), ms(pct(r.ttfb, .99)), ms(pct(r.lat, .5)), ms(pct(r.lat, .99)), errCell(r))
 			}
 		}
@@ -67,10 +67,10 @@ func report(w io.Writer, o *options, all []*scenario) {
 				continue
 			}
 			for msg, n := range s.res.errSamples {
-				fmt.Fprintf(w, "  %s error x%d: %s\n", s.path, n, msg)
+				fmt.Fprintf(w, "  %s error x%d: %s\n", label(s.path), n, msg)
 			}
 			if s.warmErrs > 0 {
-				fmt.Fprintf(w, "  %s: %d errors during the (discarded) warm-up\n", s.path, s.warmErrs)
+				fmt.Fprintf(w, "  %s: %d errors during the (discarded) warm-up\n", label(s.path), s.warmErrs)
 			}
 		}
 	}
@@ -89,8 +89,8 @@ func report(w io.Writer, o *options, all []*scenario) {
 	header := false
 	var verdicts []string
 	for _, m := range metrics {
-		d := find(m.mode, "direct")
-		if d == nil || find(m.mode, "envoy") == nil && find(m.mode, "tollway") == nil {
+		d := find(m.mode, pathDirect)
+		if d == nil || find(m.mode, pathEnvoy) == nil && find(m.mode, pathTollway) == nil && find(m.mode, pathTollwayOff) == nil {
 			continue
 		}
 		dp50, dp99 := pct(m.pick(d.res), .5), pct(m.pick(d.res), .99)
@@ -103,13 +103,14 @@ func report(w io.Writer, o *options, all []*scenario) {
 			return plusMS(p50-dp50) + " / " + plusMS(p99-dp99), ratio(p50, dp50) + " / " + ratio(p99, dp99), p50 - dp50, p99 - dp99, true
 		}
 		if !header {
-			fmt.Fprintf(w, "\n== overhead over direct: p50 / p99 in ms (ratios tollway/direct) ==\n")
-			fmt.Fprintf(w, "%-20s %-22s %-22s %s\n", "metric", "envoy - direct", "tollway - direct", "tollway / direct")
+			fmt.Fprintf(w, "\n== overhead over direct: p50 / p99 in ms (ratios tollway (billing on)/direct) ==\n")
+			fmt.Fprintf(w, "%-20s %-20s %-22s %-22s %s\n", "metric", "envoy - direct", "tollway off - direct", "tollway on - direct", "tollway on / direct")
 			header = true
 		}
-		env, _, _, _, _ := cell("envoy")
-		tw, tr, t50, t99, ok := cell("tollway")
-		fmt.Fprintf(w, "%-20s %-22s %-22s %s\n", m.name, env, tw, tr)
+		env, _, _, _, _ := cell(pathEnvoy)
+		off, _, _, _, _ := cell(pathTollwayOff)
+		tw, tr, t50, t99, ok := cell(pathTollway)
+		fmt.Fprintf(w, "%-20s %-20s %-22s %-22s %s\n", m.name, env, off, tw, tr)
 		if m.name == "stream total" {
 			fmt.Fprintln(w, "  (stream total includes the fake's pause between chunks, whose timers fire later on a busier machine: not a verdict metric)")
 		}
@@ -119,10 +120,38 @@ func report(w io.Writer, o *options, all []*scenario) {
 		}
 	}
 	if len(verdicts) > 0 {
-		fmt.Fprintf(w, "\n== verdict: Tollway adds <= %s at p50 and <= %s at p99 over direct (measured at %d req/s) ==\n", targetP50, targetP99, o.rate)
+		fmt.Fprintf(w, "\n== verdict: Tollway (billing on) adds <= %s at p50 and <= %s at p99 over direct (measured at %d req/s) ==\n", targetP50, targetP99, o.rate)
 		for _, v := range verdicts {
 			fmt.Fprintln(w, v)
 		}
+	}
+
+	// What billing costs: the same gateway, the same catalog, billing on against billing off.
+	header = false
+	verdicts = verdicts[:0]
+	for _, m := range metrics {
+		on, off := find(m.mode, pathTollway), find(m.mode, pathTollwayOff)
+		if on == nil || off == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(w, "\n== billing cost: admission (hold) + metering (response body through ext_proc) = billing on - billing off, ms ==\n")
+			fmt.Fprintf(w, "%-20s %9s %9s %9s   %9s %9s %9s\n", "metric", "p50 off", "p50 on", "on-off", "p99 off", "p99 on", "on-off")
+			header = true
+		}
+		f50, f99 := pct(m.pick(off.res), .5), pct(m.pick(off.res), .99)
+		n50, n99 := pct(m.pick(on.res), .5), pct(m.pick(on.res), .99)
+		fmt.Fprintf(w, "%-20s %9s %9s %9s   %9s %9s %9s\n", m.name, ms(f50), ms(n50), plusMS(n50-f50), ms(f99), ms(n99), plusMS(n99-f99))
+		verdicts = append(verdicts, fmt.Sprintf("%-20s p50 %+5.0f us (< %.0f us) %s",
+			m.name, float64(n50-f50)/1e3, float64(targetBillingP50)/1e3, verdict(n50-f50 < targetBillingP50)))
+	}
+	if len(verdicts) > 0 {
+		fmt.Fprintf(w, "\n== verdict: admission + metering add < %.0f us at p50 (measured at %d req/s) ==\n", float64(targetBillingP50)/1e3, o.rate)
+		for _, v := range verdicts {
+			fmt.Fprintln(w, v)
+		}
+		fmt.Fprintln(w, "  (chat: hold + the buffered JSON body's extra ext_proc round trip; stream first event: hold + the first chunk's round trip;")
+		fmt.Fprintln(w, "   stream total: every chunk goes through ext_proc before the client sees it, so it carries the per-chunk metering cost)")
 	}
 
 	// CPU per request shows who pays for the overhead on this small machine.
@@ -137,13 +166,13 @@ func report(w io.Writer, o *options, all []*scenario) {
 	slices.Sort(names)
 	fmt.Fprintf(w, "\n== CPU per successful request, us (user+sys over the measured window; budget %d cores = %.0f us/req at %d req/s) ==\n",
 		runtime.NumCPU(), float64(runtime.NumCPU())*1e6/float64(o.rate), o.rate)
-	fmt.Fprintf(w, "%-16s", "scenario")
+	fmt.Fprintf(w, "%-30s", "scenario")
 	for _, n := range names {
 		fmt.Fprintf(w, " %20s", n)
 	}
 	fmt.Fprintf(w, " %8s\n", "total")
 	for _, s := range all {
-		fmt.Fprintf(w, "%-16s", s.mode+" "+s.path)
+		fmt.Fprintf(w, "%-30s", s.mode+" "+label(s.path))
 		ok := max(1, len(s.res.lat))
 		var total time.Duration
 		for _, n := range names {
@@ -165,7 +194,7 @@ func report(w io.Writer, o *options, all []*scenario) {
 		}
 		slices.SortFunc(s.counters, func(a, b counterDelta) int { return strings.Compare(a.name, b.name) })
 		ok := float64(max(1, s.res.requests))
-		lines = append(lines, s.mode+" "+s.path+":")
+		lines = append(lines, s.mode+" "+label(s.path)+":")
 		for _, c := range s.counters {
 			lines = append(lines, fmt.Sprintf("  %-55s %8d  %7.3f/req", c.name, c.delta, float64(c.delta)/ok))
 		}
@@ -176,31 +205,48 @@ func report(w io.Writer, o *options, all []*scenario) {
 }
 
 // printMemory reports the resident memory of every process after the load, Tollway's first.
-func printMemory(w io.Writer, procs map[string][]proc) {
-	fmt.Fprintf(w, "\n== memory after the load: VmRSS (peak VmHWM) ==\n")
-	var ps []proc
-	for _, path := range []string{"tollway", "envoy", "direct"} {
+func printMemory(w io.Writer, paths []string, procs map[string][]proc, idle map[int]int64) {
+	fmt.Fprintf(w, "\n== memory after the load: VmRSS (peak VmHWM) [VmRSS when ready, before any load] ==\n")
+	type row struct {
+		name string
+		p    proc
+	}
+	var rows []row
+	seen := map[int]bool{}
+	order := []string{pathTollway, pathTollwayOff, pathEnvoy, pathDirect}
+	paths = slices.Clone(paths)
+	slices.SortStableFunc(paths, func(a, b string) int { return cmp.Compare(slices.Index(order, a), slices.Index(order, b)) })
+	for _, path := range paths {
 		for _, p := range slices.Backward(procs[path]) {
-			if !slices.ContainsFunc(ps, func(q proc) bool { return q.pid == p.pid }) {
-				ps = append(ps, p)
+			if seen[p.pid] {
+				continue
 			}
+			seen[p.pid] = true
+			name := p.name
+			if (path == pathTollway || path == pathTollwayOff) && p.name != selfProc {
+				name = label(path) + ": " + p.name
+			}
+			rows = append(rows, row{name, p})
 		}
 	}
-	last := func(p proc) int {
-		if p.name == selfProc {
+	last := func(r row) int {
+		if r.p.name == selfProc {
 			return 1
 		}
 		return 0
 	}
-	slices.SortStableFunc(ps, func(a, b proc) int { return cmp.Compare(last(a), last(b)) }) // the bench last
-	for _, p := range ps {
-		rss, hwm, err := memKB(p.pid)
+	slices.SortStableFunc(rows, func(a, b row) int { return cmp.Compare(last(a), last(b)) }) // the bench last
+	for _, r := range rows {
+		rss, hwm, err := memKB(r.p.pid)
 		if err != nil {
-			fmt.Fprintf(w, "%-20s %v\n", p.name, err)
+			fmt.Fprintf(w, "%-45s %v\n", r.name, err)
 			continue
 		}
-		line := fmt.Sprintf("%-20s %7.1f MiB (%.1f MiB)", p.name, float64(rss)/1024, float64(hwm)/1024)
-		if p.name == tollwayProc {
+		line := fmt.Sprintf("%-45s %7.1f MiB (%.1f MiB)", r.name, float64(rss)/1024, float64(hwm)/1024)
+		if kb, ok := idle[r.p.pid]; ok {
+			line += fmt.Sprintf(" [%.1f MiB]", float64(kb)/1024)
+		}
+		if r.p.name == tollwayProc {
 			line += fmt.Sprintf("   target < %.0f MB: %s", targetRSS/1e6, verdict(float64(rss)*1024 < targetRSS))
 		}
 		fmt.Fprintln(w, line)

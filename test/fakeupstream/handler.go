@@ -28,6 +28,9 @@ func (s *Server) handler() http.Handler {
 			return
 		}
 		w.Header().Set("X-Request-Id", "req_fake"+s.nextID())
+		if s.anthropicRoute(w, r, body) || s.geminiRoute(w, r, body) {
+			return // native APIs check their own credentials
+		}
 		if s.opts.APIKey != "" {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || got != s.opts.APIKey {
