@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -56,7 +57,21 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 				RequestHeaders: &extprocv3.HeadersResponse{},
 			}}
 		case *extprocv3.ProcessingRequest_RequestBody:
-			if resp, err = a.requestBody(r.RequestBody); err != nil {
+			resp, err = a.requestBody(r.RequestBody)
+			if errors.Is(err, provider.ErrBadRequest) {
+				// The client's request cannot be said in this provider's API: its fault, a 400.
+				e := apiErr(http.StatusBadRequest, "invalid_request", "%v", err)
+				resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+					ImmediateResponse: &extprocv3.ImmediateResponse{
+						Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
+						Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}},
+						Body:    e.Body(""),
+						Details: "tollway_invalid_request",
+					},
+				}}
+				err = nil
+			}
+			if err != nil {
 				s.log.Error("upstream attempt rewrite failed", "provider", a.provider.Name, "error", err)
 				return status.Error(codes.InvalidArgument, err.Error())
 			}
@@ -200,6 +215,10 @@ func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 		// The provider answered 2xx with something that is no answer (a blocked prompt, a
 		// broken body): the client gets an error, never a half-translated reply.
 		e := apiErr(http.StatusBadGateway, "upstream_error", "provider %s: %v", a.provider.Name, err)
+		var blocked *provider.BlockedError
+		if errors.As(err, &blocked) {
+			e = apiErr(http.StatusBadRequest, "content_filter", "%v", err)
+		}
 		out = e.Body("")
 		if !a.streaming {
 			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -62,6 +63,7 @@ func upstreamError(status int, provider string, body []byte) *APIError {
 			Message string          `json:"message"`
 			Code    json.RawMessage `json:"code"`
 			Type    string          `json:"type"`
+			Status  string          `json:"status"` // Gemini: "INVALID_ARGUMENT", with a numeric code
 		}
 		var str string
 		switch {
@@ -72,6 +74,8 @@ func upstreamError(status int, provider string, body []byte) *APIError {
 				e.Code = code
 			} else if obj.Type != "" {
 				e.Code = obj.Type
+			} else if obj.Status != "" {
+				e.Code = strings.ToLower(obj.Status)
 			}
 		case json.Unmarshal(shaped.Error, &str) == nil && str != "":
 			e.Message = str

@@ -12,11 +12,11 @@ func TestForKnownAndUnknown(t *testing.T) {
 	if a, err := For(ir.ProviderTypeOpenAI); err != nil || a == nil {
 		t.Fatalf("For(%q) = %v, %v", ir.ProviderTypeOpenAI, a, err)
 	}
-	_, err := For("anthropic")
+	_, err := For("cohere")
 	if err == nil {
 		t.Fatal("For(anthropic) succeeded; there is no such adapter")
 	}
-	if !strings.Contains(err.Error(), `"anthropic"`) {
+	if !strings.Contains(err.Error(), `"cohere"`) {
 		t.Errorf("error %q does not name the type", err)
 	}
 }

@@ -87,6 +87,26 @@ func sdkEnv(g *gateway, key string) []string {
 	)
 }
 
+// sdkProviders are the provider APIs the SDK suites run against: the clients speak OpenAI; the
+// gateway translates for the others, streams and tool calls included.
+var sdkProviders = []string{"openai", "anthropic", "gemini"}
+
+// startForSDK runs the gateway with one priced model on a fake provider of the given API.
+func startForSDK(t *testing.T, kind string) (*gateway, *fakeupstream.Server) {
+	t.Helper()
+	fake := fakeupstream.Start(t, fakeupstream.Options{ChunkDelay: time.Millisecond, APIKey: providerKey})
+	base := map[string]string{"openai": fake.URL(), "anthropic": fake.AnthropicURL(), "gemini": fake.GeminiURL()}[kind]
+	body := fmt.Sprintf(`providers:
+  - {name: fake, type: %s, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: gpt-4o-mini
+    name: GPT-4o mini
+    providers: [{provider: fake, model: fake-llama-3}]
+    %s
+`, kind, base, sdkPricing)
+	return startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey), fake
+}
+
 func TestOpenAIPythonSDK(t *testing.T) {
 	python := os.Getenv("TOLLWAY_PYTHON")
 	if python == "" {
@@ -95,21 +115,25 @@ func TestOpenAIPythonSDK(t *testing.T) {
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("the Python SDK client is not installed (%v): run `make clients`", err)
 	}
-	g, fake := startWithFake(t, fakeupstream.Options{ChunkDelay: time.Millisecond}, sdkPricing)
-	if err := g.NewAccount(context.Background(), "py", "5"); err != nil {
-		t.Fatal(err)
+	for _, kind := range sdkProviders {
+		t.Run(kind, func(t *testing.T) {
+			g, fake := startForSDK(t, kind)
+			if err := g.NewAccount(context.Background(), "py", "5"); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", filepath.Join(repoRoot, "test", "clients", "python"))
+			cmd.Env = sdkEnv(g, g.newKey("py"))
+			out, err := cmd.CombinedOutput()
+			t.Logf("pytest:\n%s", out)
+			if err != nil {
+				t.Fatalf("OpenAI Python SDK suite against a %s provider failed: %v", kind, err)
+			}
+			if !strings.Contains(string(out), "passed") || strings.Contains(string(out), "skipped") {
+				t.Fatalf("pytest ran no tests or skipped some")
+			}
+			checkBilled(t, g, "py", "5", fake.RequestCount())
+		})
 	}
-	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", filepath.Join(repoRoot, "test", "clients", "python"))
-	cmd.Env = sdkEnv(g, g.newKey("py"))
-	out, err := cmd.CombinedOutput()
-	t.Logf("pytest:\n%s", out)
-	if err != nil {
-		t.Fatalf("OpenAI Python SDK suite failed: %v", err)
-	}
-	if !strings.Contains(string(out), "passed") || strings.Contains(string(out), "skipped") {
-		t.Fatalf("pytest ran no tests or skipped some")
-	}
-	checkBilled(t, g, "py", "5", fake.RequestCount())
 }
 
 func TestOpenAINodeSDK(t *testing.T) {
@@ -120,22 +144,26 @@ func TestOpenAINodeSDK(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
 		t.Fatalf("the Node SDK client is not installed (%v): run `make clients`", err)
 	}
-	g, fake := startWithFake(t, fakeupstream.Options{ChunkDelay: time.Millisecond}, sdkPricing)
-	if err := g.NewAccount(context.Background(), "node", "5"); err != nil {
-		t.Fatal(err)
+	for _, kind := range sdkProviders {
+		t.Run(kind, func(t *testing.T) {
+			g, fake := startForSDK(t, kind)
+			if err := g.NewAccount(context.Background(), "node", "5"); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("node", "--test")
+			cmd.Dir = dir
+			cmd.Env = sdkEnv(g, g.newKey("node"))
+			out, err := cmd.CombinedOutput()
+			t.Logf("node --test:\n%s", out)
+			if err != nil {
+				t.Fatalf("OpenAI Node SDK suite against a %s provider failed: %v", kind, err)
+			}
+			if !strings.Contains(string(out), "# fail 0") || strings.Contains(string(out), "# pass 0") {
+				t.Fatalf("node ran no tests or some failed")
+			}
+			checkBilled(t, g, "node", "5", fake.RequestCount())
+		})
 	}
-	cmd := exec.Command("node", "--test")
-	cmd.Dir = dir
-	cmd.Env = sdkEnv(g, g.newKey("node"))
-	out, err := cmd.CombinedOutput()
-	t.Logf("node --test:\n%s", out)
-	if err != nil {
-		t.Fatalf("OpenAI Node SDK suite failed: %v", err)
-	}
-	if !strings.Contains(string(out), "# fail 0") || strings.Contains(string(out), "# pass 0") {
-		t.Fatalf("node ran no tests or some failed")
-	}
-	checkBilled(t, g, "node", "5", fake.RequestCount())
 }
 
 // TestUpstreamRequestIsRewritten checks what the provider actually receives.

@@ -1,0 +1,459 @@
+package provider
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// anthropic speaks the Anthropic Messages API (POST {base}/messages).
+//
+// Request mapping, from the OpenAI chat request:
+//   - system and developer messages, wherever they stand, are joined with "\n\n" into the
+//     top-level system string (Anthropic has no system turns);
+//   - user/assistant content becomes text, image (base64 or url), document (PDF data URL) and
+//     tool_use blocks; tool messages become tool_result blocks in a user turn; consecutive
+//     turns of one role are merged, because Anthropic wants user and assistant to alternate
+//     and the tool_results answering one tool_use turn all in the next user turn;
+//   - max_tokens is required upstream: max_completion_tokens, else max_tokens, else
+//     anthropicDefaultMaxTokens;
+//   - temperature, top_p, stop, stream, user (metadata.user_id), tools, tool_choice and
+//     parallel_tool_calls=false (disable_parallel_tool_use) are mapped;
+//   - everything else is dropped, since Anthropic rejects unknown fields: stream_options
+//     (usage always comes with the stream), n, seed, frequency/presence_penalty, logit_bias,
+//     logprobs, top_logprobs, response_format, reasoning_effort, service_tier, store,
+//     metadata, modalities, audio, prediction, web_search_options, functions, function_call.
+type anthropic struct{}
+
+func init() { register(ir.ProviderTypeAnthropic, anthropic{}) }
+
+const (
+	anthropicVersion = "2023-06-01"
+	// anthropicDefaultMaxTokens applies when the client set no cap: Anthropic requires one, and
+	// 4096 fits every current Claude model's output limit.
+	anthropicDefaultMaxTokens = 4096
+)
+
+type anthRequest struct {
+	Model         string           `json:"model"`
+	MaxTokens     int64            `json:"max_tokens"`
+	System        string           `json:"system,omitempty"`
+	Messages      []anthMessage    `json:"messages"`
+	Tools         []anthTool       `json:"tools,omitempty"`
+	ToolChoice    *anthToolChoice  `json:"tool_choice,omitempty"`
+	Temperature   json.RawMessage  `json:"temperature,omitempty"`
+	TopP          json.RawMessage  `json:"top_p,omitempty"`
+	StopSequences []string         `json:"stop_sequences,omitempty"`
+	Stream        bool             `json:"stream,omitempty"`
+	Metadata      *anthRequestMeta `json:"metadata,omitempty"`
+}
+
+type anthRequestMeta struct {
+	UserID string `json:"user_id"`
+}
+
+type anthMessage struct {
+	Role    string      `json:"role"`
+	Content []anthBlock `json:"content"`
+}
+
+// anthBlock is a content block of any type; only the fields of its type are set.
+type anthBlock struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text,omitempty"`
+	Source    *anthSource     `json:"source,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	ToolUseID string          `json:"tool_use_id,omitempty"`
+	Content   string          `json:"content,omitempty"`
+}
+
+type anthSource struct {
+	Type      string `json:"type"` // base64 | url
+	MediaType string `json:"media_type,omitempty"`
+	Data      string `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
+}
+
+type anthTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+type anthToolChoice struct {
+	Type                   string `json:"type"` // auto | none | any | tool
+	Name                   string `json:"name,omitempty"`
+	DisableParallelToolUse bool   `json:"disable_parallel_tool_use,omitempty"`
+}
+
+func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
+	out := anthRequest{Model: model, Temperature: rawField(req, "temperature"), TopP: rawField(req, "top_p")}
+	var err error
+	if out.MaxTokens, err = maxTokens(req); err != nil {
+		return nil, fmt.Errorf("anthropic: %w", err)
+	}
+	if out.MaxTokens == 0 {
+		out.MaxTokens = anthropicDefaultMaxTokens
+	}
+	msgs, err := decodeMessages(req)
+	if err != nil {
+		return nil, fmt.Errorf("anthropic: %w", err)
+	}
+	var system []string
+	for i, m := range msgs {
+		switch m.Role {
+		case "system", "developer":
+			s, err := contentText(m.Content, i)
+			if err != nil {
+				return nil, fmt.Errorf("anthropic: %w", err)
+			}
+			if s != "" {
+				system = append(system, s)
+			}
+		case "user", "assistant":
+			blocks, err := anthBlocks(m, i)
+			if err != nil {
+				return nil, fmt.Errorf("anthropic: %w", err)
+			}
+			out.Messages = appendAnthTurn(out.Messages, m.Role, blocks)
+		case "tool":
+			s, err := contentText(m.Content, i)
+			if err != nil {
+				return nil, fmt.Errorf("anthropic: %w", err)
+			}
+			out.Messages = appendAnthTurn(out.Messages, "user", []anthBlock{{Type: "tool_result", ToolUseID: m.ToolCallID, Content: s}})
+		default:
+			return nil, fmt.Errorf("anthropic: %w: messages[%d] has role %q", ErrBadRequest, i, m.Role)
+		}
+	}
+	out.System = strings.Join(system, "\n\n")
+	if out.Messages == nil {
+		out.Messages = []anthMessage{} // Anthropic's own error is clearer than a missing field
+	}
+
+	tools, err := decodeTools(req)
+	if err != nil {
+		return nil, fmt.Errorf("anthropic: %w", err)
+	}
+	for _, t := range tools {
+		out.Tools = append(out.Tools, anthTool{Name: t.Name, Description: t.Description, InputSchema: t.Parameters})
+	}
+	if len(tools) > 0 { // a tool_choice without tools is refused upstream and means nothing
+		choice, err := decodeToolChoice(req)
+		if err != nil {
+			return nil, fmt.Errorf("anthropic: %w", err)
+		}
+		switch choice.Mode {
+		case "auto":
+			out.ToolChoice = &anthToolChoice{Type: "auto"}
+		case "none":
+			out.ToolChoice = &anthToolChoice{Type: "none"}
+		case "required":
+			out.ToolChoice = &anthToolChoice{Type: "any"}
+		case "function":
+			out.ToolChoice = &anthToolChoice{Type: "tool", Name: choice.Name}
+		}
+		if string(rawField(req, "parallel_tool_calls")) == "false" {
+			if out.ToolChoice == nil {
+				out.ToolChoice = &anthToolChoice{Type: "auto"}
+			}
+			// With "none" no tool runs at all, and Anthropic accepts the flag only elsewhere.
+			out.ToolChoice.DisableParallelToolUse = out.ToolChoice.Type != "none"
+		}
+	}
+	if out.StopSequences, err = stopSequences(req); err != nil {
+		return nil, fmt.Errorf("anthropic: %w", err)
+	}
+	if out.Stream, err = boolField(req, "stream"); err != nil {
+		return nil, fmt.Errorf("anthropic: %w", err)
+	}
+	if raw := rawField(req, "user"); raw != nil {
+		var user string
+		if err := json.Unmarshal(raw, &user); err != nil {
+			return nil, fmt.Errorf("anthropic: %w: user must be a string", ErrBadRequest)
+		}
+		if user != "" {
+			out.Metadata = &anthRequestMeta{UserID: user}
+		}
+	}
+
+	body, err := encodeJSON(out)
+	if err != nil {
+		return nil, fmt.Errorf("anthropic: encode request: %w", err)
+	}
+	return &Upstream{
+		Body: body,
+		Path: "/messages",
+		Headers: map[string]string{
+			"x-api-key":         p.APIKey,
+			"anthropic-version": anthropicVersion,
+			"authorization":     "", // the client's gateway key must not reach Anthropic
+			"content-type":      "application/json",
+		},
+		Response: newAnthropicResponse(model),
+	}, nil
+}
+
+// anthBlocks converts a user or assistant message into content blocks: its content parts in
+// order, then (assistant) one tool_use per tool call. Empty text is left out: Anthropic
+// refuses empty text blocks.
+func anthBlocks(m chatMessage, i int) ([]anthBlock, error) {
+	parts, err := contentParts(m.Content, i)
+	if err != nil {
+		return nil, err
+	}
+	var blocks []anthBlock
+	for _, part := range parts {
+		switch part.Type {
+		case "text", "refusal":
+			if t := part.text(); t != "" {
+				blocks = append(blocks, anthBlock{Type: "text", Text: t})
+			}
+		case "image_url":
+			src, err := anthSourceOf(part.ImageURL.URL, i)
+			if err != nil {
+				return nil, err
+			}
+			blocks = append(blocks, anthBlock{Type: "image", Source: src})
+		case "file":
+			mt, data, ok := parseDataURL(part.File.FileData)
+			if !ok || mt != "application/pdf" {
+				return nil, fmt.Errorf("%w: messages[%d]: Anthropic takes files only as PDF data URLs (file.file_data = data:application/pdf;base64,...)", ErrBadRequest, i)
+			}
+			blocks = append(blocks, anthBlock{Type: "document", Source: &anthSource{Type: "base64", MediaType: mt, Data: data}})
+		default:
+			return nil, fmt.Errorf("%w: messages[%d]: content part type %q is not supported by Anthropic", ErrBadRequest, i, part.Type)
+		}
+	}
+	if m.Role == "assistant" {
+		for j, tc := range m.ToolCalls {
+			input, err := toolArguments(tc, i, j)
+			if err != nil {
+				return nil, err
+			}
+			blocks = append(blocks, anthBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
+		}
+	}
+	return blocks, nil
+}
+
+func anthSourceOf(u string, i int) (*anthSource, error) {
+	if strings.HasPrefix(u, "data:") {
+		mt, data, ok := parseDataURL(u)
+		if !ok {
+			return nil, fmt.Errorf("%w: messages[%d]: image data URL must be base64 (data:image/png;base64,...)", ErrBadRequest, i)
+		}
+		return &anthSource{Type: "base64", MediaType: mt, Data: data}, nil
+	}
+	if isHTTPURL(u) {
+		return &anthSource{Type: "url", URL: u}, nil
+	}
+	return nil, fmt.Errorf("%w: messages[%d]: image_url.url must be an http(s) or base64 data URL", ErrBadRequest, i)
+}
+
+// appendAnthTurn adds blocks as a turn of role, merged into the previous turn when it has the
+// same role. A turn without blocks is left out.
+func appendAnthTurn(turns []anthMessage, role string, blocks []anthBlock) []anthMessage {
+	if len(blocks) == 0 {
+		return turns
+	}
+	if n := len(turns); n > 0 && turns[n-1].Role == role {
+		turns[n-1].Content = append(turns[n-1].Content, blocks...)
+		return turns
+	}
+	return append(turns, anthMessage{Role: role, Content: blocks})
+}
+
+// anthropicFinish maps stop_reason to finish_reason; pause_turn and anything new read as stop.
+func anthropicFinish(reason string) string {
+	switch reason {
+	case "max_tokens", "model_context_window_exceeded":
+		return "length"
+	case "tool_use":
+		return "tool_calls"
+	case "refusal":
+		return "content_filter"
+	}
+	return "stop"
+}
+
+type anthUsage struct {
+	InputTokens         int64 `json:"input_tokens"`
+	OutputTokens        int64 `json:"output_tokens"`
+	CacheReadTokens     int64 `json:"cache_read_input_tokens"`
+	CacheCreationTokens int64 `json:"cache_creation_input_tokens"`
+}
+
+// chat reports Anthropic usage the OpenAI way: prompt_tokens counts every input token,
+// cached or not, and cached_tokens says how many were cache reads.
+func (u anthUsage) chat() *chatUsage {
+	prompt := u.InputTokens + u.CacheReadTokens + u.CacheCreationTokens
+	return &chatUsage{
+		PromptTokens:        prompt,
+		CompletionTokens:    u.OutputTokens,
+		TotalTokens:         prompt + u.OutputTokens,
+		PromptTokensDetails: promptDetails{CachedTokens: u.CacheReadTokens},
+	}
+}
+
+// merge takes the counts a later event reports; absent (zero) counts keep earlier values.
+func (u *anthUsage) merge(v anthUsage) {
+	for _, f := range [][2]*int64{
+		{&u.InputTokens, &v.InputTokens}, {&u.OutputTokens, &v.OutputTokens},
+		{&u.CacheReadTokens, &v.CacheReadTokens}, {&u.CacheCreationTokens, &v.CacheCreationTokens},
+	} {
+		if *f[1] > 0 {
+			*f[0] = *f[1]
+		}
+	}
+}
+
+type anthContent struct {
+	Type  string          `json:"type"`
+	Text  string          `json:"text"`
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+}
+
+// anthropicResponse translates one Anthropic answer; for streams it keeps the state.
+type anthropicResponse struct {
+	sse      sseReader
+	out      chunkWriter // id and model until message_start names the real ones
+	tools    map[int]int // Anthropic content block index -> OpenAI tool_calls index
+	usage    anthUsage
+	finished bool // the finish chunk went out
+	done     bool // message_stop or error seen: the rest is ignored
+}
+
+func newAnthropicResponse(model string) *anthropicResponse {
+	return &anthropicResponse{out: chunkWriter{id: "chatcmpl-anthropic", model: model, created: now().Unix()}}
+}
+
+func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
+	var in struct {
+		ID         string        `json:"id"`
+		Model      string        `json:"model"`
+		Content    []anthContent `json:"content"`
+		StopReason string        `json:"stop_reason"`
+		Usage      anthUsage     `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, fmt.Errorf("anthropic: answer is not a Messages response: %w", err)
+	}
+	msg := completionMessage{Role: "assistant"}
+	var text strings.Builder
+	hasText := false
+	for _, c := range in.Content {
+		switch c.Type {
+		case "text":
+			text.WriteString(c.Text)
+			hasText = true
+		case "tool_use":
+			msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: c.ID, Type: "function", Function: toolFunction{Name: c.Name, Arguments: ptr(compactArgs(c.Input))}})
+		} // thinking and server tool blocks have no OpenAI form
+	}
+	if hasText {
+		msg.Content = ptr(text.String())
+	}
+	return marshal(chatCompletion{
+		ID: cmp.Or(in.ID, r.out.id), Object: "chat.completion", Created: r.out.created, Model: cmp.Or(in.Model, r.out.model),
+		Choices: []completionChoice{{Message: msg, FinishReason: anthropicFinish(in.StopReason)}},
+		Usage:   in.Usage.chat(),
+	}), nil
+}
+
+func (r *anthropicResponse) Chunk(b []byte, end bool) ([]byte, error) {
+	err := r.sse.feed(b, end, r.event)
+	return r.out.take(), err
+}
+
+// event handles one SSE event's data. The event name repeats data.type, so only data is read.
+func (r *anthropicResponse) event(data []byte) error {
+	if r.done {
+		return nil
+	}
+	var ev struct {
+		Type    string `json:"type"`
+		Index   int    `json:"index"`
+		Message struct {
+			ID    string    `json:"id"`
+			Model string    `json:"model"`
+			Usage anthUsage `json:"usage"`
+		} `json:"message"`
+		ContentBlock anthContent `json:"content_block"`
+		Delta        struct {
+			Type        string `json:"type"`
+			Text        string `json:"text"`
+			PartialJSON string `json:"partial_json"`
+			StopReason  string `json:"stop_reason"`
+		} `json:"delta"`
+		Usage anthUsage `json:"usage"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return fmt.Errorf("anthropic: stream event is not JSON: %w", err)
+	}
+	switch ev.Type {
+	case "message_start":
+		r.out.id = cmp.Or(ev.Message.ID, r.out.id)
+		r.out.model = cmp.Or(ev.Message.Model, r.out.model)
+		r.usage.merge(ev.Message.Usage)
+		r.out.start() // clients see the role before the first token
+	case "content_block_start":
+		switch ev.ContentBlock.Type {
+		case "text":
+			if ev.ContentBlock.Text != "" {
+				r.out.chunk(chunkDelta{Content: ptr(ev.ContentBlock.Text)}, "")
+			}
+		case "tool_use":
+			if r.tools == nil {
+				r.tools = map[int]int{}
+			}
+			n := len(r.tools)
+			r.tools[ev.Index] = n
+			r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, ID: ev.ContentBlock.ID, Type: "function",
+				Function: toolFunction{Name: ev.ContentBlock.Name, Arguments: ptr("")}}}}, "")
+		}
+	case "content_block_delta":
+		switch ev.Delta.Type {
+		case "text_delta":
+			if ev.Delta.Text != "" {
+				r.out.chunk(chunkDelta{Content: ptr(ev.Delta.Text)}, "")
+			}
+		case "input_json_delta":
+			n, ok := r.tools[ev.Index]
+			if ok && ev.Delta.PartialJSON != "" {
+				r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, Function: toolFunction{Arguments: ptr(ev.Delta.PartialJSON)}}}}, "")
+			}
+		} // thinking, signature and citation deltas have no OpenAI form
+	case "message_delta":
+		r.usage.merge(ev.Usage)
+		if ev.Delta.StopReason != "" && !r.finished {
+			r.out.chunk(chunkDelta{}, anthropicFinish(ev.Delta.StopReason))
+			r.finished = true
+		}
+	case "message_stop":
+		if !r.finished { // OpenAI clients wait for a finish_reason
+			r.out.chunk(chunkDelta{}, "stop")
+		}
+		r.out.usage(r.usage.chat())
+		r.out.doneMarker()
+		r.done = true
+	case "error":
+		r.out.error(cmp.Or(ev.Error.Message, "Anthropic reported an error mid-stream"), cmp.Or(ev.Error.Type, "upstream_error"))
+		r.done = true
+	} // ping, content_block_stop and new event types carry nothing to forward
+	return nil
+}
+
+// The rest of this file is shared by the translating adapters (anthropic, gemini): reading the
+// OpenAI request and writing OpenAI answers.

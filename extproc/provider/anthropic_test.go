@@ -1,0 +1,337 @@
+package provider
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tollway/tollway/test/fakeupstream"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+func TestAnthropicGolden(t *testing.T) {
+	t.Run("request", func(t *testing.T) { goldenRequests(t, ir.ProviderTypeAnthropic, "claude-sonnet-4-5") })
+	t.Run("response", func(t *testing.T) { goldenResponses(t, ir.ProviderTypeAnthropic, "claude-sonnet-4-5") })
+	t.Run("stream", func(t *testing.T) { goldenStreams(t, ir.ProviderTypeAnthropic, anthropicExpect) })
+}
+
+// anthropicExpect reads what an Anthropic stream says, up to an error event: its text and
+// its tool calls with their input pieces joined.
+func anthropicExpect(t *testing.T, in []byte) streamSummary {
+	var s streamSummary
+	calls := map[int]int{}
+	var r sseReader
+	err := r.feed(in, true, func(data []byte) error {
+		var ev struct {
+			Type         string      `json:"type"`
+			Index        int         `json:"index"`
+			ContentBlock anthContent `json:"content_block"`
+			Delta        struct {
+				Text        string `json:"text"`
+				PartialJSON string `json:"partial_json"`
+			} `json:"delta"`
+		}
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return err
+		}
+		switch {
+		case s.Error != "":
+		case ev.Type == "error":
+			s.Error = "error"
+		case ev.Type == "content_block_start" && ev.ContentBlock.Type == "tool_use":
+			calls[ev.Index] = len(s.Calls)
+			s.Calls = append(s.Calls, streamCall{ID: ev.ContentBlock.ID, Name: ev.ContentBlock.Name})
+		case ev.Type == "content_block_delta":
+			s.Text += ev.Delta.Text
+			if n, ok := calls[ev.Index]; ok {
+				s.Calls[n].Args += ev.Delta.PartialJSON
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("fixture: %v", err)
+	}
+	for _, c := range s.Calls {
+		if !json.Valid([]byte(c.Args)) {
+			t.Fatalf("fixture: the pieces of %s do not join into JSON: %s", c.Name, c.Args)
+		}
+	}
+	return s
+}
+
+func TestAnthropicHeaders(t *testing.T) {
+	up, err := chat(t, ir.ProviderTypeAnthropic, "claude", `{"messages":[{"role":"user","content":"x"}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"x-api-key": "test-key", "anthropic-version": "2023-06-01", "authorization": "", "content-type": "application/json"}
+	if len(up.Headers) != len(want) {
+		t.Errorf("headers %v, want %v", up.Headers, want)
+	}
+	for k, v := range want {
+		if got, ok := up.Headers[k]; !ok || got != v {
+			t.Errorf("header %s = %q (set %v), want %q", k, got, ok, v)
+		}
+	}
+	if up.Path != "/messages" || up.Response == nil {
+		t.Errorf("path %q, response %v", up.Path, up.Response)
+	}
+}
+
+// anthropicBody translates a request and decodes the fields a test looks at.
+func anthropicBody(t *testing.T, body string) anthRequest {
+	t.Helper()
+	up, err := chat(t, ir.ProviderTypeAnthropic, "claude", body)
+	if err != nil {
+		t.Fatalf("Chat: %v", err)
+	}
+	var got anthRequest
+	if err := json.Unmarshal(up.Body, &got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func TestAnthropicMaxTokens(t *testing.T) {
+	for _, tc := range []struct {
+		fields string
+		want   int64
+	}{
+		{``, anthropicDefaultMaxTokens},
+		{`,"max_tokens":50`, 50},
+		{`,"max_tokens":50,"max_completion_tokens":70`, 70},
+		{`,"max_completion_tokens":null,"max_tokens":20`, 20},
+	} {
+		got := anthropicBody(t, `{"messages":[{"role":"user","content":"x"}]`+tc.fields+`}`)
+		if got.MaxTokens != tc.want {
+			t.Errorf("%s: max_tokens %d, want %d", tc.fields, got.MaxTokens, tc.want)
+		}
+	}
+}
+
+func TestAnthropicToolChoice(t *testing.T) {
+	tools := `"tools":[{"type":"function","function":{"name":"f"}}]`
+	for _, tc := range []struct {
+		fields string
+		want   string // tool_choice as JSON, "" for none
+	}{
+		{`,"tool_choice":"auto"`, `{"type":"auto"}`},
+		{`,"tool_choice":"none"`, `{"type":"none"}`},
+		{`,"tool_choice":"required"`, `{"type":"any"}`},
+		{`,"tool_choice":{"type":"function","function":{"name":"f"}}`, `{"type":"tool","name":"f"}`},
+		{``, ``},
+		{`,"parallel_tool_calls":false`, `{"type":"auto","disable_parallel_tool_use":true}`},
+		{`,"parallel_tool_calls":true,"tool_choice":"required"`, `{"type":"any"}`},
+		{`,"parallel_tool_calls":false,"tool_choice":"none"`, `{"type":"none"}`},
+	} {
+		got := anthropicBody(t, `{"messages":[{"role":"user","content":"x"}],`+tools+tc.fields+`}`)
+		var choice string
+		if got.ToolChoice != nil {
+			choice = string(marshal(got.ToolChoice))
+		}
+		if choice != tc.want {
+			t.Errorf("%s: tool_choice %s, want %s", tc.fields, choice, tc.want)
+		}
+	}
+	// Without tools a tool_choice means nothing, and Anthropic would refuse it.
+	if got := anthropicBody(t, `{"messages":[{"role":"user","content":"x"}],"tool_choice":"required"}`); got.ToolChoice != nil {
+		t.Errorf("tool_choice without tools: %+v", got.ToolChoice)
+	}
+}
+
+func TestAnthropicBadRequests(t *testing.T) {
+	user := func(content string) string { return `{"messages":[{"role":"user","content":` + content + `}]}` }
+	for _, tc := range []struct{ name, body, want string }{
+		{"bad tool arguments", `{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"city\":"}}]}]}`, "messages[1].tool_calls[0] (f)"},
+		{"arguments not an object", `{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"[1]"}}]}]}`, "must be a JSON object"},
+		{"audio", user(`[{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}]`), `messages[0]: content part type "input_audio"`},
+		{"data URL not base64", user(`[{"type":"image_url","image_url":{"url":"data:image/svg+xml,<svg/>"}}]`), "must be base64"},
+		{"ftp image", user(`[{"type":"image_url","image_url":{"url":"ftp://x/y.png"}}]`), "http(s)"},
+		{"non-PDF file", user(`[{"type":"file","file":{"file_data":"data:text/csv;base64,YQ=="}}]`), "PDF"},
+		{"image in a system message", `{"messages":[{"role":"system","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`, "text only"},
+		{"unknown role", `{"messages":[{"role":"function","content":"x"}]}`, `role "function"`},
+		{"bad tool_choice", `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes"}`, "tool_choice"},
+		{"non-function tool", `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"web_search"}]}`, "tools[0]"},
+		{"bad stop", `{"messages":[{"role":"user","content":"x"}],"stop":5}`, "stop"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := chat(t, ir.ProviderTypeAnthropic, "claude", tc.body)
+			if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want ErrBadRequest mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestAnthropicBodyNotJSON(t *testing.T) {
+	up, err := chat(t, ir.ProviderTypeAnthropic, "claude", `{"messages":[{"role":"user","content":"x"}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := up.Response.Body([]byte(`<html>`)); err == nil {
+		t.Error("Body accepted a non-JSON answer")
+	}
+	if _, err := up.Response.Chunk([]byte("data: {oops\n\n"), false); err == nil {
+		t.Error("Chunk accepted a non-JSON event")
+	}
+}
+
+// fakeCall sends an adapter's request to a fake upstream at base and returns its answer.
+func fakeCall(t *testing.T, base string, up *Upstream) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+up.Path, strings.NewReader(string(up.Body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer ale-client-key") // what the gateway must remove
+	for k, v := range up.Headers {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// viaFake runs one request through kind's adapter, the fake and back: the translated
+// completion, or for streams the assembled translated stream.
+func viaFake(t *testing.T, kind, base, body string) ([]byte, streamSummary) {
+	t.Helper()
+	up, err := chat(t, kind, "model-x", body)
+	if err != nil {
+		t.Fatalf("Chat: %v", err)
+	}
+	status, answer := fakeCall(t, base, up)
+	if status != http.StatusOK {
+		t.Fatalf("fake answered %d: %s\nrequest: %s", status, answer, up.Body)
+	}
+	if !strings.Contains(body, `"stream":true`) {
+		out, err := up.Response.Body(answer)
+		if err != nil {
+			t.Fatalf("Body: %v", err)
+		}
+		return out, streamSummary{}
+	}
+	var out []byte
+	for i := 0; i < len(answer); i += 5 { // pieces that split events and lines
+		got, err := up.Response.Chunk(answer[i:min(i+5, len(answer))], false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, got...)
+	}
+	got, err := up.Response.Chunk(nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nil, parseStream(t, append(out, got...))
+}
+
+const weatherTools = `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`
+
+// testAgainstFake runs the conversation a client has with kind through its fake: a text
+// answer, a tool call, the tool loop's second step with two results, and the same streamed.
+func testAgainstFake(t *testing.T, kind, base string) {
+	t.Run("text", func(t *testing.T) {
+		out, _ := viaFake(t, kind, base, `{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi there"}],"max_tokens":100}`)
+		msg, finish, usage := completion(t, out)
+		if msg.Content == nil || *msg.Content != "Hello from fake-"+kind+"/model-x: hi there" || finish != "stop" {
+			t.Errorf("content %v, finish %q", msg.Content, finish)
+		}
+		if usage == nil || usage.PromptTokens != 4 || usage.CompletionTokens != 5 || usage.TotalTokens != 9 {
+			t.Errorf("usage %+v", usage)
+		}
+	})
+	t.Run("length", func(t *testing.T) {
+		out, _ := viaFake(t, kind, base, `{"messages":[{"role":"user","content":"a b c"}],"max_completion_tokens":2}`)
+		msg, finish, _ := completion(t, out)
+		if msg.Content == nil || *msg.Content != "Hello from " || finish != "length" {
+			t.Errorf("content %v, finish %q", msg.Content, finish)
+		}
+	})
+	t.Run("tool call", func(t *testing.T) {
+		out, _ := viaFake(t, kind, base, `{"messages":[{"role":"user","content":"weather?"}],`+weatherTools+`,"tool_choice":"required"}`)
+		msg, finish, _ := completion(t, out)
+		if finish != "tool_calls" || msg.Content != nil || len(msg.ToolCalls) != 1 {
+			t.Fatalf("finish %q, message %s", finish, marshal(msg))
+		}
+		tc := msg.ToolCalls[0]
+		if tc.ID == "" || tc.Type != "function" || tc.Function.Name != "get_weather" || *tc.Function.Arguments != `{"city":"Paris"}` {
+			t.Errorf("tool call %s", marshal(tc))
+		}
+	})
+	loop := `{"messages":[
+		{"role":"user","content":"weather in Paris and Rome?"},
+		{"role":"assistant","content":null,"tool_calls":[
+			{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}},
+			{"id":"call_2","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Rome\"}"}}]},
+		{"role":"tool","tool_call_id":"call_1","content":"22C"},
+		{"role":"tool","tool_call_id":"call_2","content":"25C"}],` + weatherTools + `STREAM}`
+	t.Run("tool results", func(t *testing.T) {
+		out, _ := viaFake(t, kind, base, strings.Replace(loop, "STREAM", "", 1))
+		msg, finish, _ := completion(t, out)
+		if msg.Content == nil || *msg.Content != "Tool said: 25C" || finish != "stop" {
+			t.Errorf("content %v, finish %q", msg.Content, finish)
+		}
+	})
+	t.Run("stream text", func(t *testing.T) {
+		_, s := viaFake(t, kind, base, `{"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"one two three"}]}`)
+		if s.Text != "Hello from fake-"+kind+"/model-x: one two three" || s.Finish != "stop" || !s.Done || len(s.Calls) != 0 {
+			t.Errorf("stream %+v", s)
+		}
+		if s.Usage == nil || s.Usage.PromptTokens != 3 || s.Usage.CompletionTokens != 6 {
+			t.Errorf("usage %+v", s.Usage)
+		}
+	})
+	t.Run("stream tool call", func(t *testing.T) {
+		_, s := viaFake(t, kind, base, `{"stream":true,"messages":[{"role":"user","content":"weather?"}],`+weatherTools+`}`)
+		if len(s.Calls) != 1 || s.Calls[0].Name != "get_weather" || s.Calls[0].Args != `{"city":"Paris"}` || s.Finish != "tool_calls" || !s.Done || s.Usage == nil {
+			t.Errorf("stream %+v", s)
+		}
+	})
+	t.Run("stream tool results", func(t *testing.T) {
+		_, s := viaFake(t, kind, base, strings.Replace(loop, "STREAM", `,"stream":true`, 1))
+		if s.Text != "Tool said: 25C" || s.Finish != "stop" || !s.Done {
+			t.Errorf("stream %+v", s)
+		}
+	})
+}
+
+func TestAnthropicAgainstFake(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{Name: "fake-anthropic", APIKey: "test-key"})
+	testAgainstFake(t, ir.ProviderTypeAnthropic, fake.AnthropicURL())
+	for _, r := range fake.Requests() {
+		if r.Path != "/v1/messages" || r.Header.Get("Authorization") != "" || r.Header.Get("X-Api-Key") != "test-key" {
+			t.Errorf("fake got %s with headers %v", r.Path, r.Header)
+		}
+	}
+}
+
+// TestAnthropicStreamFraming covers SSE variants the fixtures do not: CRLF lines, "data:"
+// without a space, a last event without its blank line, and a message_stop that was not
+// preceded by a stop reason.
+func TestAnthropicStreamFraming(t *testing.T) {
+	in := "event: message_start\r\ndata:{\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"model\":\"claude\",\"usage\":{\"input_tokens\":3}}}\r\n\r\n" +
+		": a comment\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}"
+	out := feedStream(t, ir.ProviderTypeAnthropic, []byte(in), 3, true)
+	s := parseStream(t, out)
+	if s.Text != "hi" || s.Finish != "stop" || !s.Done || s.Usage == nil || s.Usage.PromptTokens != 3 {
+		t.Errorf("stream %+v from\n%s", s, out)
+	}
+}

@@ -1,0 +1,520 @@
+package provider
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// gemini speaks Google's Gemini API (generateContent and streamGenerateContent?alt=sse below a
+// base URL like https://generativelanguage.googleapis.com/v1beta).
+//
+// Request mapping, from the OpenAI chat request:
+//   - system and developer messages, wherever they stand, are joined with "\n\n" into
+//     systemInstruction;
+//   - user turns stay "user", assistant turns become "model"; tool messages become
+//     functionResponse parts in a user turn, named after the earlier assistant tool call
+//     their tool_call_id answers; consecutive turns of one role are merged, because Gemini
+//     wants all responses to one function-call turn in the next turn;
+//   - images become inlineData (data URLs) or fileData (http URLs), input_audio and file
+//     data URLs become inlineData;
+//   - tools become one functionDeclarations tool; parameters go in parametersJsonSchema,
+//     which takes OpenAI's JSON Schema as is (the older "parameters" field is an OpenAPI
+//     subset that refuses additionalProperties, $defs, anyOf and more);
+//   - tool_choice becomes toolConfig; temperature, top_p, max_completion_tokens/max_tokens
+//     and stop become generationConfig; stream picks the endpoint;
+//   - everything else is dropped, since Gemini rejects unknown fields: stream_options (usage
+//     always comes with the stream), user, n, seed, frequency/presence_penalty (refused by
+//     several Gemini models), logit_bias, logprobs, top_logprobs, response_format,
+//     reasoning_effort, parallel_tool_calls, service_tier, store, metadata, modalities,
+//     audio, prediction, web_search_options, functions, function_call.
+type gemini struct{}
+
+func init() { register(ir.ProviderTypeGemini, gemini{}) }
+
+type gemRequest struct {
+	Contents          []gemContent   `json:"contents"`
+	SystemInstruction *gemContent    `json:"systemInstruction,omitempty"`
+	Tools             []gemTool      `json:"tools,omitempty"`
+	ToolConfig        *gemToolConfig `json:"toolConfig,omitempty"`
+	GenerationConfig  *gemGenConfig  `json:"generationConfig,omitempty"`
+}
+
+type gemContent struct {
+	Role  string    `json:"role,omitempty"`
+	Parts []gemPart `json:"parts"`
+}
+
+// gemPart is a part of any kind; only the field of its kind is set.
+type gemPart struct {
+	Text             string               `json:"text,omitempty"`
+	Thought          bool                 `json:"thought,omitempty"`
+	InlineData       *gemBlob             `json:"inlineData,omitempty"`
+	FileData         *gemFileData         `json:"fileData,omitempty"`
+	FunctionCall     *gemFunctionCall     `json:"functionCall,omitempty"`
+	FunctionResponse *gemFunctionResponse `json:"functionResponse,omitempty"`
+}
+
+type gemBlob struct {
+	MimeType string `json:"mimeType"`
+	Data     string `json:"data"`
+}
+
+type gemFileData struct {
+	MimeType string `json:"mimeType,omitempty"`
+	FileURI  string `json:"fileUri"`
+}
+
+type gemFunctionCall struct {
+	ID   string          `json:"id,omitempty"` // answers only, and only from some models
+	Name string          `json:"name"`
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+type gemFunctionResponse struct {
+	Name     string        `json:"name"`
+	Response gemToolOutput `json:"response"`
+}
+
+// gemToolOutput wraps a tool message's text: Gemini wants the response as an object.
+type gemToolOutput struct {
+	Content string `json:"content"`
+}
+
+type gemTool struct {
+	FunctionDeclarations []gemFunctionDecl `json:"functionDeclarations"`
+}
+
+type gemFunctionDecl struct {
+	Name                 string          `json:"name"`
+	Description          string          `json:"description,omitempty"`
+	ParametersJSONSchema json.RawMessage `json:"parametersJsonSchema,omitempty"`
+}
+
+type gemToolConfig struct {
+	FunctionCallingConfig gemFunctionCallingConfig `json:"functionCallingConfig"`
+}
+
+type gemFunctionCallingConfig struct {
+	Mode                 string   `json:"mode"` // AUTO | NONE | ANY
+	AllowedFunctionNames []string `json:"allowedFunctionNames,omitempty"`
+}
+
+type gemGenConfig struct {
+	Temperature     json.RawMessage `json:"temperature,omitempty"`
+	TopP            json.RawMessage `json:"topP,omitempty"`
+	MaxOutputTokens int64           `json:"maxOutputTokens,omitempty"`
+	StopSequences   []string        `json:"stopSequences,omitempty"`
+}
+
+func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
+	var out gemRequest
+	msgs, err := decodeMessages(req)
+	if err != nil {
+		return nil, fmt.Errorf("gemini: %w", err)
+	}
+	var system []string
+	callNames := map[string]string{} // tool call id -> function name, from earlier assistant turns
+	for i, m := range msgs {
+		switch m.Role {
+		case "system", "developer":
+			s, err := contentText(m.Content, i)
+			if err != nil {
+				return nil, fmt.Errorf("gemini: %w", err)
+			}
+			if s != "" {
+				system = append(system, s)
+			}
+		case "user", "assistant":
+			parts, err := gemParts(m, i)
+			if err != nil {
+				return nil, fmt.Errorf("gemini: %w", err)
+			}
+			role := "user"
+			if m.Role == "assistant" {
+				role = "model"
+				for _, tc := range m.ToolCalls {
+					callNames[tc.ID] = tc.Function.Name // a later turn reusing an id wins
+				}
+			}
+			out.Contents = appendGemTurn(out.Contents, role, parts)
+		case "tool":
+			name, ok := callNames[m.ToolCallID]
+			if !ok {
+				return nil, fmt.Errorf("gemini: %w: messages[%d]: tool_call_id %q answers no earlier assistant tool call", ErrBadRequest, i, m.ToolCallID)
+			}
+			s, err := contentText(m.Content, i)
+			if err != nil {
+				return nil, fmt.Errorf("gemini: %w", err)
+			}
+			out.Contents = appendGemTurn(out.Contents, "user", []gemPart{{FunctionResponse: &gemFunctionResponse{Name: name, Response: gemToolOutput{s}}}})
+		default:
+			return nil, fmt.Errorf("gemini: %w: messages[%d] has role %q", ErrBadRequest, i, m.Role)
+		}
+	}
+	if out.Contents == nil {
+		out.Contents = []gemContent{} // Gemini's own error is clearer than a missing field
+	}
+	if len(system) > 0 {
+		out.SystemInstruction = &gemContent{Parts: []gemPart{{Text: strings.Join(system, "\n\n")}}}
+	}
+
+	tools, err := decodeTools(req)
+	if err != nil {
+		return nil, fmt.Errorf("gemini: %w", err)
+	}
+	if len(tools) > 0 {
+		decls := make([]gemFunctionDecl, len(tools))
+		for i, t := range tools {
+			decls[i] = gemFunctionDecl{Name: t.Name, Description: t.Description, ParametersJSONSchema: t.Parameters}
+			if bytes.Equal(t.Parameters, emptySchema) {
+				decls[i].ParametersJSONSchema = nil // Gemini's way to declare no parameters
+			}
+		}
+		out.Tools = []gemTool{{FunctionDeclarations: decls}}
+		choice, err := decodeToolChoice(req)
+		if err != nil {
+			return nil, fmt.Errorf("gemini: %w", err)
+		}
+		mode := map[string]string{"auto": "AUTO", "none": "NONE", "required": "ANY", "function": "ANY"}[choice.Mode]
+		if mode != "" {
+			out.ToolConfig = &gemToolConfig{gemFunctionCallingConfig{Mode: mode}}
+			if choice.Name != "" {
+				out.ToolConfig.FunctionCallingConfig.AllowedFunctionNames = []string{choice.Name}
+			}
+		}
+	}
+
+	gc := gemGenConfig{Temperature: rawField(req, "temperature"), TopP: rawField(req, "top_p")}
+	if gc.MaxOutputTokens, err = maxTokens(req); err != nil {
+		return nil, fmt.Errorf("gemini: %w", err)
+	}
+	if gc.StopSequences, err = stopSequences(req); err != nil {
+		return nil, fmt.Errorf("gemini: %w", err)
+	}
+	if gc.Temperature != nil || gc.TopP != nil || gc.MaxOutputTokens > 0 || len(gc.StopSequences) > 0 {
+		out.GenerationConfig = &gc
+	}
+
+	stream, err := boolField(req, "stream")
+	if err != nil {
+		return nil, fmt.Errorf("gemini: %w", err)
+	}
+	upPath := "/models/" + url.PathEscape(strings.TrimPrefix(model, "models/"))
+	if stream {
+		upPath += ":streamGenerateContent?alt=sse"
+	} else {
+		upPath += ":generateContent"
+	}
+	body, err := encodeJSON(out)
+	if err != nil {
+		return nil, fmt.Errorf("gemini: encode request: %w", err)
+	}
+	return &Upstream{
+		Body: body,
+		Path: upPath,
+		Headers: map[string]string{
+			"x-goog-api-key": p.APIKey,
+			"authorization":  "", // the client's gateway key must not reach Google
+			"content-type":   "application/json",
+		},
+		Response: newGeminiResponse(model),
+	}, nil
+}
+
+// gemParts converts a user or assistant message into parts: its content parts in order, then
+// (assistant) one functionCall per tool call. Empty text is left out.
+func gemParts(m chatMessage, i int) ([]gemPart, error) {
+	cparts, err := contentParts(m.Content, i)
+	if err != nil {
+		return nil, err
+	}
+	var parts []gemPart
+	for _, cp := range cparts {
+		switch cp.Type {
+		case "text", "refusal":
+			if t := cp.text(); t != "" {
+				parts = append(parts, gemPart{Text: t})
+			}
+		case "image_url":
+			u := cp.ImageURL.URL
+			if mt, data, ok := parseDataURL(u); ok {
+				parts = append(parts, gemPart{InlineData: &gemBlob{MimeType: mt, Data: data}})
+			} else if isHTTPURL(u) {
+				parts = append(parts, gemPart{FileData: &gemFileData{MimeType: imageTypeOf(u), FileURI: u}})
+			} else {
+				return nil, fmt.Errorf("%w: messages[%d]: image_url.url must be an http(s) or base64 data URL", ErrBadRequest, i)
+			}
+		case "input_audio":
+			f := strings.ToLower(cp.InputAudio.Format)
+			if f == "" || cp.InputAudio.Data == "" {
+				return nil, fmt.Errorf("%w: messages[%d]: input_audio needs data and format", ErrBadRequest, i)
+			}
+			parts = append(parts, gemPart{InlineData: &gemBlob{MimeType: "audio/" + f, Data: cp.InputAudio.Data}})
+		case "file":
+			mt, data, ok := parseDataURL(cp.File.FileData)
+			if !ok {
+				return nil, fmt.Errorf("%w: messages[%d]: Gemini takes files only as base64 data URLs in file.file_data", ErrBadRequest, i)
+			}
+			parts = append(parts, gemPart{InlineData: &gemBlob{MimeType: mt, Data: data}})
+		default:
+			return nil, fmt.Errorf("%w: messages[%d]: content part type %q is not supported by Gemini", ErrBadRequest, i, cp.Type)
+		}
+	}
+	if m.Role == "assistant" {
+		for j, tc := range m.ToolCalls {
+			args, err := toolArguments(tc, i, j)
+			if err != nil {
+				return nil, err
+			}
+			parts = append(parts, gemPart{FunctionCall: &gemFunctionCall{Name: tc.Function.Name, Args: args}})
+		}
+	}
+	return parts, nil
+}
+
+// imageTypeOf guesses an image URL's type from its extension; fileData may omit it.
+func imageTypeOf(u string) string {
+	if pu, err := url.Parse(u); err == nil {
+		u = pu.Path
+	}
+	switch strings.ToLower(path.Ext(u)) {
+	case ".png":
+		return "image/png"
+	case ".jpg", ".jpeg":
+		return "image/jpeg"
+	case ".gif":
+		return "image/gif"
+	case ".webp":
+		return "image/webp"
+	case ".heic":
+		return "image/heic"
+	case ".heif":
+		return "image/heif"
+	}
+	return ""
+}
+
+// appendGemTurn adds parts as a turn of role, merged into the previous turn when it has the
+// same role. A turn without parts is left out.
+func appendGemTurn(turns []gemContent, role string, parts []gemPart) []gemContent {
+	if len(parts) == 0 {
+		return turns
+	}
+	if n := len(turns); n > 0 && turns[n-1].Role == role {
+		turns[n-1].Parts = append(turns[n-1].Parts, parts...)
+		return turns
+	}
+	return append(turns, gemContent{Role: role, Parts: parts})
+}
+
+// BlockedError is a prompt the provider refused to answer at all (Gemini's
+// promptFeedback.blockReason, with HTTP 200). The gateway can answer it as a content filter
+// refusal rather than an upstream failure.
+type BlockedError struct {
+	Provider string
+	Reason   string // e.g. SAFETY, BLOCKLIST, PROHIBITED_CONTENT
+	Message  string // the provider's explanation, if any
+}
+
+func (e *BlockedError) Error() string {
+	s := e.Provider + " blocked the prompt (blockReason " + e.Reason + ")"
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// geminiFinish maps finishReason; STOP with function calls is a tool-call finish in OpenAI's
+// terms. Reasons without an OpenAI counterpart (OTHER, MALFORMED_FUNCTION_CALL, new ones)
+// read as stop.
+func geminiFinish(reason string, calls bool) string {
+	switch reason {
+	case "STOP":
+		if calls {
+			return "tool_calls"
+		}
+	case "MAX_TOKENS":
+		return "length"
+	case "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY":
+		return "content_filter"
+	}
+	return "stop"
+}
+
+type gemUsage struct {
+	PromptTokenCount        int64 `json:"promptTokenCount"`
+	CandidatesTokenCount    int64 `json:"candidatesTokenCount"`
+	TotalTokenCount         int64 `json:"totalTokenCount"`
+	CachedContentTokenCount int64 `json:"cachedContentTokenCount"`
+	ThoughtsTokenCount      int64 `json:"thoughtsTokenCount"`
+	ToolUsePromptTokenCount int64 `json:"toolUsePromptTokenCount"`
+}
+
+// chat reports Gemini usage the OpenAI way: thinking is billed as output, so it counts as
+// completion; prompt tokens of Google's own tools count as prompt. promptTokenCount already
+// includes the cached tokens. total_tokens is the sum, as OpenAI clients expect.
+func (u *gemUsage) chat() *chatUsage {
+	prompt := u.PromptTokenCount + u.ToolUsePromptTokenCount
+	completion := u.CandidatesTokenCount + u.ThoughtsTokenCount
+	return &chatUsage{
+		PromptTokens:        prompt,
+		CompletionTokens:    completion,
+		TotalTokens:         prompt + completion,
+		PromptTokensDetails: promptDetails{CachedTokens: u.CachedContentTokenCount},
+	}
+}
+
+// gemAnswer is a GenerateContentResponse, or an error event in a stream.
+type gemAnswer struct {
+	Candidates []struct {
+		Content struct {
+			Parts []gemPart `json:"parts"`
+		} `json:"content"`
+		FinishReason string `json:"finishReason"`
+	} `json:"candidates"`
+	PromptFeedback *struct {
+		BlockReason        string `json:"blockReason"`
+		BlockReasonMessage string `json:"blockReasonMessage"`
+	} `json:"promptFeedback"`
+	UsageMetadata *gemUsage `json:"usageMetadata"`
+	ModelVersion  string    `json:"modelVersion"`
+	ResponseID    string    `json:"responseId"`
+	Error         *struct {
+		Message string `json:"message"`
+		Status  string `json:"status"`
+	} `json:"error"`
+}
+
+// blocked returns the error of an answer without candidates.
+func (a *gemAnswer) blocked() error {
+	if a.PromptFeedback != nil && a.PromptFeedback.BlockReason != "" {
+		return &BlockedError{Provider: "gemini", Reason: a.PromptFeedback.BlockReason, Message: a.PromptFeedback.BlockReasonMessage}
+	}
+	return fmt.Errorf("gemini: the answer has no candidates")
+}
+
+// callID names function call n of an answer: Gemini gives ids only sometimes, OpenAI clients
+// need one to answer the call.
+func callID(fc *gemFunctionCall, n int) string {
+	return cmp.Or(fc.ID, "call_"+strconv.Itoa(n))
+}
+
+// geminiResponse translates one Gemini answer; for streams it keeps the state.
+type geminiResponse struct {
+	sse      sseReader
+	out      chunkWriter // id and model until the first event names the real ones
+	calls    int         // function calls streamed so far
+	finished bool        // a finishReason arrived: the end of the body ends the answer
+	usage    *gemUsage   // the latest usageMetadata; the last event has the totals
+	done     bool        // [DONE] or an error went out: the rest is ignored
+}
+
+func newGeminiResponse(model string) *geminiResponse {
+	return &geminiResponse{out: chunkWriter{id: "chatcmpl-" + rand.Text(), model: model, created: now().Unix()}}
+}
+
+func (r *geminiResponse) Body(b []byte) ([]byte, error) {
+	var a gemAnswer
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("gemini: answer is not a GenerateContentResponse: %w", err)
+	}
+	if len(a.Candidates) == 0 {
+		return nil, a.blocked()
+	}
+	cand := a.Candidates[0]
+	msg := completionMessage{Role: "assistant"}
+	var text strings.Builder
+	hasText := false
+	for _, p := range cand.Content.Parts {
+		switch {
+		case p.FunctionCall != nil:
+			id := callID(p.FunctionCall, len(msg.ToolCalls))
+			msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: id, Type: "function", Function: toolFunction{Name: p.FunctionCall.Name, Arguments: ptr(compactArgs(p.FunctionCall.Args))}})
+		case p.Text != "" && !p.Thought: // thought summaries are not the answer
+			text.WriteString(p.Text)
+			hasText = true
+		}
+	}
+	if hasText {
+		msg.Content = ptr(text.String())
+	}
+	c := chatCompletion{
+		ID: cmp.Or(a.ResponseID, r.out.id), Object: "chat.completion", Created: r.out.created, Model: cmp.Or(a.ModelVersion, r.out.model),
+		Choices: []completionChoice{{Message: msg, FinishReason: geminiFinish(cand.FinishReason, len(msg.ToolCalls) > 0)}},
+	}
+	if a.UsageMetadata != nil {
+		c.Usage = a.UsageMetadata.chat()
+	}
+	return marshal(c), nil
+}
+
+func (r *geminiResponse) Chunk(b []byte, end bool) ([]byte, error) {
+	err := r.sse.feed(b, end, r.event)
+	// Gemini has no end marker: a body that ends after a finishReason is a whole answer, one
+	// that ends before it was cut and gets no usage chunk and no [DONE].
+	if err == nil && end && r.finished && !r.done {
+		if r.usage != nil {
+			r.out.usage(r.usage.chat())
+		}
+		r.out.doneMarker()
+		r.done = true
+	}
+	return r.out.take(), err
+}
+
+func (r *geminiResponse) event(data []byte) error {
+	if r.done {
+		return nil
+	}
+	var a gemAnswer
+	if err := json.Unmarshal(data, &a); err != nil {
+		return fmt.Errorf("gemini: stream event is not JSON: %w", err)
+	}
+	if a.Error != nil {
+		r.out.error(cmp.Or(a.Error.Message, "Gemini reported an error mid-stream"), cmp.Or(a.Error.Status, "upstream_error"))
+		r.done = true
+		return nil
+	}
+	if !r.out.started {
+		r.out.id = cmp.Or(a.ResponseID, r.out.id)
+		r.out.model = cmp.Or(a.ModelVersion, r.out.model)
+	}
+	if a.UsageMetadata != nil {
+		r.usage = a.UsageMetadata
+	}
+	if len(a.Candidates) == 0 {
+		if a.PromptFeedback != nil && a.PromptFeedback.BlockReason != "" {
+			// Headers are out already: the refusal can only travel as an error event.
+			r.out.error(a.blocked().Error(), "content_filter")
+			r.done = true
+		}
+		return nil
+	}
+	r.out.start()
+	cand := a.Candidates[0]
+	for _, p := range cand.Content.Parts {
+		switch {
+		case p.FunctionCall != nil:
+			n := r.calls
+			r.calls++
+			r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, ID: callID(p.FunctionCall, n), Type: "function",
+				Function: toolFunction{Name: p.FunctionCall.Name, Arguments: ptr(compactArgs(p.FunctionCall.Args))}}}}, "")
+		case p.Text != "" && !p.Thought:
+			r.out.chunk(chunkDelta{Content: ptr(p.Text)}, "")
+		}
+	}
+	if cand.FinishReason != "" && !r.finished {
+		r.out.chunk(chunkDelta{}, geminiFinish(cand.FinishReason, r.calls > 0))
+		r.finished = true
+	}
+	return nil
+}

@@ -1,0 +1,498 @@
+package provider
+
+// What the adapters share: reading the client's OpenAI request, writing OpenAI answers and
+// stream chunks, and reassembling SSE events split across body chunks.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ErrBadRequest marks a request an adapter cannot translate because of what the client sent (a
+// tool call whose arguments are not a JSON object, a content part the provider lacks): the
+// client's mistake, a 400, not a gateway fault.
+var ErrBadRequest = errors.New("request cannot be translated")
+
+// now is the clock for "created"; tests pin it.
+var now = time.Now
+
+// chatMessage is an OpenAI chat message, as far as the translating adapters read it.
+type chatMessage struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  []chatToolCall  `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
+}
+
+type chatToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// chatPart is one content part of any type; only the fields of its type are set.
+type chatPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	Refusal  string `json:"refusal"`
+	ImageURL struct {
+		URL string `json:"url"`
+	} `json:"image_url"`
+	InputAudio struct {
+		Data   string `json:"data"`
+		Format string `json:"format"`
+	} `json:"input_audio"`
+	File struct {
+		FileData string `json:"file_data"`
+	} `json:"file"`
+}
+
+func (p chatPart) text() string {
+	if p.Type == "refusal" {
+		return p.Refusal
+	}
+	return p.Text
+}
+
+func decodeMessages(req Request) ([]chatMessage, error) {
+	var msgs []chatMessage
+	if err := json.Unmarshal(req["messages"], &msgs); err != nil {
+		return nil, fmt.Errorf("%w: messages: %v", ErrBadRequest, err)
+	}
+	return msgs, nil
+}
+
+// contentParts reads message i's content: a string is one text part, null none.
+func contentParts(raw json.RawMessage, i int) ([]chatPart, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fmt.Errorf("%w: messages[%d].content: %v", ErrBadRequest, i, err)
+		}
+		return []chatPart{{Type: "text", Text: s}}, nil
+	}
+	var parts []chatPart
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return nil, fmt.Errorf("%w: messages[%d].content must be a string or an array of content parts", ErrBadRequest, i)
+	}
+	return parts, nil
+}
+
+// contentText reads the content of a system, developer or tool message, which can only be
+// text; several parts are joined with newlines.
+func contentText(raw json.RawMessage, i int) (string, error) {
+	parts, err := contentParts(raw, i)
+	if err != nil {
+		return "", err
+	}
+	texts := make([]string, 0, len(parts))
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Errorf("%w: messages[%d]: system, developer and tool messages take text only, not %q parts", ErrBadRequest, i, p.Type)
+		}
+		texts = append(texts, p.Text)
+	}
+	return strings.Join(texts, "\n"), nil
+}
+
+// parseDataURL splits a base64 data URL into its media type and data. Only the prefix is
+// looked at, so a 20 MB image is not copied.
+func parseDataURL(u string) (mediaType, data string, ok bool) {
+	rest, ok := strings.CutPrefix(u, "data:")
+	if !ok {
+		return "", "", false
+	}
+	meta, data, ok := strings.Cut(rest, ",")
+	if !ok {
+		return "", "", false
+	}
+	params := strings.Split(meta, ";")
+	if params[0] == "" || !slices.Contains(params[1:], "base64") {
+		return "", "", false
+	}
+	return params[0], data, true
+}
+
+func isHTTPURL(u string) bool {
+	l := strings.ToLower(u[:min(len(u), 8)])
+	return strings.HasPrefix(l, "http://") || strings.HasPrefix(l, "https://")
+}
+
+// toolArguments parses the arguments of tool call j of message i, which providers want as an
+// object. Empty arguments (some clients send "" for a call without parameters) mean {}.
+func toolArguments(tc chatToolCall, i, j int) (json.RawMessage, error) {
+	s := strings.TrimSpace(tc.Function.Arguments)
+	if s == "" {
+		return json.RawMessage("{}"), nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, []byte(s)); err != nil || buf.Bytes()[0] != '{' {
+		shown := s
+		if len(shown) > 80 {
+			shown = shown[:80] + "..."
+		}
+		return nil, fmt.Errorf("%w: messages[%d].tool_calls[%d] (%s): function.arguments must be a JSON object, got %q", ErrBadRequest, i, j, tc.Function.Name, shown)
+	}
+	return buf.Bytes(), nil
+}
+
+// compactArgs renders a provider's tool input as OpenAI's arguments string.
+func compactArgs(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "{}"
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
+
+// rawField returns a top-level field, or nil when it is absent or null.
+func rawField(req Request, key string) json.RawMessage {
+	raw := bytes.TrimSpace(req[key])
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return raw
+}
+
+func boolField(req Request, key string) (bool, error) {
+	var b bool
+	if raw := rawField(req, key); raw != nil && json.Unmarshal(raw, &b) != nil {
+		return false, fmt.Errorf("%w: %s must be true or false", ErrBadRequest, key)
+	}
+	return b, nil
+}
+
+// maxTokens is the client's output cap, 0 if none; max_completion_tokens wins over max_tokens.
+func maxTokens(req Request) (int64, error) {
+	for _, f := range []string{"max_completion_tokens", "max_tokens"} {
+		if raw := rawField(req, f); raw != nil {
+			var n int64
+			if json.Unmarshal(raw, &n) != nil || n < 1 {
+				return 0, fmt.Errorf("%w: %s must be a positive integer", ErrBadRequest, f)
+			}
+			return n, nil
+		}
+	}
+	return 0, nil
+}
+
+// stopSequences reads stop, a string or an array of strings.
+func stopSequences(req Request) ([]string, error) {
+	raw := rawField(req, "stop")
+	if raw == nil {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		if one == "" {
+			return nil, nil
+		}
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, fmt.Errorf("%w: stop must be a string or an array of strings", ErrBadRequest)
+	}
+	return many, nil
+}
+
+// funcTool is one OpenAI function tool.
+type funcTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// emptySchema stands in for a tool without parameters: providers want an object schema.
+var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
+
+func decodeTools(req Request) ([]funcTool, error) {
+	raw := rawField(req, "tools")
+	if raw == nil {
+		return nil, nil
+	}
+	var tools []struct {
+		Type     string   `json:"type"`
+		Function funcTool `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		return nil, fmt.Errorf("%w: tools: %v", ErrBadRequest, err)
+	}
+	out := make([]funcTool, len(tools))
+	for i, t := range tools {
+		if t.Type != "function" || t.Function.Name == "" {
+			return nil, fmt.Errorf("%w: tools[%d]: only function tools with a name are supported", ErrBadRequest, i)
+		}
+		out[i] = t.Function
+		if p := bytes.TrimSpace(out[i].Parameters); len(p) == 0 || string(p) == "null" {
+			out[i].Parameters = emptySchema
+		}
+	}
+	return out, nil
+}
+
+// toolChoice is OpenAI's tool_choice: Mode auto, none, required or function (with Name), or ""
+// when the client did not set it.
+type toolChoice struct{ Mode, Name string }
+
+func decodeToolChoice(req Request) (toolChoice, error) {
+	raw := rawField(req, "tool_choice")
+	if raw == nil {
+		return toolChoice{}, nil
+	}
+	var mode string
+	if json.Unmarshal(raw, &mode) == nil {
+		switch mode {
+		case "auto", "none", "required":
+			return toolChoice{Mode: mode}, nil
+		}
+	}
+	var forced struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &forced) == nil && forced.Type == "function" && forced.Function.Name != "" {
+		return toolChoice{Mode: "function", Name: forced.Function.Name}, nil
+	}
+	return toolChoice{}, fmt.Errorf(`%w: tool_choice must be "auto", "none", "required" or {"type":"function","function":{"name":...}}`, ErrBadRequest)
+}
+
+// The OpenAI answer shapes the translators write.
+type chatCompletion struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *chatUsage         `json:"usage,omitempty"`
+}
+
+type completionChoice struct {
+	Index        int               `json:"index"`
+	Message      completionMessage `json:"message"`
+	FinishReason string            `json:"finish_reason"`
+}
+
+type completionMessage struct {
+	Role      string     `json:"role"`
+	Content   *string    `json:"content"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
+}
+
+// toolCall is a whole call in a message, or a fragment of one in a stream delta (with Index).
+type toolCall struct {
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function toolFunction `json:"function"`
+}
+
+type toolFunction struct {
+	Name      string  `json:"name,omitempty"`
+	Arguments *string `json:"arguments,omitempty"`
+}
+
+type chatUsage struct {
+	PromptTokens        int64         `json:"prompt_tokens"`
+	CompletionTokens    int64         `json:"completion_tokens"`
+	TotalTokens         int64         `json:"total_tokens"`
+	PromptTokensDetails promptDetails `json:"prompt_tokens_details"`
+}
+
+type promptDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+type chatChunk struct {
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Created int64         `json:"created"`
+	Model   string        `json:"model"`
+	Choices []chunkChoice `json:"choices"`
+	Usage   *chatUsage    `json:"usage,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int        `json:"index"`
+	Delta        chunkDelta `json:"delta"`
+	FinishReason *string    `json:"finish_reason"`
+}
+
+type chunkDelta struct {
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
+}
+
+// chunkWriter renders chat.completion.chunk events for one stream.
+type chunkWriter struct {
+	id, model string
+	created   int64
+	started   bool // the role chunk went out
+	out       []byte
+}
+
+// start sends the role chunk that opens every OpenAI stream, once.
+func (w *chunkWriter) start() {
+	if !w.started {
+		w.started = true
+		w.write(chatChunk{Choices: []chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: ptr("")}}}})
+	}
+}
+
+// chunk sends one delta, and finish_reason when finish is set.
+func (w *chunkWriter) chunk(d chunkDelta, finish string) {
+	w.start()
+	c := chunkChoice{Delta: d}
+	if finish != "" {
+		c.FinishReason = &finish
+	}
+	w.write(chatChunk{Choices: []chunkChoice{c}})
+}
+
+// usage sends the usage-only chunk that precedes [DONE].
+func (w *chunkWriter) usage(u *chatUsage) {
+	w.start()
+	w.write(chatChunk{Choices: []chunkChoice{}, Usage: u})
+}
+
+func (w *chunkWriter) write(c chatChunk) {
+	c.ID, c.Object, c.Created, c.Model = w.id, "chat.completion.chunk", w.created, w.model
+	w.out = append(w.out, "data: "...)
+	w.out = append(w.out, marshal(c)...)
+	w.out = append(w.out, "\n\n"...)
+}
+
+func (w *chunkWriter) doneMarker() { w.out = append(w.out, "data: [DONE]\n\n"...) }
+
+// error sends an OpenAI-style error event, the way OpenAI ends a stream that failed midway.
+func (w *chunkWriter) error(message, code string) {
+	type fields struct {
+		Message string `json:"message"`
+		Code    string `json:"code"`
+	}
+	w.out = append(w.out, "data: "...)
+	w.out = append(w.out, marshal(map[string]fields{"error": {message, code}})...)
+	w.out = append(w.out, "\n\n"...)
+}
+
+// take returns what was written since the last take.
+func (w *chunkWriter) take() []byte {
+	out := w.out
+	w.out = nil
+	return out
+}
+
+// sseReader splits a byte stream into server-sent events, holding an incomplete tail between
+// calls.
+type sseReader struct {
+	buf     []byte
+	scanned int // bytes of buf already searched for an event end, so tiny pieces stay linear
+}
+
+// feed adds b and calls fn with the data of each complete event (its data lines joined with
+// "\n"; events without data are skipped). With end, a last event lacking its blank line counts.
+func (r *sseReader) feed(b []byte, end bool, fn func(data []byte) error) error {
+	r.buf = append(r.buf, b...)
+	start := 0
+	var err error
+	for err == nil {
+		n := sseEventEnd(r.buf[start:], max(0, r.scanned-start-2))
+		if n < 0 {
+			break
+		}
+		err = sseData(r.buf[start:start+n], fn)
+		start += n
+		r.scanned = start
+	}
+	if err == nil && end && start < len(r.buf) {
+		// A last event without its blank line is used if whole; a cut one is dropped.
+		err = sseData(r.buf[start:], func(data []byte) error {
+			if !json.Valid(data) {
+				return nil
+			}
+			return fn(data)
+		})
+		start = len(r.buf)
+	}
+	r.buf = append(r.buf[:0], r.buf[start:]...)
+	r.scanned = len(r.buf)
+	return err
+}
+
+// sseEventEnd returns the length of the first event in b through its blank line, or -1;
+// the search starts at from.
+func sseEventEnd(b []byte, from int) int {
+	for i := from; i+1 < len(b); i++ {
+		if b[i] != '\n' {
+			continue
+		}
+		if b[i+1] == '\n' {
+			return i + 2
+		}
+		if b[i+1] == '\r' && i+2 < len(b) && b[i+2] == '\n' {
+			return i + 3
+		}
+	}
+	return -1
+}
+
+func sseData(ev []byte, fn func(data []byte) error) error {
+	var data []byte
+	lines := 0
+	for line := range bytes.SplitSeq(ev, []byte("\n")) {
+		v, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r"), []byte("data:"))
+		if !ok {
+			continue // event:, id:, comments
+		}
+		if lines > 0 {
+			data = append(data, '\n')
+		}
+		lines++
+		data = append(data, bytes.TrimPrefix(v, []byte(" "))...)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	return fn(data)
+}
+
+// encodeJSON encodes v without Go's HTML escaping, so text reads the same as it was sent.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// marshal is encodeJSON for the answer shapes above, made of strings and numbers only, which
+// always encode.
+func marshal(v any) []byte {
+	b, err := encodeJSON(v)
+	if err != nil {
+		panic(fmt.Sprintf("provider: marshal %T: %v", v, err))
+	}
+	return b
+}
+
+func ptr[T any](v T) *T { return &v }
