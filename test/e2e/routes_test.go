@@ -233,3 +233,67 @@ func TestRoutesAdminAndLiveEdits(t *testing.T) {
 		t.Fatalf("routes list misses the paused route:\n%s", out)
 	}
 }
+
+// TestFallbackAcrossProviderAPIs: a route whose first model is on Anthropic and second on Gemini.
+// When Anthropic is overloaded, Gemini answers the same request, translated back to OpenAI's
+// shape; a request Anthropic cannot express is the client's 400; a prompt Gemini blocks is a 400
+// content_filter, never a half answer.
+func TestFallbackAcrossProviderAPIs(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{Name: "native", APIKey: providerKey})
+	body := fmt.Sprintf(`providers:
+  - {name: claude, type: anthropic, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+  - {name: google, type: gemini, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: haiku
+    providers: [{provider: claude, model: claude-haiku}]
+    pricing: {prompt: "0.000001", completion: "0.000005"}
+  - id: flash
+    providers: [{provider: google, model: gemini-flash}]
+    pricing: {prompt: "0.0000003", completion: "0.0000025"}
+routes:
+  - {name: mixed, rule: priority_fallback, models: [haiku, flash]}
+`, fake.AnthropicURL(), fake.GeminiURL())
+	g := startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey)
+	ctx := context.Background()
+	if err := g.NewAccount(ctx, "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	f := &routeFixture{g: g, key: g.newKey("acme")}
+
+	code, out, prov, model := f.ask(t, `{"model":"route:mixed",`+hi+`}`)
+	if code != 200 || prov != "claude" || model != "haiku" || !strings.Contains(out, "claude-haiku") {
+		t.Fatalf("first choice: %d %s %s %s", code, prov, model, out)
+	}
+	fake.FailNext(529, "Overloaded")
+	code, out, prov, model = f.ask(t, `{"model":"route:mixed",`+hi+`}`)
+	if code != 200 || prov != "google" || model != "flash" || !strings.Contains(out, `"object":"chat.completion"`) || !strings.Contains(out, "gemini-flash") {
+		t.Fatalf("fallback to gemini: %d %s %s %s", code, prov, model, out)
+	}
+	fake.FailNext(500, "internal")
+	resp := g.chat(ctx, f.key, `{"model":"route:mixed","stream":true,`+hi+`}`)
+	events := readStream(t, resp)
+	if resp.Header.Get("x-tollway-provider") != "google" || !strings.Contains(strings.Join(events, ""), "chat.completion.chunk") {
+		t.Fatalf("streamed fallback to gemini: %s %v", resp.Header.Get("x-tollway-provider"), events)
+	}
+
+	// Tool-call arguments that are not JSON cannot be sent to Anthropic: the client's 400.
+	e := wantError(t, g.chat(ctx, f.key, `{"model":"haiku","messages":[{"role":"user","content":"x"},
+		{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"not json"}}]},
+		{"role":"tool","tool_call_id":"c1","content":"ok"}]}`), 400, "invalid_request")
+	t.Log(e.Error.Message)
+	// A prompt Gemini blocks.
+	e = wantError(t, g.chat(ctx, f.key, `{"model":"flash","messages":[{"role":"user","content":"#block-me please"}]}`), 400, "content_filter")
+	t.Log(e.Error.Message)
+
+	recs := g.waitRecords("acme", 3)
+	byProvider := map[string]int{}
+	for _, r := range recs {
+		if r.Estimated {
+			t.Errorf("record %+v estimated: translated usage was lost", r)
+		}
+		byProvider[r.Provider]++
+	}
+	if byProvider["claude"] != 1 || byProvider["google"] != 2 {
+		t.Fatalf("records by provider %v", byProvider)
+	}
+}
