@@ -297,3 +297,34 @@ routes:
 		t.Fatalf("records by provider %v", byProvider)
 	}
 }
+
+// TestFallbackOnResetAndTimeout: a provider that drops the connection before answering, and one
+// that stays silent past routing.attempt_timeout, both give way to the next provider.
+func TestFallbackOnResetAndTimeout(t *testing.T) {
+	a := fakeupstream.Start(t, fakeupstream.Options{Name: "a", APIKey: providerKey})
+	c := fakeupstream.Start(t, fakeupstream.Options{Name: "c", APIKey: providerKey})
+	body := fmt.Sprintf(`routing: {attempt_timeout: 500ms}
+providers:
+  - {name: a, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+  - {name: c, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: m
+    providers: [{provider: a, model: a-model}, {provider: c, model: c-model}]
+`, a.URL(), c.URL())
+	g := startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey)
+	f := &routeFixture{g: g, key: g.newKey("acme")}
+	for name, fault := range map[string]fakeupstream.Fault{
+		"reset":   {Reset: true},
+		"timeout": {Delay: 3 * time.Second},
+	} {
+		a.Script(fault)
+		start := time.Now()
+		code, out, prov, _ := f.ask(t, `{"model":"m",`+hi+`}`)
+		if code != 200 || prov != "c" || !strings.Contains(out, "c-model") {
+			t.Fatalf("%s: %d %s %s", name, code, prov, out)
+		}
+		if name == "timeout" && time.Since(start) > 2*time.Second {
+			t.Fatalf("timeout fallback took %s; the attempt timeout is 500ms", time.Since(start))
+		}
+	}
+}

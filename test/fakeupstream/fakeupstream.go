@@ -59,6 +59,9 @@ type Fault struct {
 	// (without [DONE]), a non-streamed reply halfway through its body.
 	Cut      bool
 	CutAfter int
+	// Reset drops the connection before any reply (after Delay): what a crashing provider or
+	// a proxy in between does.
+	Reset bool
 }
 
 // Server is a running fake provider.

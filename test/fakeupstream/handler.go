@@ -293,6 +293,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		if !sleep(r.Context(), fault.Delay) {
 			return
 		}
+		if fault.Reset {
+			panic(http.ErrAbortHandler) // nothing written: the client sees a reset, no status
+		}
 		for k, v := range fault.Header {
 			w.Header()[k] = v
 		}

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tollway/tollway/extproc/billing"
 )
@@ -40,6 +41,9 @@ type Gateway struct {
 	Providers []Provider `json:"providers"`
 	Models    []Model    `json:"models"`
 	Routes    []Route    `json:"routes,omitempty"`
+	// AttemptTimeout is how long one attempt may stay silent (no byte from the provider) before
+	// the next attempt of the chain is tried; 0 means the default.
+	AttemptTimeout time.Duration `json:"attemptTimeout,omitempty"`
 }
 
 // Listener is the public HTTP listener ({base_url} = http://Address:Port/v1).

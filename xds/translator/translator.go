@@ -93,7 +93,7 @@ func routes(g *ir.Gateway) *routev3.RouteConfiguration {
 			ClusterSpecifier: &routev3.RouteAction_ClusterHeader{ClusterHeader: ir.ClusterHeader},
 			Timeout:          durationpb.New(0),
 			IdleTimeout:      durationpb.New(streamIdle),
-			RetryPolicy:      retryPolicy(),
+			RetryPolicy:      retryPolicy(g.AttemptTimeout),
 		}},
 		RequestHeadersToRemove: []string{ir.ClusterHeader},
 	}}
@@ -125,14 +125,20 @@ func routes(g *ir.Gateway) *routev3.RouteConfiguration {
 }
 
 // retryPolicy moves a failed attempt to the next priority (the next provider or model of the
-// chain). Retried: connection failures and resets before the answer started, 5xx, 429, and an
-// attempt that stays silent for attemptIdle. Not retried: other 4xx (the request itself is at
-// fault) and anything after the first byte reached the client.
-func retryPolicy() *routev3.RetryPolicy {
+// chain). Retried: connection failures and resets before the answer started, 5xx, 401, 408, 429,
+// and an attempt that stays silent for attemptIdle. Not retried: 400, 403, 404, 413, 422 and
+// other 4xx (the request itself, or a content policy, is at fault: another provider would refuse
+// it too) and anything after the first byte reached the client.
+func retryPolicy(attemptIdle time.Duration) *routev3.RetryPolicy {
+	if attemptIdle <= 0 {
+		attemptIdle = defaultAttemptIdle
+	}
 	prev, _ := anypb.New(&previouspriorities.PreviousPrioritiesConfig{UpdateFrequency: 1})
 	return &routev3.RetryPolicy{
-		RetryOn:              "5xx,reset,connect-failure,retriable-status-codes",
-		RetriableStatusCodes: []uint32{429},
+		RetryOn: "5xx,reset,connect-failure,retriable-status-codes",
+		// 401 from a provider is the gateway's provider key at fault (clients' keys never reach
+		// providers), so another provider may well succeed; 408 and 429 are transient.
+		RetriableStatusCodes: []uint32{401, 408, 429},
 		NumRetries:           wrapperspb.UInt32(maxAttempts - 1),
 		PerTryIdleTimeout:    durationpb.New(attemptIdle),
 		RetryPriority: &routev3.RetryPolicy_RetryPriority{
@@ -146,8 +152,8 @@ func retryPolicy() *routev3.RetryPolicy {
 	}
 }
 
-// attemptIdle is how long an attempt may stay silent before the next one is tried.
-const attemptIdle = 60 * time.Second
+// defaultAttemptIdle is how long an attempt may stay silent before the next one is tried.
+const defaultAttemptIdle = 60 * time.Second
 
 // endpoint is one attempt of a cluster: a provider and, in a chain, the catalog model it serves.
 type endpoint struct {

@@ -35,6 +35,10 @@ type Config struct {
 	Log struct {
 		Level string `mapstructure:"level"`
 	} `mapstructure:"log"`
+	Routing struct {
+		// AttemptTimeout: an attempt silent this long gives way to the next of its chain.
+		AttemptTimeout time.Duration `mapstructure:"attempt_timeout"`
+	} `mapstructure:"routing"`
 	Billing struct {
 		// Enabled turns on admission (credits, monthly limits) and metering. Off, keys still
 		// authenticate and nothing is billed.
@@ -90,14 +94,15 @@ type ModelConfig struct {
 }
 
 var defaults = map[string]any{
-	"listen.public":       "127.0.0.1:8080",
-	"listen.admin":        "127.0.0.1:9090",
-	"store.path":          "data/tollway.db",
-	"envoy.bin":           "",
-	"envoy.log_level":     "warning",
-	"envoy.drain_timeout": "10s",
-	"log.level":           "info",
-	"billing.enabled":     true,
+	"listen.public":           "127.0.0.1:8080",
+	"listen.admin":            "127.0.0.1:9090",
+	"store.path":              "data/tollway.db",
+	"envoy.bin":               "",
+	"envoy.log_level":         "warning",
+	"envoy.drain_timeout":     "10s",
+	"log.level":               "info",
+	"billing.enabled":         true,
+	"routing.attempt_timeout": "60s",
 }
 
 // LoadConfig reads path (the embedded default when path is ""), applies TOLLWAY_* environment

@@ -95,6 +95,7 @@ func (g *gateway) applyLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	gw.AttemptTimeout = g.cfg.Routing.AttemptTimeout
 	res, err := translator.Translate(gw)
 	if err != nil {
 		return err
