@@ -267,8 +267,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			t.served++ // the probe's one successful request
 			for _, p := range procs[t.name] {
-				if rss, _, err := memKB(p.pid); err == nil && p.name != selfProc {
-					idleRSS[p.pid] = rss
+				if m, err := memKB(p.pid); err == nil && p.name != selfProc {
+					idleRSS[p.pid] = m.rss
 				}
 			}
 			fmt.Fprintf(stdout, "%-22s %s\n", label(t.name), t.baseURL)

@@ -37,11 +37,17 @@ func machine(envoyBin string) string {
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, ev, envoyBin)
 }
 
-// memKB reads VmRSS and VmHWM (peak RSS) of a process, in KiB.
-func memKB(pid int) (rss, hwm int64, err error) {
+// mem is a process's memory from /proc/PID/status, in KiB.
+type mem struct {
+	rss, hwm   int64 // VmRSS, VmHWM (peak)
+	anon, file int64 // RssAnon (heap, stacks), RssFile (the binary, mmapped files such as bbolt's)
+}
+
+// memKB reads a process's resident memory, in KiB.
+func memKB(pid int) (m mem, err error) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0, err
+		return m, err
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
 		k, v, ok := strings.Cut(line, ":")
@@ -51,12 +57,16 @@ func memKB(pid int) (rss, hwm int64, err error) {
 		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 		switch k {
 		case "VmRSS":
-			rss = n
+			m.rss = n
 		case "VmHWM":
-			hwm = n
+			m.hwm = n
+		case "RssAnon":
+			m.anon = n
+		case "RssFile":
+			m.file = n
 		}
 	}
-	return rss, hwm, nil
+	return m, nil
 }
 
 // clockTick is USER_HZ, 100 on every Linux the bench runs on (getconf CLK_TCK).

@@ -10,6 +10,8 @@ import (
 	"time"
 )
 
+func mib(kb int64) float64 { return float64(kb) / 1024 }
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/1e6) }
 
 func plusMS(d time.Duration) string { return fmt.Sprintf("%+.3f", float64(d)/1e6) }
@@ -206,7 +208,7 @@ func report(w io.Writer, o *options, all []*scenario) {
 
 // printMemory reports the resident memory of every process after the load, Tollway's first.
 func printMemory(w io.Writer, paths []string, procs map[string][]proc, idle map[int]int64) {
-	fmt.Fprintf(w, "\n== memory after the load: VmRSS (peak VmHWM) [VmRSS when ready, before any load] ==\n")
+	fmt.Fprintf(w, "\n== memory after the load: VmRSS = anon + file (peak VmHWM) [VmRSS when ready, before any load] ==\n")
 	type row struct {
 		name string
 		p    proc
@@ -237,14 +239,15 @@ func printMemory(w io.Writer, paths []string, procs map[string][]proc, idle map[
 	}
 	slices.SortStableFunc(rows, func(a, b row) int { return cmp.Compare(last(a), last(b)) }) // the bench last
 	for _, r := range rows {
-		rss, hwm, err := memKB(r.p.pid)
+		m, err := memKB(r.p.pid)
 		if err != nil {
 			fmt.Fprintf(w, "%-45s %v\n", r.name, err)
 			continue
 		}
-		line := fmt.Sprintf("%-45s %7.1f MiB (%.1f MiB)", r.name, float64(rss)/1024, float64(hwm)/1024)
+		rss := m.rss
+		line := fmt.Sprintf("%-45s %7.1f MiB = %5.1f + %4.1f (%.1f MiB)", r.name, mib(rss), mib(m.anon), mib(m.file), mib(m.hwm))
 		if kb, ok := idle[r.p.pid]; ok {
-			line += fmt.Sprintf(" [%.1f MiB]", float64(kb)/1024)
+			line += fmt.Sprintf(" [%.1f MiB]", mib(kb))
 		}
 		if r.p.name == tollwayProc {
 			line += fmt.Sprintf("   target < %.0f MB: %s", targetRSS/1e6, verdict(float64(rss)*1024 < targetRSS))
