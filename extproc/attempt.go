@@ -3,7 +3,6 @@ package extproc
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/xds/ir"
+	"github.com/tollway/tollway/xds/translator"
 )
 
 // attempt is one upstream try of a request, seen by the upstream ext_proc filter after Envoy
@@ -26,6 +25,7 @@ import (
 // provider speaks another API, its answer is translated back.
 type attempt struct {
 	rt        *Runtime
+	requestID string
 	provider  *ir.Provider
 	model     *model
 	removed   []string
@@ -37,55 +37,41 @@ type attempt struct {
 // processAttempt serves the upstream ext_proc stream of one attempt.
 func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	a := &attempt{rt: s.runtime.Load()}
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var resp *extprocv3.ProcessingResponse
+	return serve(stream, func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			if err := a.target(req.GetAttributes(), r.RequestHeaders); err != nil {
 				// Fails the attempt closed (Envoy answers 500); never forwards unrewritten.
 				s.log.Error("upstream attempt without a target", "error", err)
-				return status.Error(codes.FailedPrecondition, err.Error())
+				return nil, status.Error(codes.FailedPrecondition, err.Error())
 			}
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			for _, hv := range r.RequestHeaders.GetHeaders().GetHeaders() {
+				if hv.Key == "x-request-id" {
+					a.requestID = headerValue(hv)
+				}
+			}
+			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 				RequestHeaders: &extprocv3.HeadersResponse{},
-			}}
+			}}, nil
 		case *extprocv3.ProcessingRequest_RequestBody:
-			resp, err = a.requestBody(r.RequestBody)
+			resp, err := a.requestBody(r.RequestBody)
 			if errors.Is(err, provider.ErrBadRequest) {
 				// The client's request cannot be said in this provider's API: its fault, a 400.
 				e := apiErr(http.StatusBadRequest, "invalid_request", "%v", err)
-				resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
-					ImmediateResponse: &extprocv3.ImmediateResponse{
-						Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
-						Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}},
-						Body:    e.Body(""),
-						Details: "tollway_invalid_request",
-					},
-				}}
-				err = nil
+				return immediate(a.requestID, e.Status, e.Body(a.requestID), translator.ErrorCodeDetailsPrefix+e.Code), nil
 			}
 			if err != nil {
 				s.log.Error("upstream attempt rewrite failed", "provider", a.provider.Name, "error", err)
-				return status.Error(codes.InvalidArgument, err.Error())
+				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
+			return resp, nil
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			resp = a.responseHeaders(r.ResponseHeaders)
+			return a.responseHeaders(r.ResponseHeaders), nil
 		case *extprocv3.ProcessingRequest_ResponseBody:
-			resp = a.responseBody(r.ResponseBody)
-		default:
-			return status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", r)
+			return a.responseBody(r.ResponseBody), nil
 		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
+		return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
+	})
 }
 
 // target finds the attempt's provider and catalog model: from the chosen endpoint's metadata,
@@ -219,7 +205,7 @@ func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 		if errors.As(err, &blocked) {
 			e = apiErr(http.StatusBadRequest, "content_filter", "%v", err)
 		}
-		out = e.Body("")
+		out = e.Body(a.requestID)
 		if !a.streaming {
 			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 				setHeader(":status", strconv.Itoa(e.Status)),

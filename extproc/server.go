@@ -130,6 +130,24 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
 	// released: a request that got an answer is billed, from an estimate if need be.
 	defer x.finish()
+	return serve(stream, func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+		switch r := req.Request.(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			return x.requestHeaders(r.RequestHeaders), nil
+		case *extprocv3.ProcessingRequest_RequestBody:
+			return x.requestBody(r.RequestBody), nil
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			return x.responseHeaders(r.ResponseHeaders), nil
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			return x.responseBody(r.ResponseBody), nil
+		}
+		return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
+	})
+}
+
+// serve runs one ext_proc stream: each message from Envoy is answered by handle, until Envoy
+// closes the stream or an immediate response ends the request.
+func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)) error {
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
@@ -138,18 +156,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		if err != nil {
 			return err
 		}
-		var resp *extprocv3.ProcessingResponse
-		switch r := req.Request.(type) {
-		case *extprocv3.ProcessingRequest_RequestHeaders:
-			resp = x.requestHeaders(r.RequestHeaders)
-		case *extprocv3.ProcessingRequest_RequestBody:
-			resp = x.requestBody(r.RequestBody)
-		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			resp = x.responseHeaders(r.ResponseHeaders)
-		case *extprocv3.ProcessingRequest_ResponseBody:
-			resp = x.responseBody(r.ResponseBody)
-		default:
-			return status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", r)
+		resp, err := handle(req)
+		if err != nil {
+			return err
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
@@ -350,13 +359,19 @@ func (x *exchange) reply(status int, body []byte) *extprocv3.ProcessingResponse 
 }
 
 func (x *exchange) immediate(status int, body []byte, details string) *extprocv3.ProcessingResponse {
+	return immediate(x.requestID, status, body, details)
+}
+
+// immediate answers the client directly with a JSON body.
+func immediate(requestID string, status int, body []byte, details string) *extprocv3.ProcessingResponse {
+	set := []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
+	if requestID != "" {
+		set = append(set, setHeader("x-request-id", requestID))
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(status)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				setHeader("content-type", "application/json"),
-				setHeader("x-request-id", x.requestID),
-			}},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: set},
 			Body:    body,
 			Details: details,
 		},

@@ -92,6 +92,15 @@ func httpFilters() ([]*hcmv3.HttpFilter, error) {
 // sent unless ext_proc asks for them (mode override) after seeing the response headers, so
 // successful answers and SSE streams pass untouched and unbuffered.
 func ExtProc() *extprocv3.ExternalProcessor {
+	p := extProc()
+	// x-envoy-max-retries bounds a request's retries to its chain's length.
+	p.MutationRules = &mutationrulesv3.HeaderMutationRules{AllowEnvoy: wrapperspb.Bool(true)}
+	return p
+}
+
+// extProc is what both ext_proc filters share: the server, fail-closed, headers and a buffered
+// request body sent, response bodies only on request (mode override).
+func extProc() *extprocv3.ExternalProcessor {
 	return &extprocv3.ExternalProcessor{
 		GrpcService: &corev3.GrpcService{
 			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
@@ -110,8 +119,6 @@ func ExtProc() *extprocv3.ExternalProcessor {
 		},
 		AllowModeOverride: true,
 		MessageTimeout:    durationpb.New(ExtProcMessageTimeout),
-		// x-envoy-max-retries bounds a request's retries to its chain's length.
-		MutationRules: &mutationrulesv3.HeaderMutationRules{AllowEnvoy: wrapperspb.Bool(true)},
 	}
 }
 
@@ -169,27 +176,11 @@ func exact(s string) *matcherv3.StringMatcher {
 // credentials for that provider, and translates the answer back when the provider speaks
 // another API. Routing headers (:path, :authority) may be rewritten here, and only here.
 func UpstreamExtProc() *extprocv3.ExternalProcessor {
-	return &extprocv3.ExternalProcessor{
-		GrpcService: &corev3.GrpcService{
-			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
-				ClusterName:             ir.ExtProcCluster,
-				MaxReceiveMessageLength: wrapperspb.UInt32(2 * ir.BufferLimitBytes),
-			}},
-			InitialMetadata: []*corev3.HeaderValue{{Key: ir.PhaseMetadata, Value: ir.PhaseUpstream}},
-		},
-		ProcessingMode: &extprocv3.ProcessingMode{
-			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
-			RequestBodyMode:     extprocv3.ProcessingMode_BUFFERED,
-			RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
-			ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
-			ResponseBodyMode:    extprocv3.ProcessingMode_NONE,
-			ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
-		},
-		AllowModeOverride: true,
-		MessageTimeout:    durationpb.New(ExtProcMessageTimeout),
-		RequestAttributes: []string{"xds.upstream_host_metadata"},
-		MutationRules:     &mutationrulesv3.HeaderMutationRules{AllowAllRouting: wrapperspb.Bool(true), AllowEnvoy: wrapperspb.Bool(true)},
-	}
+	p := extProc()
+	p.GrpcService.InitialMetadata = []*corev3.HeaderValue{{Key: ir.PhaseMetadata, Value: ir.PhaseUpstream}}
+	p.RequestAttributes = []string{"xds.upstream_host_metadata"}
+	p.MutationRules = &mutationrulesv3.HeaderMutationRules{AllowAllRouting: wrapperspb.Bool(true), AllowEnvoy: wrapperspb.Bool(true)}
+	return p
 }
 
 func upstreamFilters() ([]*hcmv3.HttpFilter, error) {
