@@ -68,8 +68,9 @@ func (c *completionText) appendText(b *bytes.Buffer) {
 // meter follows one response to find what it cost: the provider's usage when it reports it, a
 // token count of what was sent when it does not (cut streams, disconnects).
 type meter struct {
-	usage *upstreamUsage
-	text  bytes.Buffer // completion text seen so far, for the estimate
+	usage  *upstreamUsage
+	text   bytes.Buffer // completion text of a whole answer, for the estimate
+	events []byte       // a stream's content events, undecoded until an estimate needs them
 
 	// SSE state: an event may be split across body chunks, so the tail of the last chunk that
 	// did not end an event is carried over.
@@ -169,6 +170,12 @@ func (m *meter) event(ev []byte) (drop bool) {
 		if len(data) == 0 || data[0] != '{' {
 			continue // [DONE] or keep-alive
 		}
+		// Most events are content: keep their bytes for an estimate and parse nothing. Only the
+		// event that carries usage is decoded on the request path.
+		if !bytes.Contains(data, []byte(`"usage":{`)) {
+			m.events = append(append(m.events, data...), '\n')
+			continue
+		}
 		var c completionText
 		if json.Unmarshal(data, &c) != nil {
 			continue
@@ -188,6 +195,13 @@ func (m *meter) event(ev []byte) (drop bool) {
 func (m *meter) result(promptTokens func() int64) (billing.Usage, bool) {
 	if m.usage != nil {
 		return m.usage.billing(), false
+	}
+	// No usage: count what was sent (stream events kept raw until now).
+	for _, line := range bytes.Split(m.events, []byte("\n")) {
+		var c completionText
+		if len(line) > 0 && json.Unmarshal(line, &c) == nil {
+			c.appendText(&m.text)
+		}
 	}
 	return billing.Usage{PromptTokens: promptTokens(), CompletionTokens: int64(billing.CountText(m.text.String()))}, true
 }

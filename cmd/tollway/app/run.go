@@ -77,7 +77,6 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	var bill *extproc.Billing
 	var ledger *billing.Ledger
 	if cfg.Billing.Enabled {
-		billing.Warm() // load the tokenizer now, not on the first request
 		if ledger, err = loadLedger(st, time.Now()); err != nil {
 			return err
 		}
