@@ -202,6 +202,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	// Children run in their own directories: relative binary paths must not depend on that.
+	for _, bin := range []*string{&o.tollwayBin, &o.envoyBin} {
+		if abs, err := filepath.Abs(*bin); err == nil && *bin != "" {
+			*bin = abs
+		}
+	}
 	if _, err := os.Stat(o.tollwayBin); err != nil && (slices.Contains(paths, pathTollway) || slices.Contains(paths, pathTollwayOff)) {
 		return fmt.Errorf("tollway binary: %w (run `make build` or set TOLLWAY_BIN)", err)
 	}
