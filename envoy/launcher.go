@@ -30,6 +30,9 @@ func FindBinary(explicit string) (string, error) {
 			continue
 		}
 		if st, err := os.Stat(c); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			if abs, err := filepath.Abs(c); err == nil {
+				return abs, nil // a child started elsewhere must still find it
+			}
 			return c, nil
 		}
 	}

@@ -74,7 +74,7 @@ func label(path string) string {
 	return path
 }
 
-var allScenarios = []string{"latency", "settle", "store"}
+var allScenarios = []string{"latency", "settle", "store", "fallback"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -400,6 +400,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		reportStore(stdout, sr)
 		if sr.err != nil {
 			bad = append(bad, "store: "+sr.err.Error())
+		}
+	}
+
+	if o.has("fallback") {
+		if err := runFallback(ctx, o, dir, stdout, stderr); err != nil {
+			bad = append(bad, err.Error())
 		}
 	}
 

@@ -146,8 +146,8 @@ func retryPolicy(attemptIdle time.Duration) *routev3.RetryPolicy {
 			ConfigType: &routev3.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: prev},
 		},
 		RetryBackOff: &routev3.RetryPolicy_RetryBackOff{
-			BaseInterval: durationpb.New(5 * time.Millisecond),
-			MaxInterval:  durationpb.New(50 * time.Millisecond),
+			BaseInterval: durationpb.New(time.Millisecond), // the next attempt goes elsewhere: no need to wait
+			MaxInterval:  durationpb.New(10 * time.Millisecond),
 		},
 	}
 }
