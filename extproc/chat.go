@@ -208,9 +208,9 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 		delete(req, f)
 	}
 	var removed []string
-	if m.supported != nil {
+	if supported := m.supportedBy(p.Name); supported != nil {
 		for f := range req {
-			if !structuralFields[f] && !m.supported[f] {
+			if !structuralFields[f] && !supported[f] {
 				removed = append(removed, f)
 				delete(req, f)
 			}
@@ -218,7 +218,7 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 		sort.Strings(removed)
 	}
 	maxTokens, _ := maxTokensOf(req) // a cap the provider will not see does not bound the cost
-	capOutput(req, m, maxTokens)
+	capOutput(req, m, maxTokens, m.supportedBy(p.Name))
 	var stream *bool
 	if raw, ok := req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream != nil && *stream {
 		// Streams are billed from the provider's final usage chunk, so always ask for it; the
@@ -258,7 +258,7 @@ func sortedKeys(m map[string]string) []string {
 
 // capOutput bounds the answer by the model's max_output_length when the client asked for more
 // or set no cap, so the worst case the request was admitted for is the most it can cost.
-func capOutput(req provider.Request, m *model, maxTokens int64) {
+func capOutput(req provider.Request, m *model, maxTokens int64, supported map[string]bool) {
 	if m.MaxOutputLength <= 0 || (maxTokens > 0 && maxTokens <= m.MaxOutputLength) {
 		return
 	}
@@ -266,7 +266,7 @@ func capOutput(req provider.Request, m *model, maxTokens int64) {
 	if _, ok := req["max_completion_tokens"]; ok {
 		field = "max_completion_tokens"
 	}
-	if m.supported != nil && !m.supported[field] {
+	if supported != nil && !supported[field] {
 		return // the provider would not see it: the estimate stays the bound
 	}
 	req[field] = json.RawMessage(strconv.FormatInt(m.MaxOutputLength, 10))

@@ -216,3 +216,23 @@ func TestPlanChatRemovedSorted(t *testing.T) {
 		t.Errorf("removed = %v", removed)
 	}
 }
+
+// TestPerProviderParameters: a provider's own list for a model replaces the model's list for
+// attempts on that provider only.
+func TestPerProviderParameters(t *testing.T) {
+	g := testGateway()
+	g.Models[0].Targets[1].SupportedParameters = []string{"temperature"} // local takes no max_tokens or tools
+	rt := Compile(g, nil)
+	body := []byte(`{"model":"gpt","messages":[{"role":"user","content":"hi"}],"temperature":1,"max_tokens":5,"seed":1}`)
+	_, removed, err := rt.attempt(body, rt.models["gpt"], rt.providers["openai"])
+	if err != nil || !reflect.DeepEqual(removed, []string{"seed"}) {
+		t.Fatalf("openai removed %v (%v), want [seed]", removed, err)
+	}
+	up, removed, err := rt.attempt(body, rt.models["gpt"], rt.providers["local"])
+	if err != nil || !reflect.DeepEqual(removed, []string{"max_tokens", "seed"}) {
+		t.Fatalf("local removed %v (%v), want [max_tokens seed]", removed, err)
+	}
+	if _, ok := decodeObject(t, up.Body)["max_tokens"]; ok {
+		t.Fatal("max_tokens reached a provider that does not accept it")
+	}
+}

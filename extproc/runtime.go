@@ -25,6 +25,24 @@ type model struct {
 	ir.Model
 	// supported is nil when the catalog lists no parameters: then every field passes.
 	supported map[string]bool
+	// byProvider holds the providers whose own list replaces supported.
+	byProvider map[string]map[string]bool
+}
+
+// supportedBy is the parameter set provider p accepts for m (nil: every field passes).
+func (m *model) supportedBy(p string) map[string]bool {
+	if s, ok := m.byProvider[p]; ok {
+		return s
+	}
+	return m.supported
+}
+
+func set(list []string) map[string]bool {
+	out := make(map[string]bool, len(list))
+	for _, v := range list {
+		out[v] = true
+	}
+	return out
 }
 
 type keyInfo struct {
@@ -71,9 +89,14 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 	for _, m := range g.Models {
 		cm := &model{Model: m}
 		if len(m.SupportedParameters) > 0 {
-			cm.supported = make(map[string]bool, len(m.SupportedParameters))
-			for _, p := range m.SupportedParameters {
-				cm.supported[p] = true
+			cm.supported = set(m.SupportedParameters)
+		}
+		for _, t := range m.Targets {
+			if len(t.SupportedParameters) > 0 {
+				if cm.byProvider == nil {
+					cm.byProvider = map[string]map[string]bool{}
+				}
+				cm.byProvider[t.Provider] = set(t.SupportedParameters)
 			}
 		}
 		rt.models[m.ID] = cm

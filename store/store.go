@@ -85,8 +85,11 @@ type Provider struct {
 
 // ModelProvider maps a catalog model to one provider's model name.
 type ModelProvider struct {
-	Provider string `json:"provider"`
-	Model    string `json:"model"`
+	Provider string `json:"provider" mapstructure:"provider"`
+	Model    string `json:"model" mapstructure:"model"`
+	// SupportedSamplingParameters, when set, replaces the model's list for this provider:
+	// parameters this provider does not accept for the model are removed.
+	SupportedSamplingParameters []string `json:"supported_sampling_parameters,omitempty" mapstructure:"supported_sampling_parameters"`
 }
 
 // Model is a catalog entry.

@@ -102,6 +102,8 @@ type Model struct {
 type Target struct {
 	Provider string `json:"provider"`
 	Model    string `json:"model"`
+	// SupportedParameters overrides the model's list for this provider (nil: the model's).
+	SupportedParameters []string `json:"supportedParameters,omitempty"`
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)

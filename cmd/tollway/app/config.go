@@ -304,7 +304,7 @@ func buildIR(public string, cat store.Catalog, inline map[string]string) (*ir.Ga
 			errs = append(errs, fmt.Errorf("model %q: pricing: %w: %w", sm.ID, err, ir.ErrInvalid))
 		}
 		for _, t := range sm.Providers {
-			m.Targets = append(m.Targets, ir.Target{Provider: t.Provider, Model: t.Model})
+			m.Targets = append(m.Targets, ir.Target{Provider: t.Provider, Model: t.Model, SupportedParameters: t.SupportedSamplingParameters})
 		}
 		g.Models = append(g.Models, m)
 	}

@@ -392,7 +392,7 @@ func TestCatalogIRSecrets(t *testing.T) {
 		if local.NeedsKey || local.APIKey != "" || !local.Ready() {
 			t.Errorf("local = %+v; a provider without api_key needs none", local)
 		}
-		if len(g.Models) != 2 || len(g.Models[0].Targets) != 2 || g.Models[0].Targets[1] != (ir.Target{Provider: "local", Model: "llama3.2"}) {
+		if len(g.Models) != 2 || len(g.Models[0].Targets) != 2 || !reflect.DeepEqual(g.Models[0].Targets[1], ir.Target{Provider: "local", Model: "llama3.2"}) {
 			t.Errorf("models = %+v", g.Models)
 		}
 		if !reflect.DeepEqual(g.Models[0].SupportedParameters, []string{"temperature", "top_p"}) {
