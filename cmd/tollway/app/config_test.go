@@ -510,3 +510,25 @@ func TestBuildIRErrors(t *testing.T) {
 		t.Errorf("empty catalog IR = %+v", g)
 	}
 }
+
+func TestPerProviderParametersInConfig(t *testing.T) {
+	clearTollwayEnv(t)
+	c, err := LoadConfig(writeConfig(t, `
+providers:
+  - {name: local, type: openai, base_url: http://127.0.0.1:11434/v1}
+models:
+  - id: m
+    supported_sampling_parameters: [temperature, max_tokens]
+    providers: [{provider: local, model: llama3.2, supported_sampling_parameters: [temperature]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.catalogIR()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Models[0].Targets[0].SupportedParameters; !reflect.DeepEqual(got, []string{"temperature"}) {
+		t.Fatalf("per-provider list = %v", got)
+	}
+}
