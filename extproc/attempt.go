@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -50,9 +49,22 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 					a.requestID = headerValue(hv)
 				}
 			}
-			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 				RequestHeaders: &extprocv3.HeadersResponse{},
-			}}, nil
+			}}
+			if a.provider.Type == ir.ProviderTypeOpenAI {
+				// An OpenAI-shaped answer needs nothing from this filter (the route tags it
+				// with the endpoint's provider and model): skip the response-headers message.
+				resp.ModeOverride = &extprocv3filter.ProcessingMode{
+					RequestHeaderMode:   extprocv3filter.ProcessingMode_SEND,
+					RequestBodyMode:     extprocv3filter.ProcessingMode_BUFFERED,
+					RequestTrailerMode:  extprocv3filter.ProcessingMode_SKIP,
+					ResponseHeaderMode:  extprocv3filter.ProcessingMode_SKIP,
+					ResponseBodyMode:    extprocv3filter.ProcessingMode_NONE,
+					ResponseTrailerMode: extprocv3filter.ProcessingMode_SKIP,
+				}
+			}
+			return resp, nil
 		case *extprocv3.ProcessingRequest_RequestBody:
 			resp, err := a.requestBody(r.RequestBody)
 			if errors.Is(err, provider.ErrBadRequest) {
@@ -166,14 +178,8 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 			a.status, _ = strconv.Atoi(headerValue(hv))
 		}
 	}
-	set := []*corev3.HeaderValueOption{setHeader(ir.ServedHeader, a.provider.Name+"/"+a.model.ID)}
-	if len(a.removed) > 0 {
-		set = append(set, setHeader("x-tollway-removed-params", strings.Join(a.removed, ",")))
-	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
-		}},
+		ResponseHeaders: &extprocv3.HeadersResponse{},
 	}}
 	// Answers in another API are translated; errors pass as they are (the router-level ext_proc
 	// shapes them, and Envoy decides on retries from the status).

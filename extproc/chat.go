@@ -33,6 +33,7 @@ type chatPlan struct {
 	attempts int      // how many attempts the chain has
 	pinned   string   // provider name when route.provider pins the request
 
+	fields      []string // the request's top-level fields, to say which were removed
 	stream      bool
 	clientUsage bool  // the client asked for stream usage itself
 	maxTokens   int64 // the client's output cap (max_completion_tokens or max_tokens); 0 if none
@@ -53,6 +54,23 @@ func (p *chatPlan) routeID() string {
 	return p.route.ID
 }
 
+// removedFor lists, sorted, the request's fields provider p does not accept for model m (the
+// ones the attempt removed).
+func (p *chatPlan) removedFor(m *model, provider string) []string {
+	supported := m.supportedBy(provider)
+	if supported == nil {
+		return nil
+	}
+	var out []string
+	for _, f := range p.fields {
+		if !structuralFields[f] && !supported[f] && f != "route" && f != "route_mode" {
+			out = append(out, f)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // planChat validates a chat request body and decides where it goes.
 func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	var req provider.Request
@@ -69,6 +87,9 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 		return nil, e
 	}
 	plan := &chatPlan{}
+	for f := range req {
+		plan.fields = append(plan.fields, f)
+	}
 	if raw, ok := req["stream"]; ok {
 		var b *bool
 		if json.Unmarshal(raw, &b) != nil {

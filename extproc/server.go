@@ -112,7 +112,7 @@ type exchange struct {
 // served records which attempt answered ("<provider>/<catalog model>"); the model's prices bill it.
 func (x *exchange) served(v string) {
 	p, mid, ok := strings.Cut(v, "/")
-	if !ok {
+	if !ok || p == "" {
 		return
 	}
 	x.provider = p
@@ -294,6 +294,9 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 			mut.SetHeaders = []*corev3.HeaderValueOption{
 				setHeader(ir.ProviderHeader, x.provider),
 				setHeader(ir.ModelHeader, x.plan.model.ID),
+			}
+			if removed := x.plan.removedFor(x.plan.model, x.provider); len(removed) > 0 {
+				mut.SetHeaders = append(mut.SetHeaders, setHeader("x-tollway-removed-params", strings.Join(removed, ",")))
 			}
 		}
 		common.HeaderMutation = mut

@@ -367,6 +367,9 @@ func TestProcessChatFlow(t *testing.T) {
 				if resp.GetRequestHeaders() == nil {
 					t.Fatalf("attempt headers answered with %v", resp)
 				}
+				if m := resp.GetModeOverride(); m.GetResponseHeaderMode() != extprocv3filter.ProcessingMode_SKIP || m.GetRequestBodyMode() != extprocv3filter.ProcessingMode_BUFFERED {
+					t.Errorf("an OpenAI attempt must skip response headers and keep the buffered body: %v", m)
+				}
 				resp = a.roundTrip(requestBody(tt.body))
 				ab := resp.GetRequestBody().GetResponse()
 				body := ab.GetBodyMutation().GetBody()
@@ -394,17 +397,14 @@ func TestProcessChatFlow(t *testing.T) {
 						t.Errorf("client API key forwarded upstream in %s", k)
 					}
 				}
-				resp = a.roundTrip(responseHeaders(status, tt.raw))
-				served := setHeaders(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())
-				if got := served["x-tollway-removed-params"]; got != tt.removed {
-					t.Errorf("x-tollway-removed-params = %q, want %q", got, tt.removed)
-				}
 				a.close()
 
-				// Back at the router-level filter, which learns who answered.
+				// Back at the router-level filter, which learns who answered from the header the
+				// route adds from the endpoint's metadata.
 				resp = s.roundTrip(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 					ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-						hdr(":status", status, tt.raw), hdr("content-type", "application/json", tt.raw), hdr(ir.ServedHeader, served[ir.ServedHeader], tt.raw),
+						hdr(":status", status, tt.raw), hdr("content-type", "application/json", tt.raw),
+						hdr(ir.ServedHeader, tt.provider+"/"+strings.TrimPrefix(tt.cluster, "chain.model."), tt.raw),
 					}}},
 				}})
 				rsh := resp.GetResponseHeaders()
@@ -414,6 +414,9 @@ func TestProcessChatFlow(t *testing.T) {
 				rset := setHeaders(t, rsh.GetResponse().GetHeaderMutation())
 				if rset[ir.ProviderHeader] != tt.provider {
 					t.Errorf("response %s = %q, want %q", ir.ProviderHeader, rset[ir.ProviderHeader], tt.provider)
+				}
+				if got := rset["x-tollway-removed-params"]; got != tt.removed {
+					t.Errorf("x-tollway-removed-params = %q, want %q", got, tt.removed)
 				}
 				return resp, s
 			}

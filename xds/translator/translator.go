@@ -96,6 +96,14 @@ func routes(g *ir.Gateway) *routev3.RouteConfiguration {
 			RetryPolicy:      retryPolicy(g.AttemptTimeout),
 		}},
 		RequestHeadersToRemove: []string{ir.ClusterHeader},
+		// Which attempt answered, from the endpoint Envoy picked: ext_proc bills that model.
+		ResponseHeadersToAdd: []*corev3.HeaderValueOption{{
+			Header: &corev3.HeaderValue{
+				Key:   ir.ServedHeader,
+				Value: `%UPSTREAM_METADATA(["` + ir.MetadataNamespace + `","provider"])%/%UPSTREAM_METADATA(["` + ir.MetadataNamespace + `","model"])%`,
+			},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		}},
 	}}
 	// ext_proc answers every request it does not route itself; reaching this route means it let
 	// one through without choosing a cluster, which must not silently go anywhere.
