@@ -242,26 +242,14 @@ func (p *Process) WaitHealthChecked(ctx context.Context, timeout time.Duration) 
 }
 
 func (p *Process) pendingHealthChecks(ctx context.Context) (int, error) {
-	body, _, err := p.adminCall(ctx, http.MethodGet, "/clusters?format=json")
+	clusters, err := p.clusters(ctx)
 	if err != nil {
 		return 0, err
 	}
-	var out struct {
-		ClusterStatuses []struct {
-			HostStatuses []struct {
-				HealthStatus struct {
-					Pending bool `json:"pending_active_hc"`
-				} `json:"health_status"`
-			} `json:"host_statuses"`
-		} `json:"cluster_statuses"`
-	}
-	if err := json.Unmarshal([]byte(body), &out); err != nil {
-		return 0, err
-	}
 	n := 0
-	for _, c := range out.ClusterStatuses {
+	for _, c := range clusters {
 		for _, h := range c.HostStatuses {
-			if h.HealthStatus.Pending {
+			if pending, _ := h.HealthStatus["pending_active_hc"].(bool); pending {
 				n++
 			}
 		}
@@ -269,10 +257,15 @@ func (p *Process) pendingHealthChecks(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// ClusterHealth reads /clusters: for every cluster, whether at least one of its hosts is
-// healthy (not failing active health checks, not ejected by outlier detection). A cluster whose
-// name has not resolved to any host counts as unhealthy.
-func (p *Process) ClusterHealth(ctx context.Context) (map[string]bool, error) {
+// clusterStatus is one cluster of Envoy's /clusters?format=json.
+type clusterStatus struct {
+	Name         string `json:"name"`
+	HostStatuses []struct {
+		HealthStatus map[string]any `json:"health_status"`
+	} `json:"host_statuses"`
+}
+
+func (p *Process) clusters(ctx context.Context) ([]clusterStatus, error) {
 	body, code, err := p.adminCall(ctx, http.MethodGet, "/clusters?format=json")
 	if err != nil {
 		return nil, err
@@ -281,18 +274,24 @@ func (p *Process) ClusterHealth(ctx context.Context) (map[string]bool, error) {
 		return nil, fmt.Errorf("envoy /clusters: HTTP %d", code)
 	}
 	var out struct {
-		ClusterStatuses []struct {
-			Name         string `json:"name"`
-			HostStatuses []struct {
-				HealthStatus map[string]any `json:"health_status"`
-			} `json:"host_statuses"`
-		} `json:"cluster_statuses"`
+		ClusterStatuses []clusterStatus `json:"cluster_statuses"`
 	}
 	if err := json.Unmarshal([]byte(body), &out); err != nil {
 		return nil, fmt.Errorf("envoy /clusters: %w", err)
 	}
-	health := make(map[string]bool, len(out.ClusterStatuses))
-	for _, c := range out.ClusterStatuses {
+	return out.ClusterStatuses, nil
+}
+
+// ClusterHealth reads /clusters: for every cluster, whether at least one of its hosts is
+// healthy (not failing active health checks, not ejected by outlier detection). A cluster whose
+// name has not resolved to any host counts as unhealthy.
+func (p *Process) ClusterHealth(ctx context.Context) (map[string]bool, error) {
+	clusters, err := p.clusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	health := make(map[string]bool, len(clusters))
+	for _, c := range clusters {
 		ok := false
 		for _, h := range c.HostStatuses {
 			healthy := true

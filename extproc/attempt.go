@@ -27,7 +27,6 @@ type attempt struct {
 	requestID string
 	provider  *ir.Provider
 	model     *model
-	removed   []string
 	translate provider.ResponseTranslator
 	status    int
 	streaming bool
@@ -146,11 +145,11 @@ func findTollway(v *structpb.Value) map[string]string {
 }
 
 func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	up, removed, err := a.rt.attempt(b.GetBody(), a.model, a.provider)
+	up, _, err := a.rt.attempt(b.GetBody(), a.model, a.provider)
 	if err != nil {
 		return nil, err
 	}
-	a.removed, a.translate = removed, up.Response
+	a.translate = up.Response
 	set := []*corev3.HeaderValueOption{
 		setHeader(":path", a.provider.BasePath+up.Path),
 		setHeader(":authority", a.provider.Authority()),

@@ -57,7 +57,7 @@ func (m *model) entry(ready bool) catalogEntry {
 // catalog answers GET /v1/models and GET /v1/models/{id}. It works without a key (the spec's
 // example sends none); a key restricted to some models sees only those. ids keeps the
 // configuration's order (sorted by id).
-func (x *exchange) catalog(path string) *APIError {
+func (x *exchange) catalog(path string) ([]byte, *APIError) {
 	id, one := strings.CutPrefix(path, "/v1/models/")
 	var entries []catalogEntry
 	for _, mid := range x.rt.modelIDs {
@@ -73,7 +73,7 @@ func (x *exchange) catalog(path string) *APIError {
 	var body []byte
 	switch {
 	case one && len(entries) == 0:
-		return apiErr(http.StatusNotFound, "model_not_found", "model %q is not in the catalog; GET /v1/models lists the model ids you can use", id)
+		return nil, apiErr(http.StatusNotFound, "model_not_found", "model %q is not in the catalog; GET /v1/models lists the model ids you can use", id)
 	case one:
 		body, _ = json.Marshal(entries[0])
 	default:
@@ -85,6 +85,5 @@ func (x *exchange) catalog(path string) *APIError {
 			Data   []catalogEntry `json:"data"`
 		}{"list", entries})
 	}
-	x.answer = body
-	return nil
+	return body, nil
 }

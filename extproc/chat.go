@@ -3,7 +3,9 @@ package extproc
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,16 +56,22 @@ func (p *chatPlan) routeID() string {
 	return p.route.ID
 }
 
-// removedFor lists, sorted, the request's fields provider p does not accept for model m (the
-// ones the attempt removed).
+// removedFor lists the request's fields that provider does not accept for m: what the attempt
+// on that provider removed.
 func (p *chatPlan) removedFor(m *model, provider string) []string {
+	return m.unsupported(provider, p.fields)
+}
+
+// unsupported lists, sorted, the fields among fields that provider does not accept for m (gateway
+// fields aside: they are dropped for every provider, not for lack of support).
+func (m *model) unsupported(provider string, fields []string) []string {
 	supported := m.supportedBy(provider)
 	if supported == nil {
 		return nil
 	}
 	var out []string
-	for _, f := range p.fields {
-		if !structuralFields[f] && !supported[f] && f != "route" && f != "route_mode" {
+	for _, f := range fields {
+		if !structuralFields[f] && !supported[f] && !slices.Contains(gatewayFields, f) {
 			out = append(out, f)
 		}
 	}
@@ -228,15 +236,9 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 	for _, f := range gatewayFields {
 		delete(req, f)
 	}
-	var removed []string
-	if supported := m.supportedBy(p.Name); supported != nil {
-		for f := range req {
-			if !structuralFields[f] && !supported[f] {
-				removed = append(removed, f)
-				delete(req, f)
-			}
-		}
-		sort.Strings(removed)
+	removed := m.unsupported(p.Name, slices.Collect(maps.Keys(req)))
+	for _, f := range removed {
+		delete(req, f)
 	}
 	maxTokens, _ := maxTokensOf(req) // a cap the provider will not see does not bound the cost
 	capOutput(req, m, maxTokens, m.supportedBy(p.Name))

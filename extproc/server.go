@@ -97,7 +97,6 @@ type exchange struct {
 	key       *keyInfo
 	plan      *chatPlan
 	status    int
-	answer    []byte // a 200 body answered by ext_proc itself (the catalog)
 
 	// money: the hold taken before forwarding, released or settled exactly once
 	hold           *billing.Reservation
@@ -196,10 +195,11 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 				return x.fail(e)
 			}
 		}
-		if e := x.catalog(path); e != nil {
+		body, e := x.catalog(path)
+		if e != nil {
 			return x.fail(e)
 		}
-		return x.reply(http.StatusOK, x.answer)
+		return x.reply(http.StatusOK, body)
 	}
 	if path != chatPath {
 		return x.fail(apiErr(http.StatusNotFound, "not_found",

@@ -9,7 +9,7 @@ package store
 //	accounts          account id → Account JSON
 //	usage             8-byte big-endian unix nanos ‖ request id → UsageRecord JSON
 //	usage_by_request  request id → its usage key (the idempotency index)
-//	usage_agg         "2006-01-02" \x00 key id \x00 account \x00 model → usageAgg JSON
+//	usage_agg         "2006-01-02" \x00 key id \x00 account \x00 model → UsageTotals JSON
 //	spend_month       "2006-01" \x00 key id → decimal string
 //
 // Settle writes all five in one transaction, so the balance, the records and the aggregates
@@ -35,7 +35,7 @@ var (
 	bucketUsageByRequest = []byte("usage_by_request")
 	bucketUsageAgg       = []byte("usage_agg")
 	bucketSpendMonth     = []byte("spend_month")
-	bucketUsageRoute     = []byte("usage_route") // route \x00 model -> usageAgg, all time
+	bucketUsageRoute     = []byte("usage_route") // route \x00 model -> UsageTotals, all time
 )
 
 const (
@@ -166,14 +166,35 @@ type UsageRecord struct {
 	Time             time.Time       `json:"time"`
 }
 
-// usageAgg is one usage_agg value: the totals of one (day, key, account, model).
-type usageAgg struct {
+// UsageTotals are the counters every usage aggregate keeps: a usage_agg or usage_route value,
+// a row, a summary.
+type UsageTotals struct {
 	Requests          int64           `json:"requests"`
 	PromptTokens      int64           `json:"prompt_tokens"`
 	CompletionTokens  int64           `json:"completion_tokens"`
 	CachedTokens      int64           `json:"cached_tokens"`
 	EstimatedRequests int64           `json:"estimated_requests"`
 	Cost              decimal.Decimal `json:"cost"`
+}
+
+// Add adds o to t.
+func (t *UsageTotals) Add(o UsageTotals) {
+	t.Requests += o.Requests
+	t.PromptTokens += o.PromptTokens
+	t.CompletionTokens += o.CompletionTokens
+	t.CachedTokens += o.CachedTokens
+	t.EstimatedRequests += o.EstimatedRequests
+	t.Cost = t.Cost.Add(o.Cost)
+}
+
+// totals is one record as totals.
+func (rec *UsageRecord) totals() UsageTotals {
+	t := UsageTotals{Requests: 1, PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens,
+		CachedTokens: rec.CachedTokens, Cost: rec.Cost}
+	if rec.Estimated {
+		t.EstimatedRequests = 1
+	}
+	return t
 }
 
 func usageKey(t time.Time, requestID string) []byte {
@@ -245,10 +266,7 @@ func (s *Store) Settle(rec UsageRecord) error {
 	reqKey := []byte(rec.RequestID)
 	agKey := aggKey(rec.Time.Format(dayLayout), rec.KeyID, rec.Account, rec.Model)
 	spKey := spendKey(rec.Time.Format(monthLayout), rec.KeyID)
-	var estimated int64
-	if rec.Estimated {
-		estimated = 1
-	}
+	add := rec.totals()
 
 	return s.db.Batch(func(tx *bolt.Tx) error {
 		byReq := tx.Bucket(bucketUsageByRequest)
@@ -271,11 +289,11 @@ func (s *Store) Settle(rec UsageRecord) error {
 			return err
 		}
 
-		if err := addAgg(tx.Bucket(bucketUsageAgg), agKey, &rec, estimated); err != nil {
+		if err := addAgg(tx.Bucket(bucketUsageAgg), agKey, add); err != nil {
 			return err
 		}
 		if rec.Route != "" {
-			if err := addAgg(tx.Bucket(bucketUsageRoute), routeAggKey(rec.Route, rec.Model), &rec, estimated); err != nil {
+			if err := addAgg(tx.Bucket(bucketUsageRoute), routeAggKey(rec.Route, rec.Model), add); err != nil {
 				return err
 			}
 		}
@@ -293,20 +311,15 @@ func (s *Store) Settle(rec UsageRecord) error {
 	})
 }
 
-// addAgg adds one record to the aggregate at key k of bucket b.
-func addAgg(b *bolt.Bucket, k []byte, rec *UsageRecord, estimated int64) error {
-	var ag usageAgg
+// addAgg adds a record's totals to the aggregate at key k of bucket b.
+func addAgg(b *bolt.Bucket, k []byte, add UsageTotals) error {
+	var ag UsageTotals
 	if v := b.Get(k); v != nil {
 		if err := jsonUnmarshal(v, &ag); err != nil {
 			return err
 		}
 	}
-	ag.Requests++
-	ag.PromptTokens += rec.PromptTokens
-	ag.CompletionTokens += rec.CompletionTokens
-	ag.CachedTokens += rec.CachedTokens
-	ag.EstimatedRequests += estimated
-	ag.Cost = ag.Cost.Add(rec.Cost)
+	ag.Add(add)
 	agJSON, err := json.Marshal(ag)
 	if err != nil {
 		return err
@@ -323,12 +336,11 @@ func (s *Store) RouteUsage() (map[string][]UsageRow, error) {
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketUsageRoute).ForEach(func(k, v []byte) error {
 			route, model, _ := strings.Cut(string(k), "\x00")
-			var ag usageAgg
+			var ag UsageTotals
 			if err := jsonUnmarshal(v, &ag); err != nil {
 				return err
 			}
-			out[route] = append(out[route], UsageRow{Model: model, Requests: ag.Requests, PromptTokens: ag.PromptTokens,
-				CompletionTokens: ag.CompletionTokens, CachedTokens: ag.CachedTokens, EstimatedRequests: ag.EstimatedRequests, Cost: ag.Cost})
+			out[route] = append(out[route], UsageRow{Model: model, UsageTotals: ag})
 			return nil
 		})
 	})
@@ -385,33 +397,23 @@ func (f UsageFilter) match(keyID, account, model string) bool {
 
 // UsageRow is the usage of one key on one model on one UTC day.
 type UsageRow struct {
-	Day               string          `json:"day"`
-	KeyID             string          `json:"key_id"`
-	Account           string          `json:"account"`
-	Model             string          `json:"model"`
-	Requests          int64           `json:"requests"`
-	PromptTokens      int64           `json:"prompt_tokens"`
-	CompletionTokens  int64           `json:"completion_tokens"`
-	CachedTokens      int64           `json:"cached_tokens"`
-	EstimatedRequests int64           `json:"estimated_requests"`
-	Cost              decimal.Decimal `json:"cost"`
+	Day     string `json:"day"`
+	KeyID   string `json:"key_id"`
+	Account string `json:"account"`
+	Model   string `json:"model"`
+	UsageTotals
 }
 
 // UsageSummary totals the rows a filter selects.
 type UsageSummary struct {
-	Requests          int64           `json:"requests"`
-	PromptTokens      int64           `json:"prompt_tokens"`
-	CompletionTokens  int64           `json:"completion_tokens"`
-	CachedTokens      int64           `json:"cached_tokens"`
-	EstimatedRequests int64           `json:"estimated_requests"`
-	Cost              decimal.Decimal `json:"cost"`
-	Rows              []UsageRow      `json:"rows"`
+	UsageTotals
+	Rows []UsageRow `json:"rows"`
 }
 
 // Usage sums the daily aggregates f selects. Rows are sorted by day, account, key, model.
 func (s *Store) Usage(f UsageFilter) (UsageSummary, error) {
 	since, until := f.days()
-	sum := UsageSummary{Cost: decimal.Zero}
+	var sum UsageSummary
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketUsageAgg).Cursor()
 		for k, v := c.Seek([]byte(since)); k != nil; k, v = c.Next() {
@@ -425,21 +427,12 @@ func (s *Store) Usage(f UsageFilter) (UsageSummary, error) {
 			if !f.match(parts[1], parts[2], parts[3]) {
 				continue
 			}
-			var ag usageAgg
+			var ag UsageTotals
 			if err := jsonUnmarshal(v, &ag); err != nil {
 				return err
 			}
-			sum.Rows = append(sum.Rows, UsageRow{
-				Day: parts[0], KeyID: parts[1], Account: parts[2], Model: parts[3],
-				Requests: ag.Requests, PromptTokens: ag.PromptTokens, CompletionTokens: ag.CompletionTokens,
-				CachedTokens: ag.CachedTokens, EstimatedRequests: ag.EstimatedRequests, Cost: ag.Cost,
-			})
-			sum.Requests += ag.Requests
-			sum.PromptTokens += ag.PromptTokens
-			sum.CompletionTokens += ag.CompletionTokens
-			sum.CachedTokens += ag.CachedTokens
-			sum.EstimatedRequests += ag.EstimatedRequests
-			sum.Cost = sum.Cost.Add(ag.Cost)
+			sum.Rows = append(sum.Rows, UsageRow{Day: parts[0], KeyID: parts[1], Account: parts[2], Model: parts[3], UsageTotals: ag})
+			sum.Add(ag)
 		}
 		return nil
 	})

@@ -719,11 +719,11 @@ func TestUsageFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []UsageRow{
-		{Day: "2026-11-20", KeyID: "k1", Account: "a1", Model: "m1", Requests: 2, PromptTokens: 33, CompletionTokens: 330, Cost: dec("33")},
-		{Day: "2026-11-21", KeyID: "k1", Account: "a1", Model: "m2", Requests: 1, PromptTokens: 2, CompletionTokens: 20, EstimatedRequests: 1, Cost: dec("2")},
-		{Day: "2026-11-21", KeyID: "k2", Account: "a1", Model: "m1", Requests: 1, PromptTokens: 4, CompletionTokens: 40, Cost: dec("4")},
-		{Day: "2026-11-22", KeyID: "k3", Account: "a2", Model: "m1", Requests: 1, PromptTokens: 8, CompletionTokens: 80, CachedTokens: 3, Cost: dec("8")},
-		{Day: "2026-11-23", KeyID: "k3", Account: "a2", Model: "m1", Requests: 1, PromptTokens: 16, CompletionTokens: 160, Cost: dec("16")},
+		{Day: "2026-11-20", KeyID: "k1", Account: "a1", Model: "m1", UsageTotals: UsageTotals{Requests: 2, PromptTokens: 33, CompletionTokens: 330, Cost: dec("33")}},
+		{Day: "2026-11-21", KeyID: "k1", Account: "a1", Model: "m2", UsageTotals: UsageTotals{Requests: 1, PromptTokens: 2, CompletionTokens: 20, EstimatedRequests: 1, Cost: dec("2")}},
+		{Day: "2026-11-21", KeyID: "k2", Account: "a1", Model: "m1", UsageTotals: UsageTotals{Requests: 1, PromptTokens: 4, CompletionTokens: 40, Cost: dec("4")}},
+		{Day: "2026-11-22", KeyID: "k3", Account: "a2", Model: "m1", UsageTotals: UsageTotals{Requests: 1, PromptTokens: 8, CompletionTokens: 80, CachedTokens: 3, Cost: dec("8")}},
+		{Day: "2026-11-23", KeyID: "k3", Account: "a2", Model: "m1", UsageTotals: UsageTotals{Requests: 1, PromptTokens: 16, CompletionTokens: 160, Cost: dec("16")}},
 	}
 	if len(u.Rows) != len(want) {
 		t.Fatalf("rows = %+v, want %+v", u.Rows, want)

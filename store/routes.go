@@ -27,11 +27,7 @@ type Route struct {
 func (s *Store) Routes() ([]Route, error) {
 	var out []Route
 	err := s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketRoutes)
-		if b == nil {
-			return nil
-		}
-		return eachJSON(b, func(r Route) { out = append(out, r) })
+		return eachJSON(tx.Bucket(bucketRoutes), func(r Route) { out = append(out, r) })
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, err
@@ -41,10 +37,7 @@ func (s *Store) Routes() ([]Route, error) {
 // is kept.
 func (s *Store) PutRoute(r Route) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketRoutes)
-		if err != nil {
-			return err
-		}
+		b := tx.Bucket(bucketRoutes)
 		var old Route
 		if v := b.Get([]byte(r.ID)); v != nil && jsonUnmarshal(v, &old) == nil && !old.CreatedAt.IsZero() {
 			r.CreatedAt = old.CreatedAt
@@ -60,10 +53,7 @@ func (s *Store) PutRoute(r Route) error {
 func (s *Store) SetRouteStatus(id, status string) (Route, error) {
 	var r Route
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketRoutes)
-		if err != nil {
-			return err
-		}
+		b := tx.Bucket(bucketRoutes)
 		v := b.Get([]byte(id))
 		if v == nil {
 			return fmt.Errorf("route %q: %w", id, ErrNotFound)

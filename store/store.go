@@ -17,7 +17,6 @@ import (
 
 	"github.com/shopspring/decimal"
 	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // Sentinel errors; callers map them to HTTP status at their boundary.
@@ -178,10 +177,7 @@ func (s *Store) ReplaceConfig(c Catalog) error {
 		if err := replaceSource(tx.Bucket(bucketModels), modelRecords(c.Models)); err != nil {
 			return err
 		}
-		rb, err := tx.CreateBucketIfNotExists(bucketRoutes)
-		if err != nil {
-			return err
-		}
+		rb := tx.Bucket(bucketRoutes)
 		return replaceSource(rb, routeRecords(rb, c.Routes))
 	})
 }
@@ -279,10 +275,7 @@ func (s *Store) Catalog() (Catalog, error) {
 		if err := eachJSON(tx.Bucket(bucketModels), func(m Model) { c.Models = append(c.Models, m) }); err != nil {
 			return err
 		}
-		if rb := tx.Bucket(bucketRoutes); rb != nil {
-			return eachJSON(rb, func(r Route) { c.Routes = append(c.Routes, r) })
-		}
-		return nil
+		return eachJSON(tx.Bucket(bucketRoutes), func(r Route) { c.Routes = append(c.Routes, r) })
 	})
 	sort.Slice(c.Routes, func(i, j int) bool { return c.Routes[i].ID < c.Routes[j].ID })
 	sort.Slice(c.Providers, func(i, j int) bool { return c.Providers[i].Name < c.Providers[j].Name })
@@ -348,7 +341,7 @@ func jsonUnmarshal(v []byte, out any) error {
 func (s *Store) RestoreCatalog(c Catalog) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketProviders, bucketModels, bucketRoutes} {
-			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+			if err := tx.DeleteBucket(name); err != nil {
 				return err
 			}
 			if _, err := tx.CreateBucket(name); err != nil {

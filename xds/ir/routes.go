@@ -100,7 +100,7 @@ func (g *Gateway) validateRoutes(models map[string]bool, bad func(string, ...any
 		case r.Name == "" || Slug(r.Name) == "":
 			bad("route %q: a name with letters or digits is required", r.Name)
 			continue
-		case r.ID != RoutePrefix+Slug(r.Name) && !strings.HasPrefix(r.ID, RoutePrefix):
+		case !strings.HasPrefix(r.ID, RoutePrefix):
 			bad("route %q: id %q must start with %s", r.Name, r.ID, RoutePrefix)
 		case seen[r.ID]:
 			bad("route %q: id %s is already used by another route; rename one", r.Name, r.ID)
