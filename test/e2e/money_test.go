@@ -467,3 +467,32 @@ func TestKill9UnderLoadKeepsTheBooks(t *testing.T) {
 	}
 	t.Logf("%d debits acknowledged before kill -9, %d on disk after restart; books balance to the digit", acked, s.Requests)
 }
+
+// TestProviderErrorsAreNotBilled: the metering filter sees the provider's status through Envoy, so
+// an error answer releases its hold and leaves no record, while the next answer is billed to the
+// provider that served it.
+func TestProviderErrorsAreNotBilled(t *testing.T) {
+	g, fake := startPriced(t, fakeupstream.Options{})
+	ctx := context.Background()
+	if err := g.NewAccount(ctx, "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	body := `{"model":"priced","messages":[{"role":"user","content":"hi"}]}`
+	fake.Script(fakeupstream.Fault{Status: 400, Message: "bad request from the provider"})
+	wantError(t, g.chat(ctx, key, body), 400, "invalid_request_error")
+	stream := `{"model":"priced","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	fake.Script(fakeupstream.Fault{Status: 422})
+	wantError(t, g.chat(ctx, key, stream), 422, "invalid_request_error")
+	resp := g.chat(ctx, key, body)
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	recs := g.waitRecords("acme", 1)
+	time.Sleep(300 * time.Millisecond) // a late record for an error would show up by now
+	if recs = g.waitRecords("acme", 1); len(recs) != 1 || recs[0].Provider == "" || recs[0].Estimated {
+		t.Fatalf("records %+v: want only the served request, billed from usage to its provider", recs)
+	}
+	if got := g.balance("acme"); !got.Add(recs[0].Cost).Equal(decimal.NewFromInt(25)) {
+		t.Fatalf("balance %s + spent %s != 25: an error moved money", got, recs[0].Cost)
+	}
+}

@@ -204,6 +204,12 @@ func MeterExtProc() *extprocv3.ExternalProcessor {
 	p := extProc()
 	p.GrpcService.InitialMetadata = []*corev3.HeaderValue{{Key: ir.PhaseMetadata, Value: ir.PhaseMeter}}
 	p.ObservabilityMode = true
+	// Only what metering reads is serialized for it; the client's key never goes this way.
+	allowed := &matcherv3.ListStringMatcher{}
+	for _, h := range []string{ir.MeterHeader, ":status", "content-type", ir.ServedHeader} {
+		allowed.Patterns = append(allowed.Patterns, exact(h))
+	}
+	p.ForwardRules = &extprocv3.HeaderForwardingRules{AllowedHeaders: allowed}
 	p.AllowModeOverride = false
 	p.MessageTimeout = nil
 	p.ProcessingMode = &extprocv3.ProcessingMode{
