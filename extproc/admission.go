@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
@@ -15,6 +17,16 @@ import (
 // maxRetainedBody is the largest request body kept for a later prompt count; beyond it an
 // estimated bill uses the prompt bound.
 const maxRetainedBody = 1 << 20
+
+// promptTokens counts the prompt with the tokenizer, for a bill the provider gave no usage for.
+func (x *exchange) promptTokens() int64 {
+	if x.body != nil {
+		if n, err := billing.CountChatPrompt(x.body); err == nil {
+			return int64(n)
+		}
+	}
+	return x.promptEstimate
+}
 
 // defaultOutputCap bounds the hold for a request with no max_tokens on a model whose catalog
 // gives neither max_output_length nor context_length.
@@ -34,11 +46,14 @@ func (x *exchange) admit(body []byte) *APIError {
 	if err != nil {
 		return apiErr(http.StatusBadRequest, "invalid_messages", "messages could not be read: %v", err)
 	}
-	prompt := int64(bound)
+	x.promptEstimate = int64(bound)
+	if len(body) <= maxRetainedBody {
+		x.body = body
+	}
 	// Any model of the chain may answer: hold for the most expensive.
 	worst := decimal.Zero
 	for _, m := range x.plan.models {
-		if w := m.Pricing.WorstCase(prompt, outputCap(m, x.plan.maxTokens, prompt)); w.GreaterThan(worst) {
+		if w := m.Pricing.WorstCase(x.promptEstimate, outputCap(m, x.plan.maxTokens, x.promptEstimate)); w.GreaterThan(worst) {
 			worst = w
 		}
 	}
@@ -55,11 +70,8 @@ func (x *exchange) admit(body []byte) *APIError {
 	case err != nil:
 		return apiErr(http.StatusInternalServerError, "internal_error", "admission: %v", err)
 	}
-	bl := &bill{billing: b, hold: hold, key: x.key, plan: x.plan, model: x.plan.model, requestID: x.requestID, promptEstimate: prompt}
-	if len(body) <= maxRetainedBody {
-		bl.body = body
-	}
-	x.meterID = x.s.handOff(bl)
+	x.hold = hold
+	x.meter.dropUsage = x.plan.stream && !x.plan.clientUsage
 	return nil
 }
 
@@ -78,73 +90,47 @@ func outputCap(m *model, asked, prompt int64) int64 {
 	return defaultOutputCap
 }
 
-// bill is the money of one admitted request: its hold, and what is known of its answer. The
-// router-level exchange takes the hold; from then on the metering stream owns the bill and
-// settles or releases it exactly once.
-type bill struct {
-	billing        *Billing
-	hold           *billing.Reservation
-	key            *keyInfo
-	plan           *chatPlan
-	model          *model // the model that answered (the plan's until the answer says)
-	requestID      string
-	promptEstimate int64  // strict bound of the prompt's tokens, sized the hold
-	body           []byte // the request, kept (when small) to count its prompt if a bill is estimated
-
-	meter     meter
-	status    int
-	responded bool   // response headers arrived: the provider answered
-	provider  string // the provider that answered
-}
-
-// served records which attempt answered ("<provider>/<catalog model>"); that model's prices bill it.
-func (bl *bill) served(rt *Runtime, v string) {
-	if p, m := servedBy(rt, v); p != "" {
-		bl.provider = p
-		if m != nil {
-			bl.model = m
+// meterBody reads an answer to bill it. Streamed chunks go back as they came (less the usage
+// chunk the client did not ask for); a buffered body goes back unchanged.
+func (x *exchange) meterBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	common := &extprocv3.CommonResponse{}
+	if x.streaming {
+		out, changed := x.meter.chunk(b.GetBody(), b.GetEndOfStream())
+		if changed {
+			if len(out) == 0 {
+				common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+			} else {
+				common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
+			}
 		}
+	} else {
+		x.meter.body(b.GetBody())
 	}
-}
-
-// promptTokens counts the prompt with the tokenizer, for a bill the provider gave no usage for.
-func (bl *bill) promptTokens() int64 {
-	if bl.body != nil {
-		if n, err := billing.CountChatPrompt(bl.body); err == nil {
-			return int64(n)
-		}
+	if b.GetEndOfStream() {
+		x.settle()
 	}
-	return bl.promptEstimate
-}
-
-// finish ends the bill: a request that got a successful answer is billed, from the provider's
-// usage or an estimate of what was sent (a stream cut, a client gone mid-answer); one that got
-// no answer, or an error, is released.
-func (bl *bill) finish() {
-	if bl.responded && bl.status < 400 {
-		bl.settle()
-		return
-	}
-	bl.release()
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: common},
+	}}
 }
 
 // settle bills the request from the provider's usage, or from a token count of what was sent.
-func (bl *bill) settle() {
-	if bl.hold == nil {
+func (x *exchange) settle() {
+	if x.hold == nil {
 		return
 	}
-	b := bl.billing
-	usage, estimated := bl.meter.result(bl.promptTokens)
-	cost := bl.model.Pricing.Cost(usage)
-	b.Ledger.Settle(bl.hold, cost)
-	bl.hold = nil
+	b := x.s.billing
+	usage, estimated := x.meter.result(x.promptTokens)
+	cost := x.plan.model.Pricing.Cost(usage)
+	b.Ledger.Settle(x.hold, cost)
+	x.hold = nil
 	b.Record(store.UsageRecord{
-		RequestID:        bl.billingID(),
-		KeyID:            bl.key.ID,
-		Account:          bl.key.Account,
-		Model:            bl.model.ID,
-		Provider:         bl.provider,
-		Route:            bl.plan.routeID(),
+		RequestID:        x.billingID(),
+		KeyID:            x.key.ID,
+		Account:          x.key.Account,
+		Model:            x.plan.model.ID,
+		Provider:         x.provider,
+		Route:            x.plan.routeID(),
 		PromptTokens:     usage.PromptTokens,
 		CompletionTokens: usage.CompletionTokens,
 		CachedTokens:     usage.CachedTokens,
@@ -155,17 +141,28 @@ func (bl *bill) settle() {
 }
 
 // release drops the hold without billing (the request was refused or the provider failed).
-func (bl *bill) release() {
-	if bl.hold != nil {
-		bl.billing.Ledger.Release(bl.hold)
-		bl.hold = nil
+func (x *exchange) release() {
+	if x.hold != nil {
+		x.s.billing.Ledger.Release(x.hold)
+		x.hold = nil
 	}
+}
+
+// finish runs when the ext_proc stream ends. A hold still open means the exchange ended early:
+// if the provider had answered (a stream cut, a client gone mid-answer) the request is billed
+// from what was sent; if not, nothing was delivered and the hold is released.
+func (x *exchange) finish() {
+	if x.responded && x.status < 400 {
+		x.settle()
+		return
+	}
+	x.release()
 }
 
 // billingID makes the usage record's id: the request id for tracing plus a random suffix,
 // because clients can set x-request-id and a repeated id must not make a request free.
-func (bl *bill) billingID() string {
+func (x *exchange) billingID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return bl.requestID + "." + hex.EncodeToString(b[:])
+	return x.requestID + "." + hex.EncodeToString(b[:])
 }

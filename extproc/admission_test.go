@@ -1,10 +1,6 @@
 package extproc
 
 import (
-	"context"
-	"errors"
-	"io"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +10,6 @@ import (
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
-	grpcmd "google.golang.org/grpc/metadata"
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
@@ -105,64 +100,11 @@ func TestAdmissionRefusals(t *testing.T) {
 	}
 }
 
-// meterStream is the observing filter's stream: Envoy sends and never waits for answers.
-type meterStream struct{ stream }
-
-func (e *envoy) openMeter() *meterStream {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	e.t.Cleanup(cancel)
-	s, err := e.client.Process(grpcmd.AppendToOutgoingContext(ctx, ir.PhaseMetadata, ir.PhaseMeter))
-	if err != nil {
-		e.t.Fatalf("Process: %v", err)
-	}
-	return &meterStream{stream{t: e.t, s: s}}
-}
-
-func (m *meterStream) send(reqs ...*extprocv3.ProcessingRequest) {
-	m.t.Helper()
-	for _, r := range reqs {
-		if err := m.s.Send(r); err != nil {
-			m.t.Fatalf("Send: %v", err)
-		}
-	}
-}
-
-// done waits for the server to end the stream (it has settled or released by then); with
-// hangUp the observed request ended early, as when a client goes away.
-func (m *meterStream) done(hangUp bool) {
-	m.t.Helper()
-	if hangUp {
-		if err := m.s.CloseSend(); err != nil {
-			m.t.Fatalf("CloseSend: %v", err)
-		}
-	}
-	if resp, err := m.s.Recv(); !errors.Is(err, io.EOF) {
-		m.t.Fatalf("metering stream answered %v, %v; want the stream to end without answers", resp, err)
-	}
-}
-
-// admitted runs a request through the router-level filter's request side and returns the meter
-// id it handed its bill over under.
-func admitted(t *testing.T, s *stream, requestID, body string) string {
-	t.Helper()
-	s.roundTrip(chatHeaders("Bearer "+validSecret, requestID, true))
-	resp := s.roundTrip(requestBody(body))
-	id := setHeaders(t, resp.GetRequestBody().GetResponse().GetHeaderMutation())[ir.MeterHeader]
-	if id == "" {
-		t.Fatalf("admitted request carries no meter id: %v", resp)
-	}
-	return id
-}
-
-func meterHeaders(id string) *extprocv3.ProcessingRequest {
-	return requestHeaders(false, hdr(":method", "POST", true), hdr(":path", chatPath, true), hdr(ir.MeterHeader, id, true))
-}
-
 func TestAdmissionBillsPlainAnswerFromUsage(t *testing.T) {
 	e, ledger, rec := billedServer(t, "1000", nil)
 	s := e.open()
-	id := admitted(t, s, "r1", shortPrompt)
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r1", true))
+	s.roundTrip(requestBody(shortPrompt))
 	// The attempt enforces the model's output cap the hold was sized with.
 	rt := e.srv.runtime.Load()
 	up, _, err := rt.attempt([]byte(shortPrompt), rt.models["gpt"], rt.providers["openai"])
@@ -173,16 +115,12 @@ func TestAdmissionBillsPlainAnswerFromUsage(t *testing.T) {
 	if !avail.LessThan(decimal.NewFromInt(1000)) {
 		t.Fatal("no hold taken before forwarding")
 	}
-	m := e.openMeter()
-	m.send(meterHeaders(id))
 	resp := s.roundTrip(servedHeaders("200", "application/json", "openai/gpt"))
-	if resp.GetModeOverride() != nil {
-		t.Fatalf("the answer is held for metering: %v", resp.GetModeOverride())
+	if m := resp.GetModeOverride(); m.GetResponseBodyMode() != extprocv3filter.ProcessingMode_BUFFERED {
+		t.Fatalf("plain answer not buffered for metering: %v", m)
 	}
-	s.close() // the router-level stream may end first: the bill is the meter's
-	answer := `{"choices":[{"index":0,"message":{"role":"assistant","content":"hey"}}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`
-	m.send(servedHeaders("200", "application/json", "openai/gpt"), bodyChunk(answer[:40], false), bodyChunk(answer[40:], true))
-	m.done(false)
+	s.roundTrip(responseBody(`{"choices":[{"index":0,"message":{"role":"assistant","content":"hey"}}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`))
+	s.close()
 	recs := rec.all()
 	if len(recs) != 1 || !recs[0].Cost.Equal(decimal.NewFromInt(11)) || recs[0].Estimated || recs[0].Provider != "openai" || !strings.HasPrefix(recs[0].RequestID, "r1.") {
 		t.Fatalf("records %+v: want one of $11 (3x1 + 4x2) from usage", recs)
@@ -190,106 +128,61 @@ func TestAdmissionBillsPlainAnswerFromUsage(t *testing.T) {
 	if avail, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); !avail.Equal(decimal.NewFromInt(989)) {
 		t.Fatalf("available %s after settling $11 of 1000", avail)
 	}
-	// A meter id is claimed once: a forged or replayed one meters nothing.
-	m = e.openMeter()
-	m.send(meterHeaders(id))
-	m.done(false)
-	if len(rec.all()) != 1 {
-		t.Fatal("a claimed bill was billed twice")
-	}
 }
 
 func TestAdmissionStreamsAndCuts(t *testing.T) {
 	e, ledger, rec := billedServer(t, "1000", nil)
 	s := e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r1", true))
 	streamed := `{"model":"gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	id := admitted(t, s, "r1", streamed)
+	s.roundTrip(requestBody(streamed))
 	rt := e.srv.runtime.Load()
 	up, _, err := rt.attempt([]byte(streamed), rt.models["gpt"], rt.providers["openai"])
 	if err != nil || !strings.Contains(string(decodeObject(t, up.Body)["stream_options"]), `"include_usage":true`) {
 		t.Fatalf("stream usage not requested upstream: %v %s", err, up.Body)
 	}
-	m := e.openMeter()
-	m.send(meterHeaders(id))
-	resp := s.roundTrip(sseHeaders())
-	if resp.GetModeOverride() != nil || setHeaders(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())[ir.DropUsageHeader] != "1" {
-		t.Fatalf("SSE answer: want it unheld and marked for Envoy to drop the usage event, got %v", resp)
+	if m := s.roundTrip(sseHeaders()).GetModeOverride(); m.GetResponseBodyMode() != extprocv3filter.ProcessingMode_STREAMED {
+		t.Fatalf("SSE not streamed through the meter: %v", m)
 	}
 	text := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hello\"}}]}\n\n"
-	m.send(sseHeaders(), bodyChunk(text, false),
-		bodyChunk("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n", true))
-	m.done(false)
+	if r := s.roundTrip(bodyChunk(text, false)); r.GetResponseBody().GetResponse().GetBodyMutation() != nil {
+		t.Fatal("a content chunk was rewritten")
+	}
+	r := s.roundTrip(bodyChunk("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n", true))
+	if got := string(r.GetResponseBody().GetResponse().GetBodyMutation().GetBody()); got != "data: [DONE]\n\n" {
+		t.Fatalf("client got %q; the usage chunk it did not ask for must go", got)
+	}
 	s.close()
 	if recs := rec.all(); len(recs) != 1 || !recs[0].Cost.Equal(decimal.NewFromInt(7)) || recs[0].Estimated {
 		t.Fatalf("records %+v: want $7 from the usage chunk", recs)
 	}
 
-	// A client that asked for usage keeps the event; a provider cannot ask for the drop itself.
-	s = e.open()
-	id = admitted(t, s, "r1b", `{"model":"gpt","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`)
-	resp = s.roundTrip(sseHeaders())
-	if mut := resp.GetResponseHeaders().GetResponse().GetHeaderMutation(); setHeaders(t, mut)[ir.DropUsageHeader] != "" || !slices.Contains(mut.GetRemoveHeaders(), ir.DropUsageHeader) {
-		t.Fatalf("usage the client asked for was marked to drop: %v", mut)
-	}
-	m = e.openMeter()
-	m.send(meterHeaders(id), sseHeaders(), bodyChunk(text, true))
-	m.done(false)
-	s.close()
-
 	// A stream that ends without its end (client gone, provider cut) is billed from what was sent.
 	s = e.open()
-	id = admitted(t, s, "r2", streamed)
-	m = e.openMeter()
-	m.send(meterHeaders(id), sseHeaders(), bodyChunk(text, false))
-	m.done(true)
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r2", true))
+	s.roundTrip(requestBody(`{"model":"gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	s.roundTrip(sseHeaders())
+	s.roundTrip(bodyChunk(text, false))
 	s.close()
+	waitFor := time.Now().Add(2 * time.Second)
+	for len(rec.all()) < 2 && time.Now().Before(waitFor) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	recs := rec.all()
-	if len(recs) != 3 || !recs[2].Estimated || recs[2].CompletionTokens != 1 || recs[2].PromptTokens == 0 {
+	if len(recs) != 2 || !recs[1].Estimated || recs[1].CompletionTokens != 1 || recs[1].PromptTokens == 0 {
 		t.Fatalf("records %+v: want an estimate for the cut stream", recs)
 	}
 
 	// A provider error releases the hold and bills nothing.
 	before, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow)
 	s = e.open()
-	id = admitted(t, s, "r3", shortPrompt)
-	m = e.openMeter()
-	m.send(meterHeaders(id))
-	if r := s.roundTrip(servedHeaders("503", "application/json", "openai/gpt")); r.GetModeOverride().GetResponseBodyMode() != extprocv3filter.ProcessingMode_BUFFERED {
-		t.Fatalf("error body not buffered to reshape it: %v", r)
-	}
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r3", true))
+	s.roundTrip(requestBody(shortPrompt))
+	s.roundTrip(servedHeaders("503", "application/json", "openai/gpt"))
 	s.roundTrip(responseBody(`{"error":{"message":"overloaded","code":"overloaded"}}`))
 	s.close()
-	m.send(servedHeaders("503", "application/json", "openai/gpt"))
-	m.done(false)
-	if after, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); !after.Equal(before) || len(rec.all()) != 3 {
+	if after, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); !after.Equal(before) || len(rec.all()) != 2 {
 		t.Fatalf("a failed request changed the books: %s -> %s", before, after)
-	}
-}
-
-// A bill no metering stream claims (its stream never started) is released after the grace.
-func TestUnclaimedBillIsReleased(t *testing.T) {
-	defer func(g time.Duration) { claimGrace = g }(claimGrace)
-	claimGrace = 20 * time.Millisecond
-	e, ledger, rec := billedServer(t, "1000", nil)
-	s := e.open()
-	admitted(t, s, "r1", shortPrompt)
-	if avail, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); avail.Equal(decimal.NewFromInt(1000)) {
-		t.Fatal("no hold taken")
-	}
-	s.close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		avail, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow)
-		if avail.Equal(decimal.NewFromInt(1000)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("unclaimed hold never released: available %s", avail)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if len(rec.all()) != 0 {
-		t.Fatal("an unmetered request was billed")
 	}
 }
 
@@ -309,15 +202,12 @@ func BenchmarkAdmission(b *testing.B) {
 		}
 		s := NewServer(nil, rt, bl)
 		hdrs := chatHeaders("Bearer "+validSecret, "r1", true).GetRequestHeaders()
-		name := map[bool]string{false: "off", true: "on"}[billed]
-		b.Run(name, func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
+		b.Run(map[bool]string{false: "off", true: "on"}[billed], func(b *testing.B) {
+			for b.Loop() {
 				x := &exchange{s: s, rt: rt}
 				x.requestHeaders(hdrs)
 				x.requestBody(&extprocv3.HttpBody{Body: body, EndOfStream: true})
-				if bl := s.claim(x.meterID); bl != nil {
-					bl.release()
-				}
+				x.release()
 			}
 		})
 	}

@@ -72,9 +72,11 @@ type meter struct {
 	text   bytes.Buffer // completion text of a whole answer, for the estimate
 	events []byte       // a stream's content events, undecoded until an estimate needs them
 
-	// An event may be split across body chunks: the tail of the last chunk that did not end an
-	// event is carried over.
+	// SSE state: an event may be split across body chunks, so the tail of the last chunk that
+	// did not end an event is carried over.
 	carry []byte
+	// dropUsage removes the usage-only chunk the gateway asked for on the client's behalf.
+	dropUsage bool
 }
 
 // body reads a whole (non-streamed) JSON response.
@@ -87,7 +89,47 @@ func (m *meter) body(b []byte) {
 	c.appendText(&m.text)
 }
 
-// scan reads one piece of an SSE stream.
+// chunk reads one piece of an SSE stream and returns what to send to the client: the same bytes,
+// or, when the usage event must be hidden, the bytes without it. Complete events are passed as
+// soon as they are whole; an incomplete tail is held until its end arrives (or end of stream).
+func (m *meter) chunk(b []byte, end bool) (out []byte, changed bool) {
+	if !m.dropUsage {
+		m.scan(b)
+		return b, false // nothing to remove: bytes pass as they came
+	}
+	buf := b
+	if len(m.carry) > 0 {
+		buf = append(m.carry, b...)
+		m.carry = nil
+		changed = true
+	}
+	var kept bytes.Buffer
+	for len(buf) > 0 {
+		i := eventEnd(buf)
+		if i < 0 {
+			if end {
+				kept.Write(buf) // a final event without its blank line: pass it as is
+				break
+			}
+			m.carry = append([]byte(nil), buf...)
+			changed = true
+			break
+		}
+		ev := buf[:i]
+		buf = buf[i:]
+		if m.event(ev) {
+			changed = true
+			continue
+		}
+		kept.Write(ev)
+	}
+	if !changed {
+		return b, false
+	}
+	return kept.Bytes(), true
+}
+
+// scan reads events without changing the bytes.
 func (m *meter) scan(b []byte) {
 	buf := append(m.carry, b...)
 	m.carry = nil
@@ -117,8 +159,8 @@ func eventEnd(b []byte) int {
 	return -1
 }
 
-// event reads one SSE event.
-func (m *meter) event(ev []byte) {
+// event reads one SSE event; it reports whether the event must be dropped.
+func (m *meter) event(ev []byte) (drop bool) {
 	for _, line := range bytes.Split(ev, []byte("\n")) {
 		data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r"), []byte("data:"))
 		if !ok {
@@ -141,8 +183,12 @@ func (m *meter) event(ev []byte) {
 		c.appendText(&m.text)
 		if c.Usage != nil && (c.Usage.PromptTokens > 0 || c.Usage.CompletionTokens > 0) {
 			m.usage = c.Usage
+			if m.dropUsage && len(c.Choices) == 0 {
+				drop = true
+			}
 		}
 	}
+	return drop
 }
 
 // result is the usage to bill and whether it is an estimate.

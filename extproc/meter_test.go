@@ -12,20 +12,43 @@ const sseStream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assist
 	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":7,\"total_tokens\":19,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n" +
 	"data: [DONE]\n\n"
 
-// feed sends s to m in pieces of n bytes, as Envoy's body chunks would arrive.
-func feed(m *meter, s string, n int) {
+// feed sends s to m in pieces of n bytes, as Envoy's body chunks would arrive, and returns what
+// the client gets.
+func feed(m *meter, s string, n int) string {
+	var out strings.Builder
 	for i := 0; i < len(s); i += n {
-		m.scan([]byte(s[i:min(i+n, len(s))]))
+		end := min(i+n, len(s))
+		b, _ := m.chunk([]byte(s[i:end]), end == len(s))
+		out.Write(b)
 	}
+	return out.String()
 }
 
-func TestMeterStream(t *testing.T) {
+func TestMeterStreamPassThrough(t *testing.T) {
 	for _, n := range []int{1, 7, 64, len(sseStream)} {
 		m := &meter{}
-		feed(m, sseStream, n)
+		if got := feed(m, sseStream, n); got != sseStream {
+			t.Fatalf("chunk size %d: client stream changed:\n%q", n, got)
+		}
 		u, est := m.result(func() int64 { return 99 })
 		if est || u.PromptTokens != 12 || u.CompletionTokens != 7 || u.CachedTokens != 4 {
 			t.Fatalf("chunk size %d: usage %+v estimated=%v", n, u, est)
+		}
+	}
+}
+
+func TestMeterDropsUsageTheClientDidNotAskFor(t *testing.T) {
+	for _, n := range []int{1, 5, 33, len(sseStream)} {
+		m := &meter{dropUsage: true}
+		got := feed(m, sseStream, n)
+		if strings.Contains(got, "prompt_tokens") {
+			t.Fatalf("chunk size %d: usage chunk reached the client", n)
+		}
+		if !strings.HasSuffix(got, "data: [DONE]\n\n") || !strings.Contains(got, "Hello ") || strings.Count(got, "data: ") != 5 {
+			t.Fatalf("chunk size %d: other events damaged:\n%q", n, got)
+		}
+		if u, est := m.result(func() int64 { return 0 }); est || u.CompletionTokens != 7 {
+			t.Fatalf("chunk size %d: usage lost: %+v", n, u)
 		}
 	}
 }

@@ -40,7 +40,6 @@ type Server struct {
 	runtime atomic.Pointer[Runtime]
 	health  atomic.Pointer[map[string]bool]
 	billing *Billing
-	meters  meters
 }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go.
@@ -99,35 +98,37 @@ type exchange struct {
 	plan      *chatPlan
 	status    int
 
-	provider string // the provider that answered, for naming it in errors
-
-	// meterID names the bill handed to the metering stream once the hold is taken.
-	meterID string
+	// money: the hold taken before forwarding, released or settled exactly once
+	hold           *billing.Reservation
+	promptEstimate int64  // strict bound of the prompt's tokens, sized the hold
+	body           []byte // the request, kept (when small) to count its prompt if a bill is estimated
+	meter          meter
+	streaming      bool
+	responded      bool   // response headers arrived: the provider answered
+	provider       string // the provider that answered (from the upstream ext_proc)
 }
 
-// servedBy reads which attempt answered ("<provider>/<catalog model>", set by the route from
-// the endpoint Envoy picked). The model is nil when the catalog no longer has it.
-func servedBy(rt *Runtime, v string) (provider string, m *model) {
+// served records which attempt answered ("<provider>/<catalog model>"); the model's prices bill it.
+func (x *exchange) served(v string) {
 	p, mid, ok := strings.Cut(v, "/")
 	if !ok || p == "" {
-		return "", nil
+		return
 	}
-	return p, rt.models[mid]
+	x.provider = p
+	if m := x.rt.models[mid]; m != nil {
+		x.plan.model = m
+	}
 }
 
 // Process handles one HTTP request's stream of messages from Envoy.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	if md, ok := metadata.FromIncomingContext(stream.Context()); ok && len(md.Get(ir.PhaseMetadata)) > 0 {
-		switch md.Get(ir.PhaseMetadata)[0] {
-		case ir.PhaseUpstream:
-			return s.processAttempt(stream)
-		case ir.PhaseMeter:
-			return s.processMeter(stream)
-		}
+	if md, ok := metadata.FromIncomingContext(stream.Context()); ok && len(md.Get(ir.PhaseMetadata)) > 0 && md.Get(ir.PhaseMetadata)[0] == ir.PhaseUpstream {
+		return s.processAttempt(stream)
 	}
 	x := &exchange{s: s, rt: s.runtime.Load()}
-	// A bill the metering stream never claimed is released, not left holding credits.
-	defer func() { s.unclaimed(x.meterID) }()
+	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
+	// released: a request that got an answer is billed, from an estimate if need be.
+	defer x.finish()
 	return serve(stream, func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
@@ -217,7 +218,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
 			// A client must not choose the cluster or claim who answered.
-			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ClusterHeader, ir.ModelHeader, ir.ServedHeader, ir.MeterHeader}},
+			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ClusterHeader, ir.ModelHeader, ir.ServedHeader}},
 		}},
 	}}
 }
@@ -263,9 +264,6 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if plan.pinned != "" {
 		set = append(set, setHeader(ir.ModelHeader, plan.model.ID))
 	}
-	if x.meterID != "" {
-		set = append(set, setHeader(ir.MeterHeader, x.meterID))
-	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
@@ -276,49 +274,48 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 }
 
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	var provider string
-	m := (*model)(nil)
 	for _, hv := range h.GetHeaders().GetHeaders() {
-		switch hv.Key {
-		case ":status":
+		if hv.Key == ":status" {
 			x.status, _ = strconv.Atoi(headerValue(hv))
-		case ir.ServedHeader:
-			// The attempt that answered says which provider and model it was.
-			provider, m = servedBy(x.rt, headerValue(hv))
+			break
 		}
 	}
-	x.provider = provider
+	x.responded = true
 	common := &extprocv3.CommonResponse{}
 	if x.plan != nil {
-		mut := &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ServedHeader}}
-		if m == nil {
-			m = x.plan.model
-		}
-		if provider != "" {
-			mut.SetHeaders = []*corev3.HeaderValueOption{
-				setHeader(ir.ProviderHeader, provider),
-				setHeader(ir.ModelHeader, m.ID),
+		// The attempt that answered says which provider and model it was.
+		for _, hv := range h.GetHeaders().GetHeaders() {
+			if hv.Key == ir.ServedHeader {
+				x.served(headerValue(hv))
 			}
-			if removed := x.plan.removedFor(m, provider); len(removed) > 0 {
+		}
+		mut := &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ServedHeader}}
+		if x.provider != "" {
+			mut.SetHeaders = []*corev3.HeaderValueOption{
+				setHeader(ir.ProviderHeader, x.provider),
+				setHeader(ir.ModelHeader, x.plan.model.ID),
+			}
+			if removed := x.plan.removedFor(x.plan.model, x.provider); len(removed) > 0 {
 				mut.SetHeaders = append(mut.SetHeaders, setHeader("x-tollway-removed-params", strings.Join(removed, ",")))
 			}
-		}
-		// The gateway asked the provider for stream usage on a client's behalf that did not:
-		// Envoy removes that event on its way out, in process, so no chunk waits on ext_proc.
-		// Only this filter may ask for that: a provider's own header of that name is removed.
-		if x.meterID != "" && x.status < 400 && x.plan.stream && !x.plan.clientUsage && isEventStream(h) {
-			mut.SetHeaders = append(mut.SetHeaders, setHeader(ir.DropUsageHeader, "1"))
-		} else {
-			mut.RemoveHeaders = append(mut.RemoveHeaders, ir.DropUsageHeader)
 		}
 		common.HeaderMutation = mut
 	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: common},
 	}}
-	// Error bodies are read so they can be put in the spec's shape. Answers pass untouched: the
-	// metering stream reads them without holding them.
-	if x.status >= 400 {
+	// Error bodies are read so they can be put in the spec's shape, and nothing is billed for
+	// them. Answers are read to meter them: SSE chunk by chunk as they come (never held back
+	// whole), plain JSON buffered. Without billing, answers pass untouched.
+	switch {
+	case x.status >= 400:
+		x.release()
+		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_BUFFERED}
+	case x.hold == nil:
+	case isEventStream(h):
+		x.streaming = true
+		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_STREAMED}
+	default:
 		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_BUFFERED}
 	}
 	return resp
@@ -334,8 +331,8 @@ func isEventStream(h *extprocv3.HttpHeaders) bool {
 }
 
 func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	if x.status < 400 { // not asked for; pass it on
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+	if x.status < 400 {
+		return x.meterBody(b)
 	}
 	name := "the provider"
 	if x.provider != "" {
@@ -355,6 +352,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 
 // fail answers the client directly with e in the spec's error shape.
 func (x *exchange) fail(e *APIError) *extprocv3.ProcessingResponse {
+	x.release()
 	return x.immediate(e.Status, e.Body(x.requestID), translator.ErrorCodeDetailsPrefix+e.Code)
 }
 

@@ -137,7 +137,7 @@ func report(w io.Writer, o *options, all []*scenario) {
 			continue
 		}
 		if !header {
-			fmt.Fprintf(w, "\n== billing cost: admission (hold) + metering (observing ext_proc stream, Lua usage filter) = billing on - billing off, ms ==\n")
+			fmt.Fprintf(w, "\n== billing cost: admission (hold) + metering (response body through ext_proc) = billing on - billing off, ms ==\n")
 			fmt.Fprintf(w, "%-20s %9s %9s %9s   %9s %9s %9s\n", "metric", "p50 off", "p50 on", "on-off", "p99 off", "p99 on", "on-off")
 			header = true
 		}
@@ -154,9 +154,9 @@ func report(w io.Writer, o *options, all []*scenario) {
 		for _, v := range verdicts {
 			fmt.Fprintln(w, v)
 		}
-		fmt.Fprintln(w, "  (no answer waits on ext_proc for billing: the cost is the hold on the request path plus the CPU Envoy and")
-		fmt.Fprintln(w, "   Tollway spend sending every chunk to the observing stream and running the Lua filter, on 2 shared cores.")
-		fmt.Fprintln(w, "   Stream total also carries the fake's timer noise at this load, so it is shown and not judged)")
+		fmt.Fprintln(w, "  (chat: hold + the buffered JSON body's extra ext_proc round trip; stream first event: hold + the first chunk's round trip,")
+		fmt.Fprintln(w, "   queued behind the other streams' chunks. Stream total carries a round trip per chunk but also the fake's timer")
+		fmt.Fprintln(w, "   noise at this load, so it is shown above and not judged; -rate 200 -chunk-delay 5ms isolates the per-chunk cost)")
 	}
 
 	// CPU per request shows who pays for the overhead on this small machine.

@@ -44,9 +44,6 @@ type Gateway struct {
 	// AttemptTimeout is how long one attempt may stay silent (no byte from the provider) before
 	// the next attempt of the chain is tried; 0 means the default.
 	AttemptTimeout time.Duration `json:"attemptTimeout,omitempty"`
-	// Metered is true when billing is on: an observing ext_proc filter meters every answer and
-	// a Lua filter removes the usage event the gateway asked for on a client's behalf.
-	Metered bool `json:"metered,omitempty"`
 }
 
 // Listener is the public HTTP listener ({base_url} = http://Address:Port/v1).

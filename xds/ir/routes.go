@@ -165,20 +165,12 @@ const (
 	// ModelHeader carries the catalog model of a request pinned to one provider to the
 	// upstream ext_proc (chain endpoints carry their model as metadata instead).
 	ModelHeader = "x-tollway-model"
-	// ServedHeader is set on the answer by the route from the endpoint's metadata:
-	// "<provider>/<model>" of the attempt that answered, read by the metering stream and
-	// replaced by the router-level ext_proc.
+	// ServedHeader is set on the answer by the upstream ext_proc: "<provider>/<model>" of the
+	// attempt that answered, read (and replaced) by the router-level ext_proc.
 	ServedHeader = "x-tollway-served"
-	// MeterHeader carries a request's meter id from the router-level ext_proc to the metering
-	// filter; the route removes it before the request goes upstream.
-	MeterHeader = "x-tollway-meter"
-	// DropUsageHeader on an answer asks Envoy's Lua filter to remove the usage event the gateway
-	// requested on the client's behalf; the filter removes the header too.
-	DropUsageHeader = "x-tollway-drop-usage"
 	// MetadataNamespace holds an endpoint's provider and model.
 	MetadataNamespace = "tollway"
 	// PhaseMetadata is the gRPC metadata key telling ext_proc which filter a stream comes from.
 	PhaseMetadata = "x-tollway-phase"
-	PhaseUpstream = "upstream" // the per-attempt filter
-	PhaseMeter    = "meter"    // the observing filter that meters answers
+	PhaseUpstream = "upstream"
 )

@@ -1,7 +1,6 @@
 package translator
 
 import (
-	_ "embed"
 	"fmt"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	celv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/filters/cel/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -35,7 +33,7 @@ const ExtProcMessageTimeout = 5 * time.Second
 const ErrorCodeDetailsPrefix = "tollway_"
 
 func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
-	filters, err := httpFilters(g.Metered)
+	filters, err := httpFilters()
 	if err != nil {
 		return nil, err
 	}
@@ -68,30 +66,18 @@ func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
 	}, nil
 }
 
-// dropUsageLua removes the usage event the gateway asked for on a client's behalf.
-//
-//go:embed dropusage.lua
-var dropUsageLua string
-
 // httpFilters is the one place the HTTP filter order is decided: ext_proc authenticates and
-// picks the provider, then the router forwards. With billing on, the metering filter observes
-// what the router hands back before anything changes it, and the Lua filter, last to see the
-// answer, removes the usage event ext_proc marked. (Answers pass the filters in reverse order.)
-func httpFilters(metered bool) ([]*hcmv3.HttpFilter, error) {
+// picks the provider, then the router forwards.
+func httpFilters() ([]*hcmv3.HttpFilter, error) {
 	type named struct {
 		name string
 		cfg  proto.Message
 	}
-	chain := []named{{"envoy.filters.http.ext_proc", ExtProc()}}
-	if metered {
-		chain = append([]named{{"envoy.filters.http.lua", &luav3.Lua{
-			DefaultSourceCode: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: dropUsageLua}},
-		}}}, chain...)
-		chain = append(chain, named{"tollway.meter", MeterExtProc()})
-	}
-	chain = append(chain, named{wellknown.Router, &routerv3.Router{}})
 	var out []*hcmv3.HttpFilter
-	for _, f := range chain {
+	for _, f := range []named{
+		{"envoy.filters.http.ext_proc", ExtProc()},
+		{wellknown.Router, &routerv3.Router{}},
+	} {
 		a, err := anypb.New(f.cfg)
 		if err != nil {
 			return nil, fmt.Errorf("translator: filter %s: %w", f.name, err)
@@ -194,32 +180,6 @@ func UpstreamExtProc() *extprocv3.ExternalProcessor {
 	p.GrpcService.InitialMetadata = []*corev3.HeaderValue{{Key: ir.PhaseMetadata, Value: ir.PhaseUpstream}}
 	p.RequestAttributes = []string{"xds.upstream_host_metadata"}
 	p.MutationRules = &mutationrulesv3.HeaderMutationRules{AllowAllRouting: wrapperspb.Bool(true), AllowEnvoy: wrapperspb.Bool(true)}
-	return p
-}
-
-// MeterExtProc observes every answer for billing in observability mode: Envoy sends the
-// request headers (for the meter id), the response headers and every body chunk, and never
-// waits for ext_proc, so no answer is held for metering and a slow meter cannot stall one.
-func MeterExtProc() *extprocv3.ExternalProcessor {
-	p := extProc()
-	p.GrpcService.InitialMetadata = []*corev3.HeaderValue{{Key: ir.PhaseMetadata, Value: ir.PhaseMeter}}
-	p.ObservabilityMode = true
-	// Only what metering reads is serialized for it; the client's key never goes this way.
-	allowed := &matcherv3.ListStringMatcher{}
-	for _, h := range []string{ir.MeterHeader, ":status", "content-type", ir.ServedHeader} {
-		allowed.Patterns = append(allowed.Patterns, exact(h))
-	}
-	p.ForwardRules = &extprocv3.HeaderForwardingRules{AllowedHeaders: allowed}
-	p.AllowModeOverride = false
-	p.MessageTimeout = nil
-	p.ProcessingMode = &extprocv3.ProcessingMode{
-		RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
-		RequestBodyMode:     extprocv3.ProcessingMode_NONE,
-		RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
-		ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
-		ResponseBodyMode:    extprocv3.ProcessingMode_STREAMED,
-		ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
-	}
 	return p
 }
 

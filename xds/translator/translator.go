@@ -95,7 +95,7 @@ func routes(g *ir.Gateway) *routev3.RouteConfiguration {
 			IdleTimeout:      durationpb.New(streamIdle),
 			RetryPolicy:      retryPolicy(g.AttemptTimeout),
 		}},
-		RequestHeadersToRemove: []string{ir.ClusterHeader, ir.MeterHeader},
+		RequestHeadersToRemove: []string{ir.ClusterHeader},
 		// Which attempt answered, from the endpoint Envoy picked: ext_proc bills that model.
 		ResponseHeadersToAdd: []*corev3.HeaderValueOption{{
 			Header: &corev3.HeaderValue{

@@ -96,7 +96,6 @@ func (g *gateway) applyLocked(ctx context.Context) error {
 		return err
 	}
 	gw.AttemptTimeout = g.cfg.Routing.AttemptTimeout
-	gw.Metered = g.ledger != nil
 	res, err := translator.Translate(gw)
 	if err != nil {
 		return err
