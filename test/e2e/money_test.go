@@ -487,9 +487,10 @@ func TestProviderErrorsAreNotBilled(t *testing.T) {
 	resp := g.chat(ctx, key, body)
 	_, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	recs := g.waitRecords("acme", 1)
+	g.waitRecords("acme", 1)
 	time.Sleep(300 * time.Millisecond) // a late record for an error would show up by now
-	if recs = g.waitRecords("acme", 1); len(recs) != 1 || recs[0].Provider == "" || recs[0].Estimated {
+	recs := g.waitRecords("acme", 1)
+	if len(recs) != 1 || recs[0].Provider == "" || recs[0].Estimated {
 		t.Fatalf("records %+v: want only the served request, billed from usage to its provider", recs)
 	}
 	if got := g.balance("acme"); !got.Add(recs[0].Cost).Equal(decimal.NewFromInt(25)) {
