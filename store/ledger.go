@@ -12,7 +12,7 @@ package store
 //	usage_agg         "2006-01-02" \x00 key id \x00 account \x00 model → UsageTotals JSON
 //	spend_month       "2006-01" \x00 key id → decimal string
 //
-// Settle writes all five in one transaction, so the balance, the records and the aggregates
+// Settle (SettleBatch) writes all of them in one transaction, so the balance, the records and the aggregates
 // always agree: initial credits + credits added == balance + sum of record costs.
 
 import (
@@ -243,88 +243,178 @@ func validateUsage(rec *UsageRecord) error {
 // transaction, which is durable (fsync'd) when Settle returns nil. Settling a RequestID that is
 // already recorded does nothing and returns nil. A zero Time means now.
 //
-// Concurrent calls share transactions (bbolt group commit, Open sets the batch size and delay).
-//
 // The cost is debited even past zero: settling actual usage is never refused. An account that
 // does not exist fails with ErrNotFound and writes nothing; invalid records wrap ErrInvalid.
+// The gateway settles through a Settler, which groups records into one transaction.
 func (s *Store) Settle(rec UsageRecord) error {
-	if rec.Time.IsZero() {
-		rec.Time = time.Now()
-	}
-	rec.Time = rec.Time.UTC().Round(0)
-	if err := validateUsage(&rec); err != nil {
-		return err
-	}
-	// Everything that does not depend on the database is computed once: bbolt may run the
-	// function below more than once (a batch with a failing call is rolled back and retried),
-	// so it must not change anything it captures.
-	recJSON, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("store: encode usage record %q: %w", rec.RequestID, err)
-	}
-	uKey := usageKey(rec.Time, rec.RequestID)
-	reqKey := []byte(rec.RequestID)
-	agKey := aggKey(rec.Time.Format(dayLayout), rec.KeyID, rec.Account, rec.Model)
-	spKey := spendKey(rec.Time.Format(monthLayout), rec.KeyID)
-	add := rec.totals()
+	return s.SettleBatch([]UsageRecord{rec})[0]
+}
 
-	return s.db.Batch(func(tx *bolt.Tx) error {
-		byReq := tx.Bucket(bucketUsageByRequest)
-		if byReq.Get(reqKey) != nil {
-			return nil // already settled, in an earlier transaction or earlier in this one
-		}
-		accounts := tx.Bucket(bucketAccounts)
-		var a Account
-		if err := getAccount(accounts, rec.Account, &a); err != nil {
-			return fmt.Errorf("settle %q: %w", rec.RequestID, err)
-		}
-		a.Balance = a.Balance.Sub(rec.Cost)
-		if err := putJSON(accounts, rec.Account, a); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketUsage).Put(uKey, recJSON); err != nil {
-			return err
-		}
-		if err := byReq.Put(reqKey, uKey); err != nil {
-			return err
-		}
+// settling is one record, encoded outside the transaction.
+type settling struct {
+	rec                    UsageRecord
+	recJSON, uKey, reqKey  []byte
+	agKey, spKey, routeKey string
+	add                    UsageTotals
+}
 
-		if err := addAgg(tx.Bucket(bucketUsageAgg), agKey, add); err != nil {
-			return err
+// SettleBatch settles recs as Settle does, all in one transaction and one fsync, and returns one
+// error per record (nil: settled now or before). A record that fails (invalid, unknown account)
+// writes nothing and does not stop the others; a transaction that fails fails them all. Records
+// touching the same account, aggregate or month read and write it once per batch, so a batch
+// costs little more than its records' own rows.
+func (s *Store) SettleBatch(recs []UsageRecord) []error {
+	errs := make([]error, len(recs))
+	todo := make([]settling, 0, len(recs))
+	for i := range recs {
+		rec := recs[i]
+		if rec.Time.IsZero() {
+			rec.Time = time.Now()
+		}
+		rec.Time = rec.Time.UTC().Round(0)
+		if errs[i] = validateUsage(&rec); errs[i] != nil {
+			continue
+		}
+		recJSON, err := json.Marshal(rec)
+		if err != nil {
+			errs[i] = fmt.Errorf("store: encode usage record %q: %w", rec.RequestID, err)
+			continue
+		}
+		st := settling{
+			rec: rec, recJSON: recJSON,
+			uKey:   usageKey(rec.Time, rec.RequestID),
+			reqKey: []byte(rec.RequestID),
+			agKey:  string(aggKey(rec.Time.Format(dayLayout), rec.KeyID, rec.Account, rec.Model)),
+			spKey:  string(spendKey(rec.Time.Format(monthLayout), rec.KeyID)),
+			add:    rec.totals(),
 		}
 		if rec.Route != "" {
-			if err := addAgg(tx.Bucket(bucketUsageRoute), routeAggKey(rec.Route, rec.Model), add); err != nil {
+			st.routeKey = string(routeAggKey(rec.Route, rec.Model))
+		}
+		todo = append(todo, st)
+	}
+	if len(todo) == 0 {
+		return errs
+	}
+	// Which record failed, by request id, so the per-record errors land at the right index.
+	failed := map[string]error{}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		clear(failed)
+		byReq, usage := tx.Bucket(bucketUsageByRequest), tx.Bucket(bucketUsage)
+		accounts := tx.Bucket(bucketAccounts)
+		balances := map[string]*Account{}
+		aggs := totalsRows{b: tx.Bucket(bucketUsageAgg)}
+		routes := totalsRows{b: tx.Bucket(bucketUsageRoute)}
+		spend := tx.Bucket(bucketSpendMonth)
+		spends := map[string]decimal.Decimal{}
+		for _, st := range todo {
+			rec := &st.rec
+			if byReq.Get(st.reqKey) != nil {
+				continue // already settled, in an earlier transaction or earlier in this one
+			}
+			a := balances[rec.Account]
+			if a == nil {
+				a = &Account{}
+				if err := getAccount(accounts, rec.Account, a); err != nil {
+					failed[rec.RequestID] = fmt.Errorf("settle %q: %w", rec.RequestID, err)
+					continue
+				}
+				balances[rec.Account] = a
+			}
+			a.Balance = a.Balance.Sub(rec.Cost)
+			if err := usage.Put(st.uKey, st.recJSON); err != nil {
+				return err
+			}
+			if err := byReq.Put(st.reqKey, st.uKey); err != nil {
+				return err
+			}
+			if err := aggs.add(st.agKey, st.add); err != nil {
+				return err
+			}
+			if st.routeKey != "" {
+				if err := routes.add(st.routeKey, st.add); err != nil {
+					return err
+				}
+			}
+			total, seen := spends[st.spKey]
+			if !seen {
+				total = decimal.Zero
+				if v := spend.Get([]byte(st.spKey)); v != nil {
+					prev, err := decimal.NewFromString(string(v))
+					if err != nil {
+						return fmt.Errorf("store: decode spend %q: %w", st.spKey, err)
+					}
+					total = prev
+				}
+			}
+			spends[st.spKey] = total.Add(rec.Cost)
+		}
+		for id, a := range balances {
+			if err := putJSON(accounts, id, a); err != nil {
 				return err
 			}
 		}
-
-		spend := tx.Bucket(bucketSpendMonth)
-		total := rec.Cost
-		if v := spend.Get(spKey); v != nil {
-			prev, err := decimal.NewFromString(string(v))
-			if err != nil {
-				return fmt.Errorf("store: decode spend %q: %w", spKey, err)
+		for k, total := range spends {
+			if err := spend.Put([]byte(k), []byte(total.String())); err != nil {
+				return err
 			}
-			total = prev.Add(rec.Cost)
 		}
-		return spend.Put(spKey, []byte(total.String()))
+		if err := aggs.flush(); err != nil {
+			return err
+		}
+		return routes.flush()
 	})
+	for i, j := 0, 0; i < len(recs) && j < len(todo); i++ {
+		if errs[i] != nil {
+			continue
+		}
+		switch {
+		case err != nil:
+			errs[i] = err
+		default:
+			errs[i] = failed[todo[j].rec.RequestID]
+		}
+		j++
+	}
+	return errs
 }
 
-// addAgg adds a record's totals to the aggregate at key k of bucket b.
-func addAgg(b *bolt.Bucket, k []byte, add UsageTotals) error {
-	var ag UsageTotals
-	if v := b.Get(k); v != nil {
-		if err := jsonUnmarshal(v, &ag); err != nil {
+// totalsRows folds records into aggregate rows of one bucket: each row is read once and written
+// once per transaction.
+type totalsRows struct {
+	b    *bolt.Bucket
+	rows map[string]*UsageTotals
+}
+
+func (t *totalsRows) add(k string, add UsageTotals) error {
+	if t.rows == nil {
+		t.rows = map[string]*UsageTotals{}
+	}
+	ag := t.rows[k]
+	if ag == nil {
+		ag = &UsageTotals{}
+		if v := t.b.Get([]byte(k)); v != nil {
+			if err := jsonUnmarshal(v, ag); err != nil {
+				return err
+			}
+		}
+		t.rows[k] = ag
+	}
+	ag.Add(add)
+	return nil
+}
+
+func (t *totalsRows) flush() error {
+	for k, ag := range t.rows {
+		v, err := json.Marshal(ag)
+		if err != nil {
+			return err
+		}
+		if err := t.b.Put([]byte(k), v); err != nil {
 			return err
 		}
 	}
-	ag.Add(add)
-	agJSON, err := json.Marshal(ag)
-	if err != nil {
-		return err
-	}
-	return b.Put(k, agJSON)
+	return nil
 }
 
 func routeAggKey(route, model string) []byte { return []byte(route + "\x00" + model) }

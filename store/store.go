@@ -53,14 +53,6 @@ var allBuckets = [][]byte{
 	bucketAccounts, bucketUsage, bucketUsageByRequest, bucketUsageAgg, bucketSpendMonth, bucketUsageRoute,
 }
 
-// Group commit for Settle: concurrent calls that arrive within MaxBatchDelay of the first share
-// one transaction and one fsync. 2ms is small against an LLM request's latency; 1000 calls bound
-// how long one transaction holds the writer lock.
-const (
-	settleBatchDelay = 2 * time.Millisecond
-	settleBatchSize  = 1000
-)
-
 // Source says who wrote a record: the config file owns its records and replaces them on reload;
 // records written through the admin API survive reloads.
 type Source string
@@ -140,8 +132,6 @@ func Open(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	db.MaxBatchDelay = settleBatchDelay
-	db.MaxBatchSize = settleBatchSize
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {

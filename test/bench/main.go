@@ -12,8 +12,8 @@
 // records written per second, read back from the admin API. After all load, every successful
 // billed request must have left exactly one durable record.
 //
-// Store (-scenarios store): the store's Settle alone, in process, with as many concurrent callers
-// as the gateway's settler (durable settles per second; target >= 5,000/s).
+// Store (-scenarios store): the gateway's settler alone, in process: records queued as fast as
+// goroutines can, made durable in grouped transactions (durable settles per second; target >= 5,000/s).
 //
 // `make bench` runs all of it with the defaults.
 package main
@@ -106,7 +106,7 @@ type options struct {
 	settleRate     int
 	settleDuration time.Duration
 	settleWait     time.Duration
-	storeWorkers   int
+	storeProducers int
 	storeDuration  time.Duration
 }
 
@@ -122,7 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","),
-		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the store's Settle in process)")
+		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process)")
 	fs.IntVar(&o.rate, "rate", 500, "latency: requests per second, fixed (open model)")
 	fs.DurationVar(&o.duration, "duration", 8*time.Second, "latency: measured duration of each scenario (path x mode)")
 	// Short alternating rounds cancel the machine's drift: with 2 rounds, two identical gateways
@@ -137,7 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.settleRate, "settle-rate", 2000, "settle: non-streaming requests per second to Tollway with billing on")
 	fs.DurationVar(&o.settleDuration, "settle-duration", 5*time.Second, "settle: measured duration")
 	fs.DurationVar(&o.settleWait, "settle-wait", 15*time.Second, "how long durable records may take to catch up with the requests served")
-	fs.IntVar(&o.storeWorkers, "store-workers", 256, "store: concurrent Settle callers (the gateway's settler runs 256)")
+	fs.IntVar(&o.storeProducers, "store-producers", 64, "store: goroutines queueing records into the settler")
 	fs.DurationVar(&o.storeDuration, "store-duration", 3*time.Second, "store: duration")
 	fs.StringVar(&o.tollwayBin, "tollway", cmpStr(os.Getenv("TOLLWAY_BIN"), "bin/tollway"), "tollway binary")
 	fs.StringVar(&o.envoyBin, "envoy", "", "envoy binary (default: $ENVOY_BIN, $TOLLWAY_ENVOY_BIN, tools/, PATH)")
@@ -166,8 +166,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.rate <= 0 || o.duration < time.Second || o.warmup < 0 || o.maxInFlight <= 0 || o.rounds < 1 || o.duration/time.Duration(max(1, o.rounds)) < time.Second {
 		return nil, errors.New("need -rate > 0, -duration >= 1s, -rounds >= 1 with -duration/-rounds >= 1s, -warmup >= 0, -max-inflight > 0")
 	}
-	if o.settleRate <= 0 || o.settleDuration < time.Second || o.settleWait < time.Second || o.storeWorkers <= 0 || o.storeDuration < time.Second {
-		return nil, errors.New("need -settle-rate > 0, -settle-duration >= 1s, -settle-wait >= 1s, -store-workers > 0, -store-duration >= 1s")
+	if o.settleRate <= 0 || o.settleDuration < time.Second || o.settleWait < time.Second || o.storeProducers <= 0 || o.storeDuration < time.Second {
+		return nil, errors.New("need -settle-rate > 0, -settle-duration >= 1s, -settle-wait >= 1s, -store-producers > 0, -store-duration >= 1s")
 	}
 	return o, nil
 }
@@ -397,8 +397,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		fmt.Fprintf(stderr, "bench: store Settle with %d goroutines for %s ...\n", o.storeWorkers, o.storeDuration)
-		sr := storeSettle(ctx, filepath.Join(dir, "store"), o.storeWorkers, o.storeDuration)
+		fmt.Fprintf(stderr, "bench: store settler fed by %d goroutines for %s ...\n", o.storeProducers, o.storeDuration)
+		sr := storeSettle(ctx, filepath.Join(dir, "store"), o.storeProducers, o.storeDuration)
 		reportStore(stdout, sr)
 		if sr.err != nil {
 			bad = append(bad, "store: "+sr.err.Error())
