@@ -152,9 +152,19 @@ func cmpStr(a, b string) string {
 }
 
 // attackStream sends streaming chat completions at a fixed rate. vegeta cannot time the first
-// byte, so this is its own open-model loop: one goroutine per scheduled request, at most
-// maxInFlight at once (a request that would exceed it is counted as an error, not queued).
+// byte, so this uses the bench's own open-model loop.
 func attackStream(ctx context.Context, t *target, body []byte, rate int, dur time.Duration, maxInFlight int) *result {
+	url, hdr := t.baseURL+"/chat/completions", t.header()
+	return openLoop(ctx, rate, dur, maxInFlight, func() (time.Duration, time.Duration, error) {
+		return streamOnce(ctx, t.client, url, hdr, body)
+	})
+}
+
+// openLoop calls do at a fixed rate (open model: one goroutine per scheduled call, whether or
+// not earlier ones have finished), at most maxInFlight at once (a call that would exceed it is
+// counted as an error, not queued). do returns the time to its first event (0: none) and its
+// total time.
+func openLoop(ctx context.Context, rate int, dur time.Duration, maxInFlight int, do func() (first, total time.Duration, err error)) *result {
 	n := rate * int(dur/time.Millisecond) / 1000
 	interval := time.Second / time.Duration(rate)
 	r := &result{lat: make([]time.Duration, 0, n), ttfb: make([]time.Duration, 0, n)}
@@ -163,7 +173,6 @@ func attackStream(ctx context.Context, t *target, body []byte, rate int, dur tim
 		wg  sync.WaitGroup
 		sem = make(chan struct{}, maxInFlight)
 	)
-	url, hdr := t.baseURL+"/chat/completions", t.header()
 	timer := time.NewTimer(0)
 	<-timer.C
 	start := time.Now()
@@ -188,18 +197,21 @@ loop:
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			ttfb, total, err := streamOnce(ctx, t.client, url, hdr, body)
+			first, total, err := do()
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				r.fail(err.Error())
 				return
 			}
-			r.ttfb, r.lat = append(r.ttfb, ttfb), append(r.lat, total)
+			if first > 0 {
+				r.ttfb = append(r.ttfb, first)
+			}
+			r.lat = append(r.lat, total)
 		}()
 	}
 	sent := time.Since(start)
-	wg.Wait() // bounded: every request has the client's timeout
+	wg.Wait() // bounded: every call has a timeout
 	if s := sent.Seconds(); s > 0 {
 		r.sentRate = float64(r.requests) / s
 	}

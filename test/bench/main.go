@@ -8,9 +8,11 @@
 // <= 3 ms at p99 over direct; admission + metering < 200 us at p50 over billing off) and the
 // memory of the Tollway processes (< 100 MB).
 //
-// Settlement (-scenarios settle): Tollway with billing on at a high fixed rate; durable usage
-// records written per second, read back from the admin API. After all load, every successful
-// billed request must have left exactly one durable record.
+// Settlement (-scenarios settle): Tollway with billing on at a high fixed rate, end to end
+// through its Envoy; then the money path alone: the bench speaks ext_proc to the same Tollway
+// as Envoy would (-money-rate, target >= 5,000 settled requests/s). Durable usage records
+// written per second, read back from the admin API. After all load, every successful billed
+// request must have left exactly one durable record.
 //
 // Store (-scenarios store): the gateway's settler alone, in process: records queued as fast as
 // goroutines can, made durable in grouped transactions (durable settles per second; target >= 5,000/s).
@@ -46,8 +48,10 @@ const (
 	targetRSS = 100e6 // bytes
 	// Target: what admission + metering may add at p50 (billing on - billing off).
 	targetBillingP50 = 200 * time.Microsecond
-	// Target: durable settles per second of the store alone.
+	// Target: durable settles per second of the store alone, and settled requests per second of
+	// the gateway's money path.
 	targetStoreSettles = 5000
+	targetSettled      = 5000
 
 	tollwayProc = "tollway (ext_proc)" // the Go process: ext_proc, xDS and admin servers
 	selfProc    = "bench (client+fake)"
@@ -104,6 +108,7 @@ type options struct {
 	stateDir    string
 
 	settleRate     int
+	moneyRate      int
 	settleDuration time.Duration
 	settleWait     time.Duration
 	storeProducers int
@@ -135,6 +140,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	only := fs.String("only", strings.Join(allPaths, ","), "latency: comma-separated paths to measure: "+strings.Join(allPaths, ", ")+" (tollway = billing on)")
 	modes := fs.String("modes", "chat,stream", "latency: comma-separated modes: chat (non-streaming), stream")
 	fs.IntVar(&o.settleRate, "settle-rate", 2000, "settle: non-streaming requests per second to Tollway with billing on")
+	fs.IntVar(&o.moneyRate, "money-rate", 2*targetSettled, "settle: served requests per second sent straight to billing-on Tollway's ext_proc (the money path alone)")
 	fs.DurationVar(&o.settleDuration, "settle-duration", 5*time.Second, "settle: measured duration")
 	fs.DurationVar(&o.settleWait, "settle-wait", 15*time.Second, "how long durable records may take to catch up with the requests served")
 	fs.IntVar(&o.storeProducers, "store-producers", 64, "store: goroutines queueing records into the settler")
@@ -166,7 +172,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.rate <= 0 || o.duration < time.Second || o.warmup < 0 || o.maxInFlight <= 0 || o.rounds < 1 || o.duration/time.Duration(max(1, o.rounds)) < time.Second {
 		return nil, errors.New("need -rate > 0, -duration >= 1s, -rounds >= 1 with -duration/-rounds >= 1s, -warmup >= 0, -max-inflight > 0")
 	}
-	if o.settleRate <= 0 || o.settleDuration < time.Second || o.settleWait < time.Second || o.storeProducers <= 0 || o.storeDuration < time.Second {
+	if o.settleRate <= 0 || o.moneyRate <= 0 || o.settleDuration < time.Second || o.settleWait < time.Second || o.storeProducers <= 0 || o.storeDuration < time.Second {
 		return nil, errors.New("need -settle-rate > 0, -settle-duration >= 1s, -settle-wait >= 1s, -store-producers > 0, -store-duration >= 1s")
 	}
 	return o, nil
@@ -352,7 +358,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	var settle *settleResult
+	var settle, money *settleResult
 	if o.has("settle") {
 		t := byPath(pathTollway)
 		fmt.Fprintf(stderr, "bench: settle %s at %d req/s ...\n", label(t.name), o.settleRate)
@@ -365,6 +371,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if settle.err != nil {
 			bad = append(bad, "settle: "+settle.err.Error())
+		}
+		fmt.Fprintf(stderr, "bench: the money path alone (ext_proc, no Envoy) at %d req/s ...\n", o.moneyRate)
+		// Tollway's Envoy is idle here: only the bench (as Envoy) and Tollway work.
+		money = runMoneyPath(ctx, o, t, []proc{{"bench (as Envoy)", os.Getpid()}, {tollwayProc, t.tw.Pid()}})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if r := money.res; r != nil && r.errRate() > maxErrRate {
+			bad = append(bad, fmt.Sprintf("money path error rate %.2f%% > %.1f%%", 100*r.errRate(), 100*maxErrRate))
+		}
+		if money.err != nil {
+			bad = append(bad, "money path: "+money.err.Error())
 		}
 	}
 
@@ -385,6 +403,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if settle != nil {
 		reportSettle(stdout, o, settle)
+		reportSettle(stdout, o, money)
 	}
 	if len(checks) > 0 {
 		reportRecords(stdout, checks)

@@ -103,6 +103,8 @@ func reportRecords(w io.Writer, checks []*recordCheck) {
 
 // settleResult is Tollway with billing on driven hard, and the durable records it wrote.
 type settleResult struct {
+	rate     int  // offered requests per second
+	direct   bool // ext_proc driven by the bench, no Envoy or provider
 	res      *result
 	window   time.Duration // from the first request sent to the last response
 	before   int64         // records when the load began
@@ -118,10 +120,20 @@ type settleResult struct {
 // runSettle drives billing-on Tollway at the settle rate (non-streaming) and counts the durable
 // records written over the window.
 func runSettle(ctx context.Context, o *options, t *target, ps []proc, envoyAdmin string) *settleResult {
-	sr := &settleResult{cpu: map[string]time.Duration{}}
+	sr := &settleResult{cpu: map[string]time.Duration{}, rate: o.settleRate}
 	if w := min(o.warmup, time.Second); w > 0 {
 		t.tally(attackChat(ctx, t, chatBody, o.settleRate, w))
 	}
+	return measureSettle(ctx, o, t, ps, envoyAdmin, sr, func() *result {
+		r := attackChat(ctx, t, chatBody, o.settleRate, o.settleDuration)
+		t.tally(r)
+		return r
+	})
+}
+
+// measureSettle runs load from a drained settler and counts the durable records written during
+// it and until every served request is durable, with the processes' CPU over the load.
+func measureSettle(ctx context.Context, o *options, t *target, ps []proc, envoyAdmin string, sr *settleResult, load func() *result) *settleResult {
 	// Start from a drained settler, so the window's records are the window's requests.
 	before, _, err := waitRecords(ctx, t.tw, t.served, o.settleWait)
 	if err != nil {
@@ -130,12 +142,12 @@ func runSettle(ctx context.Context, o *options, t *target, ps []proc, envoyAdmin
 	}
 	sr.before = before
 	var counters map[string]int64
-	if o.envoyStats {
+	if o.envoyStats && envoyAdmin != "" {
 		counters = envoyCounters(envoyAdmin)
 	}
 	c0 := cpuSnapshot(ps)
 	start := time.Now()
-	sr.res = attackChat(ctx, t, chatBody, o.settleRate, o.settleDuration)
+	sr.res = load()
 	end := time.Now()
 	sr.window = end.Sub(start)
 	if sr.atEnd, err = t.tw.usageRecords(ctx); err != nil {
@@ -145,10 +157,9 @@ func runSettle(ctx context.Context, o *options, t *target, ps []proc, envoyAdmin
 	for i, c := range cpuSnapshot(ps) {
 		sr.cpu[ps[i].name] = c - c0[i]
 	}
-	if o.envoyStats {
+	if counters != nil {
 		sr.counters = counterDeltas(counters, envoyCounters(envoyAdmin))
 	}
-	t.tally(sr.res)
 	want := before + int64(len(sr.res.lat))
 	final, reached, err := waitRecords(ctx, t.tw, want, o.settleWait)
 	sr.final = final
@@ -171,8 +182,13 @@ func perSec(n int64, d time.Duration) float64 {
 }
 
 func reportSettle(w io.Writer, o *options, s *settleResult) {
-	fmt.Fprintf(w, "\n== settlement throughput: %s, non-streaming, %d req/s for %s (durability on: bbolt group commit, fsync) ==\n",
-		label(pathTollway), o.settleRate, o.settleDuration)
+	if s.direct {
+		fmt.Fprintf(w, "\n== settlement throughput, the money path alone: %s's ext_proc driven over its gRPC socket as Envoy would (auth, hold, meter, settle, durable record; no Envoy, no provider), %d req/s for %s ==\n",
+			label(pathTollway), s.rate, o.settleDuration)
+	} else {
+		fmt.Fprintf(w, "\n== settlement throughput, end to end: %s, non-streaming, %d req/s for %s (durability on: bbolt group commit, fsync) ==\n",
+			label(pathTollway), s.rate, o.settleDuration)
+	}
 	r := s.res
 	if r == nil {
 		fmt.Fprintf(w, "not run: %v\n", s.err)
@@ -196,16 +212,21 @@ func reportSettle(w io.Writer, o *options, s *settleResult) {
 	} else {
 		fmt.Fprintf(w, "NOT caught up: %v\n", s.err)
 	}
+	if s.direct {
+		rate := perSec(s.final-s.before, s.window+s.catchUp)
+		fmt.Fprintf(w, "target >= %d settled requests/s on %d cores: %.0f settled/s, %s\n", targetSettled, runtime.NumCPU(), rate,
+			verdict(s.err == nil && s.caughtUp && r.errRate() <= maxErrRate && rate >= targetSettled))
+	}
 	var total time.Duration
 	var parts []string
-	for _, n := range []string{tollwayProc, "tollway's envoy", selfProc} {
+	for _, n := range []string{tollwayProc, "tollway's envoy", selfProc, "bench (as Envoy)"} {
 		if c, has := s.cpu[n]; has {
 			total += c
 			parts = append(parts, fmt.Sprintf("%s %.0f", n, float64(c.Microseconds())/float64(max(1, ok))))
 		}
 	}
 	fmt.Fprintf(w, "CPU us per successful request: %s; total %.0f (budget %d cores = %.0f us/req at %d req/s)\n", strings.Join(parts, ", "),
-		float64(total.Microseconds())/float64(max(1, ok)), runtime.NumCPU(), float64(runtime.NumCPU())*1e6/float64(o.settleRate), o.settleRate)
+		float64(total.Microseconds())/float64(max(1, ok)), runtime.NumCPU(), float64(runtime.NumCPU())*1e6/float64(s.rate), s.rate)
 	for _, c := range s.counters {
 		if c.name == "http.public.ext_proc.stream_msgs_sent" || c.name == "cluster.tollway_extproc.upstream_cx_total" {
 			fmt.Fprintf(w, "envoy %s: %d (%.3f/req)\n", c.name, c.delta, float64(c.delta)/float64(max(1, r.requests)))

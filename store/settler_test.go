@@ -1,0 +1,217 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// TestSettleBatchPerRecordOutcomes: one transaction, but each record succeeds or fails alone.
+func TestSettleBatchPerRecordOutcomes(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	mustAccount(t, s, "a", "10")
+	mustAccount(t, s, "b", "1")
+	mustSettle(t, s, rec("earlier", "a", "1"))
+
+	bad := rec("bad", "a", "1")
+	bad.Cost = dec("-1")
+	batch := []UsageRecord{
+		rec("r1", "a", "0.25"),
+		rec("r2", "b", "0.5"),
+		rec("ghost-1", "ghost", "1"),
+		rec("r1", "a", "0.25"), // the same request twice in one batch: settled once
+		bad,
+		rec("earlier", "a", "1"), // settled by an earlier transaction: nothing happens
+		rec("r3", "a", "0.125"),
+		rec("r4", "b", "0.75"), // takes b below zero: actual usage is never refused
+	}
+	errs := s.SettleBatch(batch)
+	if len(errs) != len(batch) {
+		t.Fatalf("%d errors for %d records", len(errs), len(batch))
+	}
+	for i, err := range errs {
+		switch batch[i].RequestID {
+		case "ghost-1":
+			if !errors.Is(err, ErrNotFound) {
+				t.Errorf("record %d (unknown account): %v, want ErrNotFound", i, err)
+			}
+		case "bad":
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("record %d (negative cost): %v, want ErrInvalid", i, err)
+			}
+		default:
+			if err != nil {
+				t.Errorf("record %d (%s): %v", i, batch[i].RequestID, err)
+			}
+		}
+	}
+	wantDec(t, "a's balance", balance(t, s, "a"), "8.625") // 10 - 1 - 0.25 - 0.125
+	wantDec(t, "b's balance", balance(t, s, "b"), "-0.25") // 1 - 0.5 - 0.75
+	sm := checkLedger(t, s, map[string]string{"a": "10", "b": "1"})
+	if sm.requests != 5 {
+		t.Errorf("%d records, want 5 (earlier, r1, r2, r3, r4)", sm.requests)
+	}
+}
+
+// TestSettleBatchMatchesSettle: settling records in batches leaves exactly the books that
+// settling them one at a time leaves (aggregates folded per batch must add up the same).
+func TestSettleBatchMatchesSettle(t *testing.T) {
+	one, _ := openTemp(t)
+	defer one.Close()
+	many, _ := openTemp(t)
+	defer many.Close()
+	credits := map[string]string{"x": "100", "y": "3"}
+	for _, s := range []*Store{one, many} {
+		for a, c := range credits {
+			mustAccount(t, s, a, c)
+		}
+	}
+	var recs []UsageRecord
+	for i := range 300 {
+		r := UsageRecord{
+			RequestID: fmt.Sprintf("q%d", i%280), // 20 repeats
+			KeyID:     fmt.Sprintf("k%d", i%4), Account: []string{"x", "y"}[i%2],
+			Model: []string{"m1", "m2", "m3"}[i%3], Provider: "p",
+			Route:        []string{"", "fast"}[i%2],
+			PromptTokens: int64(i), CompletionTokens: int64(i % 17), CachedTokens: int64(i % 5),
+			Cost:      dec("0.0000001").Mul(decimal.NewFromInt(int64(i*7 + 1))),
+			Estimated: i%11 == 0,
+			Time:      time.Date(2026, 10, 31, 22, 0, 0, 0, time.UTC).Add(time.Duration(i) * 37 * time.Second),
+		}
+		recs = append(recs, r)
+		mustSettle(t, one, r)
+	}
+	for i := 0; i < len(recs); i += 64 {
+		for j, err := range many.SettleBatch(recs[i:min(i+64, len(recs))]) {
+			if err != nil {
+				t.Fatalf("batch at %d, record %d: %v", i, j, err)
+			}
+		}
+	}
+	a, b := checkLedger(t, one, credits), checkLedger(t, many, credits)
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("one at a time: %+v\nin batches: %+v", a, b)
+	}
+	if a.requests != 280 {
+		t.Errorf("%d records, want 280", a.requests)
+	}
+	for _, f := range []UsageFilter{{}, {Account: "y"}, {Model: "m2"}, {KeyID: "k3"}} {
+		ua, err := one.Usage(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ub, err := many.Usage(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(ua, ub) {
+			t.Errorf("Usage(%+v): one at a time %+v, in batches %+v", f, ua, ub)
+		}
+	}
+	ra, _ := one.RouteUsage()
+	rb, _ := many.RouteUsage()
+	if !reflect.DeepEqual(ra, rb) || len(ra) == 0 {
+		t.Errorf("route usage: one at a time %+v, in batches %+v", ra, rb)
+	}
+}
+
+// TestSettlerGroupsAndDrains: records queued from many goroutines share transactions, Close
+// stores every one of them, and failures are reported one by one.
+func TestSettlerGroupsAndDrains(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	mustAccount(t, s, "acct", "50")
+	var mu sync.Mutex
+	var failed []string
+	q := NewSettler(s, 20*time.Millisecond, func(r UsageRecord, err error) {
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s: %v, want ErrNotFound", r.RequestID, err)
+		}
+		mu.Lock()
+		failed = append(failed, r.RequestID)
+		mu.Unlock()
+	})
+	var wg sync.WaitGroup
+	for g := range 40 {
+		wg.Go(func() {
+			for i := range 50 {
+				account := "acct"
+				if g == 7 && i%10 == 0 {
+					account = "ghost"
+				}
+				q.Record(rec(fmt.Sprintf("g%d-%d", g, i), account, "0.001"))
+			}
+		})
+	}
+	wg.Wait()
+	q.Close()
+	q.Close() // twice is harmless
+
+	st := q.Stats()
+	if st.Records != 2000 {
+		t.Errorf("settler handled %d records, want 2000", st.Records)
+	}
+	// 2,000 records queued in a burst: a transaction each would be 2,000 commits.
+	if st.Commits == 0 || st.Commits > 100 {
+		t.Errorf("%d commits for %d records: not grouped", st.Commits, st.Records)
+	}
+	if len(failed) != 5 {
+		t.Errorf("failed records %v, want the 5 for the unknown account", failed)
+	}
+	sm := checkLedger(t, s, map[string]string{"acct": "50"})
+	if sm.requests != 1995 {
+		t.Errorf("%d records stored, want 1995", sm.requests)
+	}
+	wantDec(t, "balance", balance(t, s, "acct"), "48.005")
+	t.Logf("%d records in %d commits", st.Records, st.Commits)
+}
+
+// TestSettlerWindow: a lone record is durable about one window after it is queued, not later.
+func TestSettlerWindow(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	mustAccount(t, s, "acct", "1")
+	q := NewSettler(s, 5*time.Millisecond, nil)
+	defer q.Close()
+	start := time.Now()
+	q.Record(rec("lone", "acct", "0.5"))
+	for count(t, s) == 0 {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("a lone record was not stored within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wantDec(t, "balance", balance(t, s, "acct"), "0.5")
+}
+
+// BenchmarkSettler measures durable (fsync'd) settlements per second through the gateway's
+// writer: records queued as fast as they come, grouped into transactions.
+func BenchmarkSettler(b *testing.B) {
+	s, err := Open(b.TempDir() + "/bench.db")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	mustAccount(b, s, "acct", "1000000")
+	q := NewSettler(s, SettleWindow, func(r UsageRecord, err error) { b.Error(r.RequestID, err) })
+	cost := dec("0.00000015")
+	b.ResetTimer()
+	for i := range b.N {
+		q.Record(UsageRecord{
+			RequestID: fmt.Sprintf("bench-%d", i), KeyID: fmt.Sprintf("key_%d", i%16), Account: "acct",
+			Model: "gpt-4o", Provider: "openai", PromptTokens: 100, CompletionTokens: 50, Cost: cost,
+		})
+	}
+	q.Close()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "settles/s")
+	if n := count(b, s); n != b.N {
+		b.Fatalf("%d records after %d settlements", n, b.N)
+	}
+}
