@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -90,7 +92,7 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 func (a *attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHeaders) error {
 	var md map[string]string
 	for _, st := range attrs {
-		if md = findTollway(structpb.NewStructValue(st)); md != nil {
+		if md = findTollway(structpb.NewStructValue(st), a.rt.endpoints); md != nil {
 			break
 		}
 	}
@@ -113,17 +115,25 @@ func (a *attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHea
 
 // findTollway looks for the endpoint metadata namespace in an attribute value. Envoy 1.40 sends
 // xds.upstream_host_metadata as the Metadata message in protobuf text format; a structured
-// rendering is accepted too.
-func findTollway(v *structpb.Value) map[string]string {
+// rendering is accepted too. Parsed text is remembered in memo (nil: not remembered): an
+// endpoint's metadata is the same text on every request, and parsing it was a tenth of the
+// process's CPU.
+func findTollway(v *structpb.Value, memo *metadataMemo) map[string]string {
 	if txt := v.GetStringValue(); txt != "" {
+		if md, ok := memo.get(txt); ok {
+			return md
+		}
 		var md corev3.Metadata
 		if prototext.Unmarshal([]byte(txt), &md) != nil {
 			return nil
 		}
-		v = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{}})
-		for ns, st := range md.GetFilterMetadata() {
-			v.GetStructValue().Fields[ns] = structpb.NewStructValue(st)
+		st := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		for ns, f := range md.GetFilterMetadata() {
+			st.Fields[ns] = structpb.NewStructValue(f)
 		}
+		found := findTollway(structpb.NewStructValue(st), nil)
+		memo.put(txt, found)
+		return found
 	}
 	st := v.GetStructValue()
 	if st == nil {
@@ -137,11 +147,41 @@ func findTollway(v *structpb.Value) map[string]string {
 		return out
 	}
 	for _, f := range st.GetFields() {
-		if md := findTollway(f); md != nil {
+		if md := findTollway(f, memo); md != nil {
 			return md
 		}
 	}
 	return nil
+}
+
+// metadataMemo remembers the endpoint metadata parsed from its text, for one runtime (one
+// configuration, so a bounded set of endpoints). The maps it returns are shared: read only.
+type metadataMemo struct {
+	m sync.Map // text -> map[string]string
+	n atomic.Int32
+}
+
+// maxMemoized bounds the memo should endpoints' text vary (it never should).
+const maxMemoized = 4096
+
+func (m *metadataMemo) get(txt string) (map[string]string, bool) {
+	if m == nil {
+		return nil, false
+	}
+	v, ok := m.m.Load(txt)
+	if !ok {
+		return nil, false
+	}
+	return v.(map[string]string), true
+}
+
+func (m *metadataMemo) put(txt string, md map[string]string) {
+	if m == nil || md == nil || m.n.Load() >= maxMemoized {
+		return
+	}
+	if _, loaded := m.m.LoadOrStore(txt, md); !loaded {
+		m.n.Add(1)
+	}
 }
 
 func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {

@@ -19,6 +19,7 @@ type Runtime struct {
 	keys      map[[32]byte]*keyInfo
 	routes    map[string]*ir.Route    // by id, route:<slug>
 	chains    map[string][]ir.Attempt // by cluster name; only providers that can take traffic
+	endpoints *metadataMemo           // endpoint metadata text, parsed once
 }
 
 type model struct {
@@ -71,6 +72,7 @@ func (k *keyInfo) allowsPlan(p *chatPlan) bool {
 // Compile builds a Runtime from the IR and the key records. Revoked keys are left out.
 func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 	rt := &Runtime{
+		endpoints: &metadataMemo{},
 		models:    make(map[string]*model, len(g.Models)),
 		providers: make(map[string]*ir.Provider, len(g.Providers)),
 		keys:      make(map[[32]byte]*keyInfo, len(keys)),
