@@ -296,8 +296,7 @@ func (s *Store) SettleBatch(recs []UsageRecord) []error {
 	if len(todo) == 0 {
 		return errs
 	}
-	// Which record failed, by request id, so the per-record errors land at the right index.
-	failed := map[string]error{}
+	failed := make([]error, len(todo)) // per record of todo
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		clear(failed)
 		byReq, usage := tx.Bucket(bucketUsageByRequest), tx.Bucket(bucketUsage)
@@ -307,7 +306,7 @@ func (s *Store) SettleBatch(recs []UsageRecord) []error {
 		routes := totalsRows{b: tx.Bucket(bucketUsageRoute)}
 		spend := tx.Bucket(bucketSpendMonth)
 		spends := map[string]decimal.Decimal{}
-		for _, st := range todo {
+		for i, st := range todo {
 			rec := &st.rec
 			if byReq.Get(st.reqKey) != nil {
 				continue // already settled, in an earlier transaction or earlier in this one
@@ -316,7 +315,7 @@ func (s *Store) SettleBatch(recs []UsageRecord) []error {
 			if a == nil {
 				a = &Account{}
 				if err := getAccount(accounts, rec.Account, a); err != nil {
-					failed[rec.RequestID] = fmt.Errorf("settle %q: %w", rec.RequestID, err)
+					failed[i] = fmt.Errorf("settle %q: %w", rec.RequestID, err)
 					continue
 				}
 				balances[rec.Account] = a
@@ -372,7 +371,7 @@ func (s *Store) SettleBatch(recs []UsageRecord) []error {
 		case err != nil:
 			errs[i] = err
 		default:
-			errs[i] = failed[todo[j].rec.RequestID]
+			errs[i] = failed[j]
 		}
 		j++
 	}

@@ -98,8 +98,8 @@ func (m *moneyPath) exchange(ctx context.Context) (time.Duration, time.Duration,
 		if err != nil {
 			return 0, 0, fmt.Errorf("reply %d: %w", i+1, err)
 		}
-		if ir := resp.GetImmediateResponse(); ir != nil {
-			return 0, 0, fmt.Errorf("reply %d: refused with %d: %.200s", i+1, ir.GetStatus().GetCode(), ir.GetBody())
+		if imm := resp.GetImmediateResponse(); imm != nil {
+			return 0, 0, fmt.Errorf("reply %d: refused with %d: %.200s", i+1, imm.GetStatus().GetCode(), imm.GetBody())
 		}
 		if i == 2 && resp.GetModeOverride().GetResponseBodyMode() != extprocfilterv3.ProcessingMode_BUFFERED { // the answer is read to meter it
 			return 0, 0, errors.New("response headers reply did not ask for the answer to meter it")
