@@ -30,6 +30,8 @@ func TestSettleBatchPerRecordOutcomes(t *testing.T) {
 		rec("earlier", "a", "1"), // settled by an earlier transaction: nothing happens
 		rec("r3", "a", "0.125"),
 		rec("r4", "b", "0.75"), // takes b below zero: actual usage is never refused
+		rec("dup", "ghost", "1"), // fails alone ...
+		rec("dup", "a", "0.5"),   // ... so the same id for a real account is settled
 	}
 	errs := s.SettleBatch(batch)
 	if len(errs) != len(batch) {
@@ -37,7 +39,13 @@ func TestSettleBatchPerRecordOutcomes(t *testing.T) {
 	}
 	for i, err := range errs {
 		switch batch[i].RequestID {
-		case "ghost-1":
+		case "ghost-1", "dup":
+			if batch[i].Account != "ghost" {
+				if err != nil {
+					t.Errorf("record %d (%s for a real account): %v", i, batch[i].RequestID, err)
+				}
+				continue
+			}
 			if !errors.Is(err, ErrNotFound) {
 				t.Errorf("record %d (unknown account): %v, want ErrNotFound", i, err)
 			}
@@ -51,11 +59,11 @@ func TestSettleBatchPerRecordOutcomes(t *testing.T) {
 			}
 		}
 	}
-	wantDec(t, "a's balance", balance(t, s, "a"), "8.625") // 10 - 1 - 0.25 - 0.125
+	wantDec(t, "a's balance", balance(t, s, "a"), "8.125") // 10 - 1 - 0.25 - 0.125 - 0.5
 	wantDec(t, "b's balance", balance(t, s, "b"), "-0.25") // 1 - 0.5 - 0.75
 	sm := checkLedger(t, s, map[string]string{"a": "10", "b": "1"})
-	if sm.requests != 5 {
-		t.Errorf("%d records, want 5 (earlier, r1, r2, r3, r4)", sm.requests)
+	if sm.requests != 6 {
+		t.Errorf("%d records, want 6 (earlier, r1, r2, r3, r4, dup)", sm.requests)
 	}
 }
 
