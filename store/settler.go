@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +13,7 @@ import (
 // pages it touches whatever it carries, so fewer, fuller transactions are what keeps the
 // gateway's CPU for serving requests.
 type Settler struct {
-	store   *Store
+	settle  func([]UsageRecord) []error // the store's SettleBatch; tests put faults in front
 	window  time.Duration
 	onError func(UsageRecord, error)
 	ch      chan UsageRecord
@@ -34,10 +35,17 @@ const (
 	settleQueue = 65536
 )
 
+// settleRetries are the pauses before settling again records whose transaction failed (a full
+// or failing disk): about 25 s in all, during which new records wait in the queue. Records that
+// are themselves wrong (invalid, unknown account) are not retried.
+var settleRetries = []time.Duration{
+	50 * time.Millisecond, 200 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second,
+}
+
 // NewSettler starts the writer. onError is called for each record that could not be stored
 // (the caller's books and the store's would then disagree: it must be loud).
 func NewSettler(st *Store, window time.Duration, onError func(UsageRecord, error)) *Settler {
-	q := &Settler{store: st, window: window, onError: onError,
+	q := &Settler{settle: st.SettleBatch, window: window, onError: onError,
 		ch: make(chan UsageRecord, settleQueue), done: make(chan struct{})}
 	go q.run()
 	return q
@@ -73,19 +81,39 @@ func (q *Settler) run() {
 			}
 		}
 		timer.Stop()
-		errs := q.store.SettleBatch(batch)
-		q.records.Add(int64(len(batch)))
-		q.commits.Add(1)
-		for i, err := range errs {
-			if err != nil && q.onError != nil {
-				q.onError(batch[i], err)
-			}
-		}
+		q.commit(batch)
 	}
 }
 
-// SettlerStats count what the writer has done: records handed to the store (stored, already
-// stored or failed) and the transactions that carried them.
+// commit settles batch, retrying what failed for a reason other than the record itself, and
+// reports what could not be stored.
+func (q *Settler) commit(batch []UsageRecord) {
+	for attempt := 0; len(batch) > 0; attempt++ {
+		errs := q.settle(batch)
+		q.commits.Add(1)
+		var again []UsageRecord
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				q.records.Add(1)
+			case attempt < len(settleRetries) && !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrNotFound):
+				again = append(again, batch[i])
+			default:
+				q.records.Add(1)
+				if q.onError != nil {
+					q.onError(batch[i], err)
+				}
+			}
+		}
+		if len(again) > 0 {
+			time.Sleep(settleRetries[attempt])
+		}
+		batch = again
+	}
+}
+
+// SettlerStats count what the writer has done: records done with (stored, already stored or
+// reported as failed) and the transactions that carried them (retries included).
 type SettlerStats struct {
 	Records int64 `json:"records"`
 	Commits int64 `json:"commits"`

@@ -29,7 +29,7 @@ func TestSettleBatchPerRecordOutcomes(t *testing.T) {
 		bad,
 		rec("earlier", "a", "1"), // settled by an earlier transaction: nothing happens
 		rec("r3", "a", "0.125"),
-		rec("r4", "b", "0.75"), // takes b below zero: actual usage is never refused
+		rec("r4", "b", "0.75"),   // takes b below zero: actual usage is never refused
 		rec("dup", "ghost", "1"), // fails alone ...
 		rec("dup", "a", "0.5"),   // ... so the same id for a real account is settled
 	}
@@ -221,5 +221,76 @@ func BenchmarkSettler(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "settles/s")
 	if n := count(b, s); n != b.N {
 		b.Fatalf("%d records after %d settlements", n, b.N)
+	}
+}
+
+// TestSettlerRetriesFailedTransactions: a transaction that fails (a full or failing disk) is
+// tried again, the records keep their place, and records that are wrong themselves are reported
+// at once, not retried.
+func TestSettlerRetriesFailedTransactions(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	mustAccount(t, s, "acct", "10")
+	saved := settleRetries
+	settleRetries = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}
+	defer func() { settleRetries = saved }()
+
+	var mu sync.Mutex
+	var reported []string
+	q := NewSettler(s, time.Millisecond, func(r UsageRecord, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported = append(reported, r.RequestID)
+	})
+	diskFull := errors.New("write: no space left on device")
+	var calls int
+	q.settle = func(batch []UsageRecord) []error {
+		calls++
+		if calls <= 2 { // the first two transactions fail as a whole
+			errs := make([]error, len(batch))
+			for i := range errs {
+				errs[i] = diskFull
+			}
+			return errs
+		}
+		return s.SettleBatch(batch)
+	}
+	q.Record(rec("kept-1", "acct", "1"))
+	q.Record(rec("kept-2", "acct", "2"))
+	q.Record(rec("ghost", "nobody", "1"))
+	q.Close()
+
+	if calls != 3 {
+		t.Errorf("%d transactions, want 3 (two failures, then success)", calls)
+	}
+	if len(reported) != 1 || reported[0] != "ghost" {
+		t.Errorf("reported %v, want only the record for the unknown account", reported)
+	}
+	wantDec(t, "balance", balance(t, s, "acct"), "7")
+	if st := q.Stats(); st.Records != 3 || st.Commits != 3 {
+		t.Errorf("stats %+v, want 3 records in 3 transactions", st)
+	}
+
+	// A transaction that never succeeds is given up after the retries and reported.
+	reported = nil
+	q = NewSettler(s, time.Millisecond, func(r UsageRecord, err error) {
+		if !errors.Is(err, diskFull) {
+			t.Errorf("%s: %v, want the disk's error", r.RequestID, err)
+		}
+		reported = append(reported, r.RequestID)
+	})
+	calls = 0
+	q.settle = func(batch []UsageRecord) []error {
+		calls++
+		errs := make([]error, len(batch))
+		for i := range errs {
+			errs[i] = diskFull
+		}
+		return errs
+	}
+	q.Record(rec("lost", "acct", "1"))
+	q.Close()
+	if calls != 4 || len(reported) != 1 {
+		t.Errorf("%d transactions and %v reported, want 4 (1 + 3 retries) and [lost]", calls, reported)
 	}
 }
