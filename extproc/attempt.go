@@ -116,8 +116,8 @@ func (a *attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHea
 // findTollway looks for the endpoint metadata namespace in an attribute value. Envoy 1.40 sends
 // xds.upstream_host_metadata as the Metadata message in protobuf text format; a structured
 // rendering is accepted too. Parsed text is remembered in memo (nil: not remembered): an
-// endpoint's metadata is the same text on every request, and parsing it was a tenth of the
-// process's CPU.
+// endpoint's metadata is the same text on every request, and parsing it was about 7% of
+// the process's CPU.
 func findTollway(v *structpb.Value, memo *metadataMemo) map[string]string {
 	if txt := v.GetStringValue(); txt != "" {
 		if md, ok := memo.get(txt); ok {

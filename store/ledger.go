@@ -19,6 +19,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -252,6 +253,7 @@ func (s *Store) Settle(rec UsageRecord) error {
 
 // settling is one record, encoded outside the transaction.
 type settling struct {
+	at                     int // index in the batch
 	rec                    UsageRecord
 	recJSON, uKey, reqKey  []byte
 	agKey, spKey, routeKey string
@@ -281,7 +283,7 @@ func (s *Store) SettleBatch(recs []UsageRecord) []error {
 			continue
 		}
 		st := settling{
-			rec: rec, recJSON: recJSON,
+			at: i, rec: rec, recJSON: recJSON,
 			uKey:   usageKey(rec.Time, rec.RequestID),
 			reqKey: []byte(rec.RequestID),
 			agKey:  string(aggKey(rec.Time.Format(dayLayout), rec.KeyID, rec.Account, rec.Model)),
@@ -296,29 +298,25 @@ func (s *Store) SettleBatch(recs []UsageRecord) []error {
 	if len(todo) == 0 {
 		return errs
 	}
-	failed := make([]error, len(todo)) // per record of todo
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		clear(failed)
 		byReq, usage := tx.Bucket(bucketUsageByRequest), tx.Bucket(bucketUsage)
-		accounts := tx.Bucket(bucketAccounts)
-		balances := map[string]*Account{}
-		aggs := totalsRows{b: tx.Bucket(bucketUsageAgg)}
-		routes := totalsRows{b: tx.Bucket(bucketUsageRoute)}
-		spend := tx.Bucket(bucketSpendMonth)
-		spends := map[string]decimal.Decimal{}
-		for i, st := range todo {
+		accounts := jsonRows[Account](tx.Bucket(bucketAccounts))
+		aggs := jsonRows[UsageTotals](tx.Bucket(bucketUsageAgg))
+		routes := jsonRows[UsageTotals](tx.Bucket(bucketUsageRoute))
+		// Month spend is stored as a bare decimal string.
+		spends := foldedRows[decimal.Decimal]{b: tx.Bucket(bucketSpendMonth), decode: decodeDecimal, encode: encodeDecimal}
+		for _, st := range todo {
 			rec := &st.rec
 			if byReq.Get(st.reqKey) != nil {
 				continue // already settled, in an earlier transaction or earlier in this one
 			}
-			a := balances[rec.Account]
+			a, err := accounts.row(rec.Account, false)
+			if err != nil {
+				return err
+			}
 			if a == nil {
-				a = &Account{}
-				if err := getAccount(accounts, rec.Account, a); err != nil {
-					failed[i] = fmt.Errorf("settle %q: %w", rec.RequestID, err)
-					continue
-				}
-				balances[rec.Account] = a
+				errs[st.at] = errorOf(ErrNotFound, "settle %q: account %q: not found", rec.RequestID, rec.Account)
+				continue
 			}
 			a.Balance = a.Balance.Sub(rec.Cost)
 			if err := usage.Put(st.uKey, st.recJSON); err != nil {
@@ -327,94 +325,92 @@ func (s *Store) SettleBatch(recs []UsageRecord) []error {
 			if err := byReq.Put(st.reqKey, st.uKey); err != nil {
 				return err
 			}
-			if err := aggs.add(st.agKey, st.add); err != nil {
+			ag, err := aggs.row(st.agKey, true)
+			if err != nil {
 				return err
 			}
+			ag.Add(st.add)
 			if st.routeKey != "" {
-				if err := routes.add(st.routeKey, st.add); err != nil {
+				rt, err := routes.row(st.routeKey, true)
+				if err != nil {
 					return err
 				}
+				rt.Add(st.add)
 			}
-			total, seen := spends[st.spKey]
-			if !seen {
-				total = decimal.Zero
-				if v := spend.Get([]byte(st.spKey)); v != nil {
-					prev, err := decimal.NewFromString(string(v))
-					if err != nil {
-						return fmt.Errorf("store: decode spend %q: %w", st.spKey, err)
-					}
-					total = prev
-				}
-			}
-			spends[st.spKey] = total.Add(rec.Cost)
-		}
-		for id, a := range balances {
-			if err := putJSON(accounts, id, a); err != nil {
+			sp, err := spends.row(st.spKey, true)
+			if err != nil {
 				return err
 			}
+			*sp = sp.Add(rec.Cost)
 		}
-		for k, total := range spends {
-			if err := spend.Put([]byte(k), []byte(total.String())); err != nil {
-				return err
-			}
-		}
-		if err := aggs.flush(); err != nil {
-			return err
-		}
-		return routes.flush()
+		return errors.Join(accounts.flush(), aggs.flush(), routes.flush(), spends.flush())
 	})
-	for i, j := 0, 0; i < len(recs) && j < len(todo); i++ {
-		if errs[i] != nil {
-			continue
+	if err != nil {
+		for _, st := range todo {
+			errs[st.at] = err
 		}
-		switch {
-		case err != nil:
-			errs[i] = err
-		default:
-			errs[i] = failed[j]
-		}
-		j++
 	}
 	return errs
 }
 
-// totalsRows folds records into aggregate rows of one bucket: each row is read once and written
-// once per transaction.
-type totalsRows struct {
-	b    *bolt.Bucket
-	rows map[string]*UsageTotals
+// foldedRows reads each row of one bucket at most once per transaction, lets every record of a
+// batch fold into it, and writes each row it handed out once, at flush.
+type foldedRows[T any] struct {
+	b      *bolt.Bucket
+	decode func([]byte, *T) error
+	encode func(*T) ([]byte, error)
+	rows   map[string]*T
 }
 
-func (t *totalsRows) add(k string, add UsageTotals) error {
-	if t.rows == nil {
-		t.rows = map[string]*UsageTotals{}
+// row is the row at k, read from the bucket the first time. An absent row is a zero value when
+// create is set, else nil (and nothing is written for it).
+func (f *foldedRows[T]) row(k string, create bool) (*T, error) {
+	if r, ok := f.rows[k]; ok {
+		return r, nil
 	}
-	ag := t.rows[k]
-	if ag == nil {
-		ag = &UsageTotals{}
-		if v := t.b.Get([]byte(k)); v != nil {
-			if err := jsonUnmarshal(v, ag); err != nil {
-				return err
-			}
+	r := new(T)
+	if v := f.b.Get([]byte(k)); v != nil {
+		if err := f.decode(v, r); err != nil {
+			return nil, fmt.Errorf("store: row %q: %w", k, err)
 		}
-		t.rows[k] = ag
+	} else if !create {
+		return nil, nil
 	}
-	ag.Add(add)
-	return nil
+	if f.rows == nil {
+		f.rows = map[string]*T{}
+	}
+	f.rows[k] = r
+	return r, nil
 }
 
-func (t *totalsRows) flush() error {
-	for k, ag := range t.rows {
-		v, err := json.Marshal(ag)
+func (f *foldedRows[T]) flush() error {
+	for k, r := range f.rows {
+		v, err := f.encode(r)
 		if err != nil {
-			return err
+			return fmt.Errorf("store: encode %q: %w", k, err)
 		}
-		if err := t.b.Put([]byte(k), v); err != nil {
+		if err := f.b.Put([]byte(k), v); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// jsonRows folds rows stored as JSON.
+func jsonRows[T any](b *bolt.Bucket) foldedRows[T] {
+	return foldedRows[T]{b: b,
+		decode: func(v []byte, r *T) error { return json.Unmarshal(v, r) },
+		encode: func(r *T) ([]byte, error) { return json.Marshal(r) },
+	}
+}
+
+func decodeDecimal(v []byte, d *decimal.Decimal) error {
+	var err error
+	*d, err = decimal.NewFromString(string(v))
+	return err
+}
+
+func encodeDecimal(d *decimal.Decimal) ([]byte, error) { return []byte(d.String()), nil }
 
 func routeAggKey(route, model string) []byte { return []byte(route + "\x00" + model) }
 

@@ -47,7 +47,8 @@ var answerBody = []byte(`{"id":"chatcmpl-bench","object":"chat.completion","crea
 	`"choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, five words here."},"finish_reason":"stop"}],` +
 	`"usage":{"prompt_tokens":21,"completion_tokens":7,"total_tokens":28}}`)
 
-// moneyPath drives the ext_proc exchanges of served requests at rate for d.
+// moneyPath is the bench acting as Envoy: one gRPC connection to the ext_proc socket, on which
+// each served request is its own stream.
 type moneyPath struct {
 	conn *grpc.ClientConn
 	key  string
