@@ -6,7 +6,7 @@ GO            ?= go
 TOOLS         := $(CURDIR)/tools
 BIN           := $(CURDIR)/bin
 ENVOY_VERSION := 1.40.0
-CONFIG        ?= configs/tollway.yaml
+CONFIG        ?=
 
 # Envoy: $ENVOY_BIN if given, else an `envoy` on PATH, else the pinned PyPI build in tools/.
 LOCAL_ENVOY   := $(TOOLS)/envoy/envoy/_bin/envoy
@@ -62,17 +62,20 @@ test: deps build ## Unit tests and real-Envoy end-to-end tests, race detector on
 test-unit: ## Unit tests only (no Envoy)
 	$(GO) test -race -count=1 -short ./...
 
+# Every package whose tests use the golden helper (test/golden) takes -update.
+GOLDEN_PKGS   = $(shell grep -rl --include='*_test.go' 'tollway/test/golden"' . | xargs -n1 dirname | sort -u)
+
 .PHONY: testdata
-testdata: ## Regenerate golden files
-	$(GO) test ./xds/translator/ ./envoy/ -update
+testdata: ## Regenerate every golden file (and remove outdated ones); review the diff
+	$(GO) test -count=1 $(GOLDEN_PKGS) -update
 
 .PHONY: bench
 bench: deps build ## Latency/throughput: direct vs Envoy alone vs Tollway (BENCH_FLAGS="-rate 1000 ...")
 	$(GO) run ./test/bench $(BENCH_FLAGS)
 
 .PHONY: run
-run: envoy build ## Run the gateway on the embedded default config
-	$(BIN)/tollway run --config $(CONFIG)
+run: envoy build ## Run the gateway on the embedded default config (CONFIG=file.yaml for another)
+	$(BIN)/tollway run $(if $(CONFIG),--config $(CONFIG))
 
 .PHONY: check
 check: ## gofmt, go vet

@@ -1,18 +1,12 @@
 package envoy_test
 
 import (
-	"encoding/json"
-	"flag"
 	"os"
-	"strings"
 	"testing"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/tollway/tollway/envoy"
+	"github.com/tollway/tollway/test/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files (make testdata)")
 
 func TestBootstrapGolden(t *testing.T) {
 	b, err := envoy.Bootstrap(envoy.BootstrapConfig{
@@ -27,30 +21,11 @@ func TestBootstrapGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v any
-	dec := json.NewDecoder(strings.NewReader(string(j)))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
-		t.Fatal(err)
-	}
-	got, err := yaml.Marshal(v)
+	got, err := golden.JSONYAML(j)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const path = "testdata/bootstrap.yaml"
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run `make testdata`)", err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("bootstrap differs from %s (run `make testdata` if intended):\n%s", path, got)
-	}
+	golden.Compare(t, "testdata/bootstrap.yaml", got)
 }
 
 func TestFindBinaryPrefersExplicitPath(t *testing.T) {

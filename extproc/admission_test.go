@@ -41,7 +41,7 @@ var testNow = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 func billedServer(t *testing.T, credits string, limit *decimal.Decimal) (*envoy, *billing.Ledger, *recorder) {
 	t.Helper()
 	g := testGateway()
-	p, err := billing.ParsePricing(map[string]any{"prompt": "1", "completion": "2"})
+	p, err := ir.ParsePricing(map[string]any{"prompt": "1", "completion": "2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestAdmissionStreamsAndCuts(t *testing.T) {
 // (billing on) the prompt bound, the worst-case price and the hold.
 func BenchmarkAdmission(b *testing.B) {
 	g := testGateway()
-	p, _ := billing.ParsePricing(map[string]any{"prompt": "0.00000015", "completion": "0.0000006"})
+	p, _ := ir.ParsePricing(map[string]any{"prompt": "0.00000015", "completion": "0.0000006"})
 	g.Models[0].Pricing = p
 	rt := Compile(g, []store.Key{keyRecord("key_valid", validSecret, false)})
 	body := []byte(`{"model":"gpt","stream":true,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words"}],"max_tokens":32,"temperature":0.2}`)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/xds/ir"
-	"github.com/tollway/tollway/xds/translator"
 )
 
 // attempt is one upstream try of a request, seen by the upstream ext_proc filter after Envoy
@@ -71,7 +70,7 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 			if errors.Is(err, provider.ErrBadRequest) {
 				// The client's request cannot be said in this provider's API: its fault, a 400.
 				e := apiErr(http.StatusBadRequest, "invalid_request", "%v", err)
-				return immediate(a.requestID, e.Status, e.Body(a.requestID), translator.ErrorCodeDetailsPrefix+e.Code), nil
+				return immediate(a.requestID, e.Status, e.Body(a.requestID), ir.ErrorCodeDetailsPrefix+e.Code), nil
 			}
 			if err != nil {
 				s.log.Error("upstream attempt rewrite failed", "provider", a.provider.Name, "error", err)

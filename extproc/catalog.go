@@ -5,24 +5,24 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // catalogEntry is one model as GET /v1/models shows it (spec 2.4). Lengths are null when unknown.
 type catalogEntry struct {
-	ID                          string          `json:"id"`
-	Object                      string          `json:"object"` // "model", for OpenAI SDKs' models.list
-	OwnedBy                     string          `json:"owned_by"`
-	Name                        string          `json:"name"`
-	InputModalities             []string        `json:"input_modalities"`
-	OutputModalities            []string        `json:"output_modalities"`
-	ContextLength               *int64          `json:"context_length"`
-	MaxOutputLength             *int64          `json:"max_output_length"`
-	SupportedSamplingParameters []string        `json:"supported_sampling_parameters"`
-	SupportedFeatures           []string        `json:"supported_features"`
-	Pricing                     billing.Pricing `json:"pricing"`
-	IsReady                     bool            `json:"is_ready"`
-	IsFree                      bool            `json:"is_free"`
+	ID                          string     `json:"id"`
+	Object                      string     `json:"object"` // "model", for OpenAI SDKs' models.list
+	OwnedBy                     string     `json:"owned_by"`
+	Name                        string     `json:"name"`
+	InputModalities             []string   `json:"input_modalities"`
+	OutputModalities            []string   `json:"output_modalities"`
+	ContextLength               *int64     `json:"context_length"`
+	MaxOutputLength             *int64     `json:"max_output_length"`
+	SupportedSamplingParameters []string   `json:"supported_sampling_parameters"`
+	SupportedFeatures           []string   `json:"supported_features"`
+	Pricing                     ir.Pricing `json:"pricing"`
+	IsReady                     bool       `json:"is_ready"`
+	IsFree                      bool       `json:"is_free"`
 }
 
 func optional(n int64) *int64 {

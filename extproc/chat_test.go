@@ -3,13 +3,14 @@ package extproc
 import (
 	"encoding/json"
 
-	"github.com/tollway/tollway/extproc/provider"
-	"github.com/tollway/tollway/xds/ir"
 	"net/http"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // firstAttempt plans body and rewrites it for the first attempt of its chain, as the upstream

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // upstreamUsage is OpenAI's usage object, with the cached-prompt detail.
@@ -16,8 +17,8 @@ type upstreamUsage struct {
 	} `json:"prompt_tokens_details"`
 }
 
-func (u *upstreamUsage) billing() billing.Usage {
-	out := billing.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+func (u *upstreamUsage) billing() ir.Usage {
+	out := ir.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 	if u.PromptTokensDetails != nil {
 		out.CachedTokens = u.PromptTokensDetails.CachedTokens
 	}
@@ -192,7 +193,7 @@ func (m *meter) event(ev []byte) (drop bool) {
 }
 
 // result is the usage to bill and whether it is an estimate.
-func (m *meter) result(promptTokens func() int64) (billing.Usage, bool) {
+func (m *meter) result(promptTokens func() int64) (ir.Usage, bool) {
 	if m.usage != nil {
 		return m.usage.billing(), false
 	}
@@ -203,5 +204,5 @@ func (m *meter) result(promptTokens func() int64) (billing.Usage, bool) {
 			c.appendText(&m.text)
 		}
 	}
-	return billing.Usage{PromptTokens: promptTokens(), CompletionTokens: int64(billing.CountText(m.text.String()))}, true
+	return ir.Usage{PromptTokens: promptTokens(), CompletionTokens: int64(billing.CountText(m.text.String()))}, true
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
-	"github.com/tollway/tollway/xds/translator"
 )
 
 const (
@@ -353,12 +352,12 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 // fail answers the client directly with e in the spec's error shape.
 func (x *exchange) fail(e *APIError) *extprocv3.ProcessingResponse {
 	x.release()
-	return x.immediate(e.Status, e.Body(x.requestID), translator.ErrorCodeDetailsPrefix+e.Code)
+	return x.immediate(e.Status, e.Body(x.requestID), ir.ErrorCodeDetailsPrefix+e.Code)
 }
 
 // reply answers the client directly with a JSON body.
 func (x *exchange) reply(status int, body []byte) *extprocv3.ProcessingResponse {
-	return x.immediate(status, body, translator.ErrorCodeDetailsPrefix+"answered")
+	return x.immediate(status, body, ir.ErrorCodeDetailsPrefix+"answered")
 }
 
 func (x *exchange) immediate(status int, body []byte, details string) *extprocv3.ProcessingResponse {

@@ -29,7 +29,6 @@ import (
 
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
-	"github.com/tollway/tollway/xds/translator"
 )
 
 func TestAuthenticate(t *testing.T) {
@@ -538,7 +537,7 @@ func TestProcessImmediateResponses(t *testing.T) {
 			if int(imm.GetStatus().GetCode()) != tt.status {
 				t.Errorf("status = %d, want %d", imm.GetStatus().GetCode(), tt.status)
 			}
-			if want := translator.ErrorCodeDetailsPrefix + tt.code; imm.GetDetails() != want || !strings.HasPrefix(imm.GetDetails(), "tollway_") {
+			if want := ir.ErrorCodeDetailsPrefix + tt.code; imm.GetDetails() != want || !strings.HasPrefix(imm.GetDetails(), "tollway_") {
 				t.Errorf("details = %q, want %q", imm.GetDetails(), want)
 			}
 			var requestID string

@@ -1,3 +1,6 @@
+// Package billing holds worst-case costs against account balances and per-key monthly spend
+// limits (the Ledger), and counts tokens for the estimates those holds and estimated bills need.
+// Prices and the cost of a request under them belong to the catalog (xds/ir Pricing).
 package billing
 
 import (

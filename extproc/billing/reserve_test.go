@@ -47,8 +47,8 @@ func reserveMany(t *testing.T, l *Ledger, n int, limit *decimal.Decimal, amount 
 // The proof at unit level: a limit that covers exactly 10 worst-case requests admits
 // exactly 10 of 50 concurrent ones.
 func TestSpendLimitCannotBeOutrun(t *testing.T) {
-	pricing := mustParse(t, map[string]any{"prompt": "0.000001", "completion": "0.000002"})
-	worst := pricing.WorstCase(500, 500) // 0.0015
+	// 500 prompt + 500 completion tokens at 0.000001 / 0.000002 per token.
+	worst := dec("0.0015")
 	limit := worst.Mul(decimal.NewFromInt(10))
 	start := dec("100")
 	l := NewLedger(map[string]decimal.Decimal{"acme": start}, nil, "2026-11")
@@ -66,7 +66,7 @@ func TestSpendLimitCannotBeOutrun(t *testing.T) {
 	}
 
 	// Settle at the real cost, less than the hold: the difference frees room for more.
-	actual := pricing.Cost(Usage{PromptTokens: 500, CachedTokens: 0, CompletionTokens: 100}) // 0.0007
+	actual := dec("0.0007") // 500 prompt + 100 completion tokens
 	for _, r := range held {
 		l.Settle(r, actual)
 	}
@@ -284,3 +284,5 @@ func BenchmarkReserveSettleManyKeys(b *testing.B) {
 		}
 	})
 }
+
+func dec(s string) decimal.Decimal { return decimal.RequireFromString(s) }

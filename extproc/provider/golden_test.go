@@ -3,38 +3,21 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tollway/tollway/test/golden"
 	"github.com/tollway/tollway/xds/ir"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // Golden answers must not depend on the clock.
 func init() { now = func() time.Time { return time.Unix(1767225600, 0) } }
 
-// compareGolden fails t when got differs from the file at path, or rewrites the file with -update.
-func compareGolden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./extproc/provider/ -update creates it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test ./extproc/provider/ -update rewrites it after review):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
+// compareGolden fails t when got differs from the file at path, or rewrites it (make testdata).
+func compareGolden(t *testing.T, path string, got []byte) { t.Helper(); golden.Compare(t, path, got) }
 
 type fixture struct {
 	path string

@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/tollway/tollway/extproc/billing"
 )
 
 // Names shared by the translator, the bootstrap and the ext_proc server.
@@ -90,12 +88,12 @@ type Model struct {
 	Targets             []Target `json:"targets"`
 	SupportedParameters []string `json:"supportedParameters,omitempty"`
 	// Catalog facts (spec 2.4); xDS does not use them.
-	InputModalities   []string        `json:"inputModalities,omitempty"`
-	OutputModalities  []string        `json:"outputModalities,omitempty"`
-	ContextLength     int64           `json:"contextLength,omitempty"`
-	MaxOutputLength   int64           `json:"maxOutputLength,omitempty"`
-	SupportedFeatures []string        `json:"supportedFeatures,omitempty"`
-	Pricing           billing.Pricing `json:"-"`
+	InputModalities   []string `json:"inputModalities,omitempty"`
+	OutputModalities  []string `json:"outputModalities,omitempty"`
+	ContextLength     int64    `json:"contextLength,omitempty"`
+	MaxOutputLength   int64    `json:"maxOutputLength,omitempty"`
+	SupportedFeatures []string `json:"supportedFeatures,omitempty"`
+	Pricing           Pricing  `json:"-"`
 }
 
 // Target is one provider that serves a model, under that provider's model name.

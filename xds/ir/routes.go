@@ -173,4 +173,7 @@ const (
 	// PhaseMetadata is the gRPC metadata key telling ext_proc which filter a stream comes from.
 	PhaseMetadata = "x-tollway-phase"
 	PhaseUpstream = "upstream"
+	// ErrorCodeDetailsPrefix starts the response code details of every reply ext_proc answers
+	// itself, so Envoy's local-reply mappers leave those bodies alone.
+	ErrorCodeDetailsPrefix = "tollway_"
 )

@@ -1,44 +1,32 @@
 package translator_test
 
 import (
-	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"go.yaml.in/yaml/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tollway/tollway/test/golden"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
 	"github.com/tollway/tollway/xds/translator"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files (make testdata)")
-
 // TestGolden translates every testdata/in/<case>.yaml IR and compares the result with
-// testdata/out/<case>.{listeners,routes,clusters}.yaml.
+// testdata/out/<case>.{listeners,routes,clusters}.yaml; an IR that fails validation or translation
+// is compared with testdata/out/<case>.error.txt instead.
 func TestGolden(t *testing.T) {
-	ins, err := filepath.Glob("testdata/in/*.yaml")
-	if err != nil || len(ins) == 0 {
-		t.Fatalf("no golden inputs: %v", err)
-	}
-	for _, in := range ins {
-		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
+	for _, in := range golden.Inputs(t, "testdata/in/*.yaml") {
+		name := golden.Case(in)
 		t.Run(name, func(t *testing.T) {
 			var g ir.Gateway
-			if err := decodeYAML(in, &g); err != nil {
+			if err := golden.DecodeYAML(in, &g); err != nil {
 				t.Fatal(err)
 			}
-			if err := g.Validate(); err != nil {
-				t.Fatalf("input IR is invalid: %v", err)
-			}
-			res, err := translator.Translate(&g)
+			res, err := translate(&g)
 			if err != nil {
-				t.Fatal(err)
+				golden.Compare(t, filepath.Join("testdata", "out", name+".error.txt"), []byte(err.Error()+"\n"))
+				return
 			}
 			kinds := map[string][]proto.Message{}
 			for _, l := range res.Listeners {
@@ -56,67 +44,21 @@ func TestGolden(t *testing.T) {
 						t.Errorf("%s fails protoc-gen-validate: %v", kind, err)
 					}
 				}
-				got, err := MessagesYAML(kinds[kind])
+				got, err := golden.ProtoYAML(kinds[kind]...)
 				if err != nil {
 					t.Fatal(err)
 				}
-				CompareGolden(t, filepath.Join("testdata", "out", name+"."+kind+".yaml"), got, *update)
+				golden.Compare(t, filepath.Join("testdata", "out", name+"."+kind+".yaml"), got)
 			}
 		})
 	}
+	golden.Prune(t, "testdata/out/*")
 }
 
-func decodeYAML(path string, out any) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return err
+// translate is what the gateway does with an IR: validate, then translate.
+func translate(g *ir.Gateway) (*translator.Resources, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
 	}
-	var v any
-	if err := yaml.Unmarshal(raw, &v); err != nil {
-		return err
-	}
-	j, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(strings.NewReader(string(j)))
-	dec.DisallowUnknownFields()
-	return dec.Decode(out)
-}
-
-// MessagesYAML renders protos as stable YAML (protojson field names, sorted keys).
-func MessagesYAML(ms []proto.Message) ([]byte, error) {
-	var docs []any
-	for _, m := range ms {
-		j, err := protojson.Marshal(m)
-		if err != nil {
-			return nil, err
-		}
-		var v any
-		dec := json.NewDecoder(strings.NewReader(string(j)))
-		dec.UseNumber() // keep integers as written, not as floats
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		docs = append(docs, v)
-	}
-	return yaml.Marshal(docs)
-}
-
-// CompareGolden fails t when got differs from the file at path, or rewrites it with update.
-func CompareGolden(t *testing.T, path string, got []byte, update bool) {
-	t.Helper()
-	if update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run `make testdata` to create it)", err)
-	}
-	if string(want) != string(got) {
-		t.Errorf("%s differs from the translation (run `make testdata` if the change is intended):\n--- got ---\n%s", path, got)
-	}
+	return translator.Translate(g)
 }

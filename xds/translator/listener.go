@@ -28,10 +28,6 @@ import (
 // Envoy's 200 ms default; past it Envoy fails closed.
 const ExtProcMessageTimeout = 5 * time.Second
 
-// ErrorCodeDetailsPrefix starts the response code details of every error ext_proc answers
-// itself, so the local-reply mapper below leaves those bodies alone.
-const ErrorCodeDetailsPrefix = "tollway_"
-
 func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
 	filters, err := httpFilters()
 	if err != nil {
@@ -124,7 +120,7 @@ func extProc() *extprocv3.ExternalProcessor {
 
 // localReplies gives Envoy's own error replies (ext_proc unreachable, provider unreachable, body
 // too large) the spec's error body. Replies ext_proc wrote itself are already in that shape and
-// carry code details starting with ErrorCodeDetailsPrefix, which the filters exclude.
+// carry code details starting with ir.ErrorCodeDetailsPrefix, which the filters exclude.
 func localReplies() *hcmv3.LocalReplyConfig {
 	body := func(code, message string) *corev3.SubstitutionFormatString {
 		return &corev3.SubstitutionFormatString{
@@ -147,7 +143,7 @@ func localReplies() *hcmv3.LocalReplyConfig {
 			BodyFormatOverride: body(code, message),
 		}
 	}
-	notOurs := fmt.Sprintf("!response.code_details.startsWith('%s')", ErrorCodeDetailsPrefix)
+	notOurs := fmt.Sprintf("!response.code_details.startsWith('%s')", ir.ErrorCodeDetailsPrefix)
 	return &hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{
 		// Details (socket paths, gRPC codes) stay in Envoy's log, not in the client's answer.
 		mapper("response.code_details.startsWith('ext_proc')", "gateway_unavailable",

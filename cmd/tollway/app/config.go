@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/tollway/tollway/configs"
-	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/catalog"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -191,7 +191,7 @@ func (c *Config) catalog() (store.Catalog, error) {
 		cat.Providers = append(cat.Providers, store.Provider{Name: p.Name, Type: p.Type, BaseURL: p.BaseURL, APIKeyRef: storeRef(p.APIKey), CAFile: p.CAFile})
 	}
 	for _, m := range c.Models {
-		pricing, err := billing.ParsePricing(m.Pricing)
+		pricing, err := ir.ParsePricing(m.Pricing)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("model %q: pricing: %w: %w", m.ID, err, ir.ErrInvalid))
 			continue
@@ -231,89 +231,24 @@ func (c *Config) catalogIR() (*ir.Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	return buildIR(c.Listen.Public, cat, c.inlineSecrets())
+	return catalog.Build(c.Listen.Public, cat, c.buildEnv())
 }
 
-// systemCABundle finds the operating system's CA bundle (Debian/Ubuntu, RHEL/Fedora, Alpine/macOS).
-func systemCABundle() string {
-	for _, p := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-func orDefault(v []string, d string) []string {
-	if len(v) == 0 {
-		return []string{d}
-	}
-	return v
-}
-
-// decodePricing reads stored pricing JSON without going through float64.
-func decodePricing(raw json.RawMessage) (billing.Pricing, error) {
-	if len(raw) == 0 {
-		return billing.ParsePricing(nil)
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return billing.Pricing{}, err
-	}
-	return billing.ParsePricing(v)
-}
-
-// buildIR compiles store records into the IR, resolving credentials.
-func buildIR(public string, cat store.Catalog, inline map[string]string) (*ir.Gateway, error) {
-	l, err := ir.ParseListen(public)
-	if err != nil {
-		return nil, err
-	}
-	g := &ir.Gateway{Listener: l}
-	var errs []error
-	for _, sp := range cat.Providers {
-		p := ir.Provider{Name: sp.Name, Type: sp.Type, NeedsKey: sp.APIKeyRef != ""}
-		if err := ir.ParseProviderURL(&p, sp.BaseURL); err != nil {
-			errs = append(errs, err)
-		}
-		if p.TLS {
-			p.CAFile = sp.CAFile
-			if p.CAFile == "" {
-				p.CAFile = systemCABundle()
-			} else if _, err := os.Stat(p.CAFile); err != nil {
-				errs = append(errs, fmt.Errorf("provider %q: ca_file: %w", sp.Name, err))
+// buildEnv is how this configuration's records resolve when they become IR: literal api_key
+// values from memory, ${VAR} references from the environment, the system CA bundle.
+func (c *Config) buildEnv() catalog.Env {
+	inline := c.inlineSecrets()
+	return catalog.Env{
+		SystemCA: catalog.SystemCABundle(),
+		Secret: func(p store.Provider) string {
+			if s, ok := inline[p.Name]; ok {
+				return s
 			}
-		}
-		if s, ok := inline[sp.Name]; ok {
-			p.APIKey = s
-		} else if envRef.MatchString(sp.APIKeyRef) {
-			p.APIKey, _ = resolveSecret(sp.APIKeyRef)
-		} // else: an inline secret whose config is gone stays unresolved, never used as a literal
-		g.Providers = append(g.Providers, p)
+			if envRef.MatchString(p.APIKeyRef) {
+				s, _ := resolveSecret(p.APIKeyRef)
+				return s
+			}
+			return "" // an inline secret whose config is gone stays unresolved, never used as a literal
+		},
 	}
-	for _, sm := range cat.Models {
-		m := ir.Model{
-			ID: sm.ID, Name: sm.Name, SupportedParameters: sm.SupportedSamplingParameters,
-			InputModalities: orDefault(sm.InputModalities, "text"), OutputModalities: orDefault(sm.OutputModalities, "text"),
-			ContextLength: sm.ContextLength, MaxOutputLength: sm.MaxOutputLength, SupportedFeatures: sm.SupportedFeatures,
-		}
-		var err error
-		if m.Pricing, err = decodePricing(sm.Pricing); err != nil {
-			errs = append(errs, fmt.Errorf("model %q: pricing: %w: %w", sm.ID, err, ir.ErrInvalid))
-		}
-		for _, t := range sm.Providers {
-			m.Targets = append(m.Targets, ir.Target{Provider: t.Provider, Model: t.Model, SupportedParameters: t.SupportedSamplingParameters})
-		}
-		g.Models = append(g.Models, m)
-	}
-	for _, sr := range cat.Routes {
-		g.Routes = append(g.Routes, ir.Route{Name: sr.Name, ID: sr.ID, Rule: sr.Rule, Models: sr.Models, Modes: sr.Modes, Status: sr.Status})
-	}
-	errs = append(errs, g.Validate())
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return g, nil
 }

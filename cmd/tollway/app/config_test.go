@@ -2,7 +2,6 @@ package app
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/catalog"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -452,7 +452,7 @@ func TestInlineSecretNeverStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What the gateway does on every apply: rebuild the IR from the store with in-memory secrets.
-	g, err := buildIR(c.Listen.Public, stored, c.inlineSecrets())
+	g, err := catalog.Build(c.Listen.Public, stored, c.buildEnv())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,38 +476,6 @@ func TestInlineSecretNeverStored(t *testing.T) {
 	}
 	if !bytes.Contains(raw, []byte("${TOLLWAY_TEST_OPENAI_KEY}")) {
 		t.Error("the env reference is not in the store file; the byte search cannot be trusted")
-	}
-}
-
-func TestBuildIRErrors(t *testing.T) {
-	cat := store.Catalog{
-		Providers: []store.Provider{
-			{Name: "bad-url", Type: "openai", BaseURL: "not a url"},
-			{Name: "ok", Type: "openai", BaseURL: "https://example.com/v1"},
-		},
-		Models: []store.Model{{ID: "m", Providers: []store.ModelProvider{{Provider: "missing", Model: "x"}}}},
-	}
-	_, err := buildIR("127.0.0.1:8080", cat, nil)
-	if err == nil {
-		t.Fatal("buildIR accepted a bad catalog")
-	}
-	if !errors.Is(err, ir.ErrInvalid) {
-		t.Errorf("error %v does not wrap ir.ErrInvalid (the admin API maps it to 400)", err)
-	}
-	for _, s := range []string{`"bad-url"`, "not a url", `"missing"`} {
-		if !strings.Contains(err.Error(), s) {
-			t.Errorf("error %q does not mention %s", err, s)
-		}
-	}
-	if _, err := buildIR("nope", store.Catalog{}, nil); err == nil || !errors.Is(err, ir.ErrInvalid) {
-		t.Errorf("buildIR with a bad listen address: %v", err)
-	}
-	g, err := buildIR(":8080", store.Catalog{}, nil)
-	if err != nil {
-		t.Fatalf("empty catalog: %v", err)
-	}
-	if g.Listener != (ir.Listener{Address: "0.0.0.0", Port: 8080}) || len(g.Providers) != 0 {
-		t.Errorf("empty catalog IR = %+v", g)
 	}
 }
 

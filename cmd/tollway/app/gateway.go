@@ -13,6 +13,7 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds"
+	"github.com/tollway/tollway/xds/catalog"
 	"github.com/tollway/tollway/xds/ir"
 	"github.com/tollway/tollway/xds/translator"
 )
@@ -91,7 +92,7 @@ func (g *gateway) applyLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gw, err := buildIR(g.cfg.Listen.Public, cat, g.cfg.inlineSecrets())
+	gw, err := catalog.Build(g.cfg.Listen.Public, cat, g.cfg.buildEnv())
 	if err != nil {
 		return err
 	}

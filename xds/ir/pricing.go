@@ -1,9 +1,8 @@
-// Package billing prices requests from catalog pricing, holds worst-case costs against account
-// balances and per-key monthly spend limits, and counts tokens for the estimates those holds need.
-//
-// Money is exact decimal (shopspring/decimal) end to end: prices are parsed from their decimal text
-// and never pass through float64, so 1,000,000 × "0.00000015" is exactly "0.15".
-package billing
+package ir
+
+// Catalog pricing (spec 2.4) and what a request costs under it. Money is exact decimal
+// (shopspring/decimal) end to end: prices are parsed from their decimal text and never pass
+// through float64, so 1,000,000 × "0.00000015" is exactly "0.15".
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package billing
+package ir
 
 import (
 	"encoding/json"

@@ -1,0 +1,110 @@
+package catalog_test
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/test/golden"
+	"github.com/tollway/tollway/xds/catalog"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// input is a golden case: store records as the store keeps them, and what Env resolves.
+type input struct {
+	Public    string            `json:"public"`
+	Secrets   map[string]string `json:"secrets"`  // provider name -> resolved credential
+	CAFiles   []string          `json:"ca_files"` // ca_file paths that exist
+	Providers []store.Provider  `json:"providers"`
+	Models    []store.Model     `json:"models"`
+	Routes    []store.Route     `json:"routes"`
+}
+
+// output is what the golden file shows: the IR, plus the parts it keeps out of its JSON
+// (pricing, and whether each provider's credential resolved; never the secret).
+type output struct {
+	Gateway *ir.Gateway           `json:"gateway"`
+	Pricing map[string]ir.Pricing `json:"pricing"`
+	Ready   map[string]bool       `json:"ready"`
+}
+
+func env(in input) catalog.Env {
+	return catalog.Env{
+		SystemCA: "/etc/ssl/certs/system-bundle.pem",
+		Secret:   func(p store.Provider) string { return in.Secrets[p.Name] },
+		CheckFile: func(path string) error {
+			for _, f := range in.CAFiles {
+				if f == path {
+					return nil
+				}
+			}
+			return errors.New("no such file")
+		},
+	}
+}
+
+// TestGolden builds every testdata/in/<case>.yaml and compares the IR with
+// testdata/out/<case>.ir.yaml, or the error with testdata/out/<case>.error.txt.
+func TestGolden(t *testing.T) {
+	for _, path := range golden.Inputs(t, "testdata/in/*.yaml") {
+		name := golden.Case(path)
+		t.Run(name, func(t *testing.T) {
+			var in input
+			if err := golden.DecodeYAML(path, &in); err != nil {
+				t.Fatal(err)
+			}
+			g, err := catalog.Build(in.Public, store.Catalog{Providers: in.Providers, Models: in.Models, Routes: in.Routes}, env(in))
+			if err != nil {
+				if !errors.Is(err, ir.ErrInvalid) {
+					t.Errorf("error %v does not wrap ir.ErrInvalid (the admin API maps it to 400)", err)
+				}
+				golden.Compare(t, filepath.Join("testdata", "out", name+".error.txt"), []byte(err.Error()+"\n"))
+				return
+			}
+			out := output{Gateway: g, Pricing: map[string]ir.Pricing{}, Ready: map[string]bool{}}
+			for _, m := range g.Models {
+				out.Pricing[m.ID] = m.Pricing
+			}
+			for _, p := range g.Providers {
+				out.Ready[p.Name] = p.Ready()
+			}
+			got, err := golden.YAML(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range in.Secrets {
+				if s != "" && strings.Contains(string(got), s) {
+					t.Fatalf("a secret is in the rendered IR")
+				}
+			}
+			golden.Compare(t, filepath.Join("testdata", "out", name+".ir.yaml"), got)
+		})
+	}
+	golden.Prune(t, "testdata/out/*")
+}
+
+func TestSecretsResolveThroughEnv(t *testing.T) {
+	cat := store.Catalog{Providers: []store.Provider{{Name: "openai", Type: "openai", BaseURL: "https://api.openai.com/v1", APIKeyRef: "${OPENAI_API_KEY}"}}}
+	g, err := catalog.Build("127.0.0.1:8080", cat, catalog.Env{SystemCA: "/ca.pem", Secret: func(p store.Provider) string { return "sk-" + p.Name }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := g.Providers[0]; p.APIKey != "sk-openai" || !p.NeedsKey || p.CAFile != "/ca.pem" {
+		t.Fatalf("provider = %+v", p)
+	}
+	g, err = catalog.Build("127.0.0.1:8080", cat, catalog.Env{SystemCA: "/ca.pem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Providers[0].Ready() {
+		t.Fatal("a provider whose credential did not resolve is ready")
+	}
+}
+
+func TestBadListenAddress(t *testing.T) {
+	if _, err := catalog.Build("nope", store.Catalog{}, catalog.Env{}); err == nil || !errors.Is(err, ir.ErrInvalid) {
+		t.Errorf("Build with a bad listen address: %v", err)
+	}
+}
