@@ -48,7 +48,8 @@ type Config struct {
 	Models    []ModelConfig    `mapstructure:"models"`
 	Routes    []RouteConfig    `mapstructure:"routes"`
 
-	path string // file it came from; "" for the embedded default
+	path string // file it came from; "" for an embedded configuration
+	demo bool   // the embedded demo configuration (tollway run --demo)
 }
 
 // ProviderConfig is one entry of providers:.
@@ -109,6 +110,33 @@ var defaults = map[string]any{
 // overrides (TOLLWAY_LISTEN_PUBLIC=127.0.0.1:8081 ...) and checks it. Unknown keys are errors:
 // a typo must not silently fall back to a default.
 func LoadConfig(path string) (*Config, error) {
+	if path == "" {
+		return loadConfig("", configs.Default, "(embedded default)")
+	}
+	return loadConfig(path, nil, path)
+}
+
+// LoadDemoConfig reads the embedded demo configuration (configs/demo.yaml, `tollway run
+// --demo`), with the same environment overrides and checks as LoadConfig.
+func LoadDemoConfig() (*Config, error) {
+	c, err := loadConfig("", configs.Demo, "(embedded demo)")
+	if err != nil {
+		return nil, err
+	}
+	c.demo = true
+	return c, nil
+}
+
+// reread loads the configuration again from where c came from (a reload).
+func (c *Config) reread() (*Config, error) {
+	if c.demo {
+		return LoadDemoConfig()
+	}
+	return LoadConfig(c.path)
+}
+
+// loadConfig reads the file at path, or embedded when path is ""; errors call it name.
+func loadConfig(path string, embedded []byte, name string) (*Config, error) {
 	v := viper.New()
 	for k, d := range defaults {
 		v.SetDefault(k, d)
@@ -119,30 +147,23 @@ func LoadConfig(path string) (*Config, error) {
 	v.SetConfigType("yaml")
 	var err error
 	if path == "" {
-		err = v.ReadConfig(bytes.NewReader(configs.Default))
+		err = v.ReadConfig(bytes.NewReader(embedded))
 	} else {
 		v.SetConfigFile(path)
 		err = v.ReadInConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", displayPath(path), err)
+		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
 	var c Config
 	if err := v.UnmarshalExact(&c); err != nil {
-		return nil, fmt.Errorf("config %s: %w", displayPath(path), err)
+		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
 	c.path = path
 	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("config %s:\n%w", displayPath(path), err)
+		return nil, fmt.Errorf("config %s:\n%w", name, err)
 	}
 	return &c, nil
-}
-
-func displayPath(p string) string {
-	if p == "" {
-		return "(embedded default)"
-	}
-	return p
 }
 
 // Validate checks what the IR does not: listen addresses and the store path.
@@ -231,8 +252,15 @@ func (c *Config) catalogIR() (*ir.Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	return buildIR(c.Listen.Public, cat, c.inlineSecrets())
+	return buildIR(c.Listen.Public, cat, c.inlineSecrets(), checkOnly)
 }
+
+// demoEndpoint gives the host:port of the in-process demo model server, starting it if needed.
+type demoEndpoint func() (string, error)
+
+// checkOnly stands in for the demo server when a configuration is only checked: nothing is
+// started, and the address is never dialled.
+func checkOnly() (string, error) { return "127.0.0.1:9", nil }
 
 // systemCABundle finds the operating system's CA bundle (Debian/Ubuntu, RHEL/Fedora, Alpine/macOS).
 func systemCABundle() string {
@@ -265,8 +293,9 @@ func decodePricing(raw json.RawMessage) (billing.Pricing, error) {
 	return billing.ParsePricing(v)
 }
 
-// buildIR compiles store records into the IR, resolving credentials.
-func buildIR(public string, cat store.Catalog, inline map[string]string) (*ir.Gateway, error) {
+// buildIR compiles store records into the IR, resolving credentials. A provider of type demo
+// takes the demo model server's address from demo.
+func buildIR(public string, cat store.Catalog, inline map[string]string, demo demoEndpoint) (*ir.Gateway, error) {
 	l, err := ir.ParseListen(public)
 	if err != nil {
 		return nil, err
@@ -275,6 +304,13 @@ func buildIR(public string, cat store.Catalog, inline map[string]string) (*ir.Ga
 	var errs []error
 	for _, sp := range cat.Providers {
 		p := ir.Provider{Name: sp.Name, Type: sp.Type, NeedsKey: sp.APIKeyRef != ""}
+		if sp.Type == ir.ProviderTypeDemo {
+			if err := demoProvider(&p, sp, demo); err != nil {
+				errs = append(errs, err)
+			}
+			g.Providers = append(g.Providers, p)
+			continue
+		}
 		if err := ir.ParseProviderURL(&p, sp.BaseURL); err != nil {
 			errs = append(errs, err)
 		}
@@ -316,4 +352,17 @@ func buildIR(public string, cat store.Catalog, inline map[string]string) (*ir.Ga
 		return nil, err
 	}
 	return g, nil
+}
+
+// demoProvider points a provider of type demo at the in-process demo model server. It takes no
+// URL or credential: its answers come from Tollway itself, and only from there.
+func demoProvider(p *ir.Provider, sp store.Provider, demo demoEndpoint) error {
+	if sp.BaseURL != "" || sp.APIKeyRef != "" || sp.CAFile != "" {
+		return fmt.Errorf("provider %q: type demo takes no base_url, api_key or ca_file (Tollway serves it in-process); remove them, or use type openai for a real server: %w", sp.Name, ir.ErrInvalid)
+	}
+	addr, err := demo()
+	if err != nil {
+		return fmt.Errorf("provider %q: %w", sp.Name, err)
+	}
+	return ir.ParseProviderURL(p, "http://"+addr+"/v1")
 }

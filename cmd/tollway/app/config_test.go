@@ -452,7 +452,7 @@ func TestInlineSecretNeverStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What the gateway does on every apply: rebuild the IR from the store with in-memory secrets.
-	g, err := buildIR(c.Listen.Public, stored, c.inlineSecrets())
+	g, err := buildIR(c.Listen.Public, stored, c.inlineSecrets(), checkOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +487,7 @@ func TestBuildIRErrors(t *testing.T) {
 		},
 		Models: []store.Model{{ID: "m", Providers: []store.ModelProvider{{Provider: "missing", Model: "x"}}}},
 	}
-	_, err := buildIR("127.0.0.1:8080", cat, nil)
+	_, err := buildIR("127.0.0.1:8080", cat, nil, checkOnly)
 	if err == nil {
 		t.Fatal("buildIR accepted a bad catalog")
 	}
@@ -499,10 +499,10 @@ func TestBuildIRErrors(t *testing.T) {
 			t.Errorf("error %q does not mention %s", err, s)
 		}
 	}
-	if _, err := buildIR("nope", store.Catalog{}, nil); err == nil || !errors.Is(err, ir.ErrInvalid) {
+	if _, err := buildIR("nope", store.Catalog{}, nil, checkOnly); err == nil || !errors.Is(err, ir.ErrInvalid) {
 		t.Errorf("buildIR with a bad listen address: %v", err)
 	}
-	g, err := buildIR(":8080", store.Catalog{}, nil)
+	g, err := buildIR(":8080", store.Catalog{}, nil, checkOnly)
 	if err != nil {
 		t.Fatalf("empty catalog: %v", err)
 	}
