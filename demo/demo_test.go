@@ -32,13 +32,8 @@ func post(t *testing.T, s *Server, body string) *http.Response {
 }
 
 type toolCallOut struct {
-	Index    int    `json:"index"`
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
+	Index int `json:"index"` // streamed calls only
+	toolCall
 }
 
 type completionOut struct {
