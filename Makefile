@@ -77,6 +77,10 @@ bench: deps build ## Latency/throughput: direct vs Envoy alone vs Tollway (BENCH
 run: envoy build ## Run the gateway on the embedded default config (CONFIG=file.yaml for another)
 	$(BIN)/tollway run $(if $(CONFIG),--config $(CONFIG))
 
+.PHONY: demo
+demo: envoy build ## Run the gateway offline on the embedded demo config: a canned demo model, no provider keys
+	$(BIN)/tollway run --demo
+
 .PHONY: check
 check: ## gofmt, go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

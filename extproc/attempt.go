@@ -52,7 +52,7 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 			resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 				RequestHeaders: &extprocv3.HeadersResponse{},
 			}}
-			if a.provider.Type == ir.ProviderTypeOpenAI {
+			if a.provider.SpeaksOpenAI() {
 				// An OpenAI-shaped answer needs nothing from this filter (the route tags it
 				// with the endpoint's provider and model): skip the response-headers message.
 				resp.ModeOverride = &extprocv3filter.ProcessingMode{

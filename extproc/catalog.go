@@ -39,14 +39,24 @@ func nonNil(s []string) []string {
 	return s
 }
 
+// Catalog labels of a model that the offline demo model may answer (provider type demo), so
+// nobody takes its canned answers for a language model's.
+const (
+	demoOwner      = "tollway-demo"
+	demoNameSuffix = " (demo: canned answers, no LLM)"
+)
+
 // entry renders m; ready says whether any of its providers can take traffic now.
 func (m *model) entry(ready bool) catalogEntry {
-	name := m.Name
+	name, owner := m.Name, "tollway"
 	if name == "" {
 		name = m.ID
 	}
+	if m.demo {
+		name, owner = name+demoNameSuffix, demoOwner
+	}
 	return catalogEntry{
-		ID: m.ID, Object: "model", OwnedBy: "tollway", Name: name,
+		ID: m.ID, Object: "model", OwnedBy: owner, Name: name,
 		InputModalities: nonNil(m.InputModalities), OutputModalities: nonNil(m.OutputModalities),
 		ContextLength: optional(m.ContextLength), MaxOutputLength: optional(m.MaxOutputLength),
 		SupportedSamplingParameters: nonNil(m.SupportedParameters), SupportedFeatures: nonNil(m.SupportedFeatures),

@@ -28,6 +28,8 @@ type model struct {
 	supported map[string]bool
 	// byProvider holds the providers whose own list replaces supported.
 	byProvider map[string]map[string]bool
+	// demo: a provider of type demo may answer, so the catalog labels the model.
+	demo bool
 }
 
 // supportedBy is the parameter set provider p accepts for m (nil: every field passes).
@@ -94,6 +96,9 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 			cm.supported = set(m.SupportedParameters)
 		}
 		for _, t := range m.Targets {
+			if p := rt.providers[t.Provider]; p != nil && p.Type == ir.ProviderTypeDemo {
+				cm.demo = true
+			}
 			if len(t.SupportedParameters) > 0 {
 				if cm.byProvider == nil {
 					cm.byProvider = map[string]map[string]bool{}

@@ -8,10 +8,14 @@ import (
 )
 
 // openAI speaks the OpenAI chat-completions API, which most providers and local servers
-// (vLLM, Ollama, llama.cpp, Groq, Together, ...) also accept.
+// (vLLM, Ollama, llama.cpp, Groq, Together, ...) also accept, and so does Tollway's own offline
+// demo model (type demo).
 type openAI struct{}
 
-func init() { register(ir.ProviderTypeOpenAI, openAI{}) }
+func init() {
+	register(ir.ProviderTypeOpenAI, openAI{})
+	register(ir.ProviderTypeDemo, openAI{})
+}
 
 func (openAI) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
 	m, err := json.Marshal(model)

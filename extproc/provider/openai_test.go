@@ -9,8 +9,10 @@ import (
 )
 
 func TestForKnownAndUnknown(t *testing.T) {
-	if a, err := For(ir.ProviderTypeOpenAI); err != nil || a == nil {
-		t.Fatalf("For(%q) = %v, %v", ir.ProviderTypeOpenAI, a, err)
+	for _, kind := range ir.ProviderTypes() { // every type a configuration may name has an adapter
+		if a, err := For(kind); err != nil || a == nil {
+			t.Fatalf("For(%q) = %v, %v", kind, a, err)
+		}
 	}
 	_, err := For("cohere")
 	if err == nil {

@@ -83,13 +83,18 @@ type gateway struct {
 	logs *syncBuffer
 }
 
-// startGateway starts tollway with body (providers and models) as its config and stops it when
-// the test ends, printing its output if the test failed.
+// startGateway starts tollway with a config file whose providers and models are body.
 func startGateway(t testing.TB, body string, env ...string) *gateway {
 	t.Helper()
-	hg, err := harness.Start(context.Background(), harness.Options{
-		Bin: tollwayBin, EnvoyBin: envoyBin, Dir: t.TempDir(), Body: body, Env: env,
-	})
+	return startWith(t, harness.Options{Body: body, Env: env})
+}
+
+// startWith starts tollway as o says (binary, Envoy and directory filled in) and stops it when
+// the test ends, printing its output if the test failed.
+func startWith(t testing.TB, o harness.Options) *gateway {
+	t.Helper()
+	o.Bin, o.EnvoyBin, o.Dir = tollwayBin, envoyBin, t.TempDir()
+	hg, err := harness.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

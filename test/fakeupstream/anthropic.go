@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollway/tollway/cmd/tollway/demo"
 )
 
 // The Anthropic Messages API: POST /v1/messages, authenticated with x-api-key and versioned
@@ -175,7 +177,7 @@ func anthropicBlocks(content json.RawMessage) []anthropicBlock {
 	return bs
 }
 
-// anthropicText flattens blocks like text() does for OpenAI parts: joined with spaces.
+// anthropicText flattens blocks like demo.Text does for OpenAI parts: joined with spaces.
 func anthropicText(bs []anthropicBlock) string {
 	out := make([]string, 0, len(bs))
 	for _, b := range bs {
@@ -341,29 +343,29 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request, body 
 	if !ok {
 		return
 	}
-	rp := reply{id: "msg_fake" + s.nextID(), model: req.Model, finish: "end_turn"}
-	if rp.toolName = req.toolToCall(); rp.toolName != "" {
-		rp.toks, rp.finish, rp.toolID = toolArgPieces, "tool_use", "toolu_fake"+s.nextID()
+	rp := demo.Answer{ID: "msg_fake" + s.nextID(), Model: req.Model, Finish: "end_turn"}
+	if rp.ToolName = req.toolToCall(); rp.ToolName != "" {
+		rp.Pieces, rp.Finish, rp.ToolID = toolArgPieces, "tool_use", "toolu_fake"+s.nextID()
 	} else {
-		rp.toks = tokens(s.anthropicReplyText(req))
-		if max := *req.MaxTokens; len(rp.toks) > max {
-			rp.toks, rp.finish = rp.toks[:max], "max_tokens"
+		rp.Pieces = demo.Pieces(s.anthropicReplyText(req))
+		if max := *req.MaxTokens; len(rp.Pieces) > max {
+			rp.Pieces, rp.Finish = rp.Pieces[:max], "max_tokens"
 		}
 	}
-	u := anthropicUsage{InputTokens: req.promptTokens(), OutputTokens: len(rp.toks)}
+	u := anthropicUsage{InputTokens: req.promptTokens(), OutputTokens: len(rp.Pieces)}
 	if req.Stream {
 		s.anthropicStream(w, r, &rp, u, cut)
 		return
 	}
 	var content []any
-	if rp.toolName != "" {
-		content = []any{map[string]any{"type": "tool_use", "id": rp.toolID, "name": rp.toolName, "input": json.RawMessage(toolArgs)}}
+	if rp.ToolName != "" {
+		content = []any{map[string]any{"type": "tool_use", "id": rp.ToolID, "name": rp.ToolName, "input": json.RawMessage(toolArgs)}}
 	} else {
-		content = []any{map[string]any{"type": "text", "text": strings.Join(rp.toks, "")}}
+		content = []any{map[string]any{"type": "text", "text": strings.Join(rp.Pieces, "")}}
 	}
 	b, _ := json.Marshal(map[string]any{
-		"id": rp.id, "type": "message", "role": "assistant", "model": rp.model, "content": content,
-		"stop_reason": rp.finish, "stop_sequence": nil, "usage": u,
+		"id": rp.ID, "type": "message", "role": "assistant", "model": rp.Model, "content": content,
+		"stop_reason": rp.Finish, "stop_sequence": nil, "usage": u,
 	})
 	writeWhole(w, append(b, '\n'), cut)
 }
@@ -417,7 +419,7 @@ func (es *eventStream) send(event []byte) bool {
 // content_block_start, ping, one delta per piece, content_block_stop, message_delta with the
 // stop reason and cumulative output tokens, message_stop. A tool call's input arrives as an
 // empty input_json_delta followed by several pieces, as Claude sends them.
-func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *reply, u anthropicUsage, cut int) {
+func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *demo.Answer, u anthropicUsage, cut int) {
 	es := s.newEventStream(w, r, cut)
 	var buf bytes.Buffer
 	event := func(name string, data any) bool {
@@ -431,16 +433,16 @@ func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *rep
 	start := u
 	start.OutputTokens = 1 // what Anthropic reports before any output
 	if !event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
-		"id": rp.id, "type": "message", "role": "assistant", "model": rp.model, "content": []any{},
+		"id": rp.ID, "type": "message", "role": "assistant", "model": rp.Model, "content": []any{},
 		"stop_reason": nil, "stop_sequence": nil, "usage": start,
 	}}) {
 		return
 	}
 	block := map[string]any{"type": "text", "text": ""}
-	pieces := rp.toks
-	if rp.toolName != "" {
-		block = map[string]any{"type": "tool_use", "id": rp.toolID, "name": rp.toolName, "input": map[string]any{}}
-		pieces = append([]string{""}, rp.toks...)
+	pieces := rp.Pieces
+	if rp.ToolName != "" {
+		block = map[string]any{"type": "tool_use", "id": rp.ToolID, "name": rp.ToolName, "input": map[string]any{}}
+		pieces = append([]string{""}, rp.Pieces...)
 	}
 	if !event("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": block}) ||
 		!event("ping", map[string]any{"type": "ping"}) {
@@ -448,7 +450,7 @@ func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *rep
 	}
 	for _, p := range pieces {
 		delta := map[string]any{"type": "text_delta", "text": p}
-		if rp.toolName != "" {
+		if rp.ToolName != "" {
 			delta = map[string]any{"type": "input_json_delta", "partial_json": p}
 		}
 		if !event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": delta}) {
@@ -457,7 +459,7 @@ func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *rep
 	}
 	if !event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0}) ||
 		!event("message_delta", map[string]any{"type": "message_delta",
-			"delta": map[string]any{"stop_reason": rp.finish, "stop_sequence": nil},
+			"delta": map[string]any{"stop_reason": rp.Finish, "stop_sequence": nil},
 			"usage": map[string]int{"output_tokens": u.OutputTokens}}) {
 		return
 	}

@@ -1,11 +1,13 @@
 // Package fakeupstream is a fake OpenAI-compatible provider for tests and
 // benchmarks. It answers /v1/chat/completions deterministically (streamed or
 // not, with tool calls), rejects bad keys and bad bodies the way OpenAI does,
-// records every request, and can be scripted to fail the next requests.
+// records every request, and can be scripted to fail the next requests. Its
+// OpenAI requests and answers go through demo/wire.go, the wire format the
+// gateway's offline demo model speaks too.
 //
 // It listens on 127.0.0.1 and speaks HTTP/1.1 and cleartext HTTP/2 (h2c with
-// prior knowledge). It uses only the standard library and does no per-request
-// logging, so it can take benchmark load.
+// prior knowledge). It uses only the standard library (and package demo), does no per-request
+// logging, and can take benchmark load.
 package fakeupstream
 
 import (

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollway/tollway/cmd/tollway/demo"
 )
 
 const weatherTool = `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`
@@ -82,7 +84,7 @@ type completionOut struct {
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *usage `json:"usage"`
+	Usage *demo.Usage `json:"usage"`
 }
 
 func TestCompletion(t *testing.T) {
@@ -104,7 +106,7 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("role %q finish %q", ch.Message.Role, ch.FinishReason)
 	}
 	// prompt: "be brief" + "hi [image] there"; completion: 6 words.
-	if u := c.Usage; u == nil || *u != (usage{5, 6, 11}) {
+	if u := c.Usage; u == nil || *u != (demo.Usage{PromptTokens: 5, CompletionTokens: 6, TotalTokens: 11}) {
 		t.Errorf("usage = %+v", c.Usage)
 	}
 	reqs := s.Requests()
@@ -178,7 +180,7 @@ type chunkOut struct {
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *usage `json:"usage"`
+	Usage *demo.Usage `json:"usage"`
 }
 
 // readSSE returns the data payloads of a stream, and the read error that

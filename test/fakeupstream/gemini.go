@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/tollway/tollway/cmd/tollway/demo"
 )
 
 // The Gemini API: POST /v1beta/models/{model}:generateContent and
@@ -201,7 +203,7 @@ func (c geminiContent) count(match func(geminiPart) bool) int {
 	return n
 }
 
-// text flattens parts like text() does for OpenAI parts: joined with spaces.
+// text flattens parts like demo.Text does for OpenAI parts: joined with spaces.
 func (c geminiContent) text() string {
 	out := make([]string, 0, len(c.Parts))
 	for _, p := range c.Parts {
@@ -335,7 +337,7 @@ func (s *Server) geminiGenerate(w http.ResponseWriter, r *http.Request, body []b
 		if out, ok := req.lastFunctionResponse(); ok {
 			text = "Tool said: " + out
 		}
-		toks := tokens(text)
+		toks := demo.Pieces(text)
 		if gc := req.GenerationConfig; gc != nil && gc.MaxOutputTokens > 0 && len(toks) > gc.MaxOutputTokens {
 			toks, finish = toks[:gc.MaxOutputTokens], "MAX_TOKENS"
 		}

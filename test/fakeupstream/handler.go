@@ -1,14 +1,14 @@
 package fakeupstream
 
 import (
-	"cmp"
 	"encoding/json"
-	"errors"
 	"io"
 	"log"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/tollway/tollway/cmd/tollway/demo"
 )
 
 var discardLogger = log.New(io.Discard, "", 0)
@@ -24,7 +24,7 @@ func (s *Server) handler() http.Handler {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		s.record(r, body)
 		if err != nil {
-			writeError(w, http.StatusRequestEntityTooLarge, "Request body too large or unreadable.", "", "")
+			demo.WriteError(w, http.StatusRequestEntityTooLarge, "Request body too large or unreadable.", "", "")
 			return
 		}
 		w.Header().Set("X-Request-Id", "req_fake"+s.nextID())
@@ -38,7 +38,7 @@ func (s *Server) handler() http.Handler {
 				if ok {
 					msg = "Incorrect API key provided: " + redact(got) + "."
 				}
-				writeError(w, http.StatusUnauthorized, msg, "", "invalid_api_key")
+				demo.WriteError(w, http.StatusUnauthorized, msg, "", "invalid_api_key")
 				return
 			}
 		}
@@ -51,7 +51,7 @@ func (s *Server) handler() http.Handler {
 		case strings.HasPrefix(path, "/v1/models/") && r.Method == http.MethodGet:
 			s.getModel(w, strings.TrimPrefix(path, "/v1/models/"))
 		default:
-			writeError(w, http.StatusNotFound, "Invalid URL ("+r.Method+" "+path+")", "", "")
+			demo.WriteError(w, http.StatusNotFound, "Invalid URL ("+r.Method+" "+path+")", "", "")
 		}
 	})
 }
@@ -62,38 +62,6 @@ func redact(k string) string {
 		return "***"
 	}
 	return k[:3] + "***" + k[len(k)-4:]
-}
-
-// writeError sends OpenAI's error shape. Empty param and code are JSON null.
-func writeError(w http.ResponseWriter, status int, message, param, code string) {
-	type apiError struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	}
-	e := apiError{Message: message, Type: errorType(status)}
-	if param != "" {
-		e.Param = &param
-	}
-	if code != "" {
-		e.Code = &code
-	}
-	b, _ := json.Marshal(map[string]apiError{"error": e})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
-}
-
-func errorType(status int) string {
-	switch {
-	case status == http.StatusTooManyRequests:
-		return "requests"
-	case status >= 500:
-		return "server_error"
-	default:
-		return "invalid_request_error"
-	}
 }
 
 // faultDefaults gives a realistic message and code for a scripted failure.
@@ -138,7 +106,7 @@ func (s *Server) getModel(w http.ResponseWriter, id string) {
 			return
 		}
 	}
-	writeError(w, http.StatusNotFound, "The model '"+id+"' does not exist", "model", "model_not_found")
+	demo.WriteError(w, http.StatusNotFound, "The model '"+id+"' does not exist", "model", "model_not_found")
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -147,145 +115,26 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// chatRequest holds the fields the fake acts on. Unknown fields are accepted
-// (real OpenAI rejects them) so gateway extensions never break the fake.
-type chatRequest struct {
-	Model         string          `json:"model"`
-	Messages      []message       `json:"messages"`
-	Stream        bool            `json:"stream"`
-	StreamOptions *streamOptions  `json:"stream_options"`
-	Tools         []tool          `json:"tools"`
-	ToolChoice    json.RawMessage `json:"tool_choice"`
-	MaxTokens     int             `json:"max_tokens"`
-	MaxCompletion int             `json:"max_completion_tokens"`
-}
-
-type streamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
-}
-
-type message struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-type tool struct {
-	Type     string `json:"type"`
-	Function struct {
-		Name string `json:"name"`
-	} `json:"function"`
-}
-
-// parseChat decodes and validates a body; on failure it has written the 400.
-func parseChat(w http.ResponseWriter, body []byte) (*chatRequest, bool) {
-	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
-			writeError(w, http.StatusBadRequest, "Invalid type for '"+te.Field+"': expected "+te.Type.String()+", but got "+te.Value+" instead.", te.Field, "invalid_type")
-		} else {
-			writeError(w, http.StatusBadRequest, "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)", "", "")
-		}
-		return nil, false
-	}
-	switch {
-	case req.Model == "":
-		writeError(w, http.StatusBadRequest, "you must provide a model parameter", "", "")
-	case req.Messages == nil:
-		writeError(w, http.StatusBadRequest, "Missing required parameter: 'messages'.", "messages", "missing_required_parameter")
-	case len(req.Messages) == 0:
-		writeError(w, http.StatusBadRequest, "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.", "messages", "empty_array")
-	default:
-		return &req, true
-	}
-	return nil, false
-}
-
-// text flattens message content: a string, or parts joined with spaces.
-func text(content json.RawMessage) string {
-	if len(content) == 0 || content[0] != '[' {
-		var s string
-		json.Unmarshal(content, &s) // null or non-string: empty
-		return s
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	json.Unmarshal(content, &parts)
-	out := make([]string, 0, len(parts))
-	for _, p := range parts {
-		switch p.Type {
-		case "text":
-			out = append(out, p.Text)
-		case "image_url":
-			out = append(out, "[image]")
-		default:
-			out = append(out, "["+p.Type+"]")
-		}
-	}
-	return strings.Join(out, " ")
-}
-
-// toolToCall returns the tool the reply should call, or "" for a text reply.
-func (req *chatRequest) toolToCall() string {
-	if len(req.Tools) == 0 || req.Messages[len(req.Messages)-1].Role == "tool" {
-		return ""
-	}
-	var choice string
-	if json.Unmarshal(req.ToolChoice, &choice) == nil && choice == "none" {
-		return ""
-	}
-	var forced tool
-	if json.Unmarshal(req.ToolChoice, &forced) == nil && forced.Function.Name != "" {
-		return forced.Function.Name
-	}
-	return req.Tools[0].Function.Name
-}
-
 // replyText is the deterministic answer to a text turn.
-func (s *Server) replyText(req *chatRequest) string {
+func (s *Server) replyText(req *demo.ChatRequest) string {
 	last := req.Messages[len(req.Messages)-1]
 	if last.Role == "tool" {
-		return "Tool said: " + text(last.Content)
+		return "Tool said: " + demo.Text(last.Content)
 	}
 	var prompt string
 	for i := len(req.Messages) - 1; i >= 0; i-- {
 		if req.Messages[i].Role == "user" {
-			prompt = text(req.Messages[i].Content)
+			prompt = demo.Text(req.Messages[i].Content)
 			break
 		}
 	}
 	return "Hello from " + s.opts.Name + "/" + req.Model + ": " + prompt
 }
 
-// promptTokens is a deterministic stand-in for tokenization: words of all messages.
-func (req *chatRequest) promptTokens() int {
-	n := 0
-	for _, m := range req.Messages {
-		n += len(strings.Fields(text(m.Content)))
-	}
-	return n
-}
-
-// tokens splits text into word pieces that concatenate back to text exactly.
-func tokens(s string) []string {
-	parts := strings.SplitAfter(s, " ")
-	if len(parts) > 0 && parts[len(parts)-1] == "" {
-		parts = parts[:len(parts)-1]
-	}
-	return parts
-}
-
 // The arguments of every tool call, and the pieces they are streamed in.
 const toolArgs = `{"city":"Paris"}`
 
 var toolArgPieces = []string{`{"`, `city`, `":"`, `Paris`, `"}`}
-
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []byte) {
 	fault, faulted := s.nextFault()
@@ -310,46 +159,38 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 			if fault.Message != "" {
 				msg = fault.Message
 			}
-			writeError(w, fault.Status, msg, "", code)
+			demo.WriteError(w, fault.Status, msg, "", code)
 			return
 		}
 	}
-	req, ok := parseChat(w, body)
-	if !ok {
+	req, perr := demo.ParseChat(body)
+	if perr != nil {
+		perr.Write(w)
 		return
 	}
-	var toks []string
-	toolName := req.toolToCall()
-	finish := "stop"
-	if toolName != "" {
-		toks = toolArgPieces
-		finish = "tool_calls"
+	a := demo.Answer{ID: "chatcmpl-fake" + s.nextID(), Model: req.Model, Created: time.Now().Unix(), Fingerprint: "fp_fake", Finish: "stop"}
+	if toolName, _ := req.ToolToCall(); toolName != "" {
+		a.ToolName, a.ToolID, a.Pieces, a.Finish = toolName, "call_"+s.nextID(), toolArgPieces, "tool_calls"
 	} else {
-		toks = tokens(s.replyText(req))
-		if max := cmp.Or(req.MaxCompletion, req.MaxTokens); max > 0 && len(toks) > max {
-			toks, finish = toks[:max], "length"
+		a.Pieces = demo.Pieces(s.replyText(req))
+		if max := req.OutputCap(); max > 0 && len(a.Pieces) > max {
+			a.Pieces, a.Finish = a.Pieces[:max], "length"
 		}
 	}
-	u := usage{PromptTokens: req.promptTokens(), CompletionTokens: len(toks)}
-	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	r2 := reply{
-		id:      "chatcmpl-fake" + s.nextID(),
-		created: time.Now().Unix(),
-		model:   req.Model,
-		toks:    toks,
-		finish:  finish,
-		usage:   u,
-	}
-	if toolName != "" {
-		r2.toolName, r2.toolID = toolName, "call_"+s.nextID()
-	}
+	a.Usage = demo.Usage{PromptTokens: req.PromptTokens(), CompletionTokens: len(a.Pieces)}
+	a.Usage.TotalTokens = a.Usage.PromptTokens + a.Usage.CompletionTokens
 	cut := -1
 	if faulted && fault.Cut {
 		cut = fault.CutAfter
 	}
-	if req.Stream {
-		s.stream(w, r, &r2, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, cut)
-	} else {
-		r2.writeCompletion(w, cut)
+	if !req.Stream {
+		writeWhole(w, a.Completion(), cut)
+		return
+	}
+	es := s.newEventStream(w, r, cut)
+	for _, ev := range a.Events(req.StreamOptions != nil && req.StreamOptions.IncludeUsage) {
+		if !es.send(ev) {
+			return
+		}
 	}
 }

@@ -58,12 +58,16 @@ type Options struct {
 	Body     string   // the providers: and models: sections of the config
 	Env      []string // extra environment, e.g. provider keys
 	Drain    time.Duration
+	// RunArgs, when set, replace `--config <file with Body>`, e.g. {"--demo"} or {} for the
+	// embedded default: then the listen addresses, store path and drain time reach tollway as
+	// TOLLWAY_* environment overrides, and the CLI finds the admin API with --admin.
+	RunArgs []string
 }
 
 // Gateway is a running `tollway run`.
 type Gateway struct {
 	Bin      string
-	CfgPath  string
+	CfgPath  string // "" when started with RunArgs
 	Public   string
 	Admin    string
 	BaseURL  string // http://<public>/v1
@@ -88,16 +92,25 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	if o.Drain == 0 {
 		o.Drain = 5 * time.Second
 	}
-	g := &Gateway{Bin: o.Bin, CfgPath: filepath.Join(o.Dir, "tollway.yaml"), Public: public, Admin: admin,
+	g := &Gateway{Bin: o.Bin, Public: public, Admin: admin,
 		BaseURL: "http://" + public + "/v1", Logs: &SyncBuffer{}, exited: make(chan struct{})}
-	cfg := fmt.Sprintf("listen: {public: %s, admin: %s}\nstore: {path: %s}\nenvoy: {drain_timeout: %s}\n%s",
-		public, admin, filepath.Join(o.Dir, "tollway.db"), o.Drain, o.Body)
-	if err := os.WriteFile(g.CfgPath, []byte(cfg), 0o600); err != nil {
-		return nil, err
+	store := filepath.Join(o.Dir, "tollway.db")
+	env := append(os.Environ(), "ENVOY_BIN="+o.EnvoyBin)
+	if o.RunArgs != nil {
+		g.cmd = exec.Command(o.Bin, append([]string{"run"}, o.RunArgs...)...)
+		env = append(env, "TOLLWAY_LISTEN_PUBLIC="+public, "TOLLWAY_LISTEN_ADMIN="+admin,
+			"TOLLWAY_STORE_PATH="+store, "TOLLWAY_ENVOY_DRAIN_TIMEOUT="+o.Drain.String())
+	} else {
+		g.CfgPath = filepath.Join(o.Dir, "tollway.yaml")
+		cfg := fmt.Sprintf("listen: {public: %s, admin: %s}\nstore: {path: %s}\nenvoy: {drain_timeout: %s}\n%s",
+			public, admin, store, o.Drain, o.Body)
+		if err := os.WriteFile(g.CfgPath, []byte(cfg), 0o600); err != nil {
+			return nil, err
+		}
+		g.cmd = exec.Command(o.Bin, "run", "--config", g.CfgPath)
 	}
-	g.cmd = exec.Command(o.Bin, "run", "--config", g.CfgPath)
 	g.cmd.Dir = o.Dir
-	g.cmd.Env = append(append(os.Environ(), "ENVOY_BIN="+o.EnvoyBin), o.Env...)
+	g.cmd.Env = append(env, o.Env...)
 	// If the caller dies without cleaning up, tollway drains and takes its Envoy with it.
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	g.cmd.Stderr = g.Logs
@@ -172,7 +185,11 @@ func (g *Gateway) Stop() {
 
 // CLI runs a tollway subcommand against this gateway and returns its stdout.
 func (g *Gateway) CLI(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, g.Bin, append(args, "--config", g.CfgPath)...)
+	where := []string{"--config", g.CfgPath}
+	if g.CfgPath == "" {
+		where = []string{"--admin", "http://" + g.Admin}
+	}
+	cmd := exec.CommandContext(ctx, g.Bin, append(args, where...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

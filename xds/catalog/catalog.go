@@ -22,6 +22,9 @@ type Env struct {
 	SystemCA string
 	// CheckFile reports whether a configured ca_file can be read; nil uses os.Stat.
 	CheckFile func(path string) error
+	// Demo gives the host:port of the in-process demo model server, starting it if needed; it
+	// is called only when a provider of type demo exists. nil refuses demo providers.
+	Demo func() (string, error)
 }
 
 // Build compiles the catalog into the IR of a gateway listening on public (host:port). Every
@@ -39,6 +42,13 @@ func Build(public string, cat store.Catalog, env Env) (*ir.Gateway, error) {
 	var errs []error
 	for _, sp := range cat.Providers {
 		p := ir.Provider{Name: sp.Name, Type: sp.Type, NeedsKey: sp.APIKeyRef != ""}
+		if sp.Type == ir.ProviderTypeDemo {
+			if err := demoProvider(&p, sp, env.Demo); err != nil {
+				errs = append(errs, err)
+			}
+			g.Providers = append(g.Providers, p)
+			continue
+		}
 		if err := ir.ParseProviderURL(&p, sp.BaseURL); err != nil {
 			errs = append(errs, err)
 		}
@@ -78,6 +88,22 @@ func Build(public string, cat store.Catalog, env Env) (*ir.Gateway, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// demoProvider points a provider of type demo at the in-process demo model server. It takes no
+// URL or credential: its answers come from Tollway itself, and only from there.
+func demoProvider(p *ir.Provider, sp store.Provider, demo func() (string, error)) error {
+	if sp.BaseURL != "" || sp.APIKeyRef != "" || sp.CAFile != "" {
+		return fmt.Errorf("provider %q: type demo takes no base_url, api_key or ca_file (Tollway serves it in-process); remove them, or use type openai for a real server: %w", sp.Name, ir.ErrInvalid)
+	}
+	if demo == nil {
+		return fmt.Errorf("provider %q: type demo is served only by `tollway run`: %w", sp.Name, ir.ErrInvalid)
+	}
+	addr, err := demo()
+	if err != nil {
+		return fmt.Errorf("provider %q: %w", sp.Name, err)
+	}
+	return ir.ParseProviderURL(p, "http://"+addr+"/v1")
 }
 
 // pricing reads a model's stored pricing JSON (decimal strings) without going through float64.

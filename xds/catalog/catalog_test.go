@@ -108,3 +108,46 @@ func TestBadListenAddress(t *testing.T) {
 		t.Errorf("Build with a bad listen address: %v", err)
 	}
 }
+
+func TestDemoProvider(t *testing.T) {
+	calls := 0
+	endpoint := func() (string, error) { calls++; return "127.0.0.1:4321", nil }
+	cat := store.Catalog{
+		Providers: []store.Provider{{Name: "play", Type: ir.ProviderTypeDemo}},
+		Models:    []store.Model{{ID: "m", Providers: []store.ModelProvider{{Provider: "play", Model: "m"}}}},
+	}
+	g, err := catalog.Build("127.0.0.1:8080", cat, catalog.Env{Demo: endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ir.Provider{Name: "play", Type: ir.ProviderTypeDemo, Host: "127.0.0.1", Port: 4321, BasePath: "/v1"}
+	if p := g.Providers[0]; p != want || calls != 1 {
+		t.Errorf("demo provider %+v (endpoint asked %d times), want %+v", p, calls, want)
+	}
+
+	// No demo provider, no demo server.
+	calls = 0
+	if _, err := catalog.Build("127.0.0.1:8080", store.Catalog{Providers: []store.Provider{{Name: "o", Type: "openai", BaseURL: "http://127.0.0.1:1/v1"}}}, catalog.Env{Demo: endpoint}); err != nil || calls != 0 {
+		t.Errorf("without a demo provider the endpoint was asked %d times (%v)", calls, err)
+	}
+
+	// A demo provider takes no URL or credential: its answers come only from Tollway.
+	for _, sp := range []store.Provider{
+		{Name: "play", Type: ir.ProviderTypeDemo, BaseURL: "http://127.0.0.1:1/v1"},
+		{Name: "play", Type: ir.ProviderTypeDemo, APIKeyRef: "${KEY}"},
+		{Name: "play", Type: ir.ProviderTypeDemo, CAFile: "/etc/ca.pem"},
+	} {
+		cat.Providers = []store.Provider{sp}
+		_, err := catalog.Build("127.0.0.1:8080", cat, catalog.Env{Demo: endpoint})
+		if !errors.Is(err, ir.ErrInvalid) || !strings.Contains(err.Error(), `provider "play": type demo takes no base_url`) {
+			t.Errorf("%+v: %v", sp, err)
+		}
+	}
+
+	// A server that cannot start fails the change, naming the provider.
+	cat.Providers = []store.Provider{{Name: "play", Type: ir.ProviderTypeDemo}}
+	_, err = catalog.Build("127.0.0.1:8080", cat, catalog.Env{Demo: func() (string, error) { return "", errors.New("no ports left") }})
+	if err == nil || !strings.Contains(err.Error(), `provider "play": no ports left`) {
+		t.Errorf("endpoint failure: %v", err)
+	}
+}

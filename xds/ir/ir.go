@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,9 @@ const (
 	ProviderTypeOpenAI    = "openai"
 	ProviderTypeAnthropic = "anthropic"
 	ProviderTypeGemini    = "gemini"
+	// ProviderTypeDemo is the offline demo model (package demo), which `tollway run` serves
+	// in-process; the provider's endpoint is that server's, never a configured URL.
+	ProviderTypeDemo = "demo"
 )
 
 // ErrInvalid marks a configuration the IR refuses.
@@ -78,6 +82,12 @@ func (p *Provider) Authority() string {
 	return p.Host + ":" + strconv.FormatUint(uint64(p.Port), 10)
 }
 
+// SpeaksOpenAI reports whether the provider answers in OpenAI's chat-completions shape, so its
+// answers need no translation.
+func (p *Provider) SpeaksOpenAI() bool {
+	return p.Type == ProviderTypeOpenAI || p.Type == ProviderTypeDemo
+}
+
 // Ready reports whether the provider has what it needs to take traffic.
 func (p *Provider) Ready() bool { return !p.NeedsKey || p.APIKey != "" }
 
@@ -106,8 +116,11 @@ type Target struct {
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
-// knownTypes are the provider adapters ext_proc has.
-var knownTypes = map[string]bool{ProviderTypeOpenAI: true, ProviderTypeAnthropic: true, ProviderTypeGemini: true}
+// knownTypes are the provider types ext_proc has an adapter for, in the order messages list them.
+var knownTypes = []string{ProviderTypeOpenAI, ProviderTypeAnthropic, ProviderTypeGemini, ProviderTypeDemo}
+
+// ProviderTypes lists the provider types a configuration may name.
+func ProviderTypes() []string { return slices.Clone(knownTypes) }
 
 // ParseListen turns "host:port" into a Listener.
 func ParseListen(addr string) (Listener, error) {
@@ -171,8 +184,8 @@ func (g *Gateway) Validate() error {
 			bad("provider %q: name must be lowercase letters, digits, '-' or '_' (max 63)", p.Name)
 		case providers[p.Name]:
 			bad("provider %q: defined twice", p.Name)
-		case !knownTypes[p.Type]:
-			bad("provider %q: unknown type %q (supported: openai, anthropic, gemini)", p.Name, p.Type)
+		case !slices.Contains(knownTypes, p.Type):
+			bad("provider %q: unknown type %q (supported: %s)", p.Name, p.Type, strings.Join(knownTypes, ", "))
 		case p.Host == "" || p.Port == 0:
 			bad("provider %q: base_url is required", p.Name)
 		case p.TLS && p.CAFile == "":

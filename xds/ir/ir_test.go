@@ -101,6 +101,12 @@ func TestProviderHelpers(t *testing.T) {
 			t.Errorf("Ready(needs=%v key=%q) = %v, want %v", tt.needs, tt.key, p.Ready(), tt.ready)
 		}
 	}
+	want := map[string]bool{ProviderTypeOpenAI: true, ProviderTypeDemo: true, ProviderTypeAnthropic: false, ProviderTypeGemini: false}
+	for _, typ := range ProviderTypes() {
+		if got := (&Provider{Type: typ}).SpeaksOpenAI(); got != want[typ] {
+			t.Errorf("SpeaksOpenAI(%s) = %v, want %v", typ, got, want[typ])
+		}
+	}
 }
 
 func validGateway() *Gateway {
@@ -135,7 +141,7 @@ func TestValidateRejects(t *testing.T) {
 		{"empty name", func(g *Gateway) { g.Providers[0].Name = "" }, []string{`provider ""`}},
 		{"name too long", func(g *Gateway) { g.Providers[0].Name = strings.Repeat("a", 64) }, []string{"max 63"}},
 		{"duplicate provider", func(g *Gateway) { g.Providers[1].Name = "openai" }, []string{`provider "openai": defined twice`}},
-		{"unknown type", func(g *Gateway) { g.Providers[1].Type = "cohere" }, []string{`provider "local_1": unknown type "cohere"`}},
+		{"unknown type", func(g *Gateway) { g.Providers[1].Type = "cohere" }, []string{`provider "local_1": unknown type "cohere" (supported: openai, anthropic, gemini, demo)`}},
 		{"no host", func(g *Gateway) { g.Providers[0].Host = "" }, []string{`provider "openai": base_url is required`}},
 		{"no provider port", func(g *Gateway) { g.Providers[0].Port = 0 }, []string{`provider "openai": base_url is required`}},
 		{"empty model id", func(g *Gateway) { g.Models[0].ID = "" }, []string{`model ""`}},

@@ -26,6 +26,8 @@ const usage = `tollway: an Envoy-native model gateway
 
 usage:
   tollway run [--config FILE]                         run the gateway (embedded default config without --config)
+  tollway run --demo                                  run offline on the embedded demo config: a canned demo
+                                                      model, no provider keys (store data/demo.db)
   tollway accounts create A [--credits 25]            create an account with prepaid credits (USD)
   tollway accounts credit A 10                        add credits
   tollway accounts list                               balances and what is available now
@@ -59,6 +61,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tollway "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "config file (YAML)")
+	demoMode := fs.Bool("demo", false, "run on the embedded demo config (offline demo model)")
 	adminURL := fs.String("admin", "", "admin API base URL, e.g. http://127.0.0.1:9090")
 	account := fs.String("account", "", "account the key belongs to")
 	name := fs.String("name", "", "a name for the key")
@@ -75,7 +78,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	if args[0] == "run" {
-		cfg, err := LoadConfig(*configPath)
+		load := func() (*Config, error) { return LoadConfig(*configPath) }
+		if *demoMode {
+			if *configPath != "" {
+				return fmt.Errorf("%w: run takes --demo or --config FILE, not both (a file can name a provider of type demo itself)", ErrUsage)
+			}
+			load = LoadDemoConfig
+		}
+		cfg, err := load()
 		if err != nil {
 			return err
 		}

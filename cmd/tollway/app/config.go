@@ -48,7 +48,8 @@ type Config struct {
 	Models    []ModelConfig    `mapstructure:"models"`
 	Routes    []RouteConfig    `mapstructure:"routes"`
 
-	path string // file it came from; "" for the embedded default
+	path string // file it came from; "" for an embedded configuration
+	demo bool   // the embedded demo configuration (tollway run --demo)
 }
 
 // ProviderConfig is one entry of providers:.
@@ -109,6 +110,33 @@ var defaults = map[string]any{
 // overrides (TOLLWAY_LISTEN_PUBLIC=127.0.0.1:8081 ...) and checks it. Unknown keys are errors:
 // a typo must not silently fall back to a default.
 func LoadConfig(path string) (*Config, error) {
+	if path == "" {
+		return loadConfig("", configs.Default, "(embedded default)")
+	}
+	return loadConfig(path, nil, path)
+}
+
+// LoadDemoConfig reads the embedded demo configuration (configs/demo.yaml, `tollway run
+// --demo`), with the same environment overrides and checks as LoadConfig.
+func LoadDemoConfig() (*Config, error) {
+	c, err := loadConfig("", configs.Demo, "(embedded demo)")
+	if err != nil {
+		return nil, err
+	}
+	c.demo = true
+	return c, nil
+}
+
+// reread loads the configuration again from where c came from (a reload).
+func (c *Config) reread() (*Config, error) {
+	if c.demo {
+		return LoadDemoConfig()
+	}
+	return LoadConfig(c.path)
+}
+
+// loadConfig reads the file at path, or embedded when path is ""; errors call it name.
+func loadConfig(path string, embedded []byte, name string) (*Config, error) {
 	v := viper.New()
 	for k, d := range defaults {
 		v.SetDefault(k, d)
@@ -119,30 +147,23 @@ func LoadConfig(path string) (*Config, error) {
 	v.SetConfigType("yaml")
 	var err error
 	if path == "" {
-		err = v.ReadConfig(bytes.NewReader(configs.Default))
+		err = v.ReadConfig(bytes.NewReader(embedded))
 	} else {
 		v.SetConfigFile(path)
 		err = v.ReadInConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", displayPath(path), err)
+		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
 	var c Config
 	if err := v.UnmarshalExact(&c); err != nil {
-		return nil, fmt.Errorf("config %s: %w", displayPath(path), err)
+		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
 	c.path = path
 	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("config %s:\n%w", displayPath(path), err)
+		return nil, fmt.Errorf("config %s:\n%w", name, err)
 	}
 	return &c, nil
-}
-
-func displayPath(p string) string {
-	if p == "" {
-		return "(embedded default)"
-	}
-	return p
 }
 
 // Validate checks what the IR does not: listen addresses and the store path.
@@ -231,15 +252,21 @@ func (c *Config) catalogIR() (*ir.Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	return catalog.Build(c.Listen.Public, cat, c.buildEnv())
+	return catalog.Build(c.Listen.Public, cat, c.buildEnv(checkOnly))
 }
 
+// checkOnly stands in for the demo server when a configuration is only checked: nothing is
+// started, and the address is never dialled.
+func checkOnly() (string, error) { return "127.0.0.1:9", nil }
+
 // buildEnv is how this configuration's records resolve when they become IR: literal api_key
-// values from memory, ${VAR} references from the environment, the system CA bundle.
-func (c *Config) buildEnv() catalog.Env {
+// values from memory, ${VAR} references from the environment, the system CA bundle, and demo
+// providers at the in-process demo model server (started by demo on first use).
+func (c *Config) buildEnv(demo func() (string, error)) catalog.Env {
 	inline := c.inlineSecrets()
 	return catalog.Env{
 		SystemCA: catalog.SystemCABundle(),
+		Demo:     demo,
 		Secret: func(p store.Provider) string {
 			if s, ok := inline[p.Name]; ok {
 				return s

@@ -452,7 +452,7 @@ func TestInlineSecretNeverStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What the gateway does on every apply: rebuild the IR from the store with in-memory secrets.
-	g, err := catalog.Build(c.Listen.Public, stored, c.buildEnv())
+	g, err := catalog.Build(c.Listen.Public, stored, c.buildEnv(checkOnly))
 	if err != nil {
 		t.Fatal(err)
 	}

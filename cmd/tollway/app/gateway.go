@@ -29,6 +29,7 @@ type gateway struct {
 	xds    *xds.Server
 	ext    *extproc.Server
 	ledger *billing.Ledger // nil when billing is off
+	demo   *demoServer     // the in-process demo model, started when a provider of type demo is applied
 
 	mu     sync.Mutex
 	cfg    *Config
@@ -92,7 +93,7 @@ func (g *gateway) applyLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gw, err := catalog.Build(g.cfg.Listen.Public, cat, g.cfg.buildEnv())
+	gw, err := catalog.Build(g.cfg.Listen.Public, cat, g.cfg.buildEnv(g.demo.addr))
 	if err != nil {
 		return err
 	}
@@ -115,6 +116,9 @@ func (g *gateway) applyLocked(ctx context.Context) error {
 	for _, p := range gw.Providers {
 		if !p.Ready() {
 			g.log.Warn("provider has no credential; its models skip it", "provider", p.Name)
+		}
+		if p.Type == ir.ProviderTypeDemo {
+			g.log.Warn("DEMO PROVIDER "+p.Name+": answers are canned by Tollway, not from a language model", "provider", p.Name, "addr", p.Authority())
 		}
 	}
 	return nil

@@ -85,7 +85,9 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		bill = newBilling(ledger, settle)
 	}
 	ext := extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), bill)
-	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger}
+	demoSrv := &demoServer{log: log.With("component", "demo")}
+	defer demoSrv.close() // runs after Envoy stopped, so answers being drained can finish
+	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv}
 
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
@@ -98,7 +100,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	reload := func() error {
 		reloadMu.Lock()
 		defer reloadMu.Unlock()
-		next, err := LoadConfig(cfg.path)
+		next, err := cfg.reread()
 		if err != nil {
 			return badRequest(err.Error())
 		}
