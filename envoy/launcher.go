@@ -58,6 +58,9 @@ type LaunchConfig struct {
 	AdminSocket   string // the unix socket of Envoy's admin API (from the bootstrap)
 	LogLevel      string
 	DrainTime     time.Duration
+	// FullLog prints Envoy's multi-line messages whole; otherwise only their first line, since
+	// a rejected resource is logged with its whole protobuf dump (thousands of lines).
+	FullLog bool
 }
 
 // Start launches Envoy. Its log goes to logOut line by line, prefixed so it is told apart.
@@ -81,13 +84,7 @@ func Start(log *slog.Logger, c LaunchConfig, logOut io.Writer) (*Process, error)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			fmt.Fprintf(logOut, "envoy: %s\n", sc.Text())
-		}
-	}()
+	go forwardLog(pr, logOut, c.FullLog)
 	if err := cmd.Start(); err != nil {
 		pw.Close()
 		return nil, fmt.Errorf("envoy: start %s: %w", c.Binary, err)
@@ -110,6 +107,34 @@ func Start(log *slog.Logger, c LaunchConfig, logOut io.Writer) (*Process, error)
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// forwardLog copies Envoy's log to out line by line, prefixed so it is told apart. A record
+// starts with "[timestamp]"; the lines after it that do not are its continuation, shown only
+// with full (a count of them otherwise).
+func forwardLog(r io.Reader, out io.Writer, full bool) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	inRecord, hidden := false, 0
+	flush := func() {
+		if hidden > 0 {
+			fmt.Fprintf(out, "envoy:   (%d more lines of this message; log.level: debug shows them)\n", hidden)
+			hidden = 0
+		}
+	}
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "[") {
+			flush()
+			inRecord = true
+		} else if inRecord && !full {
+			hidden++
+			continue
+		}
+		fmt.Fprintf(out, "envoy: %s\n", line)
+	}
+	flush()
+	_, _ = io.Copy(io.Discard, r) // a line over the scanner's limit must not block Envoy
 }
 
 // Done is closed when Envoy exits; Err then says how.

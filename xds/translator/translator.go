@@ -58,6 +58,11 @@ func Translate(g *ir.Gateway) (*Resources, error) {
 		r.Clusters = append(r.Clusters, c)
 	}
 	for _, ch := range g.Chains() {
+		if len(ch.Targets) == 0 {
+			// No provider of the chain can take traffic: ext_proc answers 503 model_unavailable
+			// (or route_unavailable) itself and never names this cluster.
+			continue
+		}
 		eps := make([]endpoint, len(ch.Targets))
 		for i, t := range ch.Targets {
 			eps[i] = endpoint{provider: providers[t.Provider], model: t.Model}
@@ -187,7 +192,7 @@ func cluster(name string, eps []endpoint) (*clusterv3.Cluster, error) {
 	}
 	// h2 is negotiated by ALPN, which Envoy allows only when every endpoint speaks TLS; a
 	// cluster that mixes TLS and plaintext endpoints uses HTTP/1.1 throughout.
-	allTLS := true
+	allTLS := len(eps) > 0 // an empty cluster is not "all TLS": it has no transport socket
 	for _, ep := range eps {
 		allTLS = allTLS && ep.provider.TLS
 	}

@@ -157,6 +157,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		AdminSocket:   sock("envoy-admin.sock"),
 		LogLevel:      cfg.Envoy.LogLevel,
 		DrainTime:     cfg.Envoy.DrainTimeout,
+		FullLog:       strings.EqualFold(cfg.Log.Level, "debug"),
 	}, stderr)
 	if err != nil {
 		return err
