@@ -80,8 +80,9 @@ func Start(log *slog.Logger, c LaunchConfig, logOut io.Writer) (*Process, error)
 		"--drain-time-s", strconv.Itoa(drain),
 		"--drain-strategy", "immediate",
 	)
-	// Envoy must not outlive us if we are killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	// Envoy gets its own process group, so a terminal's Ctrl-C (sent to the foreground group)
+	// reaches only Tollway, which drains Envoy; and it must not outlive us if we are killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	go forwardLog(pr, logOut, c.FullLog)
@@ -186,24 +187,34 @@ func (p *Process) Stat(ctx context.Context, name string) (int64, error) {
 }
 
 // Drain stops accepting new connections, lets in-flight requests (streams included) finish for
-// up to timeout, then asks Envoy to exit and waits for it.
-func (p *Process) Drain(ctx context.Context, activeGauge string, timeout time.Duration) {
-	if _, _, err := p.adminCall(ctx, http.MethodPost, "/drain_listeners?graceful&skip_exit"); err != nil {
+// up to timeout, then asks Envoy to exit and waits for it. Cancelling ctx (a second signal)
+// ends the wait at once; it returns how many requests were still open then.
+func (p *Process) Drain(ctx context.Context, activeGauge string, timeout time.Duration) int64 {
+	var open int64
+	admin, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if _, _, err := p.adminCall(admin, http.MethodPost, "/drain_listeners?graceful&skip_exit"); err != nil {
 		p.log.Warn("envoy drain request failed", "error", err)
 	}
+	cancel()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		n, err := p.Stat(ctx, activeGauge)
 		if err != nil || n == 0 {
+			open = n
 			break
 		}
+		open = n
 		select {
 		case <-p.done:
-			return
+			return open
+		case <-ctx.Done():
+			p.Stop()
+			return open
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	p.Stop()
+	return open
 }
 
 // Stop asks Envoy to quit, then kills it if it does not.

@@ -80,9 +80,17 @@ type gateway struct {
 // the test ends, printing its output if the test failed.
 func startGateway(t testing.TB, body string, env ...string) *gateway {
 	t.Helper()
-	hg, err := harness.Start(context.Background(), harness.Options{
-		Bin: tollwayBin, EnvoyBin: envoyBin, Dir: t.TempDir(), Body: body, Env: env,
-	})
+	return startGatewayWith(t, harness.Options{Body: body, Env: env})
+}
+
+// startGatewayWith is startGateway with more options; binaries and directory are filled in.
+func startGatewayWith(t testing.TB, o harness.Options) *gateway {
+	t.Helper()
+	o.Bin, o.EnvoyBin = tollwayBin, envoyBin
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	hg, err := harness.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,12 @@ type Options struct {
 	Body     string   // the providers: and models: sections of the config
 	Env      []string // extra environment, e.g. provider keys
 	Drain    time.Duration
+	// OwnGroup starts tollway in a process group of its own, as a shell does a foreground job,
+	// so a test can signal the whole group as a terminal's Ctrl-C does.
+	OwnGroup bool
+	// SoftNoFile, when set, starts tollway with that soft RLIMIT_NOFILE (as a login shell's
+	// default of 1,024 would), to show what Envoy inherits.
+	SoftNoFile uint64
 }
 
 // Gateway is a running `tollway run`.
@@ -96,10 +102,14 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.cmd = exec.Command(o.Bin, "run", "--config", g.CfgPath)
+	if o.SoftNoFile > 0 {
+		// The shell lowers its soft limit and becomes tollway (exec): same pid, same group.
+		g.cmd = exec.Command("/bin/sh", "-c", fmt.Sprintf(`ulimit -Sn %d && exec "$0" "$@"`, o.SoftNoFile), o.Bin, "run", "--config", g.CfgPath)
+	}
 	g.cmd.Dir = o.Dir
 	g.cmd.Env = append(append(os.Environ(), "ENVOY_BIN="+o.EnvoyBin), o.Env...)
 	// If the caller dies without cleaning up, tollway drains and takes its Envoy with it.
-	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: o.OwnGroup}
 	g.cmd.Stderr = g.Logs
 	stdout, err := g.cmd.StdoutPipe()
 	if err != nil {
@@ -153,6 +163,16 @@ func (g *Gateway) Pid() int { return g.cmd.Process.Pid }
 
 // Signal sends sig to the tollway process.
 func (g *Gateway) Signal(sig os.Signal) error { return g.cmd.Process.Signal(sig) }
+
+// SignalGroup sends sig to tollway's whole process group (Options.OwnGroup), as a terminal's
+// Ctrl-C does.
+func (g *Gateway) SignalGroup(sig syscall.Signal) error { return syscall.Kill(-g.cmd.Process.Pid, sig) }
+
+// Kill ends tollway with SIGKILL, as a crash or an out-of-memory kill would, and waits for it.
+func (g *Gateway) Kill() {
+	_ = g.cmd.Process.Kill()
+	<-g.exited
+}
 
 // Stop sends SIGTERM (tollway drains and stops its Envoy) and kills it if that takes too long.
 func (g *Gateway) Stop() {

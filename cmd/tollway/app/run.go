@@ -46,11 +46,11 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 
 	// Sockets and the bootstrap live in a private directory; unix sockets need no ports, so
 	// nothing collides with other gateways or tests on the machine.
-	runDir, err := os.MkdirTemp("", "tollway-")
+	runDir, releaseRunDir, err := makeRunDir(log)
 	if err != nil {
-		return fmt.Errorf("runtime dir: %w", err)
+		return err
 	}
-	defer os.RemoveAll(runDir)
+	defer releaseRunDir()
 	sock := func(n string) string { return filepath.Join(runDir, n) }
 
 	adminLn, err := net.Listen("tcp", cfg.Listen.Admin)
@@ -136,10 +136,12 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	}
 	serve("admin", func() error { return adminSrv.Serve(adminLn) })
 
+	limits := cfg.limits()
 	boot, err := envoy.Bootstrap(envoy.BootstrapConfig{
 		XDS:     envoy.Endpoint{Network: "unix", Address: sock("xds.sock")},
 		ExtProc: envoy.Endpoint{Network: "unix", Address: sock("extproc.sock")},
 		Admin:   envoy.Endpoint{Network: "unix", Address: sock("envoy-admin.sock")},
+		Limits:  limits,
 	})
 	if err != nil {
 		return err
@@ -150,6 +152,14 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	}
 	if err := os.WriteFile(sock("bootstrap.json"), bootJSON, 0o600); err != nil {
 		return fmt.Errorf("write bootstrap: %w", err)
+	}
+	if nofile, err := envoy.RaiseFileLimit(); err != nil {
+		log.Warn("Envoy keeps the inherited file descriptor limit", "error", err)
+	} else if need := envoy.FileDescriptors(limits); nofile < need {
+		log.Warn("Envoy may run out of file descriptors before limits.max_concurrent_requests is reached; raise the hard RLIMIT_NOFILE (systemd LimitNOFILE=, ulimit -Hn) or lower the limit",
+			"nofile", nofile, "needs", need, "max_concurrent_requests", limits.Requests())
+	} else {
+		log.Info("envoy file descriptor limit", "nofile", nofile, "max_concurrent_requests", limits.Requests())
 	}
 	proc, err := envoy.Start(log, envoy.LaunchConfig{
 		Binary:        envoyBin,
@@ -200,8 +210,15 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 
 	select {
 	case <-ctx.Done():
-		log.Info("draining", "timeout", cfg.Envoy.DrainTimeout)
-		proc.Drain(context.Background(), "http."+ir.ListenerName+".downstream_rq_active", cfg.Envoy.DrainTimeout)
+		log.Info("draining: open requests may finish, new connections are refused; a second signal stops at once",
+			"cause", context.Cause(ctx), "timeout", cfg.Envoy.DrainTimeout)
+		force := forceOf(ctx)
+		open := proc.Drain(force, "http."+ir.ListenerName+".downstream_rq_active", cfg.Envoy.DrainTimeout)
+		if force.Err() != nil {
+			log.Warn("stopping at once: a second signal arrived during the drain", "cause", context.Cause(force), "open_requests_cut", open)
+		} else if open > 0 {
+			log.Warn("drain timeout reached; open requests were cut", "open_requests_cut", open, "timeout", cfg.Envoy.DrainTimeout)
+		}
 		log.Info("stopped")
 		return nil
 	case <-proc.Done():
