@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollway/tollway/test/fakeupstream"
+	"github.com/tollway/tollway/xds/ir"
 	"github.com/tollway/tollway/xds/translator"
 )
 
@@ -59,10 +60,9 @@ func (hungExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) err
 	return nil
 }
 
-// TestHungExtProcIsGatewayUnavailable: an ext_proc that takes the stream but never answers
-// (Envoy's message timeout fires, which Envoy itself answers 504) is the gateway's own 500
-// gateway_unavailable, and the provider is never reached.
-func TestHungExtProcIsGatewayUnavailable(t *testing.T) {
+// envoyWithHungExtProc runs the real Envoy with a hungExtProc behind its ext_proc socket.
+func envoyWithHungExtProc(t *testing.T, limits ir.Limits) (*gateway, *fakeupstream.Server) {
+	t.Helper()
 	fake := fakeupstream.Start(t, fakeupstream.Options{})
 	dir := shortTempDir(t)
 	sock := filepath.Join(dir, "extproc.sock")
@@ -74,7 +74,14 @@ func TestHungExtProcIsGatewayUnavailable(t *testing.T) {
 	extprocv3.RegisterExternalProcessorServer(gs, hungExtProc{})
 	go gs.Serve(ln)
 	t.Cleanup(gs.Stop)
-	gw := envoyWithoutTollway(t, dir, sock, fake)
+	return envoyWithoutTollway(t, dir, sock, fake, limits), fake
+}
+
+// TestHungExtProcIsGatewayUnavailable: an ext_proc that takes the stream but never answers
+// (Envoy's message timeout fires, which Envoy itself answers 504) is the gateway's own 500
+// gateway_unavailable, and the provider is never reached.
+func TestHungExtProcIsGatewayUnavailable(t *testing.T) {
+	gw, fake := envoyWithHungExtProc(t, ir.Limits{})
 	start := time.Now()
 	resp := gw.chat(context.Background(), "ale-"+strings.Repeat("k", 43), `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	e := wantError(t, resp, 500, translator.CodeGatewayUnavailable)

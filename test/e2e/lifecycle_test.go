@@ -31,7 +31,7 @@ import (
 func TestExtProcDownFailsClosed(t *testing.T) {
 	fake := fakeupstream.Start(t, fakeupstream.Options{})
 	dir := shortTempDir(t)
-	gw := envoyWithoutTollway(t, dir, filepath.Join(dir, "no-extproc-here.sock"), fake)
+	gw := envoyWithoutTollway(t, dir, filepath.Join(dir, "no-extproc-here.sock"), fake, ir.Limits{})
 	resp := gw.chat(context.Background(), "ale-"+strings.Repeat("k", 43), `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	e := wantError(t, resp, 500, "gateway_unavailable")
 	t.Log(e.Error.Message)
@@ -54,7 +54,7 @@ func shortTempDir(t *testing.T) string {
 // envoyWithoutTollway runs the real Envoy on Tollway's bootstrap and resources (one model "m"
 // on fake), served by an xDS server in the test, with ext_proc expected at extProcSock: the
 // test decides what, if anything, answers there.
-func envoyWithoutTollway(t *testing.T, dir, extProcSock string, fake *fakeupstream.Server) *gateway {
+func envoyWithoutTollway(t *testing.T, dir, extProcSock string, fake *fakeupstream.Server, limits ir.Limits) *gateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -74,7 +74,7 @@ func envoyWithoutTollway(t *testing.T, dir, extProcSock string, fake *fakeupstre
 	if err := ir.ParseProviderURL(&p, fake.URL()); err != nil {
 		t.Fatal(err)
 	}
-	g := &ir.Gateway{Listener: l, Providers: []ir.Provider{p},
+	g := &ir.Gateway{Listener: l, Providers: []ir.Provider{p}, Limits: limits,
 		Models: []ir.Model{{ID: "m", Targets: []ir.Target{{Provider: "fake", Model: "m"}}}}}
 	res, err := translator.Translate(g)
 	if err != nil {
@@ -87,6 +87,7 @@ func envoyWithoutTollway(t *testing.T, dir, extProcSock string, fake *fakeupstre
 		XDS:     envoy.Endpoint{Network: "unix", Address: filepath.Join(dir, "xds.sock")},
 		ExtProc: envoy.Endpoint{Network: "unix", Address: extProcSock},
 		Admin:   envoy.Endpoint{Network: "unix", Address: filepath.Join(dir, "admin.sock")},
+		Limits:  limits,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -117,6 +117,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rp *reply, inclu
 		if sent > 0 && !sleep(r.Context(), s.opts.ChunkDelay) {
 			return false
 		}
+		if sent == 1 && s.opts.Hold != nil {
+			select {
+			case <-s.opts.Hold:
+			case <-r.Context().Done():
+				return false
+			}
+		}
 		sent++
 		if _, err := w.Write(event); err != nil {
 			return false

@@ -153,13 +153,8 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err := os.WriteFile(sock("bootstrap.json"), bootJSON, 0o600); err != nil {
 		return fmt.Errorf("write bootstrap: %w", err)
 	}
-	if nofile, err := envoy.RaiseFileLimit(); err != nil {
+	if err := envoy.RaiseFileLimit(); err != nil {
 		log.Warn("Envoy keeps the inherited file descriptor limit", "error", err)
-	} else if need := envoy.FileDescriptors(limits); nofile < need {
-		log.Warn("Envoy may run out of file descriptors before limits.max_concurrent_requests is reached; raise the hard RLIMIT_NOFILE (systemd LimitNOFILE=, ulimit -Hn) or lower the limit",
-			"nofile", nofile, "needs", need, "max_concurrent_requests", limits.Requests())
-	} else {
-		log.Info("envoy file descriptor limit", "nofile", nofile, "max_concurrent_requests", limits.Requests())
 	}
 	proc, err := envoy.Start(log, envoy.LaunchConfig{
 		Binary:        envoyBin,
@@ -190,6 +185,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err := proc.WaitHealthChecked(ctx, 5*time.Second); err != nil {
 		log.Warn("starting before every provider was health-checked", "error", err)
 	}
+	logFileLimit(log, proc, limits)
 	fmt.Fprintf(stdout, "tollway ready base_url=http://%s/v1 admin=http://%s envoy_pid=%d\n", cfg.Listen.Public, cfg.Listen.Admin, proc.Pid())
 	log.Info("tollway ready", "base_url", "http://"+cfg.Listen.Public+"/v1", "admin", cfg.Listen.Admin, "envoy", envoyBin)
 
@@ -223,6 +219,22 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		return nil
 	case <-proc.Done():
 		return fmt.Errorf("envoy exited unexpectedly: %w", proc.Err())
+	}
+}
+
+// logFileLimit says what file descriptor limit Envoy runs with, and warns when it is below what
+// limits.max_concurrent_requests needs.
+func logFileLimit(log *slog.Logger, proc *envoy.Process, limits ir.Limits) {
+	nofile, err := proc.FileLimit()
+	need := envoy.FileDescriptors(limits)
+	switch {
+	case err != nil:
+		log.Warn("cannot read Envoy's file descriptor limit", "error", err)
+	case nofile < need:
+		log.Warn("Envoy may run out of file descriptors before limits.max_concurrent_requests is reached; raise the hard RLIMIT_NOFILE (systemd LimitNOFILE=, ulimit -Hn) or lower the limit",
+			"envoy_nofile", nofile, "needs", need, "max_concurrent_requests", limits.Requests())
+	default:
+		log.Info("envoy file descriptor limit", "envoy_nofile", nofile, "max_concurrent_requests", limits.Requests())
 	}
 }
 
