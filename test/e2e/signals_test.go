@@ -52,28 +52,32 @@ func waitExit(t *testing.T, g *gateway, within time.Duration) {
 }
 
 // TestInterruptToGroupDrainsStream: Ctrl-C in a terminal signals the whole foreground process
-// group. Envoy has a group of its own, so only Tollway gets it and drains Envoy: the open stream
-// finishes with [DONE] and Tollway exits 0.
+// group (a closed terminal sends SIGHUP the same way). Envoy has a group of its own, so only
+// Tollway gets it and drains Envoy: the open stream finishes with [DONE] and Tollway exits 0.
 func TestInterruptToGroupDrainsStream(t *testing.T) {
-	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, ChunkDelay: 100 * time.Millisecond})
-	g := startGatewayWith(t, harness.Options{Body: catalog(fake.URL()), Env: []string{"FAKE_PROVIDER_KEY=" + providerKey}, OwnGroup: true, Drain: 20 * time.Second})
-	if pgid, err := syscall.Getpgid(g.EnvoyPID); err != nil || pgid == g.Pid() {
-		t.Fatalf("Envoy's process group %d (err %v) is Tollway's own", pgid, err)
-	}
-	resp, sc := slowStream(t, g, 20)
-	defer resp.Body.Close()
-	if err := g.SignalGroup(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	if !readToEnd(sc) {
-		t.Fatal("the stream was cut by Ctrl-C: no [DONE]")
-	}
-	waitExit(t, g, 30*time.Second)
-	if g.ExitErr() != nil {
-		t.Fatalf("exit after Ctrl-C: %v", g.ExitErr())
-	}
-	if !strings.Contains(g.logs.String(), "draining") || !strings.Contains(g.logs.String(), "signal interrupt") {
-		t.Fatalf("the drain was not logged with its cause:\n%s", g.logs.String())
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, ChunkDelay: 100 * time.Millisecond})
+			g := startGatewayWith(t, harness.Options{Body: catalog(fake.URL()), Env: []string{"FAKE_PROVIDER_KEY=" + providerKey}, OwnGroup: true, Drain: 20 * time.Second})
+			if pgid, err := syscall.Getpgid(g.EnvoyPID); err != nil || pgid == g.Pid() {
+				t.Fatalf("Envoy's process group %d (err %v) is Tollway's own", pgid, err)
+			}
+			resp, sc := slowStream(t, g, 20)
+			defer resp.Body.Close()
+			if err := g.SignalGroup(sig); err != nil {
+				t.Fatal(err)
+			}
+			if !readToEnd(sc) {
+				t.Fatalf("the stream was cut by %s: no [DONE]", sig)
+			}
+			waitExit(t, g, 30*time.Second)
+			if g.ExitErr() != nil {
+				t.Fatalf("exit after %s: %v", sig, g.ExitErr())
+			}
+			if !strings.Contains(g.logs.String(), "draining") || !strings.Contains(g.logs.String(), "signal "+sig.String()) {
+				t.Fatalf("the drain was not logged with its cause:\n%s", g.logs.String())
+			}
+		})
 	}
 }
 
