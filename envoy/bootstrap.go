@@ -10,6 +10,8 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	overloadv3 "github.com/envoyproxy/go-control-plane/envoy/config/overload/v3"
+	downstreamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/resource_monitors/downstream_connections/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
+	"github.com/tollway/tollway/xds/translator"
 )
 
 // Endpoint is where Envoy reaches one of Tollway's gRPC servers or its own admin: a unix socket
@@ -31,6 +34,23 @@ type BootstrapConfig struct {
 	XDS     Endpoint
 	ExtProc Endpoint
 	Admin   Endpoint
+	// Limits size the ext_proc cluster's circuit breakers and the downstream connection limit.
+	// They are fixed for Envoy's lifetime: the bootstrap's clusters cannot change over xDS.
+	Limits ir.Limits
+}
+
+// xdsStreams bounds the xDS cluster: one ADS stream, and its replacement while reconnecting.
+const xdsStreams = 16
+
+// DownstreamConnections is how many client connections Envoy accepts at once for limits: one
+// per open request (HTTP/1.1), plus idle keep-alive connections. Past it Envoy refuses
+// connections, which keeps it from running out of file descriptors.
+func DownstreamConnections(l ir.Limits) int64 { return int64(l.Requests()) + 1024 }
+
+// FileDescriptors estimates what Envoy needs for limits: every client connection, one upstream
+// connection per open request (HTTP/1.1 providers), and its own sockets and files.
+func FileDescriptors(l ir.Limits) uint64 {
+	return uint64(DownstreamConnections(l)) + uint64(l.Requests()) + 1024
 }
 
 // Bootstrap builds Envoy's static configuration: everything else arrives over ADS.
@@ -43,12 +63,14 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envoy: bootstrap: %w", err)
 	}
-	grpcCluster := func(name string, ep Endpoint) *clusterv3.Cluster {
+	grpcCluster := func(name string, ep Endpoint, streams uint32) *clusterv3.Cluster {
 		return &clusterv3.Cluster{
 			Name:                          name,
 			ConnectTimeout:                durationpb.New(time.Second),
 			ClusterDiscoveryType:          &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
 			PerConnectionBufferLimitBytes: nil,
+			// Every gRPC stream counts as one request for as long as it is open.
+			CircuitBreakers:               translator.CircuitBreakers(streams),
 			TypedExtensionProtocolOptions: map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": h2},
 			LoadAssignment: &endpointv3.ClusterLoadAssignment{
 				ClusterName: name,
@@ -68,9 +90,10 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 			Address: address(c.Admin),
 		},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{
-			grpcCluster(ir.XDSCluster, c.XDS),
-			grpcCluster(ir.ExtProcCluster, c.ExtProc),
+			grpcCluster(ir.XDSCluster, c.XDS, xdsStreams),
+			grpcCluster(ir.ExtProcCluster, c.ExtProc, c.Limits.ExtProcStreams()),
 		}},
+		OverloadManager: overloadManager(c.Limits),
 		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
 			AdsConfig: &corev3.ApiConfigSource{
 				ApiType:             corev3.ApiConfigSource_GRPC,
@@ -88,6 +111,15 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 		return nil, fmt.Errorf("envoy: bootstrap fails validation: %w", err)
 	}
 	return b, nil
+}
+
+// overloadManager caps client connections (see DownstreamConnections).
+func overloadManager(l ir.Limits) *overloadv3.OverloadManager {
+	cfg, _ := anypb.New(&downstreamv3.DownstreamConnectionsConfig{MaxActiveDownstreamConnections: DownstreamConnections(l)})
+	return &overloadv3.OverloadManager{ResourceMonitors: []*overloadv3.ResourceMonitor{{
+		Name:       "envoy.resource_monitors.global_downstream_max_connections",
+		ConfigType: &overloadv3.ResourceMonitor_TypedConfig{TypedConfig: cfg},
+	}}}
 }
 
 // MarshalBootstrap renders b as the JSON file Envoy is started with.

@@ -58,6 +58,9 @@ type LaunchConfig struct {
 	AdminSocket   string // the unix socket of Envoy's admin API (from the bootstrap)
 	LogLevel      string
 	DrainTime     time.Duration
+	// FullLog prints Envoy's multi-line messages whole; otherwise only their first line, since
+	// a rejected resource is logged with its whole protobuf dump (thousands of lines).
+	FullLog bool
 }
 
 // Start launches Envoy. Its log goes to logOut line by line, prefixed so it is told apart.
@@ -77,17 +80,12 @@ func Start(log *slog.Logger, c LaunchConfig, logOut io.Writer) (*Process, error)
 		"--drain-time-s", strconv.Itoa(drain),
 		"--drain-strategy", "immediate",
 	)
-	// Envoy must not outlive us if we are killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	// Envoy gets its own process group, so a terminal's Ctrl-C (sent to the foreground group)
+	// reaches only Tollway, which drains Envoy; and it must not outlive us if we are killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			fmt.Fprintf(logOut, "envoy: %s\n", sc.Text())
-		}
-	}()
+	go forwardLog(pr, logOut, c.FullLog)
 	if err := cmd.Start(); err != nil {
 		pw.Close()
 		return nil, fmt.Errorf("envoy: start %s: %w", c.Binary, err)
@@ -110,6 +108,34 @@ func Start(log *slog.Logger, c LaunchConfig, logOut io.Writer) (*Process, error)
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// forwardLog copies Envoy's log to out line by line, prefixed so it is told apart. A record
+// starts with "[timestamp]"; the lines after it that do not are its continuation, shown only
+// with full (a count of them otherwise).
+func forwardLog(r io.Reader, out io.Writer, full bool) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	inRecord, hidden := false, 0
+	flush := func() {
+		if hidden > 0 {
+			fmt.Fprintf(out, "envoy:   (%d more lines of this message; log.level: debug shows them)\n", hidden)
+			hidden = 0
+		}
+	}
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "[") {
+			flush()
+			inRecord = true
+		} else if inRecord && !full {
+			hidden++
+			continue
+		}
+		fmt.Fprintf(out, "envoy: %s\n", line)
+	}
+	flush()
+	_, _ = io.Copy(io.Discard, r) // a line over the scanner's limit must not block Envoy
 }
 
 // Done is closed when Envoy exits; Err then says how.
@@ -161,24 +187,34 @@ func (p *Process) Stat(ctx context.Context, name string) (int64, error) {
 }
 
 // Drain stops accepting new connections, lets in-flight requests (streams included) finish for
-// up to timeout, then asks Envoy to exit and waits for it.
-func (p *Process) Drain(ctx context.Context, activeGauge string, timeout time.Duration) {
-	if _, _, err := p.adminCall(ctx, http.MethodPost, "/drain_listeners?graceful&skip_exit"); err != nil {
+// up to timeout, then asks Envoy to exit and waits for it. Cancelling ctx (a second signal)
+// ends the wait at once; it returns how many requests were still open then.
+func (p *Process) Drain(ctx context.Context, activeGauge string, timeout time.Duration) int64 {
+	var open int64
+	admin, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if _, _, err := p.adminCall(admin, http.MethodPost, "/drain_listeners?graceful&skip_exit"); err != nil {
 		p.log.Warn("envoy drain request failed", "error", err)
 	}
+	cancel()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		n, err := p.Stat(ctx, activeGauge)
 		if err != nil || n == 0 {
+			open = n
 			break
 		}
+		open = n
 		select {
 		case <-p.done:
-			return
+			return open
+		case <-ctx.Done():
+			p.Stop()
+			return open
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	p.Stop()
+	return open
 }
 
 // Stop asks Envoy to quit, then kills it if it does not.

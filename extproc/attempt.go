@@ -3,7 +3,9 @@ package extproc
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -96,7 +98,8 @@ func (a *attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHea
 		}
 	}
 	if md == nil {
-		return fmt.Errorf("the endpoint has no tollway metadata (xds.upstream_host_metadata); attributes: %v", attrs)
+		// Names only: the values are whole protobuf dumps of Envoy's metadata.
+		return fmt.Errorf("the endpoint has no tollway metadata (xds.upstream_host_metadata); attributes sent: %v", slices.Sorted(maps.Keys(attrs)))
 	}
 	modelID := md["model"]
 	for _, hv := range h.GetHeaders().GetHeaders() {

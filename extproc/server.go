@@ -181,6 +181,9 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 			x.requestID = headerValue(hv)
 		}
 	}
+	if e := headersTooLarge(h); e != nil {
+		return x.fail(e)
+	}
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
@@ -219,7 +222,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 			// A client must not choose the cluster or claim who answered.
 			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ClusterHeader, ir.ModelHeader, ir.ServedHeader}},
 		}},
-	}}
+	}, ModeOverride: chatMode}
 }
 
 // authenticate checks a Bearer ale- key against the hashed keys of the runtime.
@@ -309,13 +312,13 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	switch {
 	case x.status >= 400:
 		x.release()
-		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_BUFFERED}
+		resp.ModeOverride = withResponseBody(extprocv3filter.ProcessingMode_BUFFERED)
 	case x.hold == nil:
 	case isEventStream(h):
 		x.streaming = true
-		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_STREAMED}
+		resp.ModeOverride = withResponseBody(extprocv3filter.ProcessingMode_STREAMED)
 	default:
-		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_BUFFERED}
+		resp.ModeOverride = withResponseBody(extprocv3filter.ProcessingMode_BUFFERED)
 	}
 	return resp
 }

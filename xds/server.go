@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,7 +88,10 @@ func (s *Server) Status() Status {
 // waits up to wait for it to be accepted. A rejection returns ErrRejected; the last accepted
 // snapshot is then pushed back under a new version.
 func (s *Server) Push(ctx context.Context, r *translator.Resources, wait time.Duration) (uint64, error) {
-	res := map[resource.Type][]types.Resource{}
+	// Every type gets an entry, empty or not: the cache answers a type only when its version
+	// differs from the one Envoy holds, and a type left out has no version, so Envoy would wait
+	// for it (an empty catalog has no clusters) and never acknowledge the snapshot.
+	res := map[resource.Type][]types.Resource{resource.ListenerType: {}, resource.RouteType: {}, resource.ClusterType: {}}
 	for _, l := range r.Listeners {
 		res[resource.ListenerType] = append(res[resource.ListenerType], l)
 	}
@@ -192,10 +196,12 @@ func (s *Server) onRequest(_ int64, req *discoveryv3.DiscoveryRequest) error {
 			return nil
 		}
 		s.rejectedVersion = bad
-		s.status.LastRejection = req.GetErrorDetail().GetMessage()
+		full := req.GetErrorDetail().GetMessage()
+		s.status.LastRejection = FirstLine(full)
 		s.status.RejectedAt = time.Now().UTC()
 		s.log.Error("ENVOY REJECTED CONFIGURATION; keeping the last accepted one",
 			"snapshot", bad, "type", req.GetTypeUrl(), "accepted", s.status.AcceptedVersion, "error", s.status.LastRejection)
+		s.log.Debug("the rejection in full", "snapshot", bad, "error", full)
 		if s.lastGood != nil {
 			// Re-push the last good resources under a new version so the cache, and any Envoy
 			// that reconnects, serve what Envoy accepted rather than what it refused.
@@ -226,6 +232,14 @@ func (s *Server) onRequest(_ int64, req *discoveryv3.DiscoveryRequest) error {
 		}
 	}
 	return nil
+}
+
+// FirstLine shortens an Envoy error to its first line: Envoy appends the whole offending resource
+// as a protobuf text dump (thousands of lines), after a "goo.gle/debugstr" marker.
+func FirstLine(msg string) string {
+	line, _, _ := strings.Cut(msg, "\n")
+	line, _, _ = strings.Cut(line, "goo.gle/debugstr")
+	return strings.TrimRight(line, " :\t\r")
 }
 
 func (s *Server) notify() {

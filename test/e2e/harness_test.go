@@ -89,11 +89,14 @@ func startGateway(t testing.TB, body string, env ...string) *gateway {
 	return startWith(t, harness.Options{Body: body, Env: env})
 }
 
-// startWith starts tollway as o says (binary, Envoy and directory filled in) and stops it when
-// the test ends, printing its output if the test failed.
+// startWith starts tollway as o says (binary and Envoy filled in, a temporary directory unless
+// o.Dir is set) and stops it when the test ends, printing its output if the test failed.
 func startWith(t testing.TB, o harness.Options) *gateway {
 	t.Helper()
-	o.Bin, o.EnvoyBin, o.Dir = tollwayBin, envoyBin, t.TempDir()
+	o.Bin, o.EnvoyBin = tollwayBin, envoyBin
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
 	hg, err := harness.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)

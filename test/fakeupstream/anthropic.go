@@ -390,6 +390,7 @@ type eventStream struct {
 	delay time.Duration
 	cut   int
 	sent  int
+	hold  <-chan struct{} // Options.Hold, for OpenAI streams
 }
 
 func (s *Server) newEventStream(w http.ResponseWriter, r *http.Request, cut int) *eventStream {
@@ -407,6 +408,13 @@ func (es *eventStream) send(event []byte) bool {
 	}
 	if es.sent > 0 && !sleep(es.r.Context(), es.delay) {
 		return false
+	}
+	if es.sent == 1 && es.hold != nil {
+		select {
+		case <-es.hold:
+		case <-es.r.Context().Done():
+			return false
+		}
 	}
 	es.sent++
 	if _, err := es.w.Write(event); err != nil {

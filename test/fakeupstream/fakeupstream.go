@@ -35,6 +35,10 @@ type Options struct {
 	Models []string
 	// NoRecord turns off request recording, for long benchmark runs.
 	NoRecord bool
+	// Hold, when set, pauses every OpenAI stream after its first event until it receives from
+	// Hold (one send releases one stream, a close releases all): streams that stay open as long
+	// as a test needs, however many there are.
+	Hold <-chan struct{}
 }
 
 // Recorded is one request as the server received it.

@@ -188,6 +188,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		return
 	}
 	es := s.newEventStream(w, r, cut)
+	es.hold = s.opts.Hold
 	for _, ev := range a.Events(req.StreamOptions != nil && req.StreamOptions.IncludeUsage) {
 		if !es.send(ev) {
 			return

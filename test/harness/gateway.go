@@ -62,6 +62,12 @@ type Options struct {
 	// embedded default: then the listen addresses, store path and drain time reach tollway as
 	// TOLLWAY_* environment overrides, and the CLI finds the admin API with --admin.
 	RunArgs []string
+	// OwnGroup starts tollway in a process group of its own, as a shell does a foreground job,
+	// so a test can signal the whole group as a terminal's Ctrl-C does.
+	OwnGroup bool
+	// SoftNoFile, when set, starts tollway with that soft RLIMIT_NOFILE (as a login shell's
+	// default of 1,024 would), to show what Envoy inherits.
+	SoftNoFile uint64
 }
 
 // Gateway is a running `tollway run`.
@@ -109,10 +115,14 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 		}
 		g.cmd = exec.Command(o.Bin, "run", "--config", g.CfgPath)
 	}
+	if o.SoftNoFile > 0 {
+		// The shell lowers its soft limit and becomes tollway (exec): same pid, same group.
+		g.cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -Sn %d && exec "$0" "$@"`, o.SoftNoFile), g.cmd.Path}, g.cmd.Args[1:]...)...)
+	}
 	g.cmd.Dir = o.Dir
 	g.cmd.Env = append(env, o.Env...)
 	// If the caller dies without cleaning up, tollway drains and takes its Envoy with it.
-	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: o.OwnGroup}
 	g.cmd.Stderr = g.Logs
 	stdout, err := g.cmd.StdoutPipe()
 	if err != nil {
@@ -166,6 +176,16 @@ func (g *Gateway) Pid() int { return g.cmd.Process.Pid }
 
 // Signal sends sig to the tollway process.
 func (g *Gateway) Signal(sig os.Signal) error { return g.cmd.Process.Signal(sig) }
+
+// SignalGroup sends sig to tollway's whole process group (Options.OwnGroup), as a terminal's
+// Ctrl-C does.
+func (g *Gateway) SignalGroup(sig syscall.Signal) error { return syscall.Kill(-g.cmd.Process.Pid, sig) }
+
+// Kill ends tollway with SIGKILL, as a crash or an out-of-memory kill would, and waits for it.
+func (g *Gateway) Kill() {
+	_ = g.cmd.Process.Kill()
+	<-g.exited
+}
 
 // Stop sends SIGTERM (tollway drains and stops its Envoy) and kills it if that takes too long.
 func (g *Gateway) Stop() {

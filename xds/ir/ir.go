@@ -46,12 +46,17 @@ type Gateway struct {
 	// AttemptTimeout is how long one attempt may stay silent (no byte from the provider) before
 	// the next attempt of the chain is tried; 0 means the default.
 	AttemptTimeout time.Duration `json:"attemptTimeout,omitempty"`
+	Limits         Limits        `json:"limits,omitzero"`
 }
 
 // Listener is the public HTTP listener ({base_url} = http://Address:Port/v1).
 type Listener struct {
 	Address string `json:"address"`
 	Port    uint32 `json:"port"`
+	// XFFTrustedHops is how many proxies in front of the gateway append to x-forwarded-for
+	// (listen.xff_num_trusted_hops); 0 means clients connect directly and their own
+	// x-forwarded-for is not believed.
+	XFFTrustedHops uint32 `json:"xffTrustedHops,omitempty"`
 }
 
 // Provider is one upstream API endpoint.
@@ -176,6 +181,12 @@ func (g *Gateway) Validate() error {
 	}
 	if g.Listener.Port == 0 {
 		bad("listen.public: a port is required")
+	}
+	if g.Listener.XFFTrustedHops > MaxXFFTrustedHops {
+		bad("listen.xff_num_trusted_hops %d: at most %d (the proxies in front of the gateway that append to x-forwarded-for)", g.Listener.XFFTrustedHops, MaxXFFTrustedHops)
+	}
+	if err := g.Limits.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	providers := make(map[string]bool, len(g.Providers))
 	for _, p := range g.Providers {

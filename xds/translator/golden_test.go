@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollway/tollway/test/golden"
@@ -37,6 +39,7 @@ func TestGolden(t *testing.T) {
 			}
 			for _, c := range res.Clusters {
 				kinds["clusters"] = append(kinds["clusters"], c)
+				checkALPN(t, c)
 			}
 			for _, kind := range []string{"listeners", "routes", "clusters"} {
 				for _, m := range kinds[kind] {
@@ -61,4 +64,24 @@ func translate(g *ir.Gateway) (*translator.Resources, error) {
 		return nil, err
 	}
 	return translator.Translate(g)
+}
+
+// checkALPN: Envoy rejects a cluster that negotiates the protocol by ALPN (auto_config) without a
+// TLS transport socket, and the rejection used to stop the gateway; every cluster must pass.
+func checkALPN(t *testing.T, c *clusterv3.Cluster) {
+	t.Helper()
+	a := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+	if a == nil {
+		return
+	}
+	var opts httpv3.HttpProtocolOptions
+	if err := a.UnmarshalTo(&opts); err != nil {
+		t.Fatal(err)
+	}
+	if opts.GetAutoConfig() != nil && c.GetTransportSocket() == nil {
+		t.Errorf("cluster %s: ALPN (auto_config) without a TLS transport socket", c.Name)
+	}
+	if len(c.GetLoadAssignment().GetEndpoints()) == 0 {
+		t.Errorf("cluster %s has no endpoints: nothing may route to it", c.Name)
+	}
 }

@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	celv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/filters/cel/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
@@ -18,7 +16,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollway/tollway/xds/ir"
@@ -44,6 +41,19 @@ func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
 		StreamIdleTimeout:            durationpb.New(streamIdle),
 		AlwaysSetRequestIdInResponse: true,
 		LocalReplyConfig:             localReplies(),
+		// The gateway is the edge: the connection's peer is the client, and x-forwarded-for is
+		// believed only for the proxies the operator declared in front of it. Every client is
+		// external (Envoy 1.33+ trusts no address by default), so Envoy strips x-envoy-* headers
+		// clients send. Client address headers never reach providers (routeHeadersToRemove).
+		UseRemoteAddress:  wrapperspb.Bool(true),
+		XffNumTrustedHops: g.Listener.XFFTrustedHops,
+		// Envoy's HTTP/2 codec cannot answer headers over its limit (it resets the stream), so
+		// the codec's limits sit well above the gateway's and ext_proc answers 431
+		// headers_too_large at the gateway's own limit; HTTP/1 requests over the codec's limit
+		// get the same JSON 431 from localReplies.
+		MaxRequestHeadersKb:       wrapperspb.UInt32(codecHeaderKB),
+		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{MaxHeadersCount: wrapperspb.UInt32(codecHeaderCount)},
+		Http2ProtocolOptions:      &corev3.Http2ProtocolOptions{MaxHeaderFieldSizeKb: wrapperspb.UInt32(codecHeaderKB)},
 	}
 	hcmAny, err := anypb.New(hcm)
 	if err != nil {
@@ -89,6 +99,11 @@ func httpFilters() ([]*hcmv3.HttpFilter, error) {
 // successful answers and SSE streams pass untouched and unbuffered.
 func ExtProc() *extprocv3.ExternalProcessor {
 	p := extProc()
+	// Response headers are sent only for requests whose headers ext_proc accepted: its answer
+	// turns them on (mode override). A reply Envoy makes before ext_proc saw the request (an
+	// HTTP/1 request whose headers overflow the codec) would otherwise wait for ext_proc while
+	// Envoy closes the connection, and the client would get nothing.
+	p.ProcessingMode.ResponseHeaderMode = extprocv3.ProcessingMode_SKIP
 	// x-envoy-max-retries bounds a request's retries to its chain's length.
 	p.MutationRules = &mutationrulesv3.HeaderMutationRules{AllowEnvoy: wrapperspb.Bool(true)}
 	return p
@@ -116,44 +131,6 @@ func extProc() *extprocv3.ExternalProcessor {
 		AllowModeOverride: true,
 		MessageTimeout:    durationpb.New(ExtProcMessageTimeout),
 	}
-}
-
-// localReplies gives Envoy's own error replies (ext_proc unreachable, provider unreachable, body
-// too large) the spec's error body. Replies ext_proc wrote itself are already in that shape and
-// carry code details starting with ir.ErrorCodeDetailsPrefix, which the filters exclude.
-func localReplies() *hcmv3.LocalReplyConfig {
-	body := func(code, message string) *corev3.SubstitutionFormatString {
-		return &corev3.SubstitutionFormatString{
-			Format: &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: &structpb.Struct{Fields: map[string]*structpb.Value{
-				"error": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-					"message":    structpb.NewStringValue(message),
-					"code":       structpb.NewStringValue(code),
-					"request_id": structpb.NewStringValue("%REQ(X-REQUEST-ID)%"),
-				}}),
-			}}},
-		}
-	}
-	mapper := func(expr, code, message string) *hcmv3.ResponseMapper {
-		cel, _ := anypb.New(&celv3.ExpressionFilter{Expression: expr})
-		return &hcmv3.ResponseMapper{
-			Filter: &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_ExtensionFilter{ExtensionFilter: &accesslogv3.ExtensionFilter{
-				Name:       "envoy.access_loggers.extension_filters.cel",
-				ConfigType: &accesslogv3.ExtensionFilter_TypedConfig{TypedConfig: cel},
-			}}},
-			BodyFormatOverride: body(code, message),
-		}
-	}
-	notOurs := fmt.Sprintf("!response.code_details.startsWith('%s')", ir.ErrorCodeDetailsPrefix)
-	return &hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{
-		// Details (socket paths, gRPC codes) stay in Envoy's log, not in the client's answer.
-		mapper("response.code_details.startsWith('ext_proc')", "gateway_unavailable",
-			"the gateway's request processor is unavailable, so the request was refused; retry later"),
-		mapper("response.code == 413 && "+notOurs, "request_too_large",
-			"request body exceeds the gateway limit of 32 MiB; send smaller images or use image URLs"),
-		mapper("response.code >= 500 && "+notOurs, "upstream_unavailable",
-			"the provider could not be reached: %LOCAL_REPLY_BODY%"),
-		mapper("response.code >= 400 && "+notOurs, "gateway_error", "%LOCAL_REPLY_BODY%"),
-	}}
 }
 
 func adsSource() *corev3.ConfigSource {

@@ -51,18 +51,23 @@ func Translate(g *ir.Gateway) (*Resources, error) {
 		p := &g.Providers[i]
 		providers[p.Name] = p
 		// A provider's own cluster serves requests pinned to it (route.provider): one attempt.
-		c, err := cluster(p.ClusterName(), []endpoint{{provider: p}})
+		c, err := cluster(p.ClusterName(), []endpoint{{provider: p}}, g.Limits)
 		if err != nil {
 			return nil, err
 		}
 		r.Clusters = append(r.Clusters, c)
 	}
 	for _, ch := range g.Chains() {
+		if len(ch.Targets) == 0 {
+			// No provider of the chain can take traffic: ext_proc answers 503 model_unavailable
+			// (or route_unavailable) itself and never names this cluster.
+			continue
+		}
 		eps := make([]endpoint, len(ch.Targets))
 		for i, t := range ch.Targets {
 			eps[i] = endpoint{provider: providers[t.Provider], model: t.Model}
 		}
-		c, err := cluster(ch.Cluster, eps)
+		c, err := cluster(ch.Cluster, eps, g.Limits)
 		if err != nil {
 			return nil, err
 		}
@@ -70,6 +75,14 @@ func Translate(g *ir.Gateway) (*Resources, error) {
 	}
 	sort.Slice(r.Clusters, func(i, j int) bool { return r.Clusters[i].Name < r.Clusters[j].Name })
 	return r, nil
+}
+
+// clientAddressHeaders say where a request came from. Providers learn nothing about the
+// gateway's clients: Envoy uses them (listen.xff_num_trusted_hops) and removes them here.
+var clientAddressHeaders = []string{
+	"x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "forwarded",
+	"x-real-ip", "x-client-ip", "true-client-ip", "cf-connecting-ip", "fastly-client-ip",
+	"x-cluster-client-ip", "x-original-forwarded-for", "x-envoy-external-address", "x-envoy-internal",
 }
 
 // maxAttempts bounds the retries of one request; ext_proc lowers it per request
@@ -95,12 +108,12 @@ func routes(g *ir.Gateway) *routev3.RouteConfiguration {
 			IdleTimeout:      durationpb.New(streamIdle),
 			RetryPolicy:      retryPolicy(g.AttemptTimeout),
 		}},
-		RequestHeadersToRemove: []string{ir.ClusterHeader},
+		RequestHeadersToRemove: append([]string{ir.ClusterHeader}, clientAddressHeaders...),
 		// Which attempt answered, from the endpoint Envoy picked: ext_proc bills that model.
 		ResponseHeadersToAdd: []*corev3.HeaderValueOption{{
 			Header: &corev3.HeaderValue{
 				Key:   ir.ServedHeader,
-				Value: `%UPSTREAM_METADATA(["` + ir.MetadataNamespace + `","provider"])%/%UPSTREAM_METADATA(["` + ir.MetadataNamespace + `","model"])%`,
+				Value: "%UPSTREAM_METADATA(" + ir.MetadataNamespace + ":provider)%/%UPSTREAM_METADATA(" + ir.MetadataNamespace + ":model)%",
 			},
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 		}},
@@ -172,9 +185,10 @@ type endpoint struct {
 // cluster builds an upstream cluster whose endpoints are attempts in priority order. Each
 // endpoint carries its provider (and model) as metadata for the upstream ext_proc, and selects
 // its own TLS settings through transport socket matching, since one chain mixes providers.
-func cluster(name string, eps []endpoint) (*clusterv3.Cluster, error) {
+func cluster(name string, eps []endpoint, limits ir.Limits) (*clusterv3.Cluster, error) {
 	c := &clusterv3.Cluster{
 		Name:                          name,
+		CircuitBreakers:               CircuitBreakers(limits.Requests()),
 		ConnectTimeout:                durationpb.New(connectTimeout),
 		PerConnectionBufferLimitBytes: wrapperspb.UInt32(ir.BufferLimitBytes),
 		// STRICT_DNS resolves host names and takes literal IPs; every priority is one attempt.
@@ -187,7 +201,7 @@ func cluster(name string, eps []endpoint) (*clusterv3.Cluster, error) {
 	}
 	// h2 is negotiated by ALPN, which Envoy allows only when every endpoint speaks TLS; a
 	// cluster that mixes TLS and plaintext endpoints uses HTTP/1.1 throughout.
-	allTLS := true
+	allTLS := len(eps) > 0 // an empty cluster is not "all TLS": it has no transport socket
 	for _, ep := range eps {
 		allTLS = allTLS && ep.provider.TLS
 	}

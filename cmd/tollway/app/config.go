@@ -23,7 +23,13 @@ type Config struct {
 	Listen struct {
 		Public string `mapstructure:"public"`
 		Admin  string `mapstructure:"admin"`
+		// XFFNumTrustedHops: how many proxies in front of the gateway append to x-forwarded-for.
+		XFFNumTrustedHops int `mapstructure:"xff_num_trusted_hops"`
 	} `mapstructure:"listen"`
+	Limits struct {
+		// MaxConcurrentRequests sizes Envoy's circuit breakers; the excess gets 503.
+		MaxConcurrentRequests int `mapstructure:"max_concurrent_requests"`
+	} `mapstructure:"limits"`
 	Store struct {
 		Path string `mapstructure:"path"`
 	} `mapstructure:"store"`
@@ -95,15 +101,17 @@ type ModelConfig struct {
 }
 
 var defaults = map[string]any{
-	"listen.public":           "127.0.0.1:8080",
-	"listen.admin":            "127.0.0.1:9090",
-	"store.path":              "data/tollway.db",
-	"envoy.bin":               "",
-	"envoy.log_level":         "warning",
-	"envoy.drain_timeout":     "10s",
-	"log.level":               "info",
-	"billing.enabled":         true,
-	"routing.attempt_timeout": "60s",
+	"listen.public":                  "127.0.0.1:8080",
+	"listen.admin":                   "127.0.0.1:9090",
+	"store.path":                     "data/tollway.db",
+	"envoy.bin":                      "",
+	"envoy.log_level":                "warning",
+	"envoy.drain_timeout":            "10s",
+	"log.level":                      "info",
+	"billing.enabled":                true,
+	"routing.attempt_timeout":        "60s",
+	"limits.max_concurrent_requests": ir.DefaultMaxConcurrentRequests,
+	"listen.xff_num_trusted_hops":    0,
 }
 
 // LoadConfig reads path (the embedded default when path is ""), applies TOLLWAY_* environment
@@ -166,7 +174,7 @@ func loadConfig(path string, embedded []byte, name string) (*Config, error) {
 	return &c, nil
 }
 
-// Validate checks what the IR does not: listen addresses and the store path.
+// Validate checks what the IR does not: listen addresses, the store path and the limits.
 func (c *Config) Validate() error {
 	var errs []error
 	if _, err := ir.ParseListen(c.Listen.Public); err != nil {
@@ -177,6 +185,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.Path == "" {
 		errs = append(errs, errors.New("store.path is required, e.g. data/tollway.db"))
+	}
+	if n := c.Limits.MaxConcurrentRequests; n < 1 || n > ir.MaxConcurrentRequestsCeiling {
+		errs = append(errs, fmt.Errorf("limits.max_concurrent_requests %d: must be 1 to %d (default %d)", n, ir.MaxConcurrentRequestsCeiling, ir.DefaultMaxConcurrentRequests))
+	}
+	if n := c.Listen.XFFNumTrustedHops; n < 0 || n > ir.MaxXFFTrustedHops {
+		errs = append(errs, fmt.Errorf("listen.xff_num_trusted_hops %d: must be 0 (clients connect directly) to %d (the proxies in front of the gateway that append to x-forwarded-for)", n, ir.MaxXFFTrustedHops))
 	}
 	if _, err := c.catalogIR(); err != nil {
 		errs = append(errs, err)
@@ -278,4 +292,9 @@ func (c *Config) buildEnv(demo func() (string, error)) catalog.Env {
 			return "" // an inline secret whose config is gone stays unresolved, never used as a literal
 		},
 	}
+}
+
+// limits is the limits: section as the IR takes it (Validate bounded it).
+func (c *Config) limits() ir.Limits {
+	return ir.Limits{MaxConcurrentRequests: uint32(c.Limits.MaxConcurrentRequests)}
 }

@@ -54,6 +54,10 @@ func (g *gateway) applyConfig(ctx context.Context, c *Config) error {
 	if g.cfg != nil && c.Listen.Admin != g.cfg.Listen.Admin {
 		g.log.Warn("listen.admin changed; it takes effect on restart", "from", g.cfg.Listen.Admin, "to", c.Listen.Admin)
 	}
+	if g.cfg != nil && c.Limits != g.cfg.Limits {
+		g.log.Warn("limits.max_concurrent_requests changed; provider clusters follow now, the ext_proc and client connection limits on restart",
+			"from", g.cfg.Limits.MaxConcurrentRequests, "to", c.Limits.MaxConcurrentRequests)
+	}
 	before, err := g.store.Catalog()
 	if err != nil {
 		return err
@@ -98,6 +102,8 @@ func (g *gateway) applyLocked(ctx context.Context) error {
 		return err
 	}
 	gw.AttemptTimeout = g.cfg.Routing.AttemptTimeout
+	gw.Limits = g.cfg.limits()
+	gw.Listener.XFFTrustedHops = uint32(g.cfg.Listen.XFFNumTrustedHops)
 	res, err := translator.Translate(gw)
 	if err != nil {
 		return err

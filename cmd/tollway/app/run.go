@@ -46,11 +46,11 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 
 	// Sockets and the bootstrap live in a private directory; unix sockets need no ports, so
 	// nothing collides with other gateways or tests on the machine.
-	runDir, err := os.MkdirTemp("", "tollway-")
+	runDir, releaseRunDir, err := makeRunDir(log)
 	if err != nil {
-		return fmt.Errorf("runtime dir: %w", err)
+		return err
 	}
-	defer os.RemoveAll(runDir)
+	defer releaseRunDir()
 	sock := func(n string) string { return filepath.Join(runDir, n) }
 
 	adminLn, err := net.Listen("tcp", cfg.Listen.Admin)
@@ -138,10 +138,12 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	}
 	serve("admin", func() error { return adminSrv.Serve(adminLn) })
 
+	limits := cfg.limits()
 	boot, err := envoy.Bootstrap(envoy.BootstrapConfig{
 		XDS:     envoy.Endpoint{Network: "unix", Address: sock("xds.sock")},
 		ExtProc: envoy.Endpoint{Network: "unix", Address: sock("extproc.sock")},
 		Admin:   envoy.Endpoint{Network: "unix", Address: sock("envoy-admin.sock")},
+		Limits:  limits,
 	})
 	if err != nil {
 		return err
@@ -153,12 +155,16 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err := os.WriteFile(sock("bootstrap.json"), bootJSON, 0o600); err != nil {
 		return fmt.Errorf("write bootstrap: %w", err)
 	}
+	if err := envoy.RaiseFileLimit(); err != nil {
+		log.Warn("Envoy keeps the inherited file descriptor limit", "error", err)
+	}
 	proc, err := envoy.Start(log, envoy.LaunchConfig{
 		Binary:        envoyBin,
 		BootstrapPath: sock("bootstrap.json"),
 		AdminSocket:   sock("envoy-admin.sock"),
 		LogLevel:      cfg.Envoy.LogLevel,
 		DrainTime:     cfg.Envoy.DrainTimeout,
+		FullLog:       strings.EqualFold(cfg.Log.Level, "debug"),
 	}, stderr)
 	if err != nil {
 		return err
@@ -181,6 +187,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err := proc.WaitHealthChecked(ctx, 5*time.Second); err != nil {
 		log.Warn("starting before every provider was health-checked", "error", err)
 	}
+	logFileLimit(log, proc, limits)
 	fmt.Fprintf(stdout, "tollway ready base_url=http://%s/v1 admin=http://%s envoy_pid=%d\n", cfg.Listen.Public, cfg.Listen.Admin, proc.Pid())
 	log.Info("tollway ready", "base_url", "http://"+cfg.Listen.Public+"/v1", "admin", cfg.Listen.Admin, "envoy", envoyBin)
 
@@ -201,12 +208,35 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 
 	select {
 	case <-ctx.Done():
-		log.Info("draining", "timeout", cfg.Envoy.DrainTimeout)
-		proc.Drain(context.Background(), "http."+ir.ListenerName+".downstream_rq_active", cfg.Envoy.DrainTimeout)
+		log.Info("draining: open requests may finish, new connections are refused; a second signal stops at once",
+			"cause", context.Cause(ctx), "timeout", cfg.Envoy.DrainTimeout)
+		force := forceOf(ctx)
+		open := proc.Drain(force, "http."+ir.ListenerName+".downstream_rq_active", cfg.Envoy.DrainTimeout)
+		if force.Err() != nil {
+			log.Warn("stopping at once: a second signal arrived during the drain", "cause", context.Cause(force), "open_requests_cut", open)
+		} else if open > 0 {
+			log.Warn("drain timeout reached; open requests were cut", "open_requests_cut", open, "timeout", cfg.Envoy.DrainTimeout)
+		}
 		log.Info("stopped")
 		return nil
 	case <-proc.Done():
 		return fmt.Errorf("envoy exited unexpectedly: %w", proc.Err())
+	}
+}
+
+// logFileLimit says what file descriptor limit Envoy runs with, and warns when it is below what
+// limits.max_concurrent_requests needs.
+func logFileLimit(log *slog.Logger, proc *envoy.Process, limits ir.Limits) {
+	nofile, err := proc.FileLimit()
+	need := envoy.FileDescriptors(limits)
+	switch {
+	case err != nil:
+		log.Warn("cannot read Envoy's file descriptor limit", "error", err)
+	case nofile < need:
+		log.Warn("Envoy may run out of file descriptors before limits.max_concurrent_requests is reached; raise the hard RLIMIT_NOFILE (systemd LimitNOFILE=, ulimit -Hn) or lower the limit",
+			"envoy_nofile", nofile, "needs", need, "max_concurrent_requests", limits.Requests())
+	default:
+		log.Info("envoy file descriptor limit", "envoy_nofile", nofile, "max_concurrent_requests", limits.Requests())
 	}
 }
 
