@@ -167,8 +167,8 @@ func (g *Gateway) Validate() error {
 	providers := make(map[string]bool, len(g.Providers))
 	for _, p := range g.Providers {
 		switch {
-		case !nameRE.MatchString(p.Name):
-			bad("provider %s: name must be lowercase letters, digits, '-' or '_' (max 63)", QuoteShort(p.Name))
+		case CheckProviderName(p.Name) != nil:
+			bad("provider %s: %v", QuoteShort(p.Name), CheckProviderName(p.Name))
 		case providers[p.Name]:
 			bad("provider %q: defined twice", p.Name)
 		case !knownTypes[p.Type]:
@@ -185,7 +185,7 @@ func (g *Gateway) Validate() error {
 		id := QuoteShort(m.ID)
 		in := func(err error) {
 			if err != nil {
-				errs = append(errs, fmt.Errorf("model %s: %w", id, err))
+				bad("model %s: %v", id, err)
 			}
 		}
 		in(CheckModelID(m.ID))
@@ -193,7 +193,7 @@ func (g *Gateway) Validate() error {
 			bad("model %s: defined twice", id)
 		}
 		models[m.ID] = true
-		in(checkText("name", m.Name, MaxNameLength))
+		in(CheckText("name", m.Name, MaxNameLength))
 		in(checkTokens("supported_sampling_parameters", m.SupportedParameters))
 		in(checkTokens("input_modalities", m.InputModalities))
 		in(checkTokens("output_modalities", m.OutputModalities))

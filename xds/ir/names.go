@@ -1,6 +1,7 @@
 package ir
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -27,6 +28,14 @@ var (
 	tokenRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 )
 
+// CheckProviderName says what is wrong with a provider name, nil when nothing is.
+func CheckProviderName(name string) error {
+	if !nameRE.MatchString(name) {
+		return errors.New("name must be lowercase letters, digits, '-' or '_' (max 63)")
+	}
+	return nil
+}
+
 // QuoteShort quotes s for a message, cut to its first characters when long, so a hostile value
 // is never echoed whole.
 func QuoteShort(s string) string {
@@ -36,17 +45,20 @@ func QuoteShort(s string) string {
 	return strconv.Quote(s)
 }
 
+// The checks below return plain messages for callers to place (a config entry, a request
+// field); Validate adds ErrInvalid.
+
 // CheckModelID says what is wrong with a catalog model id, nil when nothing is.
 func CheckModelID(id string) error {
 	switch {
 	case id == "":
-		return fmt.Errorf("a model id is required, e.g. gpt-4o-mini: %w", ErrInvalid)
+		return errors.New("a model id is required, e.g. gpt-4o-mini")
 	case len(id) > MaxModelIDLength:
-		return fmt.Errorf("the id is longer than %d bytes: %w", MaxModelIDLength, ErrInvalid)
+		return fmt.Errorf("the id is longer than %d bytes", MaxModelIDLength)
 	case strings.HasPrefix(id, RoutePrefix):
-		return fmt.Errorf("the id must not start with %s (that prefix names routes): %w", RoutePrefix, ErrInvalid)
+		return fmt.Errorf("the id must not start with %s (that prefix names routes)", RoutePrefix)
 	case !modelIDRE.MatchString(id):
-		return fmt.Errorf("the id may hold only letters, digits and . _ : / @ + -, starting with a letter or digit (e.g. meta-llama/Llama-3.3-70B-Instruct): %w", ErrInvalid)
+		return errors.New("the id may hold only letters, digits and . _ : / @ + -, starting with a letter or digit (e.g. meta-llama/Llama-3.3-70B-Instruct)")
 	}
 	return nil
 }
@@ -56,7 +68,7 @@ func CheckModelID(id string) error {
 func CheckModelRef(ref string) error {
 	if slug, ok := strings.CutPrefix(ref, RoutePrefix); ok {
 		if slug == "" || Slug(slug) != slug {
-			return fmt.Errorf("route id %s must be route:<lowercase letters, digits and ->, e.g. route:support-bot: %w", QuoteShort(ref), ErrInvalid)
+			return fmt.Errorf("route id %s must be route:<lowercase letters, digits and ->, e.g. route:support-bot", QuoteShort(ref))
 		}
 		return nil
 	}
@@ -67,22 +79,22 @@ func CheckModelRef(ref string) error {
 func checkUpstreamModel(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("the upstream model name (model:) is required: %w", ErrInvalid)
+		return errors.New("the upstream model name (model:) is required")
 	case len(name) > MaxModelIDLength:
-		return fmt.Errorf("upstream model name %s is longer than %d bytes: %w", QuoteShort(name), MaxModelIDLength, ErrInvalid)
+		return fmt.Errorf("upstream model name %s is longer than %d bytes", QuoteShort(name), MaxModelIDLength)
 	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
-		return fmt.Errorf("upstream model name %s must not contain spaces or control characters: %w", QuoteShort(name), ErrInvalid)
+		return fmt.Errorf("upstream model name %s must not contain spaces or control characters", QuoteShort(name))
 	}
 	return nil
 }
 
-// checkText checks a free-text name (a display name, a route name): bounded, printable.
-func checkText(what, s string, max int) error {
+// CheckText checks a free-text name (a display name, a route name): bounded, printable.
+func CheckText(what, s string, max int) error {
 	if len(s) > max {
-		return fmt.Errorf("%s %s is longer than %d bytes: %w", what, QuoteShort(s), max, ErrInvalid)
+		return fmt.Errorf("%s %s is longer than %d bytes", what, QuoteShort(s), max)
 	}
 	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) >= 0 {
-		return fmt.Errorf("%s %s must not contain control characters: %w", what, QuoteShort(s), ErrInvalid)
+		return fmt.Errorf("%s %s must not contain control characters", what, QuoteShort(s))
 	}
 	return nil
 }
@@ -90,11 +102,11 @@ func checkText(what, s string, max int) error {
 // checkTokens checks a list of parameter, modality or feature names.
 func checkTokens(what string, list []string) error {
 	if len(list) > MaxListLength {
-		return fmt.Errorf("%s has %d entries, at most %d: %w", what, len(list), MaxListLength, ErrInvalid)
+		return fmt.Errorf("%s has %d entries, at most %d", what, len(list), MaxListLength)
 	}
 	for _, s := range list {
 		if !tokenRE.MatchString(s) {
-			return fmt.Errorf("%s: %s must be 1-64 letters, digits, _ . or -, e.g. temperature: %w", what, QuoteShort(s), ErrInvalid)
+			return fmt.Errorf("%s: %s must be 1-64 letters, digits, _ . or -, e.g. temperature", what, QuoteShort(s))
 		}
 	}
 	return nil

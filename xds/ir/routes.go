@@ -104,7 +104,7 @@ func (g *Gateway) validateRoutes(models map[string]bool, bad func(string, ...any
 		case len(r.Name) > MaxRouteNameLength:
 			bad("route %s: the name is longer than %d bytes", name, MaxRouteNameLength)
 			continue
-		case checkText("name", r.Name, MaxRouteNameLength) != nil:
+		case CheckText("name", r.Name, MaxRouteNameLength) != nil:
 			bad("route %s: the name must not contain control characters", name)
 			continue
 		case !strings.HasPrefix(r.ID, RoutePrefix):
