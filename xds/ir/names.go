@@ -88,13 +88,15 @@ func checkUpstreamModel(name string) error {
 	return nil
 }
 
-// CheckText checks a free-text name (a display name, a route name): bounded, printable.
+// CheckText checks a free-text name (a display name, a route name): bounded, printable. what
+// names the value in the message ("" when the caller names it).
 func CheckText(what, s string, max int) error {
+	subject := strings.TrimSpace(what + " " + QuoteShort(s))
 	if len(s) > max {
-		return fmt.Errorf("%s %s is longer than %d bytes", what, QuoteShort(s), max)
+		return fmt.Errorf("%s is longer than %d bytes", subject, max)
 	}
 	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) >= 0 {
-		return fmt.Errorf("%s %s must not contain control characters", what, QuoteShort(s))
+		return fmt.Errorf("%s must not contain control characters", subject)
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func loopbackOnly(addr string) error {
 		return fmt.Errorf("listen.admin %q: want host:port, e.g. 127.0.0.1:9090", addr)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("listen.admin %q: the admin API has no authentication and must listen on a loopback address (127.0.0.1, ::1)", addr)
+		return fmt.Errorf("listen.admin %q: the admin API must listen on a loopback address (127.0.0.1, ::1); reach it from elsewhere through an SSH tunnel to the same port", addr)
 	}
 	return nil
 }
@@ -52,6 +52,9 @@ func (g *gateway) applyConfig(ctx context.Context, c *Config) error {
 	defer g.mu.Unlock()
 	if g.cfg != nil && c.Listen.Admin != g.cfg.Listen.Admin {
 		g.log.Warn("listen.admin changed; it takes effect on restart", "from", g.cfg.Listen.Admin, "to", c.Listen.Admin)
+	}
+	if g.cfg != nil && c.Admin.Token != g.cfg.Admin.Token {
+		g.log.Warn("admin.token changed; it takes effect on restart") // never the token itself
 	}
 	before, err := g.store.Catalog()
 	if err != nil {
