@@ -78,11 +78,7 @@ func (g *gateway) accountRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, map[string]any{"data": out})
 	})
 	mux.HandleFunc("POST /admin/v1/accounts", func(w http.ResponseWriter, r *http.Request) {
-		raw, err := readBody(r)
-		var req accountRequest
-		if err == nil {
-			req, err = decodeAccountRequest(raw)
-		}
+		req, err := decoded(r, decodeAccountRequest)
 		if err != nil {
 			writeErr(w, err)
 			return
@@ -99,13 +95,9 @@ func (g *gateway) accountRoutes(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("POST /admin/v1/accounts/{id}/credit", func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathParam(r, "id", maxPathID)
-		var raw []byte
-		if err == nil {
-			raw, err = readBody(r)
-		}
 		var amount decimal.Decimal
 		if err == nil {
-			amount, err = decodeCredit(raw)
+			amount, err = decoded(r, decodeCredit)
 		}
 		if err != nil {
 			writeErr(w, err)

@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
@@ -17,8 +18,7 @@ const (
 	modelExample    = `{"name": "GPT-4o mini", "providers": [{"provider": "openai", "model": "gpt-4o-mini"}], "pricing": {"prompt": "0.00000015", "completion": "0.0000006"}}`
 )
 
-// decodeProvider decodes the body of PUT /admin/v1/providers/{name}. What GET returns may be
-// sent back: name must then match the path, source is the gateway's to set.
+// decodeProvider decodes the body of PUT /admin/v1/providers/{name}.
 func decodeProvider(name string, raw []byte) (store.Provider, error) {
 	if err := ir.CheckProviderName(name); err != nil {
 		return store.Provider{}, faultf("name", "%s in the path: %v", ir.QuoteShort(name), err)
@@ -27,11 +27,7 @@ func decodeProvider(name string, raw []byte) (store.Provider, error) {
 	if err := decodeJSON(raw, &p, providerExample); err != nil {
 		return p, err
 	}
-	var errs []error
-	if p.Name != "" && p.Name != name {
-		errs = append(errs, faultf("name", "%s differs from %s in the path; a provider's name is its path, leave it out", ir.QuoteShort(p.Name), ir.QuoteShort(name)))
-	}
-	errs = append(errs, checkSource(p.Source))
+	errs := recordIdentity("name", name, p.Name, p.Source)
 	if p.APIKeyRef != "" && !envRef.MatchString(p.APIKeyRef) {
 		errs = append(errs, faultf("api_key_ref", "must name an environment variable of the gateway, like ${OPENAI_API_KEY}; secrets are never stored"))
 	}
@@ -48,11 +44,7 @@ func decodeModel(id string, raw []byte) (store.Model, error) {
 	if err := decodeJSON(raw, &m, modelExample); err != nil {
 		return m, err
 	}
-	var errs []error
-	if m.ID != "" && m.ID != id {
-		errs = append(errs, faultf("id", "%s differs from %s in the path; a model's id is its path, leave it out", ir.QuoteShort(m.ID), ir.QuoteShort(id)))
-	}
-	errs = append(errs, checkSource(m.Source))
+	errs := recordIdentity("id", id, m.ID, m.Source)
 	if len(m.Pricing) > 0 {
 		var p ir.Pricing
 		if err := p.UnmarshalJSON(m.Pricing); err != nil {
@@ -63,76 +55,58 @@ func decodeModel(id string, raw []byte) (store.Model, error) {
 	return m, errors.Join(errs...)
 }
 
-func checkSource(s store.Source) error {
-	if s != "" && s != store.SourceAdmin {
-		return faultf("source", "%s: records written through the admin API are admin records; leave source out", ir.QuoteShort(string(s)))
+// recordIdentity checks what a PUT body says about its record's identity, so that what GET
+// returns may be sent back: the key (name or id) must be the path's, source is the gateway's.
+func recordIdentity(field, inPath, inBody string, source store.Source) []error {
+	var errs []error
+	if inBody != "" && inBody != inPath {
+		errs = append(errs, faultf(field, "%s differs from %s in the path; the path names the record, leave %s out", ir.QuoteShort(inBody), ir.QuoteShort(inPath), field))
 	}
-	return nil
+	if source != "" && source != store.SourceAdmin {
+		errs = append(errs, faultf("source", "%s: records written through the admin API are admin records; leave source out", ir.QuoteShort(string(source))))
+	}
+	return errs
 }
 
 func (g *gateway) catalogRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /admin/v1/providers", func(w http.ResponseWriter, r *http.Request) {
+	catalogRecords(g, mux, "providers", "name", decodeProvider, g.store.PutProvider, g.store.DeleteProvider,
+		func(c store.Catalog) any { return c.Providers })
+	// Model ids may hold '/' (meta-llama/Llama-3.3-70B-Instruct): the id is the rest of the path.
+	catalogRecords(g, mux, "models", "id...", decodeModel, g.store.PutModel, g.store.DeleteModel,
+		func(c store.Catalog) any { return c.Models })
+}
+
+// catalogRecords serves one kind of catalog record: GET /admin/v1/<kind> lists them,
+// PUT and DELETE /admin/v1/<kind>/{<param>} write one through gateway.change.
+func catalogRecords[T any](g *gateway, mux *http.ServeMux, kind, param string,
+	decode func(string, []byte) (T, error), put func(T) error, del func(string) error, list func(store.Catalog) any) {
+	name := strings.TrimSuffix(param, "...")
+	mux.HandleFunc("GET /admin/v1/"+kind, func(w http.ResponseWriter, r *http.Request) {
 		cat, err := g.store.Catalog()
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"data": cat.Providers})
+		writeJSON(w, http.StatusOK, map[string]any{"data": list(cat)})
 	})
-	mux.HandleFunc("PUT /admin/v1/providers/{name}", func(w http.ResponseWriter, r *http.Request) {
-		name, err := pathParam(r, "name", maxPathID)
-		var raw []byte
+	mux.HandleFunc("PUT /admin/v1/"+kind+"/{"+param+"}", func(w http.ResponseWriter, r *http.Request) {
+		key, err := pathParam(r, name, maxPathID)
+		var rec T
 		if err == nil {
-			raw, err = readBody(r)
-		}
-		var p store.Provider
-		if err == nil {
-			p, err = decodeProvider(name, raw)
+			rec, err = decoded(r, func(raw []byte) (T, error) { return decode(key, raw) })
 		}
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
-		g.change(w, r, func() error { return g.store.PutProvider(p) })
+		g.change(w, r, func() error { return put(rec) })
 	})
-	mux.HandleFunc("DELETE /admin/v1/providers/{name}", func(w http.ResponseWriter, r *http.Request) {
-		name, err := pathParam(r, "name", maxPathID)
+	mux.HandleFunc("DELETE /admin/v1/"+kind+"/{"+param+"}", func(w http.ResponseWriter, r *http.Request) {
+		key, err := pathParam(r, name, maxPathID)
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
-		g.change(w, r, func() error { return g.store.DeleteProvider(name) })
-	})
-	mux.HandleFunc("GET /admin/v1/models", func(w http.ResponseWriter, r *http.Request) {
-		cat, err := g.store.Catalog()
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"data": cat.Models})
-	})
-	mux.HandleFunc("PUT /admin/v1/models/{id...}", func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathParam(r, "id", maxPathID)
-		var raw []byte
-		if err == nil {
-			raw, err = readBody(r)
-		}
-		var m store.Model
-		if err == nil {
-			m, err = decodeModel(id, raw)
-		}
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		g.change(w, r, func() error { return g.store.PutModel(m) })
-	})
-	mux.HandleFunc("DELETE /admin/v1/models/{id...}", func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathParam(r, "id", maxPathID)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		g.change(w, r, func() error { return g.store.DeleteModel(id) })
+		g.change(w, r, func() error { return del(key) })
 	})
 }

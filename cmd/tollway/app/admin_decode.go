@@ -55,6 +55,16 @@ func readBody(r *http.Request) ([]byte, error) {
 	return raw, nil
 }
 
+// decoded reads r's body and decodes it with decode, one of the request decoders.
+func decoded[T any](r *http.Request, decode func([]byte) (T, error)) (T, error) {
+	raw, err := readBody(r)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return decode(raw)
+}
+
 // decodeJSON decodes one JSON object into dst, reporting every wrong field at once.
 func decodeJSON(raw []byte, dst any, example string) error {
 	raw = bytes.TrimSpace(raw)

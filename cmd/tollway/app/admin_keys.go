@@ -81,11 +81,7 @@ func (g *gateway) keyRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, map[string]any{"data": out})
 	})
 	mux.HandleFunc("POST /admin/v1/keys", func(w http.ResponseWriter, r *http.Request) {
-		raw, err := readBody(r)
-		var req keyRequest
-		if err == nil {
-			req, err = decodeKeyRequest(raw)
-		}
+		req, err := decoded(r, decodeKeyRequest)
 		if err != nil {
 			writeErr(w, err)
 			return

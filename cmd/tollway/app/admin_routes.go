@@ -89,11 +89,7 @@ func (g *gateway) routeRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, map[string]any{"data": out})
 	})
 	mux.HandleFunc("POST /admin/v1/routes", func(w http.ResponseWriter, r *http.Request) {
-		raw, err := readBody(r)
-		var req routeRequest
-		if err == nil {
-			req, err = decodeRouteRequest(raw)
-		}
+		req, err := decoded(r, decodeRouteRequest)
 		if err != nil {
 			writeErr(w, err)
 			return

@@ -211,6 +211,15 @@ func (c *cli) api() (*adminClient, error) {
 	return cl, nil
 }
 
+// call calls the admin API (api, then adminClient.call).
+func (c *cli) call(ctx context.Context, method, path string, in, out any) error {
+	api, err := c.api()
+	if err != nil {
+		return err
+	}
+	return api.call(ctx, method, path, in, out)
+}
+
 type adminClient struct {
 	base, token string
 	tokenHint   string // why the config's token could not be used, for a 401

@@ -25,12 +25,8 @@ func cmdAccounts(ctx context.Context, c *cli, args []string) error {
 		if err := amountFlag("--credits", *credits); err != nil {
 			return err
 		}
-		api, err := c.api()
-		if err != nil {
-			return err
-		}
 		var a accountView
-		if err := api.call(ctx, http.MethodPost, "/admin/v1/accounts", map[string]string{"id": pos[1], "credits": *credits}, &a); err != nil {
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/accounts", map[string]string{"id": pos[1], "credits": *credits}, &a); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.stdout, "account %s created with %s credits\n", a.ID, a.Balance.String())
@@ -39,23 +35,15 @@ func cmdAccounts(ctx context.Context, c *cli, args []string) error {
 		if _, err := parseAmount(pos[2]); err != nil {
 			return fmt.Errorf("%w: accounts credit %s AMOUNT: %v", ErrUsage, pos[1], err)
 		}
-		api, err := c.api()
-		if err != nil {
-			return err
-		}
 		var a accountView
-		if err := api.call(ctx, http.MethodPost, "/admin/v1/accounts/"+pathEscape(pos[1])+"/credit", map[string]string{"amount": pos[2]}, &a); err != nil {
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/accounts/"+pathEscape(pos[1])+"/credit", map[string]string{"amount": pos[2]}, &a); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.stdout, "account %s balance %s\n", a.ID, a.Balance.String())
 		return nil
 	case len(pos) == 1 && pos[0] == "list":
-		api, err := c.api()
-		if err != nil {
-			return err
-		}
 		var out struct{ Data []accountView }
-		if err := api.call(ctx, http.MethodGet, "/admin/v1/accounts", nil, &out); err != nil {
+		if err := c.call(ctx, http.MethodGet, "/admin/v1/accounts", nil, &out); err != nil {
 			return err
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)

@@ -40,24 +40,16 @@ func cmdKeys(ctx context.Context, c *cli, args []string) error {
 		if *models != "" {
 			req["models"] = csv(*models)
 		}
-		api, err := c.api()
-		if err != nil {
-			return err
-		}
 		var k keyView
-		if err := api.call(ctx, http.MethodPost, "/admin/v1/keys", req, &k); err != nil {
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/keys", req, &k); err != nil {
 			return err
 		}
 		fmt.Fprintln(c.stdout, k.Secret)
 		fmt.Fprintf(c.stderr, "created key %s for account %s; store it now, it is not shown again\n", k.ID, k.Account)
 		return nil
 	case len(pos) == 1 && pos[0] == "list":
-		api, err := c.api()
-		if err != nil {
-			return err
-		}
 		var out struct{ Data []keyView }
-		if err := api.call(ctx, http.MethodGet, "/admin/v1/keys", nil, &out); err != nil {
+		if err := c.call(ctx, http.MethodGet, "/admin/v1/keys", nil, &out); err != nil {
 			return err
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
@@ -71,12 +63,8 @@ func cmdKeys(ctx context.Context, c *cli, args []string) error {
 		}
 		return tw.Flush()
 	case len(pos) == 2 && (pos[0] == "revoke" || pos[0] == "rotate"):
-		api, err := c.api()
-		if err != nil {
-			return err
-		}
 		var k keyView
-		if err := api.call(ctx, http.MethodPost, "/admin/v1/keys/"+pathEscape(pos[1])+"/"+pos[0], nil, &k); err != nil {
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/keys/"+pathEscape(pos[1])+"/"+pos[0], nil, &k); err != nil {
 			return err
 		}
 		if pos[0] == "rotate" {

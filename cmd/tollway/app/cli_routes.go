@@ -48,23 +48,15 @@ func cmdRoutes(ctx context.Context, c *cli, args []string) error {
 			}
 			req["modes"] = mm
 		}
-		api, err := c.api()
-		if err != nil {
-			return err
-		}
 		var out json.RawMessage
-		if err := api.call(ctx, http.MethodPost, "/admin/v1/routes", req, &out); err != nil {
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/routes", req, &out); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.stdout, "route %s%s created\n", ir.RoutePrefix, ir.Slug(pos[1]))
 		return nil
 	case len(pos) == 2 && (pos[0] == "pause" || pos[0] == "resume"):
-		api, err := c.api()
-		if err != nil {
-			return err
-		}
 		var out json.RawMessage
-		if err := api.call(ctx, http.MethodPost, "/admin/v1/routes/"+pathEscape(pos[1])+"/"+pos[0], nil, &out); err != nil {
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/routes/"+pathEscape(pos[1])+"/"+pos[0], nil, &out); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.stdout, "route %s %sd\n", pos[1], pos[0])
@@ -74,12 +66,8 @@ func cmdRoutes(ctx context.Context, c *cli, args []string) error {
 }
 
 func routesList(ctx context.Context, c *cli) error {
-	api, err := c.api()
-	if err != nil {
-		return err
-	}
 	var out struct{ Data []routeView }
-	if err := api.call(ctx, http.MethodGet, "/admin/v1/routes", nil, &out); err != nil {
+	if err := c.call(ctx, http.MethodGet, "/admin/v1/routes", nil, &out); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)

@@ -31,12 +31,8 @@ func statusCall(ctx context.Context, c *cli, name, method, path string, args []s
 	if len(pos) > 0 {
 		return fmt.Errorf("%w: %s takes no arguments", ErrUsage, name)
 	}
-	api, err := c.api()
-	if err != nil {
-		return err
-	}
 	var out json.RawMessage
-	if err := api.call(ctx, method, path, nil, &out); err != nil {
+	if err := c.call(ctx, method, path, nil, &out); err != nil {
 		return err
 	}
 	_, err = fmt.Fprintln(c.stdout, string(out))

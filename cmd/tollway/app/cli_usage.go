@@ -41,12 +41,8 @@ func cmdUsage(ctx context.Context, c *cli, args []string) error {
 		}
 		q.Set(name, *v)
 	}
-	api, err := c.api()
-	if err != nil {
-		return err
-	}
 	var sum store.UsageSummary
-	if err := api.call(ctx, http.MethodGet, "/admin/v1/usage?"+q.Encode(), nil, &sum); err != nil {
+	if err := c.call(ctx, http.MethodGet, "/admin/v1/usage?"+q.Encode(), nil, &sum); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
