@@ -1,7 +1,9 @@
 package ir
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -111,5 +113,27 @@ func TestValidateBoundsCatalogText(t *testing.T) {
 	g.Models[0].Name = "GPT-4o mini (2024-07-18)"
 	if err := g.Validate(); err != nil {
 		t.Fatalf("a valid catalog: %v", err)
+	}
+}
+
+// TestPricesAreBounded: a price of a million digits was accepted (and made every cost
+// computation slow); a refused number was echoed whole.
+func TestPricesAreBounded(t *testing.T) {
+	for s, ok := range map[string]bool{
+		"0": true, "5": true, "12.50": true, "0.00000015": true, "999999999999999": true,
+		"0." + strings.Repeat("1", MaxAmountFractionDigits): true,
+		"1000000000000000": false, "0." + strings.Repeat("1", MaxAmountFractionDigits+1): false,
+		"": false, ".5": false, "5.": false, "1e3": false, "-1": false, "+1": false, "1.2.3": false, " 1": false,
+	} {
+		if PlainDecimal(s) != ok {
+			t.Errorf("PlainDecimal(%q) = %v", s, !ok)
+		}
+	}
+	huge := strings.Repeat("9", 1_000_000)
+	for _, v := range []any{map[string]any{"prompt": huge}, []any{map[string]any{"range_start": 0, "range_end": json.Number(huge), "prompt": "1"}}} {
+		_, err := ParsePricing(v)
+		if err == nil || len(err.Error()) > 1000 {
+			t.Errorf("a million-digit pricing: %.200v (%d bytes)", err, len(fmt.Sprint(err)))
+		}
 	}
 }

@@ -312,20 +312,22 @@ func plural(t reflect.Type) string {
 	return "values"
 }
 
-// amountFormat is a USD amount as operators write it: digits with an optional fraction, no
-// exponent. The bounds keep hostile amounts (1e999999999) away from the decimal arithmetic.
-var amountFormat = regexp.MustCompile(`^-?[0-9]{1,15}(\.[0-9]{1,18})?$`)
-
-// parseAmount reads a USD amount such as "5", "12.50" or "0.000001".
+// parseAmount reads a USD amount as operators write it: "5", "12.50", "0.000001"; a sign is
+// taken (callers say which amounts may be negative), an exponent is not: the bounds keep hostile
+// amounts (1e999999999, a million digits) away from the decimal arithmetic.
 func parseAmount(s string) (decimal.Decimal, error) {
-	if !amountFormat.MatchString(s) {
-		if _, err := decimal.NewFromString(s); err == nil && len(s) < 100 && !strings.ContainsAny(s, "eE") {
-			return decimal.Decimal{}, fmt.Errorf("%s has too many digits for an amount in USD (at most 15 before the point and 18 after)", ir.QuoteShort(s))
-		}
-		return decimal.Decimal{}, fmt.Errorf("%s is not a decimal amount in USD", ir.QuoteShort(s))
+	if ir.PlainDecimal(strings.TrimPrefix(s, "-")) {
+		return decimal.NewFromString(s)
 	}
-	return decimal.NewFromString(s)
+	if len(s) < 100 && decimalText.MatchString(s) {
+		return decimal.Decimal{}, fmt.Errorf("%s has too many digits for an amount in USD (at most %d before the point and %d after)",
+			ir.QuoteShort(s), ir.MaxAmountIntegerDigits, ir.MaxAmountFractionDigits)
+	}
+	return decimal.Decimal{}, fmt.Errorf("%s is not a decimal amount in USD", ir.QuoteShort(s))
 }
+
+// decimalText is a decimal of any length, to tell "too many digits" from "not a number".
+var decimalText = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?$`)
 
 // parseAmountJSON reads an amount sent as a JSON string ("12.50") or number (12.50, taken
 // exactly as written, never through a float).

@@ -181,3 +181,45 @@ func escapeSegments(id string) string {
 	}
 	return strings.Join(parts, "/")
 }
+
+// FuzzAdminDecode drives the request decoders alone, fast, on any bytes: every problem they
+// report is a fieldError naming its field, and nothing panics.
+func FuzzAdminDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"account":"acme","monthly_limit":"5","models":["a"]}`, `{"providers":[{"provider":"p","model":"m","supported_sampling_parameters":["t"]}],"pricing":{"prompt":"1"}}`,
+		`{"name":"x","rule":"mode_mapping","modes":{"fast":"m"}}`, `{"a":{"b":[1,{"c":null}]}}`, `{"amount":1e-999999}`, `{"id":"\ud800"}`,
+		`{"context_length":99999999999999999999}`, `{"models":[` + strings.Repeat(`"m",`, 300) + `"m"]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	decoders := []func([]byte) error{
+		func(b []byte) error { _, err := decodeKeyRequest(b); return err },
+		func(b []byte) error { _, err := decodeAccountRequest(b); return err },
+		func(b []byte) error { _, err := decodeCredit(b); return err },
+		func(b []byte) error { _, err := decodeRouteRequest(b); return err },
+		func(b []byte) error { _, err := decodeProvider("p", b); return err },
+		func(b []byte) error { _, err := decodeModel("meta/m", b); return err },
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, decode := range decoders {
+			checkFaults(t, body, decode(body))
+		}
+	})
+}
+
+// checkFaults asserts every leaf of err is a fieldError with a field and a reason.
+func checkFaults(t *testing.T, body []byte, err error) {
+	if err == nil {
+		return
+	}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			checkFaults(t, body, e)
+		}
+		return
+	}
+	fe, ok := err.(*fieldError)
+	if !ok || fe.field == "" || fe.why == "" {
+		t.Fatalf("%q: %T %v is not a fieldError naming a field", body, err, err)
+	}
+}

@@ -36,7 +36,8 @@ type adminGuard struct {
 // maxAdminBody bounds every admin request body: the API takes small JSON documents.
 const maxAdminBody = 1 << 20
 
-// newAdminGuard guards next for the admin listener at listenAdmin (host:port, loopback).
+// newAdminGuard guards next for the admin listener at listenAdmin (host:port, loopback); an
+// address it cannot read leaves no Host allowed, so the guard fails closed.
 func newAdminGuard(listenAdmin, token string, next http.Handler) *adminGuard {
 	g := &adminGuard{hosts: map[string]bool{}, own: listenAdmin, next: next}
 	host, port, err := net.SplitHostPort(listenAdmin)
@@ -61,7 +62,7 @@ func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !g.hosts[host] {
 		writeErr(w, &adminRefusal{http.StatusMisdirectedRequest, "invalid_host",
 			"Host " + ir.QuoteShort(r.Host) + " does not name this admin API; call it as http://" + g.own +
-				" (requests for other host names are refused: that is how DNS rebinding attacks reach loopback)"})
+				" or localhost on that port, and forward that same port through an SSH tunnel (other host names are refused: that is how DNS rebinding attacks reach loopback)"})
 		return
 	}
 	if o := r.Header.Get("Origin"); o != "" && !strings.EqualFold(o, "http://"+host) {

@@ -245,6 +245,7 @@ func TestAdminErrorsNameTheField(t *testing.T) {
 		{"model context length", "PUT", "/admin/v1/models/m2", `{"providers":[{"provider":"local","model":"x"}],"context_length":1.5}`, 400, "invalid_request", []string{"context_length: got a number, want a whole number"}},
 		{"model pricing", "PUT", "/admin/v1/models/m2", `{"providers":[{"provider":"local","model":"x"}],"pricing":{"prompt":"cheap"}}`, 400, "invalid_request", []string{"pricing:", "cheap"}},
 		{"model pricing typo", "PUT", "/admin/v1/models/m2", `{"providers":[{"provider":"local","model":"x"}],"pricing":{"promt":"0.1"}}`, 400, "invalid_request", []string{"pricing:", "promt"}},
+		{"model price of a million digits", "PUT", "/admin/v1/models/m2", `{"providers":[{"provider":"local","model":"x"}],"pricing":{"prompt":"` + strings.Repeat("9", 1_000_000) + `"}}`, 400, "invalid_request", []string{"pricing:", "at most 15 digits"}},
 		{"model unknown provider", "PUT", "/admin/v1/models/m2", `{"providers":[{"provider":"nobody","model":"x"}]}`, 400, "invalid_request", []string{`provider "nobody" is not defined`}},
 		{"model id", "PUT", "/admin/v1/models/route:x", `{"providers":[{"provider":"local","model":"x"}]}`, 400, "invalid_request", []string{`id: "route:x" in the path`, "route:"}},
 		{"model id too long", "PUT", "/admin/v1/models/" + strings.Repeat("m", 40000), `{}`, 400, "invalid_request", []string{"id:", "longer than 256"}},

@@ -191,7 +191,7 @@ func (c *cli) api() (*adminClient, error) {
 	if cl.token == "" {
 		cl.token = os.Getenv("TOLLWAY_ADMIN_TOKEN")
 	}
-	if cl.base == "" || c.config != "" {
+	if cl.base == "" || (cl.token == "" && c.config != "") {
 		cfg, err := LoadConfig(c.config)
 		if err != nil {
 			return nil, err
