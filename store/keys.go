@@ -127,7 +127,7 @@ func (s *Store) RotateKey(id string) (Key, string, error) {
 	var secret string
 	k, err := s.updateKey(id, func(k *Key) (string, error) {
 		if k.RevokedAt != nil {
-			return "", fmt.Errorf("key %q is revoked; create a new key instead", id)
+			return "", errorOf(ErrInvalid, "key %q is revoked; create a new key instead", id)
 		}
 		var err error
 		secret, err = newSecret()

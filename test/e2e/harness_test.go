@@ -133,6 +133,7 @@ func (g *gateway) adminJSON(method, path string, in any) (int, map[string]any) {
 		body = bytes.NewReader(b)
 	}
 	req, _ := http.NewRequest(method, "http://"+g.Admin+path, body)
+	req.Header.Set("content-type", "application/json") // the admin API refuses writes without it
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		g.t.Fatal(err)

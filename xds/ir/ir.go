@@ -191,8 +191,8 @@ func (g *Gateway) Validate() error {
 	providers := make(map[string]bool, len(g.Providers))
 	for _, p := range g.Providers {
 		switch {
-		case !nameRE.MatchString(p.Name):
-			bad("provider %q: name must be lowercase letters, digits, '-' or '_' (max 63)", p.Name)
+		case CheckProviderName(p.Name) != nil:
+			bad("provider %s: %v", QuoteShort(p.Name), CheckProviderName(p.Name))
 		case providers[p.Name]:
 			bad("provider %q: defined twice", p.Name)
 		case !slices.Contains(knownTypes, p.Type):
@@ -206,23 +206,42 @@ func (g *Gateway) Validate() error {
 	}
 	models := make(map[string]bool, len(g.Models))
 	for _, m := range g.Models {
-		if m.ID == "" || strings.HasPrefix(m.ID, "route:") || strings.ContainsAny(m.ID, " \t\n") {
-			bad("model %q: id must be non-empty, without spaces, and not start with route:", m.ID)
+		id := QuoteShort(m.ID)
+		in := func(err error) {
+			if err != nil {
+				bad("model %s: %v", id, err)
+			}
 		}
+		in(CheckModelID(m.ID))
 		if models[m.ID] {
-			bad("model %q: defined twice", m.ID)
+			bad("model %s: defined twice", id)
 		}
 		models[m.ID] = true
+		in(CheckText("name", m.Name, MaxNameLength))
+		in(checkTokens("supported_sampling_parameters", m.SupportedParameters))
+		in(checkTokens("input_modalities", m.InputModalities))
+		in(checkTokens("output_modalities", m.OutputModalities))
+		in(checkTokens("supported_features", m.SupportedFeatures))
+		if m.ContextLength < 0 || m.MaxOutputLength < 0 {
+			bad("model %s: context_length and max_output_length are token counts: 0 (unknown) or positive", id)
+		}
 		if len(m.Targets) == 0 {
-			bad("model %q: needs at least one provider", m.ID)
+			bad("model %s: needs at least one provider", id)
+		}
+		if len(m.Targets) > MaxListLength {
+			bad("model %s: has %d providers, at most %d", id, len(m.Targets), MaxListLength)
+			continue
 		}
 		for _, t := range m.Targets {
 			if !providers[t.Provider] {
-				bad("model %q: provider %q is not defined under providers", m.ID, t.Provider)
+				bad("model %s: provider %s is not defined under providers", id, QuoteShort(t.Provider))
 			}
 			if t.Model == "" {
-				bad("model %q: provider %q needs the upstream model name (model:)", m.ID, t.Provider)
+				bad("model %s: provider %s needs the upstream model name (model:)", id, QuoteShort(t.Provider))
+			} else {
+				in(checkUpstreamModel(t.Model))
 			}
+			in(checkTokens("provider "+QuoteShort(t.Provider)+": supported_sampling_parameters", t.SupportedParameters))
 		}
 	}
 	g.validateRoutes(models, bad)

@@ -173,7 +173,7 @@ func parsePrice(m map[string]any, where string, tier bool) (Price, error) {
 			} else if name == "range_start" || name == "range_end" {
 				return Price{}, fmt.Errorf("%s.%s is only valid in a tier array: write pricing as [{range_start: 0, range_end: ..., prompt: ...}, ...]", where, name)
 			}
-			return Price{}, fmt.Errorf("%s has unknown field %q: allowed fields are %s", where, name, allowed)
+			return Price{}, fmt.Errorf("%s has unknown field %s: allowed fields are %s", where, QuoteShort(name), allowed)
 		}
 		d, err := parseMoney(m[name], where+"."+name)
 		if err != nil {
@@ -203,10 +203,11 @@ func parseMoney(v any, where string) (decimal.Decimal, error) {
 		return decimal.Decimal{}, fmt.Errorf("%s is %s: write a decimal string such as \"0.00000015\"", where, kind(v))
 	}
 	if strings.HasPrefix(text, "-") {
-		return decimal.Decimal{}, fmt.Errorf("%s is %s: prices cannot be negative", where, text)
+		return decimal.Decimal{}, fmt.Errorf("%s is %s: prices cannot be negative", where, QuoteShort(text))
 	}
-	if !plainDecimal(text) {
-		return decimal.Decimal{}, fmt.Errorf("%s is %q: write a plain decimal such as \"0.00000015\" (digits and at most one point, no exponent)", where, text)
+	if !PlainDecimal(text) {
+		return decimal.Decimal{}, fmt.Errorf("%s is %s: write a plain decimal such as \"0.00000015\" (digits and at most one point, no exponent, at most %d digits before the point and %d after)",
+			where, QuoteShort(text), MaxAmountIntegerDigits, MaxAmountFractionDigits)
 	}
 	d, err := decimal.NewFromString(text)
 	if err != nil {
@@ -215,19 +216,28 @@ func parseMoney(v any, where string) (decimal.Decimal, error) {
 	return d, nil
 }
 
-func plainDecimal(s string) bool {
-	digits, point := 0, false
+// Bounds of an amount as written (prices, credits, limits): room for any price per unit and any
+// balance, while arithmetic on a hostile value (a million digits) stays cheap.
+const (
+	MaxAmountIntegerDigits  = 15
+	MaxAmountFractionDigits = 30
+)
+
+// PlainDecimal reports whether s is an amount as operators write it: digits with at most one
+// point, no sign, no exponent, within the digit bounds.
+func PlainDecimal(s string) bool {
+	whole, frac, point := strings.Cut(s, ".")
+	return whole != "" && len(whole) <= MaxAmountIntegerDigits && len(frac) <= MaxAmountFractionDigits &&
+		(!point || frac != "") && allDigits(whole) && allDigits(frac)
+}
+
+func allDigits(s string) bool {
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= '0' && c <= '9':
-			digits++
-		case c == '.' && !point && digits > 0 && i < len(s)-1:
-			point = true
-		default:
+		if s[i] < '0' || s[i] > '9' {
 			return false
 		}
 	}
-	return digits > 0
+	return true
 }
 
 // tokenCount reads a range bound. Token counts are not money, so a float is accepted when it is an
@@ -261,7 +271,7 @@ func tokenCount(v any, where string) (int64, error) {
 	case json.Number:
 		i, err := t.Int64()
 		if err != nil {
-			return 0, fmt.Errorf("%s is %s: it must be an integer token count", where, t)
+			return 0, fmt.Errorf("%s is %s: it must be an integer token count", where, QuoteShort(t.String()))
 		}
 		n = i
 	case float64:

@@ -96,52 +96,63 @@ func (g *Gateway) Chains() []Chain {
 func (g *Gateway) validateRoutes(models map[string]bool, bad func(string, ...any)) {
 	seen := map[string]bool{}
 	for _, r := range g.Routes {
+		name := QuoteShort(r.Name)
 		switch {
 		case r.Name == "" || Slug(r.Name) == "":
-			bad("route %q: a name with letters or digits is required", r.Name)
+			bad("route %s: a name with letters or digits is required", name)
+			continue
+		case len(r.Name) > MaxRouteNameLength:
+			bad("route %s: the name is longer than %d bytes", name, MaxRouteNameLength)
+			continue
+		case CheckText("name", r.Name, MaxRouteNameLength) != nil:
+			bad("route %s: the name must not contain control characters", name)
 			continue
 		case !strings.HasPrefix(r.ID, RoutePrefix):
-			bad("route %q: id %q must start with %s", r.Name, r.ID, RoutePrefix)
+			bad("route %s: id %s must start with %s", name, QuoteShort(r.ID), RoutePrefix)
 		case seen[r.ID]:
-			bad("route %q: id %s is already used by another route; rename one", r.Name, r.ID)
+			bad("route %s: id %s is already used by another route; rename one", name, r.ID)
 		}
 		seen[r.ID] = true
 		if r.Status != RouteActive && r.Status != RoutePaused {
-			bad("route %q: status %q must be active or paused", r.Name, r.Status)
+			bad("route %s: status %s must be active or paused", name, QuoteShort(r.Status))
 		}
 		switch r.Rule {
 		case RulePriorityFallback:
 			if len(r.Models) == 0 {
-				bad("route %q: priority_fallback needs models: [first, second, ...]", r.Name)
+				bad("route %s: priority_fallback needs models: [first, second, ...]", name)
 			}
 			if len(r.Modes) > 0 {
-				bad("route %q: modes belong to rule mode_mapping, not priority_fallback", r.Name)
+				bad("route %s: modes belong to rule mode_mapping, not priority_fallback", name)
+			}
+			if len(r.Models) > MaxListLength {
+				bad("route %s: has %d models, at most %d", name, len(r.Models), MaxListLength)
+				continue
 			}
 			for _, m := range r.Models {
 				if !models[m] {
-					bad("route %q: model %q is not in the catalog", r.Name, m)
+					bad("route %s: model %s is not in the catalog", name, QuoteShort(m))
 				}
 			}
 		case RuleModeMapping:
 			if len(r.Models) > 0 {
-				bad("route %q: mode_mapping takes modes: {fast: m1, balanced: m2, deep: m3}, not models", r.Name)
+				bad("route %s: mode_mapping takes modes: {fast: m1, balanced: m2, deep: m3}, not models", name)
 			}
 			if len(r.Modes) == 0 {
-				bad("route %q: mode_mapping needs modes: {fast: ..., balanced: ..., deep: ...}", r.Name)
+				bad("route %s: mode_mapping needs modes: {fast: ..., balanced: ..., deep: ...}", name)
 			}
 			if _, ok := r.Modes["balanced"]; !ok && len(r.Modes) > 0 {
-				bad("route %q: mode_mapping needs a balanced mode (the default when route_mode is omitted)", r.Name)
+				bad("route %s: mode_mapping needs a balanced mode (the default when route_mode is omitted)", name)
 			}
 			for mode, m := range r.Modes {
 				if !validMode(mode) {
-					bad("route %q: mode %q is not one of %s", r.Name, mode, strings.Join(Modes, ", "))
+					bad("route %s: mode %s is not one of %s", name, QuoteShort(mode), strings.Join(Modes, ", "))
 				}
 				if !models[m] {
-					bad("route %q: mode %s: model %q is not in the catalog", r.Name, mode, m)
+					bad("route %s: mode %s: model %s is not in the catalog", name, QuoteShort(mode), QuoteShort(m))
 				}
 			}
 		default:
-			bad("route %q: rule %q must be %s or %s", r.Name, r.Rule, RulePriorityFallback, RuleModeMapping)
+			bad("route %s: rule %s must be %s or %s", name, QuoteShort(r.Rule), RulePriorityFallback, RuleModeMapping)
 		}
 	}
 }

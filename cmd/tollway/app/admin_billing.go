@@ -1,13 +1,14 @@
 package app
 
 import (
-	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // accountView is an account with what it can still spend right now (balance less open holds).
@@ -23,6 +24,42 @@ func (g *gateway) viewAccount(a store.Account) accountView {
 		v.Available = &avail
 	}
 	return v
+}
+
+// accountRequest is the body of POST /admin/v1/accounts.
+type accountRequest struct {
+	ID      string          `json:"id"`
+	Credits decimal.Decimal `json:"credits"`
+}
+
+// decodeAccountRequest decodes and checks an account request; the store checks the id's form.
+func decodeAccountRequest(raw []byte) (accountRequest, error) {
+	var a accountRequest
+	if err := decodeJSON(raw, &a, `{"id": "acme", "credits": "25"}`); err != nil {
+		return a, err
+	}
+	var errs []error
+	if a.ID == "" {
+		errs = append(errs, faultf("id", `is required: the account's id, e.g. "acme"`))
+	}
+	if a.Credits.IsNegative() {
+		errs = append(errs, faultf("credits", `%s is negative; send 0 or more USD as a string like "25"`, a.Credits))
+	}
+	return a, errors.Join(errs...)
+}
+
+// decodeCredit decodes the body of POST /admin/v1/accounts/{id}/credit: a positive amount.
+func decodeCredit(raw []byte) (decimal.Decimal, error) {
+	var req struct {
+		Amount *decimal.Decimal `json:"amount"`
+	}
+	if err := decodeJSON(raw, &req, `{"amount": "10"}`); err != nil {
+		return decimal.Decimal{}, err
+	}
+	if req.Amount == nil || !req.Amount.IsPositive() {
+		return decimal.Decimal{}, faultf("amount", `is required and must be more than 0 USD; send a string like "10"`)
+	}
+	return *req.Amount, nil
 }
 
 // accountRoutes serves accounts and usage. Changes go to the store first, then to the in-memory
@@ -41,12 +78,9 @@ func (g *gateway) accountRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, map[string]any{"data": out})
 	})
 	mux.HandleFunc("POST /admin/v1/accounts", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			ID      string          `json:"id"`
-			Credits decimal.Decimal `json:"credits"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.ID == "" {
-			writeErr(w, badRequest(`send {"id": "<account>", "credits": "25"} (credits in USD, a decimal string)`))
+		req, err := decoded(r, decodeAccountRequest)
+		if err != nil {
+			writeErr(w, err)
 			return
 		}
 		a, err := g.store.CreateAccount(req.ID, req.Credits)
@@ -60,31 +94,37 @@ func (g *gateway) accountRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusCreated, g.viewAccount(a))
 	})
 	mux.HandleFunc("POST /admin/v1/accounts/{id}/credit", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Amount decimal.Decimal `json:"amount"`
+		id, err := pathParam(r, "id", maxPathID)
+		var amount decimal.Decimal
+		if err == nil {
+			amount, err = decoded(r, decodeCredit)
 		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			writeErr(w, badRequest(`send {"amount": "10"} (USD, a decimal string)`))
+		if err != nil {
+			writeErr(w, err)
 			return
 		}
-		a, err := g.store.CreditAccount(r.PathValue("id"), req.Amount)
+		a, err := g.store.CreditAccount(id, amount)
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
 		if g.ledger != nil {
-			g.ledger.Credit(a.ID, req.Amount)
+			g.ledger.Credit(a.ID, amount)
 		}
 		writeJSON(w, http.StatusOK, g.viewAccount(a))
 	})
 	mux.HandleFunc("GET /admin/v1/usage", func(w http.ResponseWriter, r *http.Request) {
+		if err := checkQuery(r, "key", "account", "model", "since", "until"); err != nil {
+			writeErr(w, err)
+			return
+		}
 		q := r.URL.Query()
 		f := store.UsageFilter{KeyID: q.Get("key"), Account: q.Get("account"), Model: q.Get("model")}
 		for name, dst := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
 			if v := q.Get(name); v != "" {
 				t, err := time.Parse(time.DateOnly, v)
 				if err != nil {
-					writeErr(w, badRequest(name+" must be a date like 2026-11-01"))
+					writeErr(w, faultf(name, "%s is not a date; send one like 2026-11-01 (UTC)", ir.QuoteShort(v)))
 					return
 				}
 				*dst = t
@@ -98,6 +138,10 @@ func (g *gateway) accountRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, sum)
 	})
 	mux.HandleFunc("GET /admin/v1/usage/records", func(w http.ResponseWriter, r *http.Request) {
+		if err := checkQuery(r, "key", "account", "model"); err != nil {
+			writeErr(w, err)
+			return
+		}
 		q := r.URL.Query()
 		recs, err := g.store.UsageRecords(store.UsageFilter{KeyID: q.Get("key"), Account: q.Get("account"), Model: q.Get("model")}, 1000)
 		if err != nil {

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"encoding/json"
 	"net/http"
 
 	"github.com/tollway/tollway/store"
@@ -45,6 +44,28 @@ func (g *gateway) routeHealth(r store.Route) string {
 	return "degraded"
 }
 
+// routeRequest is the body of POST /admin/v1/routes; the IR checks it against the catalog.
+type routeRequest struct {
+	Name   string            `json:"name"`
+	Rule   string            `json:"rule"`
+	Models []string          `json:"models"`
+	Modes  map[string]string `json:"modes"`
+	Status string            `json:"status"`
+}
+
+const routeExample = `{"name": "support bot", "rule": "priority_fallback", "models": ["m1", "m2"]} or {"name": "tiers", "rule": "mode_mapping", "modes": {"fast": "m1", "balanced": "m2", "deep": "m3"}}`
+
+func decodeRouteRequest(raw []byte) (routeRequest, error) {
+	var req routeRequest
+	if err := decodeJSON(raw, &req, routeExample); err != nil {
+		return req, err
+	}
+	if ir.Slug(req.Name) == "" {
+		return req, faultf("name", "%s: a route needs a name with letters or digits, e.g. %q (its id becomes route:support-bot)", ir.QuoteShort(req.Name), "support bot")
+	}
+	return req, nil
+}
+
 func (g *gateway) routeRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/v1/routes", func(w http.ResponseWriter, r *http.Request) {
 		cat, err := g.store.Catalog()
@@ -68,15 +89,9 @@ func (g *gateway) routeRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, map[string]any{"data": out})
 	})
 	mux.HandleFunc("POST /admin/v1/routes", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Name   string            `json:"name"`
-			Rule   string            `json:"rule"`
-			Models []string          `json:"models"`
-			Modes  map[string]string `json:"modes"`
-			Status string            `json:"status"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Name == "" {
-			writeErr(w, badRequest(`send {"name": "support bot", "rule": "priority_fallback", "models": ["m1", "m2"]} or {"name": ..., "rule": "mode_mapping", "modes": {"fast": ..., "balanced": ..., "deep": ...}}`))
+		req, err := decoded(r, decodeRouteRequest)
+		if err != nil {
+			writeErr(w, err)
 			return
 		}
 		rt := RouteConfig{Name: req.Name, Rule: req.Rule, Models: req.Models, Modes: req.Modes, Status: req.Status}.storeRoute()
@@ -88,7 +103,7 @@ func (g *gateway) routeRoutes(mux *http.ServeMux) {
 		}
 		for _, old := range cat.Routes {
 			if old.ID == rt.ID {
-				writeErr(w, badRequest("route "+rt.ID+" already exists; its id comes from its name and never changes: choose another name"))
+				writeErr(w, &adminRefusal{http.StatusConflict, "already_exists", "name: route " + ir.QuoteShort(rt.ID) + " already exists; a route's id comes from its name and never changes: choose another name"})
 				return
 			}
 		}
@@ -96,8 +111,13 @@ func (g *gateway) routeRoutes(mux *http.ServeMux) {
 	})
 	for _, action := range []struct{ path, status string }{{"pause", ir.RoutePaused}, {"resume", ir.RouteActive}} {
 		mux.HandleFunc("POST /admin/v1/routes/{id}/"+action.path, func(w http.ResponseWriter, r *http.Request) {
+			id, err := pathParam(r, "id", maxPathID)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
 			g.change(w, r, func() error {
-				_, err := g.store.SetRouteStatus(r.PathValue("id"), action.status)
+				_, err := g.store.SetRouteStatus(id, action.status)
 				return err
 			})
 		})

@@ -45,6 +45,11 @@ type Config struct {
 		// AttemptTimeout: an attempt silent this long gives way to the next of its chain.
 		AttemptTimeout time.Duration `mapstructure:"attempt_timeout"`
 	} `mapstructure:"routing"`
+	Admin struct {
+		// Token, when set, must come with every admin API request as "Authorization: Bearer
+		// <token>": a "${VAR}" reference read from the environment (preferred) or a literal.
+		Token string `mapstructure:"token"`
+	} `mapstructure:"admin"`
 	Billing struct {
 		// Enabled turns on admission (credits, monthly limits) and metering. Off, keys still
 		// authenticate and nothing is billed.
@@ -109,6 +114,7 @@ var defaults = map[string]any{
 	"envoy.drain_timeout":            "10s",
 	"log.level":                      "info",
 	"billing.enabled":                true,
+	"admin.token":                    "", // known to viper, so TOLLWAY_ADMIN_TOKEN alone sets it
 	"routing.attempt_timeout":        "60s",
 	"limits.max_concurrent_requests": ir.DefaultMaxConcurrentRequests,
 	"listen.xff_num_trusted_hops":    0,
@@ -183,6 +189,9 @@ func (c *Config) Validate() error {
 	if err := loopbackOnly(c.Listen.Admin); err != nil {
 		errs = append(errs, err)
 	}
+	if err := checkAdminTokenRef(c.Admin.Token); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Store.Path == "" {
 		errs = append(errs, errors.New("store.path is required, e.g. data/tollway.db"))
 	}
@@ -208,6 +217,56 @@ func resolveSecret(ref string) (secret string, ok bool) {
 		return v, v != ""
 	}
 	return ref, true
+}
+
+// Admin token bounds: long enough not to be guessed, and safe in an HTTP header.
+const (
+	minAdminToken = 16
+	maxAdminToken = 512
+)
+
+// checkAdminTokenRef checks admin.token as written: a ${VAR} reference (resolved when the gateway
+// starts) or a literal. Messages never repeat a literal.
+func checkAdminTokenRef(ref string) error {
+	switch {
+	case ref == "", envRef.MatchString(ref):
+		return nil
+	case strings.Contains(ref, "${"):
+		return errors.New(`admin.token: write an environment reference as "${NAME}", e.g. "${TOLLWAY_ADMIN_TOKEN}"`)
+	}
+	if err := checkAdminToken(ref); err != nil {
+		return fmt.Errorf("admin.token (or TOLLWAY_ADMIN_TOKEN): %w", err)
+	}
+	return nil
+}
+
+func checkAdminToken(tok string) error {
+	if len(tok) < minAdminToken || len(tok) > maxAdminToken {
+		return fmt.Errorf("the token has %d characters; use %d to %d, e.g. from `openssl rand -hex 32`", len(tok), minAdminToken, maxAdminToken)
+	}
+	for i := 0; i < len(tok); i++ {
+		if tok[i] <= ' ' || tok[i] > '~' {
+			return errors.New("the token must be printable ASCII without spaces (it travels in an HTTP header), e.g. from `openssl rand -hex 32`")
+		}
+	}
+	return nil
+}
+
+// adminToken resolves admin.token; "" means the admin API takes no token. A reference to an
+// unset variable is an error, never an open API: the operator asked for a token.
+func (c *Config) adminToken() (string, error) {
+	ref := c.Admin.Token
+	if ref == "" {
+		return "", nil
+	}
+	tok, ok := resolveSecret(ref)
+	if !ok {
+		return "", fmt.Errorf("admin.token refers to %s, which is not set in the environment: set it (e.g. to the output of `openssl rand -hex 32`) or remove admin.token", ref)
+	}
+	if err := checkAdminToken(tok); err != nil {
+		return "", fmt.Errorf("admin.token (%s): %w", storeRef(ref), err)
+	}
+	return tok, nil
 }
 
 // storeRef is what reaches disk for a credential: references as written, literal secrets never.

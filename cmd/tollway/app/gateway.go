@@ -42,7 +42,7 @@ func loopbackOnly(addr string) error {
 		return fmt.Errorf("listen.admin %q: want host:port, e.g. 127.0.0.1:9090", addr)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("listen.admin %q: the admin API has no authentication and must listen on a loopback address (127.0.0.1, ::1)", addr)
+		return fmt.Errorf("listen.admin %q: the admin API must listen on a loopback address (127.0.0.1, ::1); reach it from elsewhere through an SSH tunnel to the same port", addr)
 	}
 	return nil
 }
@@ -57,6 +57,9 @@ func (g *gateway) applyConfig(ctx context.Context, c *Config) error {
 	if g.cfg != nil && c.Limits != g.cfg.Limits {
 		g.log.Warn("limits.max_concurrent_requests changed; provider clusters follow now, the ext_proc and client connection limits on restart",
 			"from", g.cfg.Limits.MaxConcurrentRequests, "to", c.Limits.MaxConcurrentRequests)
+	}
+	if g.cfg != nil && c.Admin.Token != g.cfg.Admin.Token {
+		g.log.Warn("admin.token changed; it takes effect on restart") // never the token itself
 	}
 	before, err := g.store.Catalog()
 	if err != nil {

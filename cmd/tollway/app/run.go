@@ -34,6 +34,10 @@ const maxGRPCMessage = 2 * ir.BufferLimitBytes
 // admin API, and supervises Envoy until ctx ends (graceful drain) or Envoy dies (error).
 func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	log := newLogger(stderr, cfg.Log.Level)
+	adminToken, err := cfg.adminToken()
+	if err != nil {
+		return err
+	}
 	envoyBin, err := envoy.FindBinary(cfg.Envoy.Bin)
 	if err != nil {
 		return err
@@ -106,7 +110,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		}
 		return gw.applyConfig(context.Background(), next)
 	}
-	adminSrv := &http.Server{Handler: gw.adminHandler(reload), ReadHeaderTimeout: 5 * time.Second}
+	adminSrv := &http.Server{Handler: gw.adminHandler(cfg.Listen.Admin, adminToken, reload), ReadHeaderTimeout: 5 * time.Second}
 
 	var wg sync.WaitGroup
 	serve := func(name string, fn func() error) {

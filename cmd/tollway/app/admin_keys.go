@@ -1,0 +1,125 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// maxKeyName bounds a key's name: a label in lists.
+const maxKeyName = 128
+
+// keyView is a key as the admin API shows it: never the secret or its hash.
+type keyView struct {
+	ID           string           `json:"id"`
+	Prefix       string           `json:"prefix"`
+	Account      string           `json:"account"`
+	Name         string           `json:"name,omitempty"`
+	MonthlyLimit *decimal.Decimal `json:"monthly_limit,omitempty"`
+	Models       []string         `json:"models,omitempty"`
+	CreatedAt    time.Time        `json:"created_at"`
+	RevokedAt    *time.Time       `json:"revoked_at,omitempty"`
+	Secret       string           `json:"key,omitempty"` // only in the create/rotate answer, once
+}
+
+func viewKey(k store.Key, secret string) keyView {
+	return keyView{k.ID, k.Prefix + "...", k.Account, k.Name, k.MonthlyLimit, k.Models, k.CreatedAt, k.RevokedAt, secret}
+}
+
+// keyRequest is the body of POST /admin/v1/keys.
+type keyRequest struct {
+	Account      string           `json:"account"`
+	Name         string           `json:"name"`
+	MonthlyLimit *decimal.Decimal `json:"monthly_limit"`
+	Models       []string         `json:"models"`
+}
+
+const keyExample = `{"account": "acme", "name": "ci", "monthly_limit": "5", "models": ["gpt-4o-mini"]}`
+
+// decodeKeyRequest decodes and checks a key request; the store checks that the account exists.
+func decodeKeyRequest(raw []byte) (keyRequest, error) {
+	var k keyRequest
+	if err := decodeJSON(raw, &k, keyExample); err != nil {
+		return k, err
+	}
+	var errs []error
+	if k.Account == "" {
+		errs = append(errs, faultf("account", `is required: the account the key bills, e.g. "acme" (tollway accounts create acme)`))
+	}
+	if err := ir.CheckText("", k.Name, maxKeyName); err != nil {
+		errs = append(errs, faultf("name", "%v", err))
+	}
+	if k.MonthlyLimit != nil && k.MonthlyLimit.IsNegative() {
+		errs = append(errs, faultf("monthly_limit", `%s is negative; send 0 or more USD as a string like "5"`, k.MonthlyLimit))
+	}
+	for i, m := range k.Models {
+		if err := ir.CheckModelRef(m); err != nil {
+			errs = append(errs, faultf(fmt.Sprintf("models[%d]", i), "%s: %v", ir.QuoteShort(m), err))
+		}
+	}
+	return k, errors.Join(errs...)
+}
+
+// keyRoutes serves API keys. A change reaches ext_proc's runtime before the call returns.
+func (g *gateway) keyRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /admin/v1/keys", func(w http.ResponseWriter, r *http.Request) {
+		ks, err := g.store.Keys()
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		out := make([]keyView, 0, len(ks))
+		for _, k := range ks {
+			out = append(out, viewKey(k, ""))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"data": out})
+	})
+	mux.HandleFunc("POST /admin/v1/keys", func(w http.ResponseWriter, r *http.Request) {
+		req, err := decoded(r, decodeKeyRequest)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		k, secret, err := g.store.CreateKey(req.Account, store.KeyOptions{Name: req.Name, MonthlyLimit: req.MonthlyLimit, Models: req.Models})
+		if err == nil {
+			err = g.keysChanged()
+		}
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, viewKey(k, secret))
+	})
+	for _, action := range []string{"revoke", "rotate"} {
+		mux.HandleFunc("POST /admin/v1/keys/{id}/"+action, func(w http.ResponseWriter, r *http.Request) {
+			id, err := pathParam(r, "id", maxPathID)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			var (
+				k      store.Key
+				secret string
+			)
+			if action == "revoke" {
+				k, err = g.store.RevokeKey(id)
+			} else {
+				k, secret, err = g.store.RotateKey(id)
+			}
+			if err == nil {
+				err = g.keysChanged()
+			}
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, viewKey(k, secret))
+		})
+	}
+}

@@ -1,0 +1,36 @@
+package app
+
+import (
+	"context"
+	"fmt"
+)
+
+const runHelp = `  tollway run [--config FILE]                         run the gateway (the embedded default config without --config)
+  tollway run --demo                                  run offline on the embedded demo config: a canned demo
+                                                      model, no provider keys (store data/demo.db)
+`
+
+// cmdRun is `tollway run`: load and check the config, then serve until ctx ends.
+func cmdRun(ctx context.Context, c *cli, args []string) error {
+	fs := c.flags("run")
+	demo := fs.Bool("demo", false, "run on the embedded demo config (offline demo model)")
+	pos, err := c.parse(fs, args, map[string][]string{"": {"demo"}})
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%w: run takes no arguments, only --config FILE or --demo", ErrUsage)
+	}
+	load := func() (*Config, error) { return LoadConfig(c.config) }
+	if *demo {
+		if c.config != "" {
+			return fmt.Errorf("%w: run takes --demo or --config FILE, not both (a file can name a provider of type demo itself)", ErrUsage)
+		}
+		load = LoadDemoConfig
+	}
+	cfg, err := load()
+	if err != nil {
+		return err
+	}
+	return runGateway(ctx, cfg, c.stdout, c.stderr)
+}
