@@ -533,6 +533,31 @@ func sumRecords(rs []UsageRecord) sums {
 	return out
 }
 
+// checkIndex asserts that every usage record has its idempotency index entry and every entry
+// its record.
+func checkIndex(t rapid.TB, s *Store) {
+	t.Helper()
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		usage, byReq := tx.Bucket(bucketUsage), tx.Bucket(bucketUsageByRequest)
+		if err := usage.ForEach(func(k, _ []byte) error {
+			if v := byReq.Get(k[8:]); !indexPointsAt(v, k) {
+				return fmt.Errorf("record %q has no index entry (%x)", ShortID(string(k[8:])), v)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		return byReq.ForEach(func(id, v []byte) error {
+			if len(v) < 8 || usage.Get(append(v[:8:8], id...)) == nil {
+				return fmt.Errorf("index entry %q has no record", ShortID(string(id)))
+			}
+			return nil
+		})
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
 // checkLedger asserts that records, aggregates, monthly spend and balances agree, given each
 // account's initial credits; it returns the record sums.
 func checkLedger(t rapid.TB, s *Store, credits map[string]string) sums {
@@ -548,6 +573,7 @@ func checkLedger(t rapid.TB, s *Store, credits map[string]string) sums {
 	if n := count(t, s); n != len(rs) {
 		t.Errorf("UsageRecordCount = %d, but %d records", n, len(rs))
 	}
+	checkIndex(t, s)
 	sm := sumRecords(rs)
 	for acct, c := range credits {
 		bal := balance(t, s, acct)
