@@ -42,6 +42,7 @@ usage:
   tollway routes pause ID | tollway routes resume ID
   tollway reload                                      re-read the config file of the running gateway
   tollway status                                      configuration delivery status
+  tollway store compact [--config FILE]               shrink the store file (the gateway must be stopped)
 
 Commands other than run talk to the running gateway's admin API, found through --config FILE
 (listen.admin) or given as --admin http://127.0.0.1:9090.
@@ -55,6 +56,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprint(stdout, usage)
 		return nil
+	}
+	if args[0] == "store" {
+		return runStore(args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("tollway "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -26,6 +26,8 @@ type Config struct {
 	} `mapstructure:"listen"`
 	Store struct {
 		Path string `mapstructure:"path"`
+		// UsageRetentionDays is how long raw usage records are kept; 0 keeps them for good.
+		UsageRetentionDays int `mapstructure:"usage_retention_days"`
 	} `mapstructure:"store"`
 	Envoy struct {
 		Bin          string        `mapstructure:"bin"`
@@ -94,15 +96,16 @@ type ModelConfig struct {
 }
 
 var defaults = map[string]any{
-	"listen.public":           "127.0.0.1:8080",
-	"listen.admin":            "127.0.0.1:9090",
-	"store.path":              "data/tollway.db",
-	"envoy.bin":               "",
-	"envoy.log_level":         "warning",
-	"envoy.drain_timeout":     "10s",
-	"log.level":               "info",
-	"billing.enabled":         true,
-	"routing.attempt_timeout": "60s",
+	"listen.public":              "127.0.0.1:8080",
+	"listen.admin":               "127.0.0.1:9090",
+	"store.path":                 "data/tollway.db",
+	"store.usage_retention_days": 35,
+	"envoy.bin":                  "",
+	"envoy.log_level":            "warning",
+	"envoy.drain_timeout":        "10s",
+	"log.level":                  "info",
+	"billing.enabled":            true,
+	"routing.attempt_timeout":    "60s",
 }
 
 // LoadConfig reads path (the embedded default when path is ""), applies TOLLWAY_* environment
@@ -156,6 +159,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.Path == "" {
 		errs = append(errs, errors.New("store.path is required, e.g. data/tollway.db"))
+	}
+	if c.Store.UsageRetentionDays < 0 || c.Store.UsageRetentionDays > 36500 {
+		errs = append(errs, fmt.Errorf("store.usage_retention_days is %d: give a number of days, e.g. 35, or 0 to keep usage records for good", c.Store.UsageRetentionDays))
 	}
 	if _, err := c.catalogIR(); err != nil {
 		errs = append(errs, err)
