@@ -60,13 +60,8 @@ func TestSettlerOversizedIDFailsAlone(t *testing.T) {
 		}
 		q.Record(rec(fmt.Sprintf("b%d", i), "b", "0.01"))
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for count(t, s) < 100 {
-		if time.Now().After(deadline) {
-			t.Fatalf("valid records of other accounts not stored within 2s of an oversized id (%d of 100 stored)", count(t, s))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, "the 100 valid records of other accounts stored next to an oversized id", 2*time.Second,
+		func() bool { return count(t, s) == 100 })
 	q.Close()
 	if len(reported) != 1 || !errors.Is(reported[0], ErrInvalid) {
 		t.Errorf("reported %v, want the oversized record alone, as invalid", reported)
@@ -176,9 +171,7 @@ func TestSettlerIsolatesAnUnpredictedFailure(t *testing.T) {
 	defer s.Close()
 	mustAccount(t, s, "a", "100")
 	mustAccount(t, s, "b", "100")
-	saved := settleRetries
-	settleRetries = []time.Duration{50 * time.Millisecond, time.Hour} // its second retry comes only at Close
-	defer func() { settleRetries = saved }()
+	setRetries(t, 50*time.Millisecond, time.Hour) // its second retry comes only at Close
 
 	poisonErr := errors.New("something nobody predicted")
 	var mu sync.Mutex
@@ -201,11 +194,7 @@ func TestSettlerIsolatesAnUnpredictedFailure(t *testing.T) {
 				mu.Lock()
 				poisonTries++
 				mu.Unlock()
-				errs := make([]error, len(batch))
-				for i := range errs {
-					errs[i] = poisonErr
-				}
-				return errs
+				return failAll(batch, poisonErr)
 			}
 		}
 		return s.SettleBatch(batch)
@@ -219,33 +208,16 @@ func TestSettlerIsolatesAnUnpredictedFailure(t *testing.T) {
 		}
 		q.Record(rec(fmt.Sprintf("b%d", i), "b", "0.125"))
 	}
-	waitCount := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for count(t, s) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d records stored, want %d", count(t, s), n)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	waitCount(400)
-	// The poisoned record is tried alone (50 ms), then waits an hour: new records pass meanwhile.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitUntil(t, "400 records stored", 5*time.Second, func() bool { return count(t, s) == 400 })
+	// The poisoned record is tried in its batch, alone after bisection, alone again after
+	// 50 ms; then it waits an hour, and new records pass meanwhile.
+	waitUntil(t, "a retry of the poisoned record on its own", 5*time.Second, func() bool {
 		mu.Lock()
-		tries := poisonTries
-		mu.Unlock()
-		if tries >= 3 { // in its batch, alone after bisection, alone after 50 ms
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the poisoned record was tried %d times, want a retry of its own", tries)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return poisonTries >= 3
+	})
 	q.Record(rec("after", "a", "1"))
-	waitCount(401)
+	waitUntil(t, "a record queued meanwhile stored", 5*time.Second, func() bool { return count(t, s) == 401 })
 	mu.Lock()
 	if len(reported) != 0 {
 		t.Errorf("reported %v before its retries ran out", reported)
@@ -262,4 +234,30 @@ func TestSettlerIsolatesAnUnpredictedFailure(t *testing.T) {
 	wantDec(t, "a", balance(t, s, "a"), "49")
 	wantDec(t, "b", balance(t, s, "b"), "75")
 	checkLedger(t, s, map[string]string{"a": "100", "b": "100"})
+}
+
+// waitUntil polls cond for up to timeout.
+func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", timeout, what)
+		}
+	}
+}
+
+// failAll is a transaction that failed: err for every record.
+func failAll(batch []UsageRecord, err error) []error {
+	errs := make([]error, len(batch))
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// setRetries sets the settler's retry pauses for one test.
+func setRetries(t *testing.T, pauses ...time.Duration) {
+	saved := settleRetries
+	settleRetries = pauses
+	t.Cleanup(func() { settleRetries = saved })
 }

@@ -890,6 +890,49 @@ func TestLedgerCrashHelper(t *testing.T) {
 	s.Close()
 }
 
+// killDuring runs the test named helper in a child process with env added, hands each line it
+// prints to onLine until that returns false, kills it (SIGKILL) and reopens the store at path,
+// checking bbolt's consistency.
+func killDuring(t *testing.T, helper, path string, env []string, onLine func(string) bool) *Store {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+helper+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	more := true
+	for more && sc.Scan() {
+		more = onLine(sc.Text())
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait() // killed: the error is expected
+	if more {
+		t.Fatalf("%s exited before it was killed; stderr:\n%s", helper, stderr.String())
+	}
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("reopen after kill -9: %v", err)
+	}
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			return err
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("bbolt consistency check after kill -9: %v", err)
+	}
+	return s
+}
+
 func TestSettleSurvivesKill(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	s, err := Open(path)
@@ -903,45 +946,15 @@ func TestSettleSurvivesKill(t *testing.T) {
 	acked := map[string]bool{}
 	for round := range 4 {
 		want := 200 + 300*round // kill at a different point each round
-		cmd := exec.Command(os.Args[0], "-test.run=^TestLedgerCrashHelper$", "-test.count=1")
-		cmd.Env = append(os.Environ(), crashEnv+"="+path, fmt.Sprintf("%s_ROUND=%d", crashEnv, round))
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(stdout)
 		n := 0
-		for n < want && sc.Scan() {
-			if id, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
-				acked[id] = true
-				n++
-			}
-		}
-		if err := cmd.Process.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait() // killed: the error is expected
-		if n < want {
-			t.Fatalf("round %d: helper acknowledged only %d settlements before exiting; stderr:\n%s", round, n, stderr.String())
-		}
-
-		s, err := Open(path)
-		if err != nil {
-			t.Fatalf("round %d: reopen after kill -9: %v", round, err)
-		}
-		if err := s.db.View(func(tx *bolt.Tx) error {
-			for err := range tx.Check() {
-				return err
-			}
-			return nil
-		}); err != nil {
-			t.Fatalf("round %d: bbolt consistency check after kill: %v", round, err)
-		}
+		s := killDuring(t, "TestLedgerCrashHelper", path, []string{crashEnv + "=" + path, fmt.Sprintf("%s_ROUND=%d", crashEnv, round)},
+			func(line string) bool {
+				if id, ok := strings.CutPrefix(line, "ack "); ok {
+					acked[id] = true
+					n++
+				}
+				return n < want
+			})
 		byID := map[string]bool{}
 		for _, r := range allRecords(t, s) {
 			byID[r.RequestID] = true

@@ -224,9 +224,7 @@ func TestSettleBatchProperty(t *testing.T) {
 // no predicted reason mixed in, every other valid record is stored once and every record that
 // is not is reported once.
 func TestSettlerProperty(t *testing.T) {
-	saved := settleRetries
-	settleRetries = []time.Duration{time.Millisecond, time.Millisecond}
-	defer func() { settleRetries = saved }()
+	setRetries(t, time.Millisecond, time.Millisecond)
 	rapid.Check(t, func(t *rapid.T) {
 		s := openProp(t)
 		m := &ledgerModel{stored: map[string]UsageRecord{}}
@@ -241,11 +239,7 @@ func TestSettlerProperty(t *testing.T) {
 		q.settle = func(batch []UsageRecord) []error {
 			for _, r := range batch {
 				if r.Provider == "poison" {
-					errs := make([]error, len(batch))
-					for i := range errs {
-						errs[i] = errPoison
-					}
-					return errs
+					return failAll(batch, errPoison)
 				}
 			}
 			return s.SettleBatch(batch)

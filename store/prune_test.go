@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,12 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -169,7 +166,7 @@ func TestStartPruning(t *testing.T) {
 	mustAccount(t, s, "acme", "1000")
 	now := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 	settleSpread(t, s, now.Add(-40*24*time.Hour), 40*24*time.Hour, 400, 50) // 10 a day
-	var logs syncBuffer
+	var logs bytes.Buffer                                                   // read only after stop, which waits for the pruner
 	stop := s.StartPruning(PruneOptions{Retention: 35 * 24 * time.Hour, Chunk: 7, Every: time.Hour,
 		Now: func() time.Time { return now }, Log: slogTo(&logs)})
 	deadline := time.Now().Add(10 * time.Second)
@@ -263,7 +260,8 @@ func TestPruneCrashHelper(t *testing.T) {
 		}
 		fmt.Printf("pruned %d\n", res.Deleted)
 		if res.Deleted == 0 {
-			time.Sleep(time.Hour) // wait to be killed
+			time.Sleep(30 * time.Second) // wait to be killed (or for the parent to give up)
+			os.Exit(5)
 		}
 	}
 }
@@ -283,37 +281,14 @@ func TestPruneSurvivesKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := range 3 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestPruneCrashHelper$", "-test.count=1")
-		cmd.Env = append(os.Environ(), pruneCrashEnv+"="+path)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(stdout)
 		var acked int
-		for acked < 200+130*round && sc.Scan() {
-			if n, ok := strings.CutPrefix(sc.Text(), "pruned "); ok {
+		s := killDuring(t, "TestPruneCrashHelper", path, []string{pruneCrashEnv + "=" + path}, func(line string) bool {
+			if n, ok := strings.CutPrefix(line, "pruned "); ok {
 				d, _ := strconv.Atoi(n)
 				acked += d
 			}
-		}
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		s, err := Open(path)
-		if err != nil {
-			t.Fatalf("round %d: reopen after kill -9: %v", round, err)
-		}
-		if err := s.db.View(func(tx *bolt.Tx) error {
-			for err := range tx.Check() {
-				return err
-			}
-			return nil
-		}); err != nil {
-			t.Fatalf("round %d: bbolt check: %v", round, err)
-		}
+			return acked < 200+130*round
+		})
 		checkIndex(t, s)
 		if after := keptBooks(t, s, "2026-01"); !reflect.DeepEqual(after, before) {
 			t.Errorf("round %d: pruning changed the kept books", round)
@@ -324,21 +299,3 @@ func TestPruneSurvivesKill(t *testing.T) {
 }
 
 func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
-
-// syncBuffer collects log output from another goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}

@@ -240,11 +240,7 @@ func (f *failing) settle(batch []UsageRecord) []error {
 	if !f.down.Load() {
 		return f.s.SettleBatch(batch)
 	}
-	errs := make([]error, len(batch))
-	for i := range errs {
-		errs[i] = errDiskFull
-	}
-	return errs
+	return failAll(batch, errDiskFull)
 }
 
 func (f *failing) probe() error {
@@ -261,9 +257,7 @@ func TestSettlerWaitsForAFailingStore(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	mustAccount(t, s, "acct", "10")
-	saved := settleRetries
-	settleRetries = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}
-	defer func() { settleRetries = saved }()
+	setRetries(t, time.Millisecond, time.Millisecond, time.Millisecond)
 
 	var mu sync.Mutex
 	var reported []string
@@ -288,9 +282,7 @@ func TestSettlerWaitsForAFailingStore(t *testing.T) {
 	q.Record(rec("kept-2", "acct", "2"))
 	q.Record(rec("ghost", "nobody", "1"))
 	// Far more retries than the schedule has: nothing is given up while the gateway runs.
-	for stalls.Load() < 20 {
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "20 retries of the failing store", 10*time.Second, func() bool { return stalls.Load() >= 20 })
 	if n := count(t, s); n != 0 {
 		t.Fatalf("%d records stored while the disk was failing", n)
 	}

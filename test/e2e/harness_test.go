@@ -80,8 +80,14 @@ type gateway struct {
 // the test ends, printing its output if the test failed.
 func startGateway(t testing.TB, body string, env ...string) *gateway {
 	t.Helper()
+	return startGatewayIn(t, t.TempDir(), body, env...)
+}
+
+// startGatewayIn is startGateway in dir, whose tollway.db a restart finds again.
+func startGatewayIn(t testing.TB, dir, body string, env ...string) *gateway {
+	t.Helper()
 	hg, err := harness.Start(context.Background(), harness.Options{
-		Bin: tollwayBin, EnvoyBin: envoyBin, Dir: t.TempDir(), Body: body, Env: env,
+		Bin: tollwayBin, EnvoyBin: envoyBin, Dir: dir, Body: body, Env: env,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/test/fakeupstream"
-	"github.com/tollway/tollway/test/harness"
 )
 
 // TestStoreRetentionAndCompact: the gateway prunes usage records older than
@@ -52,22 +51,7 @@ func TestStoreRetentionAndCompact(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	start := func() *gateway {
-		hg, err := harness.Start(context.Background(), harness.Options{
-			Bin: tollwayBin, EnvoyBin: envoyBin, Dir: dir, Body: body, Env: []string{"FAKE_PROVIDER_KEY=" + providerKey},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := &gateway{Gateway: hg, t: t, logs: hg.Logs}
-		t.Cleanup(func() {
-			g.Stop()
-			if t.Failed() {
-				t.Logf("gateway output:\n%s", g.logs.String())
-			}
-		})
-		return g
-	}
+	start := func() *gateway { return startGatewayIn(t, dir, body, "FAKE_PROVIDER_KEY="+providerKey) }
 	g := start()
 	// The default retention is 35 days: 140 records are kept, the 400 stay in the aggregates.
 	waitFor(t, "records older than 35 days pruned", 10*time.Second, func() bool {
