@@ -299,3 +299,44 @@ func TestPruneSurvivesKill(t *testing.T) {
 }
 
 func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// BenchmarkPruneChunk measures one pruning transaction (fsync'd) at several chunk sizes: the
+// longest is the longest the settler can wait for the writer lock because of pruning. Each
+// pruning transaction is paired with an ordinary settlement commit of 40 records on the same
+// store, so the figures can be compared on a disk whose fsync time varies.
+func BenchmarkPruneChunk(b *testing.B) {
+	for _, chunk := range []int{PruneChunk, 500, 2000} {
+		b.Run(fmt.Sprintf("chunk=%d", chunk), func(b *testing.B) {
+			s, err := Open(filepath.Join(b.TempDir(), "prune.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			mustAccount(b, s, "acme", "1000000")
+			// At least 200,000 records, so the index is as scattered as in a real store.
+			s.db.NoSync = true
+			from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			settleSpread(b, s, from, 24*time.Hour, max(200_000, (b.N+1)*chunk), 400)
+			s.db.NoSync = false
+			var longest, total, settleLongest, settleTotal time.Duration
+			b.ResetTimer()
+			for range b.N {
+				res, err := s.PruneUsage(from.Add(48*time.Hour), chunk)
+				if err != nil || res.Deleted != chunk {
+					b.Fatalf("%+v, %v", res, err)
+				}
+				longest, total = max(longest, res.Held), total+res.Held
+				b.StopTimer()
+				began := time.Now()
+				settleSpread(b, s, from.Add(72*time.Hour), time.Hour, 40, 40)
+				d := time.Since(began)
+				settleLongest, settleTotal = max(settleLongest, d), settleTotal+d
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(longest.Microseconds())/1000, "max-ms/prune")
+			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/prune")
+			b.ReportMetric(float64(settleLongest.Microseconds())/1000, "max-ms/settle40")
+			b.ReportMetric(float64(settleTotal.Microseconds())/1000/float64(b.N), "ms/settle40")
+		})
+	}
+}
