@@ -96,16 +96,17 @@ type ModelConfig struct {
 }
 
 var defaults = map[string]any{
-	"listen.public":              "127.0.0.1:8080",
-	"listen.admin":               "127.0.0.1:9090",
-	"store.path":                 "data/tollway.db",
+	"listen.public":           "127.0.0.1:8080",
+	"listen.admin":            "127.0.0.1:9090",
+	"store.path":              "data/tollway.db",
+	"envoy.bin":               "",
+	"envoy.log_level":         "warning",
+	"envoy.drain_timeout":     "10s",
+	"log.level":               "info",
+	"billing.enabled":         true,
+	"routing.attempt_timeout": "60s",
+
 	"store.usage_retention_days": 35,
-	"envoy.bin":                  "",
-	"envoy.log_level":            "warning",
-	"envoy.drain_timeout":        "10s",
-	"log.level":                  "info",
-	"billing.enabled":            true,
-	"routing.attempt_timeout":    "60s",
 }
 
 // LoadConfig reads path (the embedded default when path is ""), applies TOLLWAY_* environment
