@@ -89,10 +89,6 @@ func checkID(rec *UsageRecord, field, v string, max int, required bool) error {
 // validateUsage refuses, before any transaction, every record bbolt would refuse or that is
 // unreasonable; what passes fits every key and value it is written to.
 func validateUsage(rec *UsageRecord) error {
-	if len(rec.RequestID) > MaxRequestIDBytes || rec.RequestID == "" {
-		// Checked first so that later messages can name the record.
-		return checkID(rec, "request id", rec.RequestID, MaxRequestIDBytes, true)
-	}
 	ids := []struct {
 		field, v string
 		max      int
