@@ -19,6 +19,7 @@ require (
 	github.com/pkoukk/tiktoken-go v0.1.8 // real tokenizer for estimated bills (cut streams, no usage)
 	github.com/pkoukk/tiktoken-go-loader v0.0.2 // the BPE files embedded, so nothing is downloaded at run time
 	github.com/shopspring/decimal v1.4.0 // exact decimal money (no float64 on the money path)
+	pgregory.net/rapid v1.3.0 // property tests (store: random batches of valid and invalid usage records), with shrinking
 )
 
 require (

@@ -7,19 +7,19 @@ package store
 // Buckets:
 //
 //	accounts          account id → Account JSON
-//	usage             8-byte big-endian unix nanos ‖ request id → UsageRecord JSON
-//	usage_by_request  request id → its usage key (the idempotency index)
+//	usage             8-byte big-endian unix nanos ‖ request id → the rest of the record (usage.go)
+//	usage_by_request  request id → the record's 8-byte time (the idempotency index)
 //	usage_agg         "2006-01-02" \x00 key id \x00 account \x00 model → UsageTotals JSON
 //	spend_month       "2006-01" \x00 key id → decimal string
+//	usage_route       route \x00 model → UsageTotals JSON
 //
-// Settle (SettleBatch) writes all of them in one transaction, so the balance, the records and the aggregates
-// always agree: initial credits + credits added == balance + sum of record costs.
+// Settle (SettleBatch, settle.go) writes all of them in one transaction, so the balance, the
+// records and the aggregates always agree: initial credits + credits added == balance + sum of
+// record costs. Records and their index are pruned after the retention window (prune.go); the
+// aggregates, month spend and route usage are kept for good.
 
 import (
 	"bytes"
-	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -56,7 +56,7 @@ var accountIDFormat = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$`)
 
 func validAccountID(id string) error {
 	if !accountIDFormat.MatchString(id) {
-		return errorOf(ErrInvalid, "account id %q must be 1-128 characters of letters, digits and _ . @ -, starting with a letter or digit", id)
+		return errorOf(ErrInvalid, "account id %q must be 1-128 characters of letters, digits and _ . @ -, starting with a letter or digit", ShortID(id))
 	}
 	return nil
 }
@@ -150,269 +150,6 @@ func getAccount(b *bolt.Bucket, id string, a *Account) error {
 	}
 	return jsonUnmarshal(v, a)
 }
-
-// UsageRecord is one settled request.
-type UsageRecord struct {
-	RequestID        string          `json:"request_id"`
-	KeyID            string          `json:"key_id"`
-	Account          string          `json:"account"`
-	Model            string          `json:"model"`
-	Provider         string          `json:"provider"`
-	Route            string          `json:"route,omitempty"`
-	PromptTokens     int64           `json:"prompt_tokens"`
-	CompletionTokens int64           `json:"completion_tokens"`
-	CachedTokens     int64           `json:"cached_tokens,omitempty"`
-	Cost             decimal.Decimal `json:"cost"`
-	Estimated        bool            `json:"estimated"`
-	Time             time.Time       `json:"time"`
-}
-
-// UsageTotals are the counters every usage aggregate keeps: a usage_agg or usage_route value,
-// a row, a summary.
-type UsageTotals struct {
-	Requests          int64           `json:"requests"`
-	PromptTokens      int64           `json:"prompt_tokens"`
-	CompletionTokens  int64           `json:"completion_tokens"`
-	CachedTokens      int64           `json:"cached_tokens"`
-	EstimatedRequests int64           `json:"estimated_requests"`
-	Cost              decimal.Decimal `json:"cost"`
-}
-
-// Add adds o to t.
-func (t *UsageTotals) Add(o UsageTotals) {
-	t.Requests += o.Requests
-	t.PromptTokens += o.PromptTokens
-	t.CompletionTokens += o.CompletionTokens
-	t.CachedTokens += o.CachedTokens
-	t.EstimatedRequests += o.EstimatedRequests
-	t.Cost = t.Cost.Add(o.Cost)
-}
-
-// totals is one record as totals.
-func (rec *UsageRecord) totals() UsageTotals {
-	t := UsageTotals{Requests: 1, PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens,
-		CachedTokens: rec.CachedTokens, Cost: rec.Cost}
-	if rec.Estimated {
-		t.EstimatedRequests = 1
-	}
-	return t
-}
-
-func usageKey(t time.Time, requestID string) []byte {
-	k := make([]byte, 8, 8+len(requestID))
-	binary.BigEndian.PutUint64(k, uint64(t.UnixNano()))
-	return append(k, requestID...)
-}
-
-func usageKeyTime(k []byte) time.Time {
-	return time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))).UTC()
-}
-
-func aggKey(day, keyID, account, model string) []byte {
-	return []byte(day + "\x00" + keyID + "\x00" + account + "\x00" + model)
-}
-
-func spendKey(month, keyID string) []byte { return []byte(month + "\x00" + keyID) }
-
-func validateUsage(rec *UsageRecord) error {
-	switch {
-	case rec.RequestID == "":
-		return errorOf(ErrInvalid, "usage record: request id is empty")
-	case rec.KeyID == "":
-		return errorOf(ErrInvalid, "usage record %q: key id is empty", rec.RequestID)
-	case rec.Account == "":
-		return errorOf(ErrInvalid, "usage record %q: account is empty", rec.RequestID)
-	case rec.Cost.Sign() < 0:
-		return errorOf(ErrInvalid, "usage record %q: cost %s is negative", rec.RequestID, rec.Cost)
-	case rec.PromptTokens < 0 || rec.CompletionTokens < 0 || rec.CachedTokens < 0:
-		return errorOf(ErrInvalid, "usage record %q: token counts must not be negative", rec.RequestID)
-	}
-	// The ids are joined with NUL in aggregate keys.
-	for _, f := range []string{rec.RequestID, rec.KeyID, rec.Account, rec.Model} {
-		if strings.IndexByte(f, 0) >= 0 {
-			return errorOf(ErrInvalid, "usage record %q: ids must not contain NUL", rec.RequestID)
-		}
-	}
-	if y := rec.Time.Year(); y < 1970 || y > 2261 {
-		return errorOf(ErrInvalid, "usage record %q: time %v is out of range", rec.RequestID, rec.Time)
-	}
-	return nil
-}
-
-// Settle records one served request and debits its account, exactly once per RequestID. The
-// record, the balance, the daily aggregates and the key's monthly spend change in one
-// transaction, which is durable (fsync'd) when Settle returns nil. Settling a RequestID that is
-// already recorded does nothing and returns nil. A zero Time means now.
-//
-// The cost is debited even past zero: settling actual usage is never refused. An account that
-// does not exist fails with ErrNotFound and writes nothing; invalid records wrap ErrInvalid.
-// The gateway settles through a Settler, which groups records into one transaction.
-func (s *Store) Settle(rec UsageRecord) error {
-	return s.SettleBatch([]UsageRecord{rec})[0]
-}
-
-// settling is one record, encoded outside the transaction.
-type settling struct {
-	at                     int // index in the batch
-	rec                    UsageRecord
-	recJSON, uKey, reqKey  []byte
-	agKey, spKey, routeKey string
-	add                    UsageTotals
-}
-
-// SettleBatch settles recs as Settle does, all in one transaction and one fsync, and returns one
-// error per record (nil: settled now or before). A record that fails (invalid, unknown account)
-// writes nothing and does not stop the others; a transaction that fails fails them all. Records
-// touching the same account, aggregate or month read and write it once per batch, so a batch
-// costs little more than its records' own rows.
-func (s *Store) SettleBatch(recs []UsageRecord) []error {
-	errs := make([]error, len(recs))
-	todo := make([]settling, 0, len(recs))
-	for i := range recs {
-		rec := recs[i]
-		if rec.Time.IsZero() {
-			rec.Time = time.Now()
-		}
-		rec.Time = rec.Time.UTC().Round(0)
-		if errs[i] = validateUsage(&rec); errs[i] != nil {
-			continue
-		}
-		recJSON, err := json.Marshal(rec)
-		if err != nil {
-			errs[i] = fmt.Errorf("store: encode usage record %q: %w", rec.RequestID, err)
-			continue
-		}
-		st := settling{
-			at: i, rec: rec, recJSON: recJSON,
-			uKey:   usageKey(rec.Time, rec.RequestID),
-			reqKey: []byte(rec.RequestID),
-			agKey:  string(aggKey(rec.Time.Format(dayLayout), rec.KeyID, rec.Account, rec.Model)),
-			spKey:  string(spendKey(rec.Time.Format(monthLayout), rec.KeyID)),
-			add:    rec.totals(),
-		}
-		if rec.Route != "" {
-			st.routeKey = string(routeAggKey(rec.Route, rec.Model))
-		}
-		todo = append(todo, st)
-	}
-	if len(todo) == 0 {
-		return errs
-	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		byReq, usage := tx.Bucket(bucketUsageByRequest), tx.Bucket(bucketUsage)
-		accounts := jsonRows[Account](tx.Bucket(bucketAccounts))
-		aggs := jsonRows[UsageTotals](tx.Bucket(bucketUsageAgg))
-		routes := jsonRows[UsageTotals](tx.Bucket(bucketUsageRoute))
-		// Month spend is stored as a bare decimal string.
-		spends := foldedRows[decimal.Decimal]{b: tx.Bucket(bucketSpendMonth), decode: decodeDecimal, encode: encodeDecimal}
-		for _, st := range todo {
-			rec := &st.rec
-			if byReq.Get(st.reqKey) != nil {
-				continue // already settled, in an earlier transaction or earlier in this one
-			}
-			a, err := accounts.row(rec.Account, false)
-			if err != nil {
-				return err
-			}
-			if a == nil {
-				errs[st.at] = errorOf(ErrNotFound, "settle %q: account %q: not found", rec.RequestID, rec.Account)
-				continue
-			}
-			a.Balance = a.Balance.Sub(rec.Cost)
-			if err := usage.Put(st.uKey, st.recJSON); err != nil {
-				return err
-			}
-			if err := byReq.Put(st.reqKey, st.uKey); err != nil {
-				return err
-			}
-			ag, err := aggs.row(st.agKey, true)
-			if err != nil {
-				return err
-			}
-			ag.Add(st.add)
-			if st.routeKey != "" {
-				rt, err := routes.row(st.routeKey, true)
-				if err != nil {
-					return err
-				}
-				rt.Add(st.add)
-			}
-			sp, err := spends.row(st.spKey, true)
-			if err != nil {
-				return err
-			}
-			*sp = sp.Add(rec.Cost)
-		}
-		return errors.Join(accounts.flush(), aggs.flush(), routes.flush(), spends.flush())
-	})
-	if err != nil {
-		for _, st := range todo {
-			errs[st.at] = err
-		}
-	}
-	return errs
-}
-
-// foldedRows reads each row of one bucket at most once per transaction, lets every record of a
-// batch fold into it, and writes each row it handed out once, at flush.
-type foldedRows[T any] struct {
-	b      *bolt.Bucket
-	decode func([]byte, *T) error
-	encode func(*T) ([]byte, error)
-	rows   map[string]*T
-}
-
-// row is the row at k, read from the bucket the first time. An absent row is a zero value when
-// create is set, else nil (and nothing is written for it).
-func (f *foldedRows[T]) row(k string, create bool) (*T, error) {
-	if r, ok := f.rows[k]; ok {
-		return r, nil
-	}
-	r := new(T)
-	if v := f.b.Get([]byte(k)); v != nil {
-		if err := f.decode(v, r); err != nil {
-			return nil, fmt.Errorf("store: row %q: %w", k, err)
-		}
-	} else if !create {
-		return nil, nil
-	}
-	if f.rows == nil {
-		f.rows = map[string]*T{}
-	}
-	f.rows[k] = r
-	return r, nil
-}
-
-func (f *foldedRows[T]) flush() error {
-	for k, r := range f.rows {
-		v, err := f.encode(r)
-		if err != nil {
-			return fmt.Errorf("store: encode %q: %w", k, err)
-		}
-		if err := f.b.Put([]byte(k), v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// jsonRows folds rows stored as JSON.
-func jsonRows[T any](b *bolt.Bucket) foldedRows[T] {
-	return foldedRows[T]{b: b,
-		decode: func(v []byte, r *T) error { return json.Unmarshal(v, r) },
-		encode: func(r *T) ([]byte, error) { return json.Marshal(r) },
-	}
-}
-
-func decodeDecimal(v []byte, d *decimal.Decimal) error {
-	var err error
-	*d, err = decimal.NewFromString(string(v))
-	return err
-}
-
-func encodeDecimal(d *decimal.Decimal) ([]byte, error) { return []byte(d.String()), nil }
-
-func routeAggKey(route, model string) []byte { return []byte(route + "\x00" + model) }
 
 // RouteUsage returns each route's usage since it was first used, by model: route id -> rows
 // (Day and KeyID empty, Account empty, Model set).
@@ -571,7 +308,7 @@ func (s *Store) UsageRecords(f UsageFilter, limit int) ([]UsageRecord, error) {
 				break
 			}
 			var r UsageRecord
-			if err := jsonUnmarshal(v, &r); err != nil {
+			if err := decodeUsage(k, v, &r); err != nil {
 				return err
 			}
 			if !f.match(r.KeyID, r.Account, r.Model) {
@@ -587,7 +324,7 @@ func (s *Store) UsageRecords(f UsageFilter, limit int) ([]UsageRecord, error) {
 	return out, err
 }
 
-// UsageRecordCount is the number of settled requests.
+// UsageRecordCount is the number of usage records kept (settled within the retention window).
 func (s *Store) UsageRecordCount() (int, error) {
 	var n int
 	err := s.db.View(func(tx *bolt.Tx) error {

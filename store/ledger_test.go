@@ -1,13 +1,11 @@
 package store
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -18,11 +16,12 @@ import (
 
 	"github.com/shopspring/decimal"
 	bolt "go.etcd.io/bbolt"
+	"pgregory.net/rapid"
 )
 
 func dec(s string) decimal.Decimal { return decimal.RequireFromString(s) }
 
-func mustAccount(t testing.TB, s *Store, id, credits string) Account {
+func mustAccount(t rapid.TB, s *Store, id, credits string) Account {
 	t.Helper()
 	a, err := s.CreateAccount(id, dec(credits))
 	if err != nil {
@@ -31,7 +30,7 @@ func mustAccount(t testing.TB, s *Store, id, credits string) Account {
 	return a
 }
 
-func balance(t testing.TB, s *Store, id string) decimal.Decimal {
+func balance(t rapid.TB, s *Store, id string) decimal.Decimal {
 	t.Helper()
 	a, err := s.GetAccount(id)
 	if err != nil {
@@ -52,7 +51,7 @@ func rawValue(t *testing.T, s *Store, bucket []byte, key string) []byte {
 	return out
 }
 
-func wantDec(t *testing.T, what string, got decimal.Decimal, want string) {
+func wantDec(t rapid.TB, what string, got decimal.Decimal, want string) {
 	t.Helper()
 	if !got.Equal(dec(want)) {
 		t.Errorf("%s = %s, want exactly %s", what, got, want)
@@ -262,7 +261,7 @@ func mustSettle(t testing.TB, s *Store, r UsageRecord) {
 	}
 }
 
-func count(t testing.TB, s *Store) int {
+func count(t rapid.TB, s *Store) int {
 	t.Helper()
 	n, err := s.UsageRecordCount()
 	if err != nil {
@@ -271,7 +270,7 @@ func count(t testing.TB, s *Store) int {
 	return n
 }
 
-func allRecords(t testing.TB, s *Store) []UsageRecord {
+func allRecords(t rapid.TB, s *Store) []UsageRecord {
 	t.Helper()
 	rs, err := s.UsageRecords(UsageFilter{}, 0)
 	if err != nil {
@@ -315,8 +314,11 @@ func TestSettleExactDecimal(t *testing.T) {
 	if raw := rawValue(t, s, bucketSpendMonth, "2026-11\x00key_1"); string(raw) != "10.00009" {
 		t.Errorf("stored spend = %q, want the decimal string 10.00009", raw)
 	}
-	raw := rawValue(t, s, bucketUsageByRequest, "r1")
-	if !bytes.Contains(rawValue(t, s, bucketUsage, string(raw)), []byte(`"cost":"0.00000015"`)) {
+	at := rawValue(t, s, bucketUsageByRequest, "r1")
+	if len(at) != 8 {
+		t.Fatalf("index value of r1 is %d bytes, want its 8-byte time", len(at))
+	}
+	if !bytes.Contains(rawValue(t, s, bucketUsage, string(at)+"r1"), []byte("0.00000015")) {
 		t.Errorf("usage record r1 does not store its cost as an exact string")
 	}
 }
@@ -531,7 +533,7 @@ func sumRecords(rs []UsageRecord) sums {
 
 // checkLedger asserts that records, aggregates, monthly spend and balances agree, given each
 // account's initial credits; it returns the record sums.
-func checkLedger(t *testing.T, s *Store, credits map[string]string) sums {
+func checkLedger(t rapid.TB, s *Store, credits map[string]string) sums {
 	t.Helper()
 	rs := allRecords(t, s)
 	seen := map[string]bool{}
@@ -544,6 +546,7 @@ func checkLedger(t *testing.T, s *Store, credits map[string]string) sums {
 	if n := count(t, s); n != len(rs) {
 		t.Errorf("UsageRecordCount = %d, but %d records", n, len(rs))
 	}
+	checkIndex(t, s)
 	sm := sumRecords(rs)
 	for acct, c := range credits {
 		bal := balance(t, s, acct)
@@ -873,45 +876,15 @@ func TestSettleSurvivesKill(t *testing.T) {
 	acked := map[string]bool{}
 	for round := range 4 {
 		want := 200 + 300*round // kill at a different point each round
-		cmd := exec.Command(os.Args[0], "-test.run=^TestLedgerCrashHelper$", "-test.count=1")
-		cmd.Env = append(os.Environ(), crashEnv+"="+path, fmt.Sprintf("%s_ROUND=%d", crashEnv, round))
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(stdout)
 		n := 0
-		for n < want && sc.Scan() {
-			if id, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
-				acked[id] = true
-				n++
-			}
-		}
-		if err := cmd.Process.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait() // killed: the error is expected
-		if n < want {
-			t.Fatalf("round %d: helper acknowledged only %d settlements before exiting; stderr:\n%s", round, n, stderr.String())
-		}
-
-		s, err := Open(path)
-		if err != nil {
-			t.Fatalf("round %d: reopen after kill -9: %v", round, err)
-		}
-		if err := s.db.View(func(tx *bolt.Tx) error {
-			for err := range tx.Check() {
-				return err
-			}
-			return nil
-		}); err != nil {
-			t.Fatalf("round %d: bbolt consistency check after kill: %v", round, err)
-		}
+		s := killDuring(t, "TestLedgerCrashHelper", path, []string{crashEnv + "=" + path, fmt.Sprintf("%s_ROUND=%d", crashEnv, round)},
+			func(line string) bool {
+				if id, ok := strings.CutPrefix(line, "ack "); ok {
+					acked[id] = true
+					n++
+				}
+				return n < want
+			})
 		byID := map[string]bool{}
 		for _, r := range allRecords(t, s) {
 			byID[r.RequestID] = true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,14 +138,14 @@ func TestSettlerGroupsAndDrains(t *testing.T) {
 	mustAccount(t, s, "acct", "50")
 	var mu sync.Mutex
 	var failed []string
-	q := NewSettler(s, 20*time.Millisecond, func(r UsageRecord, err error) {
+	q := NewSettler(s, 20*time.Millisecond, SettlerHooks{NotStored: func(r UsageRecord, err error) {
 		if !errors.Is(err, ErrNotFound) {
 			t.Errorf("%s: %v, want ErrNotFound", r.RequestID, err)
 		}
 		mu.Lock()
 		failed = append(failed, r.RequestID)
 		mu.Unlock()
-	})
+	}})
 	var wg sync.WaitGroup
 	for g := range 40 {
 		wg.Go(func() {
@@ -186,7 +187,7 @@ func TestSettlerWindow(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	mustAccount(t, s, "acct", "1")
-	q := NewSettler(s, 5*time.Millisecond, nil)
+	q := NewSettler(s, 5*time.Millisecond, SettlerHooks{})
 	defer q.Close()
 	start := time.Now()
 	q.Record(rec("lone", "acct", "0.5"))
@@ -208,7 +209,7 @@ func BenchmarkSettler(b *testing.B) {
 	}
 	defer s.Close()
 	mustAccount(b, s, "acct", "1000000")
-	q := NewSettler(s, SettleWindow, func(r UsageRecord, err error) { b.Error(r.RequestID, err) })
+	q := NewSettler(s, SettleWindow, SettlerHooks{NotStored: func(r UsageRecord, err error) { b.Error(r.RequestID, err) }})
 	cost := dec("0.00000015")
 	b.ResetTimer()
 	for i := range b.N {
@@ -225,73 +226,92 @@ func BenchmarkSettler(b *testing.B) {
 	}
 }
 
-// TestSettlerRetriesFailedTransactions: a transaction that fails (a full or failing disk) is
-// tried again, the records keep their place, and records that are wrong themselves are reported
-// at once, not retried.
-func TestSettlerRetriesFailedTransactions(t *testing.T) {
+// failing is a store fault for the settler: every transaction fails while down is set.
+type failing struct {
+	s     *Store
+	down  atomic.Bool
+	calls atomic.Int64
+}
+
+var errDiskFull = errors.New("write: no space left on device")
+
+func (f *failing) settle(batch []UsageRecord) []error {
+	f.calls.Add(1)
+	if !f.down.Load() {
+		return f.s.SettleBatch(batch)
+	}
+	return failAll(batch, errDiskFull)
+}
+
+func (f *failing) probe() error {
+	if f.down.Load() {
+		return errDiskFull
+	}
+	return f.s.probe()
+}
+
+// TestSettlerWaitsForAFailingStore: while the store can commit nothing (a full or failing disk),
+// records are held and tried again, never dropped; records that are wrong themselves are still
+// reported at once; once the store works, everything held is stored.
+func TestSettlerWaitsForAFailingStore(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	mustAccount(t, s, "acct", "10")
-	saved := settleRetries
-	settleRetries = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}
-	defer func() { settleRetries = saved }()
+	setRetries(t, time.Millisecond, time.Millisecond, time.Millisecond)
 
 	var mu sync.Mutex
 	var reported []string
-	q := NewSettler(s, time.Millisecond, func(r UsageRecord, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		reported = append(reported, r.RequestID)
-	})
-	diskFull := errors.New("write: no space left on device")
-	var calls int
-	q.settle = func(batch []UsageRecord) []error {
-		calls++
-		if calls <= 2 { // the first two transactions fail as a whole
-			errs := make([]error, len(batch))
-			for i := range errs {
-				errs[i] = diskFull
+	var stalls atomic.Int64
+	f := &failing{s: s}
+	f.down.Store(true)
+	q := NewSettler(s, time.Millisecond, SettlerHooks{
+		NotStored: func(r UsageRecord, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			reported = append(reported, r.RequestID)
+		},
+		Stalled: func(err error, queued int, retryIn time.Duration) {
+			if !errors.Is(err, errDiskFull) {
+				t.Errorf("stalled on %v, want the disk's error", err)
 			}
-			return errs
-		}
-		return s.SettleBatch(batch)
-	}
+			stalls.Add(1)
+		},
+	})
+	q.settle, q.probe = f.settle, f.probe
 	q.Record(rec("kept-1", "acct", "1"))
 	q.Record(rec("kept-2", "acct", "2"))
 	q.Record(rec("ghost", "nobody", "1"))
+	// Far more retries than the schedule has: nothing is given up while the gateway runs.
+	waitUntil(t, "20 retries of the failing store", 10*time.Second, func() bool { return stalls.Load() >= 20 })
+	if n := count(t, s); n != 0 {
+		t.Fatalf("%d records stored while the disk was failing", n)
+	}
+	f.down.Store(false)
 	q.Close()
 
-	if calls != 3 {
-		t.Errorf("%d transactions, want 3 (two failures, then success)", calls)
-	}
 	if len(reported) != 1 || reported[0] != "ghost" {
 		t.Errorf("reported %v, want only the record for the unknown account", reported)
 	}
 	wantDec(t, "balance", balance(t, s, "acct"), "7")
-	if st := q.Stats(); st.Records != 3 || st.Commits != 3 {
-		t.Errorf("stats %+v, want 3 records in 3 transactions", st)
+	if st := q.Stats(); st.Records != 3 {
+		t.Errorf("stats %+v, want 3 records done with", st)
 	}
 
-	// A transaction that never succeeds is given up after the retries and reported.
+	// A store that never recovers: after Close, the held record is reported once the retry
+	// pauses ran out, so the gateway can stop.
 	reported = nil
-	q = NewSettler(s, time.Millisecond, func(r UsageRecord, err error) {
-		if !errors.Is(err, diskFull) {
+	f.down.Store(true)
+	f.calls.Store(0)
+	q = NewSettler(s, time.Millisecond, SettlerHooks{NotStored: func(r UsageRecord, err error) {
+		if !errors.Is(err, errDiskFull) {
 			t.Errorf("%s: %v, want the disk's error", r.RequestID, err)
 		}
 		reported = append(reported, r.RequestID)
-	})
-	calls = 0
-	q.settle = func(batch []UsageRecord) []error {
-		calls++
-		errs := make([]error, len(batch))
-		for i := range errs {
-			errs[i] = diskFull
-		}
-		return errs
-	}
+	}})
+	q.settle, q.probe = f.settle, f.probe
 	q.Record(rec("lost", "acct", "1"))
 	q.Close()
-	if calls != 4 || len(reported) != 1 {
-		t.Errorf("%d transactions and %v reported, want 4 (1 + 3 retries) and [lost]", calls, reported)
+	if len(reported) != 1 || f.calls.Load() < 4 {
+		t.Errorf("%d transactions and %v reported, want at least 4 (1 + 3 retries) and [lost]", f.calls.Load(), reported)
 	}
 }

@@ -267,13 +267,13 @@ func storeSettle(ctx context.Context, dir string, producers int, d time.Duration
 		queued  atomic.Int64
 		wg      sync.WaitGroup
 	)
-	q := store.NewSettler(st, store.SettleWindow, func(r store.UsageRecord, err error) {
+	q := store.NewSettler(st, store.SettleWindow, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if firstEr == nil {
 			firstEr = fmt.Errorf("record %s: %w", r.RequestID, err)
 		}
-	})
+	}})
 	start := time.Now()
 	deadline := start.Add(d)
 	for w := range producers {

@@ -89,6 +89,12 @@ func startGateway(t testing.TB, body string, env ...string) *gateway {
 	return startWith(t, harness.Options{Body: body, Env: env})
 }
 
+// startGatewayIn is startGateway in dir, whose tollway.db a restart finds again.
+func startGatewayIn(t testing.TB, dir, body string, env ...string) *gateway {
+	t.Helper()
+	return startWith(t, harness.Options{Dir: dir, Body: body, Env: env})
+}
+
 // startWith starts tollway as o says (binary and Envoy filled in, a temporary directory unless
 // o.Dir is set) and stops it when the test ends, printing its output if the test failed.
 func startWith(t testing.TB, o harness.Options) *gateway {

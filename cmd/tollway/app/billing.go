@@ -15,11 +15,18 @@ import (
 // newSettler moves settled requests from the request path to the store. The in-memory ledger is
 // already debited when a record is queued, so limits hold at once; the store's settler makes the
 // record durable with group commit within about store.SettleWindow, off the response's path.
+// Ids in its logs are cut short: a client chooses its request id.
 func newSettler(log *slog.Logger, st *store.Store) *store.Settler {
-	return store.NewSettler(st, store.SettleWindow, func(rec store.UsageRecord, err error) {
-		// The ledger in memory was debited; the durable record failed. Loud, since the books
-		// would disagree after a restart.
-		log.Error("USAGE RECORD NOT STORED", "request_id", rec.RequestID, "account", rec.Account, "cost", rec.Cost.String(), "error", err)
+	return store.NewSettler(st, store.SettleWindow, store.SettlerHooks{
+		NotStored: func(rec store.UsageRecord, err error) {
+			// The ledger in memory was debited; the durable record failed. Loud, since the books
+			// would disagree after a restart.
+			log.Error("USAGE RECORD NOT STORED", "request_id", store.ShortID(rec.RequestID), "account", store.ShortID(rec.Account),
+				"key_id", store.ShortID(rec.KeyID), "cost", store.ShortID(rec.Cost.String()), "error", err)
+		},
+		Stalled: func(err error, queued int, retryIn time.Duration) {
+			log.Error("STORE CANNOT COMMIT: usage records are held until it can (check the disk)", "error", err, "queued", queued, "retry_in", retryIn)
+		},
 	})
 }
 

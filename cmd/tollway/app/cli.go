@@ -38,6 +38,7 @@ var commands = []command{
 	{"keys", cmdKeys, keysHelp},
 	{"usage", cmdUsage, usageHelp},
 	{"routes", cmdRoutes, routesHelp},
+	{"store", cmdStore, storeHelp},
 	{"reload", cmdReload, reloadHelp},
 	{"status", cmdStatus, statusHelp},
 }

@@ -32,6 +32,8 @@ type Config struct {
 	} `mapstructure:"limits"`
 	Store struct {
 		Path string `mapstructure:"path"`
+		// UsageRetentionDays is how long raw usage records are kept; 0 keeps them for good.
+		UsageRetentionDays int `mapstructure:"usage_retention_days"`
 	} `mapstructure:"store"`
 	Envoy struct {
 		Bin          string        `mapstructure:"bin"`
@@ -109,6 +111,7 @@ var defaults = map[string]any{
 	"listen.public":                  "127.0.0.1:8080",
 	"listen.admin":                   "127.0.0.1:9090",
 	"store.path":                     "data/tollway.db",
+	"store.usage_retention_days":     35,
 	"envoy.bin":                      "",
 	"envoy.log_level":                "warning",
 	"envoy.drain_timeout":            "10s",
@@ -200,6 +203,9 @@ func (c *Config) Validate() error {
 	}
 	if n := c.Listen.XFFNumTrustedHops; n < 0 || n > ir.MaxXFFTrustedHops {
 		errs = append(errs, fmt.Errorf("listen.xff_num_trusted_hops %d: must be 0 (clients connect directly) to %d (the proxies in front of the gateway that append to x-forwarded-for)", n, ir.MaxXFFTrustedHops))
+	}
+	if c.Store.UsageRetentionDays < 0 || c.Store.UsageRetentionDays > 36500 {
+		errs = append(errs, fmt.Errorf("store.usage_retention_days is %d: give a number of days, e.g. 35, or 0 to keep usage records for good", c.Store.UsageRetentionDays))
 	}
 	if _, err := c.catalogIR(); err != nil {
 		errs = append(errs, err)

@@ -1,0 +1,40 @@
+package app
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestStoreRetentionConfig: store.usage_retention_days defaults to 35, 0 keeps records for good,
+// and a value that is not a number of days is refused with the fix in the message.
+func TestStoreRetentionConfig(t *testing.T) {
+	clearTollwayEnv(t)
+	base := "listen: {public: 127.0.0.1:8080, admin: 127.0.0.1:9090}\n"
+	c, err := LoadConfig(writeConfig(t, base+"store: {path: data/t.db}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.UsageRetentionDays != 35 {
+		t.Errorf("default retention %d days, want 35", c.Store.UsageRetentionDays)
+	}
+	for yaml, want := range map[string]int{"0": 0, "7": 7, "36500": 36500} {
+		c, err := LoadConfig(writeConfig(t, base+"store: {path: data/t.db, usage_retention_days: "+yaml+"}\n"))
+		if err != nil {
+			t.Fatalf("usage_retention_days %s: %v", yaml, err)
+		}
+		if c.Store.UsageRetentionDays != want {
+			t.Errorf("usage_retention_days %s read as %d", yaml, c.Store.UsageRetentionDays)
+		}
+	}
+	t.Setenv("TOLLWAY_STORE_USAGE_RETENTION_DAYS", "3")
+	if c, err := LoadConfig(writeConfig(t, base+"store: {path: data/t.db}\n")); err != nil || c.Store.UsageRetentionDays != 3 {
+		t.Errorf("environment override: %+v, %v", c, err)
+	}
+	t.Setenv("TOLLWAY_STORE_USAGE_RETENTION_DAYS", "")
+	for _, bad := range []string{"-1", "36501", "forever"} {
+		_, err := LoadConfig(writeConfig(t, base+"store: {path: data/t.db, usage_retention_days: "+bad+"}\n"))
+		if err == nil || !strings.Contains(err.Error(), "usage_retention_days") {
+			t.Errorf("usage_retention_days %s: %v, want an error naming the key", bad, err)
+		}
+	}
+}

@@ -1,0 +1,204 @@
+package store
+
+// Settlement: a served request becomes a usage record, its account's debit, its daily
+// aggregate, its key's month spend and its route's usage, all in one transaction.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shopspring/decimal"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Settle records one served request and debits its account, exactly once per RequestID. The
+// record, the balance, the daily aggregates and the key's monthly spend change in one
+// transaction, which is durable (fsync'd) when Settle returns nil. Settling a RequestID that is
+// already recorded does nothing and returns nil. A zero Time means now.
+//
+// The cost is debited even past zero: settling actual usage is never refused. An account that
+// does not exist fails with ErrNotFound and writes nothing; invalid records wrap ErrInvalid.
+// The gateway settles through a Settler, which groups records into one transaction.
+func (s *Store) Settle(rec UsageRecord) error {
+	return s.SettleBatch([]UsageRecord{rec})[0]
+}
+
+// settling is one record, checked and encoded outside the transaction.
+type settling struct {
+	at                     int // index in the batch
+	rec                    UsageRecord
+	value, uKey, reqKey    []byte
+	agKey, spKey, routeKey string
+	add                    UsageTotals
+}
+
+// usageFill packs the usage bucket's pages: its keys start with the time, so records are
+// appended at its end, where bbolt's default (half-full pages on split) would waste half the
+// space for good.
+const usageFill = 1.0
+
+// SettleBatch settles recs as Settle does, all in one transaction and one fsync, and returns one
+// error per record (nil: settled now or before). A record that fails (invalid, unknown account,
+// a key or value bbolt refuses) writes nothing and does not stop the others; a transaction that
+// fails (a full or failing disk, a damaged row) fails every record that was not wrong in
+// itself. Records touching the same account, aggregate or month read and write it once per
+// batch, so a batch costs little more than its records' own rows.
+func (s *Store) SettleBatch(recs []UsageRecord) []error {
+	errs := make([]error, len(recs))
+	todo := prepareSettling(recs, errs)
+	if len(todo) == 0 {
+		return errs
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error { return settleTx(tx, todo, errs) }); err != nil {
+		for _, st := range todo {
+			if errs[st.at] == nil || !wrongRecord(errs[st.at]) {
+				errs[st.at] = err
+			}
+		}
+	}
+	return errs
+}
+
+// wrongRecord reports whether err is the record's own fault, so that trying it again cannot
+// help: it is invalid or its account does not exist.
+func wrongRecord(err error) bool { return errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotFound) }
+
+// prepareSettling checks and encodes each record outside the transaction; errs gets what is
+// wrong with each.
+func prepareSettling(recs []UsageRecord, errs []error) []settling {
+	todo := make([]settling, 0, len(recs))
+	for i := range recs {
+		rec := recs[i]
+		if rec.Time.IsZero() {
+			rec.Time = time.Now()
+		}
+		rec.Time = rec.Time.UTC().Round(0)
+		if errs[i] = validateUsage(&rec); errs[i] != nil {
+			continue
+		}
+		st := settling{
+			at: i, rec: rec, value: encodeUsage(&rec),
+			uKey:   usageKey(rec.Time, rec.RequestID),
+			reqKey: []byte(rec.RequestID),
+			agKey:  string(aggKey(rec.Time.Format(dayLayout), rec.KeyID, rec.Account, rec.Model)),
+			spKey:  string(spendKey(rec.Time.Format(monthLayout), rec.KeyID)),
+			add:    rec.totals(),
+		}
+		if rec.Route != "" {
+			st.routeKey = string(routeAggKey(rec.Route, rec.Model))
+		}
+		todo = append(todo, st)
+	}
+	return todo
+}
+
+// settleTx writes todo in tx. Each record's own rows go first (putUsage): a record bbolt
+// refuses fails alone in errs, and only records that are in fold into the shared rows, which
+// are written once at the end. An error returned fails the transaction.
+func settleTx(tx *bolt.Tx, todo []settling, errs []error) error {
+	byReq, usage := tx.Bucket(bucketUsageByRequest), tx.Bucket(bucketUsage)
+	usage.FillPercent = usageFill
+	accounts := jsonRows[Account](tx.Bucket(bucketAccounts))
+	aggs := jsonRows[UsageTotals](tx.Bucket(bucketUsageAgg))
+	routes := jsonRows[UsageTotals](tx.Bucket(bucketUsageRoute))
+	// Month spend is stored as a bare decimal string.
+	spends := foldedRows[decimal.Decimal]{b: tx.Bucket(bucketSpendMonth), decode: decodeDecimal, encode: encodeDecimal}
+	for _, st := range todo {
+		rec := &st.rec
+		if byReq.Get(st.reqKey) != nil {
+			continue // already settled, in an earlier transaction or earlier in this one
+		}
+		a, err := accounts.row(rec.Account, false)
+		if err != nil {
+			return err
+		}
+		if a == nil {
+			errs[st.at] = errorOf(ErrNotFound, "settle %q: account %q: not found", ShortID(rec.RequestID), rec.Account)
+			continue
+		}
+		if err := putUsage(usage, byReq, st.uKey, st.reqKey, st.value); err != nil {
+			errs[st.at] = err
+			continue
+		}
+		a.Balance = a.Balance.Sub(rec.Cost)
+		ag, err := aggs.row(st.agKey, true)
+		if err != nil {
+			return err
+		}
+		ag.Add(st.add)
+		if st.routeKey != "" {
+			rt, err := routes.row(st.routeKey, true)
+			if err != nil {
+				return err
+			}
+			rt.Add(st.add)
+		}
+		sp, err := spends.row(st.spKey, true)
+		if err != nil {
+			return err
+		}
+		*sp = sp.Add(rec.Cost)
+	}
+	return errors.Join(accounts.flush(), aggs.flush(), routes.flush(), spends.flush())
+}
+
+// foldedRows reads each row of one bucket at most once per transaction, lets every record of a
+// batch fold into it, and writes each row it handed out once, at flush.
+type foldedRows[T any] struct {
+	b      *bolt.Bucket
+	decode func([]byte, *T) error
+	encode func(*T) ([]byte, error)
+	rows   map[string]*T
+}
+
+// row is the row at k, read from the bucket the first time. An absent row is a zero value when
+// create is set, else nil (and nothing is written for it).
+func (f *foldedRows[T]) row(k string, create bool) (*T, error) {
+	if r, ok := f.rows[k]; ok {
+		return r, nil
+	}
+	r := new(T)
+	if v := f.b.Get([]byte(k)); v != nil {
+		if err := f.decode(v, r); err != nil {
+			return nil, fmt.Errorf("store: row %q: %w", k, err)
+		}
+	} else if !create {
+		return nil, nil
+	}
+	if f.rows == nil {
+		f.rows = map[string]*T{}
+	}
+	f.rows[k] = r
+	return r, nil
+}
+
+func (f *foldedRows[T]) flush() error {
+	for k, r := range f.rows {
+		v, err := f.encode(r)
+		if err != nil {
+			return fmt.Errorf("store: encode %q: %w", k, err)
+		}
+		if err := f.b.Put([]byte(k), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// jsonRows folds rows stored as JSON.
+func jsonRows[T any](b *bolt.Bucket) foldedRows[T] {
+	return foldedRows[T]{b: b,
+		decode: func(v []byte, r *T) error { return json.Unmarshal(v, r) },
+		encode: func(r *T) ([]byte, error) { return json.Marshal(r) },
+	}
+}
+
+func decodeDecimal(v []byte, d *decimal.Decimal) error {
+	var err error
+	*d, err = decimal.NewFromString(string(v))
+	return err
+}
+
+func encodeDecimal(d *decimal.Decimal) ([]byte, error) { return []byte(d.String()), nil }

@@ -1,0 +1,337 @@
+package store
+
+// Usage records: their shape, the bounds every field must keep before it may reach a
+// transaction, and their stored form.
+//
+// A record is stored under usageKey (8-byte big-endian unix nanos ‖ request id), so its time and
+// id are in the key; the value holds the rest. Values written before the compact form are the
+// whole record as JSON and are still read (they start with '{'); compact values start with
+// usageFormatV1 followed by protobuf-wire fields (protowire), so fields can be added later
+// and old readers skip what they do not know. The idempotency index maps a request id to the
+// record's 8-byte time (older files hold the whole usage key there; both start with the time).
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/shopspring/decimal"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// UsageRecord is one settled request.
+type UsageRecord struct {
+	RequestID        string          `json:"request_id"`
+	KeyID            string          `json:"key_id"`
+	Account          string          `json:"account"`
+	Model            string          `json:"model"`
+	Provider         string          `json:"provider"`
+	Route            string          `json:"route,omitempty"`
+	PromptTokens     int64           `json:"prompt_tokens"`
+	CompletionTokens int64           `json:"completion_tokens"`
+	CachedTokens     int64           `json:"cached_tokens,omitempty"`
+	Cost             decimal.Decimal `json:"cost"`
+	Estimated        bool            `json:"estimated"`
+	Time             time.Time       `json:"time"`
+}
+
+// Bounds of a usage record's fields. Every id has room for what real clients and providers
+// send (a request id is the client's x-request-id plus a suffix); past that a record is refused
+// alone with ErrInvalid, never handed to bbolt, whose keys stop at 32 KiB.
+const (
+	MaxRequestIDBytes = 512
+	maxKeyIDBytes     = 128 // store key ids are "key_" + 16 hex digits
+	maxNameBytes      = 256 // model, provider, route
+	// maxTokens bounds each token count: no request comes near it, and all-time sums of
+	// int64 counters cannot overflow before billions of such records.
+	maxTokens = 1_000_000_000
+	// maxCostChars bounds a cost's decimal string (digits, point), so sums stay small and exact.
+	maxCostChars = 48
+)
+
+// maxCost is the largest cost one request may settle (USD).
+var maxCost = decimal.New(1, 9)
+
+// ShortID is id as logs and error messages show it: at most 64 bytes, with its full length when
+// cut, so a client-chosen id cannot flood a log line.
+func ShortID(id string) string {
+	const keep = 64
+	if len(id) <= keep {
+		return id
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(id[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s...(%d bytes)", id[:cut], len(id))
+}
+
+// checkID: ids are printable UTF-8 of at most max bytes; NUL also separates aggregate keys.
+func checkID(rec *UsageRecord, field, v string, max int, required bool) error {
+	switch {
+	case v == "" && required:
+		return errorOf(ErrInvalid, "usage record %q: %s is empty", ShortID(rec.RequestID), field)
+	case len(v) > max:
+		return errorOf(ErrInvalid, "usage record %q: %s is %d bytes, over the limit of %d", ShortID(rec.RequestID), field, len(v), max)
+	case !utf8.ValidString(v):
+		return errorOf(ErrInvalid, "usage record %q: %s is not valid UTF-8", ShortID(rec.RequestID), field)
+	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return errorOf(ErrInvalid, "usage record %q: %s %q contains a control character (NUL, newline ...)", ShortID(rec.RequestID), field, ShortID(v))
+	}
+	return nil
+}
+
+// validateUsage refuses, before any transaction, every record bbolt would refuse or that is
+// unreasonable; what passes fits every key and value it is written to.
+func validateUsage(rec *UsageRecord) error {
+	ids := []struct {
+		field, v string
+		max      int
+		required bool
+	}{
+		{"request id", rec.RequestID, MaxRequestIDBytes, true},
+		{"key id", rec.KeyID, maxKeyIDBytes, true},
+		{"model", rec.Model, maxNameBytes, false},
+		{"provider", rec.Provider, maxNameBytes, false},
+		{"route", rec.Route, maxNameBytes, false},
+	}
+	for _, f := range ids {
+		if err := checkID(rec, f.field, f.v, f.max, f.required); err != nil {
+			return err
+		}
+	}
+	if err := validAccountID(rec.Account); err != nil {
+		return fmt.Errorf("usage record %q: %w", ShortID(rec.RequestID), err)
+	}
+	for _, n := range []int64{rec.PromptTokens, rec.CompletionTokens, rec.CachedTokens} {
+		if n < 0 || n > maxTokens {
+			return errorOf(ErrInvalid, "usage record %q: token count %d is out of range (0 to %d)", ShortID(rec.RequestID), n, maxTokens)
+		}
+	}
+	switch {
+	case rec.Cost.Sign() < 0:
+		return errorOf(ErrInvalid, "usage record %q: cost %s is negative", ShortID(rec.RequestID), ShortID(rec.Cost.String()))
+	case rec.Cost.GreaterThan(maxCost):
+		return errorOf(ErrInvalid, "usage record %q: cost %s is over %s", ShortID(rec.RequestID), ShortID(rec.Cost.String()), maxCost)
+	case len(rec.Cost.String()) > maxCostChars:
+		return errorOf(ErrInvalid, "usage record %q: cost %s has more than %d characters", ShortID(rec.RequestID), ShortID(rec.Cost.String()), maxCostChars)
+	}
+	// Keys hold unix nanoseconds, which end in 2262.
+	if y := rec.Time.Year(); y < 1970 || y > 2261 {
+		return errorOf(ErrInvalid, "usage record %q: time %v is out of range (1970 to 2261)", ShortID(rec.RequestID), rec.Time)
+	}
+	return nil
+}
+
+// UsageTotals are the counters every usage aggregate keeps: a usage_agg or usage_route value,
+// a row, a summary.
+type UsageTotals struct {
+	Requests          int64           `json:"requests"`
+	PromptTokens      int64           `json:"prompt_tokens"`
+	CompletionTokens  int64           `json:"completion_tokens"`
+	CachedTokens      int64           `json:"cached_tokens"`
+	EstimatedRequests int64           `json:"estimated_requests"`
+	Cost              decimal.Decimal `json:"cost"`
+}
+
+// Add adds o to t.
+func (t *UsageTotals) Add(o UsageTotals) {
+	t.Requests += o.Requests
+	t.PromptTokens += o.PromptTokens
+	t.CompletionTokens += o.CompletionTokens
+	t.CachedTokens += o.CachedTokens
+	t.EstimatedRequests += o.EstimatedRequests
+	t.Cost = t.Cost.Add(o.Cost)
+}
+
+// totals is one record as totals.
+func (rec *UsageRecord) totals() UsageTotals {
+	t := UsageTotals{Requests: 1, PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens,
+		CachedTokens: rec.CachedTokens, Cost: rec.Cost}
+	if rec.Estimated {
+		t.EstimatedRequests = 1
+	}
+	return t
+}
+
+func usageKey(t time.Time, requestID string) []byte {
+	k := make([]byte, 8, 8+len(requestID))
+	binary.BigEndian.PutUint64(k, uint64(t.UnixNano()))
+	return append(k, requestID...)
+}
+
+func usageKeyTime(k []byte) time.Time {
+	return time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))).UTC()
+}
+
+func aggKey(day, keyID, account, model string) []byte {
+	return []byte(day + "\x00" + keyID + "\x00" + account + "\x00" + model)
+}
+
+func spendKey(month, keyID string) []byte { return []byte(month + "\x00" + keyID) }
+
+func routeAggKey(route, model string) []byte { return []byte(route + "\x00" + model) }
+
+// usageFormatV1 starts a compact usage value; JSON values start with '{'.
+const usageFormatV1 = 0x01
+
+// Field numbers of the compact usage value. Never reuse a number.
+const (
+	fieldKeyID protowire.Number = iota + 1
+	fieldAccount
+	fieldModel
+	fieldProvider
+	fieldRoute
+	fieldPromptTokens
+	fieldCompletionTokens
+	fieldCachedTokens
+	fieldCost
+	fieldEstimated
+)
+
+// stringField and intField map field numbers to the record's fields; nil for other numbers.
+func (rec *UsageRecord) stringField(n protowire.Number) *string {
+	switch n {
+	case fieldKeyID:
+		return &rec.KeyID
+	case fieldAccount:
+		return &rec.Account
+	case fieldModel:
+		return &rec.Model
+	case fieldProvider:
+		return &rec.Provider
+	case fieldRoute:
+		return &rec.Route
+	}
+	return nil
+}
+
+func (rec *UsageRecord) intField(n protowire.Number) *int64 {
+	switch n {
+	case fieldPromptTokens:
+		return &rec.PromptTokens
+	case fieldCompletionTokens:
+		return &rec.CompletionTokens
+	case fieldCachedTokens:
+		return &rec.CachedTokens
+	}
+	return nil
+}
+
+// encodeUsage is a record's stored value (time and request id are in its key). Empty strings
+// and zero counts are left out.
+func encodeUsage(rec *UsageRecord) []byte {
+	b := make([]byte, 1, 96)
+	b[0] = usageFormatV1
+	for n := fieldKeyID; n <= fieldRoute; n++ {
+		if v := *rec.stringField(n); v != "" {
+			b = protowire.AppendString(protowire.AppendTag(b, n, protowire.BytesType), v)
+		}
+	}
+	for n := fieldPromptTokens; n <= fieldCachedTokens; n++ {
+		if v := *rec.intField(n); v != 0 {
+			b = protowire.AppendVarint(protowire.AppendTag(b, n, protowire.VarintType), uint64(v))
+		}
+	}
+	b = protowire.AppendString(protowire.AppendTag(b, fieldCost, protowire.BytesType), rec.Cost.String())
+	if rec.Estimated {
+		b = protowire.AppendVarint(protowire.AppendTag(b, fieldEstimated, protowire.VarintType), 1)
+	}
+	return b
+}
+
+var errUsageValue = errors.New("malformed usage value")
+
+// decodeUsage reads the record stored at k with value v, in either form.
+func decodeUsage(k, v []byte, rec *UsageRecord) error {
+	if len(k) < 8 {
+		return fmt.Errorf("store: malformed usage key %q", ShortID(string(k)))
+	}
+	if len(v) > 0 && v[0] == '{' {
+		return jsonUnmarshal(v, rec) // written before the compact form
+	}
+	*rec = UsageRecord{RequestID: string(k[8:]), Time: usageKeyTime(k), Cost: decimal.Zero}
+	bad := func(why error) error {
+		return fmt.Errorf("store: usage record %q: %w: %w", ShortID(rec.RequestID), errUsageValue, why)
+	}
+	if len(v) == 0 || v[0] != usageFormatV1 {
+		return bad(errors.New("unknown format"))
+	}
+	for b := v[1:]; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return bad(protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.BytesType && (rec.stringField(num) != nil || num == fieldCost):
+			var s string
+			if s, n = protowire.ConsumeString(b); n < 0 {
+				break
+			}
+			if num != fieldCost {
+				*rec.stringField(num) = s
+			} else if d, err := decimal.NewFromString(s); err != nil {
+				return bad(err)
+			} else {
+				rec.Cost = d
+			}
+		case typ == protowire.VarintType && (rec.intField(num) != nil || num == fieldEstimated):
+			var x uint64
+			if x, n = protowire.ConsumeVarint(b); n < 0 {
+				break
+			}
+			if num == fieldEstimated {
+				rec.Estimated = x != 0
+			} else {
+				*rec.intField(num) = int64(x)
+			}
+		default: // a field added later: skip it
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return bad(protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// indexValue is what the idempotency index keeps for a record: its time, the first 8 bytes of
+// its usage key (older files keep the whole usage key; the first 8 bytes are the same).
+func indexValue(uKey []byte) []byte { return uKey[:8:8] }
+
+// indexPointsAt reports whether index value v belongs to the record stored at uKey.
+func indexPointsAt(v, uKey []byte) bool { return len(v) >= 8 && string(v[:8]) == string(uKey[:8]) }
+
+// putUsage writes a record's own rows, the record then its index entry, or nothing: a Put
+// that fails leaves nothing of the record behind. bbolt refuses a key or value before
+// changing anything, so the transaction stays good for the other records.
+func putUsage(usage, byReq *bolt.Bucket, uKey, reqKey, value []byte) error {
+	if err := usage.Put(uKey, value); err != nil {
+		return putError(reqKey, err)
+	}
+	if err := byReq.Put(reqKey, indexValue(uKey)); err != nil {
+		if derr := usage.Delete(uKey); derr != nil {
+			return fmt.Errorf("store: undo usage record %q: %w", ShortID(string(reqKey)), derr)
+		}
+		return putError(reqKey, err)
+	}
+	return nil
+}
+
+// putError says which record bbolt refused; refusals of the record's own key or value are
+// ErrInvalid (trying again cannot help).
+func putError(reqKey []byte, err error) error {
+	for _, own := range []error{berrors.ErrKeyRequired, berrors.ErrKeyTooLarge, berrors.ErrValueTooLarge, berrors.ErrIncompatibleValue} {
+		if errors.Is(err, own) {
+			return fmt.Errorf("store: usage record %q: %w: %w", ShortID(string(reqKey)), ErrInvalid, err)
+		}
+	}
+	return fmt.Errorf("store: usage record %q: %w", ShortID(string(reqKey)), err)
+}
