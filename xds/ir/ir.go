@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Names shared by the translator, the bootstrap and the ext_proc server.
@@ -155,6 +157,22 @@ func ParseProviderURL(p *Provider, baseURL string) error {
 	return nil
 }
 
+// maxModelID bounds a model id, which travels in request headers (x-tollway-model) and names
+// Envoy clusters.
+const maxModelID = 256
+
+func validModelID(id string) bool {
+	if id == "" || len(id) > maxModelID || strings.HasPrefix(id, RoutePrefix) {
+		return false
+	}
+	for _, r := range id {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError {
+			return false
+		}
+	}
+	return true
+}
+
 // Validate checks names, references and types, reporting every problem at once.
 func (g *Gateway) Validate() error {
 	var errs []error
@@ -182,8 +200,8 @@ func (g *Gateway) Validate() error {
 	}
 	models := make(map[string]bool, len(g.Models))
 	for _, m := range g.Models {
-		if m.ID == "" || strings.HasPrefix(m.ID, "route:") || strings.ContainsAny(m.ID, " \t\n") {
-			bad("model %q: id must be non-empty, without spaces, and not start with route:", m.ID)
+		if !validModelID(m.ID) {
+			bad("model %q: id must be 1 to %d characters without spaces or control characters, and not start with route:", m.ID, maxModelID)
 		}
 		if models[m.ID] {
 			bad("model %q: defined twice", m.ID)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
 	"github.com/tollway/tollway/configs"
@@ -125,11 +126,12 @@ func LoadConfig(path string) (*Config, error) {
 		err = v.ReadInConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", displayPath(path), err)
+		return nil, fmt.Errorf("config %s: %w", displayPath(path), configError(err))
 	}
 	var c Config
-	if err := v.UnmarshalExact(&c); err != nil {
-		return nil, fmt.Errorf("config %s: %w", displayPath(path), err)
+	hooks := mapstructure.ComposeDecodeHookFunc(strictValues, mapstructure.StringToSliceHookFunc(",")) // viper's defaults, durations strict
+	if err := v.UnmarshalExact(&c, viper.DecodeHook(hooks)); err != nil {
+		return nil, fmt.Errorf("config %s: %w", displayPath(path), configError(err))
 	}
 	c.path = path
 	if err := c.Validate(); err != nil {
@@ -157,6 +159,7 @@ func (c *Config) Validate() error {
 	if c.Store.Path == "" {
 		errs = append(errs, errors.New("store.path is required, e.g. data/tollway.db"))
 	}
+	errs = append(errs, c.checkValues()...)
 	if _, err := c.catalogIR(); err != nil {
 		errs = append(errs, err)
 	}
