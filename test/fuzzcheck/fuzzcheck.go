@@ -1,6 +1,6 @@
-// Package fuzzcheck holds the properties the fuzz targets assert across packages: messages a
-// client or operator reads carry no Go vocabulary, streams are cut at fuzzed offsets, and an
-// OpenAI chat-completion stream is well formed. Test code only.
+// Package fuzzcheck holds the properties the fuzz targets (and the provider goldens) assert
+// across packages: messages a client or operator reads carry no Go vocabulary, streams are cut
+// at fuzzed offsets, and an OpenAI chat-completion stream is well formed. Test code only.
 package fuzzcheck
 
 import (
@@ -64,13 +64,16 @@ type Stream struct {
 	Usage  *Usage
 	Error  string // the message of an error event
 	Done   bool   // data: [DONE] arrived
+	chunks int
 }
 
 var finishReasons = map[string]bool{"stop": true, "length": true, "tool_calls": true, "content_filter": true}
 
 // CheckStream reads a chat.completion.chunk stream as a client would and reports the first
-// rule it breaks: whole "data: <json>\n\n" events; one id and model; at most one finish_reason
-// of OpenAI's; tool-call fragments by consecutive index; nothing after [DONE] or an error event
+// rule it breaks: whole "data: <json>\n\n" events; one id and model; the role on the first
+// chunk only; at most one finish_reason of OpenAI's; tool-call fragments by consecutive index,
+// the first with id, type and arguments, later ones without id or name; nothing after the
+// usage-only chunk but [DONE], nothing after [DONE] or an error event
 // (which has a message and a code); [DONE] only after a finish_reason, and then every tool
 // call's arguments parse as JSON unless the answer was cut at its length limit. The usage-only chunk is not required: Gemini streams without
 // usageMetadata have none yet (issue 10).
@@ -123,6 +126,10 @@ func CheckStream(out []byte) (Stream, error) {
 		if s.Usage != nil {
 			return s, fmt.Errorf("event %d comes after the usage chunk: %s", i, data)
 		}
+		if role := len(c.Choices) == 1 && c.Choices[0].Delta.Role == "assistant"; role != (s.chunks == 0) {
+			return s, fmt.Errorf("event %d: the role comes with the first chunk, and only there: %s", i, data)
+		}
+		s.chunks++
 		if err := s.add(c); err != nil {
 			return s, fmt.Errorf("event %d: %w: %s", i, err, data)
 		}
@@ -137,10 +144,12 @@ type chunk struct {
 	Model   string `json:"model"`
 	Choices []struct {
 		Delta struct {
+			Role      string  `json:"role"`
 			Content   *string `json:"content"`
 			ToolCalls []struct {
 				Index    *int   `json:"index"`
 				ID       string `json:"id"`
+				Type     string `json:"type"`
 				Function struct {
 					Name      string  `json:"name"`
 					Arguments *string `json:"arguments"`
@@ -183,6 +192,9 @@ func (s *Stream) add(c chunk) error {
 		case tc.Index == nil || *tc.Index < 0 || *tc.Index > len(s.Calls):
 			return errors.New("a tool call fragment's index is missing or skips ahead")
 		case *tc.Index == len(s.Calls):
+			if tc.ID == "" || tc.Type != "function" || tc.Function.Arguments == nil {
+				return errors.New("the first fragment of a tool call lacks its id, type or arguments")
+			}
 			s.Calls = append(s.Calls, Call{ID: tc.ID, Name: tc.Function.Name})
 		case tc.ID != "" || tc.Function.Name != "":
 			return errors.New("a later tool call fragment repeats the id or name")
