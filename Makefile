@@ -55,8 +55,9 @@ deps: envoy clients ## Everything the tests need: Go modules, Envoy, SDK clients
 	$(GO) mod download
 
 .PHONY: test
-test: deps build ## Unit tests and real-Envoy end-to-end tests, race detector on
+test: deps build ## Unit tests and real-Envoy end-to-end tests (race detector on), then each fuzz target for 3s
 	$(GO) test -race -count=1 ./...
+	@$(MAKE) --no-print-directory fuzz-short
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no Envoy)
@@ -68,6 +69,21 @@ GOLDEN_PKGS   = $(shell grep -rl --include='*_test.go' 'tollway/test/golden"' . 
 .PHONY: testdata
 testdata: ## Regenerate every golden file (and remove outdated ones); review the diff
 	$(GO) test -count=1 $(GOLDEN_PKGS) -update
+
+# Fuzz targets: every Fuzz function of every package that has one (test/fuzz.sh runs them one
+# by one; a failing input lands in the package's testdata/fuzz/<Target>/).
+FUZZTIME      ?= 60s
+FUZZMINIMIZE  ?= 10s
+FUZZ_PKGS      = $(shell grep -rl --include='*_test.go' --exclude-dir=node_modules --exclude-dir=tools '^func Fuzz' . | xargs -n1 dirname | sort -u)
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 60s), without -race
+	GO=$(GO) BIN=$(BIN) FUZZTIME=$(FUZZTIME) FUZZMINIMIZE=$(FUZZMINIMIZE) test/fuzz.sh $(FUZZ_PKGS)
+
+.PHONY: fuzz-short
+fuzz-short: ## Every fuzz target for 3s from its seeds (part of make test)
+	@cache=$$(mktemp -d); trap 'rm -rf "$$cache"' EXIT; \
+	GO=$(GO) BIN=$(BIN) FUZZTIME=3s FUZZMINIMIZE=1s FUZZCACHE=$$cache test/fuzz.sh $(FUZZ_PKGS)
 
 .PHONY: bench
 bench: deps build ## Latency/throughput: direct vs Envoy alone vs Tollway (BENCH_FLAGS="-rate 1000 ...")

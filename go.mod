@@ -7,6 +7,7 @@ require (
 	github.com/envoyproxy/go-control-plane v0.14.0 // xDS snapshot cache and ADS server
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0 // Envoy API types with their protoc-gen-validate rules (ValidateAll)
 	github.com/fsnotify/fsnotify v1.9.0 // config file watch (viper's own dependency, used directly for debouncing)
+	github.com/go-viper/mapstructure/v2 v2.4.0 // viper's decoder: strict decode hooks and its typed errors, said in config terms
 	github.com/spf13/viper v1.21.0 // config: file, TOLLWAY_* environment overrides
 	github.com/tsenart/vegeta/v12 v12.13.0 // make bench: fixed-rate load generation
 	go.etcd.io/bbolt v1.5.0 // the store
@@ -28,7 +29,6 @@ require (
 	github.com/dlclark/regexp2 v1.10.0 // indirect
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
-	github.com/go-viper/mapstructure/v2 v2.4.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
 	github.com/josharian/intern v1.0.0 // indirect

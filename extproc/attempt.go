@@ -252,14 +252,16 @@ func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 		if errors.As(err, &blocked) {
 			e = apiErr(http.StatusBadRequest, "content_filter", "%v", err)
 		}
-		out = e.Body(a.requestID)
 		if !a.streaming {
+			out = e.Body(a.requestID)
 			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 				setHeader(":status", strconv.Itoa(e.Status)),
 				setHeader("content-type", "application/json"),
 			}}
 		} else {
-			out = append(append([]byte("data: "), out...), "\n\n"...)
+			// The chunks translated before the fault go first: what the client sees must not
+			// depend on where Envoy cut the body. The translator stays silent afterwards.
+			out = append(append(append(out, "data: "...), e.Body(a.requestID)...), "\n\n"...)
 		}
 	}
 	if !a.streaming {

@@ -2,9 +2,13 @@ package extproc
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tollway/tollway/test/fuzzcheck"
 )
 
 // Envoy 1.40 sends the endpoint's metadata as protobuf text inside the attributes.
@@ -56,5 +60,34 @@ func TestFindTollwayParsesTextOnceAndRemembers(t *testing.T) {
 	st, _ := structpb.NewStruct(map[string]any{"tollway": map[string]any{"provider": "p", "model": "m"}})
 	if md := findTollway(structpb.NewStructValue(st), nil); md["provider"] != "p" || md["model"] != "m" {
 		t.Errorf("structured metadata: %v", md)
+	}
+}
+
+// TestAttemptStreamErrorKeepsWhatWasTranslated: when a provider's stream turns untranslatable
+// midway, the client gets the chunks translated before the fault and then one error event (with
+// the request id); nothing follows it. Before, the error event replaced the chunks translated in
+// the same body piece, so what the client saw depended on how Envoy cut the body (found with
+// FuzzResponseStream's splitting property).
+func TestAttemptStreamErrorKeepsWhatWasTranslated(t *testing.T) {
+	rt := Compile(fuzzGateway(), nil)
+	a := &attempt{rt: rt, requestID: "req-7", provider: rt.providers["anthropic"], model: rt.models["claude"], streaming: true}
+	up, _, err := rt.attempt([]byte(`{"model":"claude","stream":true,"messages":[{"role":"user","content":"hi"}]}`), a.model, a.provider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.translate = up.Response
+	body := func(r *extprocv3.ProcessingResponse) string {
+		return string(r.GetResponseBody().GetResponse().GetBodyMutation().GetBody())
+	}
+	out := body(a.responseBody(&extprocv3.HttpBody{Body: []byte(
+		`data: {"type":"message_start","message":{"id":"m1","model":"claude","usage":{"input_tokens":3}}}` + "\n\n" +
+			`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}` + "\n\n" +
+			"data: {not json}\n\n")}))
+	s, err := fuzzcheck.CheckStream([]byte(out))
+	if err != nil || s.Text != "Hello" || s.Error == "" || !strings.Contains(out, `"request_id":"req-7"`) {
+		t.Fatalf("client got %q (%v); want the text, then an error event with the request id", out, err)
+	}
+	if rest := body(a.responseBody(&extprocv3.HttpBody{Body: []byte(`data: {"type":"message_stop"}` + "\n\n"), EndOfStream: true})); rest != "" {
+		t.Errorf("after the error event the client got %q", rest)
 	}
 }

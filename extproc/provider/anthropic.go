@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -292,13 +293,7 @@ type anthUsage struct {
 // chat reports Anthropic usage the OpenAI way: prompt_tokens counts every input token,
 // cached or not, and cached_tokens says how many were cache reads.
 func (u anthUsage) chat() *chatUsage {
-	prompt := u.InputTokens + u.CacheReadTokens + u.CacheCreationTokens
-	return &chatUsage{
-		PromptTokens:        prompt,
-		CompletionTokens:    u.OutputTokens,
-		TotalTokens:         prompt + u.OutputTokens,
-		PromptTokensDetails: promptDetails{CachedTokens: u.CacheReadTokens},
-	}
+	return newUsage(tokens(u.InputTokens, u.CacheReadTokens, u.CacheCreationTokens), tokens(u.OutputTokens), tokens(u.CacheReadTokens))
 }
 
 // merge takes the counts a later event reports; absent (zero) counts keep earlier values.
@@ -324,11 +319,21 @@ type anthContent struct {
 // anthropicResponse translates one Anthropic answer; for streams it keeps the state.
 type anthropicResponse struct {
 	sse      sseReader
-	out      chunkWriter // id and model until message_start names the real ones
-	tools    map[int]int // Anthropic content block index -> OpenAI tool_calls index
+	out      chunkWriter           // id and model until message_start names the real ones
+	calls    []*streamedCall       // in OpenAI tool_calls index order
+	blocks   map[int]*streamedCall // by Anthropic content block index
 	usage    anthUsage
 	finished bool // the finish chunk went out
 	done     bool // message_stop or error seen: the rest is ignored
+}
+
+// streamedCall is a tool_use block streamed as an OpenAI tool call.
+type streamedCall struct {
+	index  int
+	name   string
+	input  json.RawMessage // the block's input at content_block_start, {} when it streams
+	args   []byte          // the arguments the client got
+	closed bool
 }
 
 func newAnthropicResponse(model string) *anthropicResponse {
@@ -344,7 +349,7 @@ func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
 		Usage      anthUsage     `json:"usage"`
 	}
 	if err := json.Unmarshal(b, &in); err != nil {
-		return nil, fmt.Errorf("anthropic: answer is not a Messages response: %w", err)
+		return nil, fmt.Errorf("anthropic: the answer is not a Messages API response (%s)", jsonMismatch("answer", err))
 	}
 	msg := completionMessage{Role: "assistant"}
 	var text strings.Builder
@@ -355,7 +360,7 @@ func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
 			text.WriteString(c.Text)
 			hasText = true
 		case "tool_use":
-			msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: c.ID, Type: "function", Function: toolFunction{Name: c.Name, Arguments: ptr(compactArgs(c.Input))}})
+			msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: callID(c.ID, len(msg.ToolCalls)), Type: "function", Function: toolFunction{Name: c.Name, Arguments: ptr(compactArgs(c.Input))}})
 		} // thinking and server tool blocks have no OpenAI form
 	}
 	if hasText {
@@ -370,6 +375,9 @@ func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
 
 func (r *anthropicResponse) Chunk(b []byte, end bool) ([]byte, error) {
 	err := r.sse.feed(b, end, r.event)
+	if err != nil {
+		r.done = true // the client gets an error event: nothing may follow it
+	}
 	return r.out.take(), err
 }
 
@@ -400,12 +408,14 @@ func (r *anthropicResponse) event(data []byte) error {
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(data, &ev); err != nil {
-		return fmt.Errorf("anthropic: stream event is not JSON: %w", err)
+		return fmt.Errorf("anthropic: a stream event is not a Messages API event (%s)", jsonMismatch("event", err))
 	}
 	switch ev.Type {
 	case "message_start":
-		r.out.id = cmp.Or(ev.Message.ID, r.out.id)
-		r.out.model = cmp.Or(ev.Message.Model, r.out.model)
+		if !r.out.started { // one id and model per stream
+			r.out.id = cmp.Or(ev.Message.ID, r.out.id)
+			r.out.model = cmp.Or(ev.Message.Model, r.out.model)
+		}
 		r.usage.merge(ev.Message.Usage)
 		r.out.start() // clients see the role before the first token
 	case "content_block_start":
@@ -415,13 +425,14 @@ func (r *anthropicResponse) event(data []byte) error {
 				r.out.chunk(chunkDelta{Content: ptr(ev.ContentBlock.Text)}, "")
 			}
 		case "tool_use":
-			if r.tools == nil {
-				r.tools = map[int]int{}
+			c := &streamedCall{index: len(r.calls), name: ev.ContentBlock.Name, input: ev.ContentBlock.Input}
+			if r.blocks == nil {
+				r.blocks = map[int]*streamedCall{}
 			}
-			n := len(r.tools)
-			r.tools[ev.Index] = n
-			r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, ID: ev.ContentBlock.ID, Type: "function",
-				Function: toolFunction{Name: ev.ContentBlock.Name, Arguments: ptr("")}}}}, "")
+			r.blocks[ev.Index] = c
+			r.calls = append(r.calls, c)
+			r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &c.index, ID: callID(ev.ContentBlock.ID, c.index), Type: "function",
+				Function: toolFunction{Name: c.name, Arguments: ptr("")}}}}, "")
 		}
 	case "content_block_delta":
 		switch ev.Delta.Type {
@@ -430,20 +441,24 @@ func (r *anthropicResponse) event(data []byte) error {
 				r.out.chunk(chunkDelta{Content: ptr(ev.Delta.Text)}, "")
 			}
 		case "input_json_delta":
-			n, ok := r.tools[ev.Index]
-			if ok && ev.Delta.PartialJSON != "" {
-				r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, Function: toolFunction{Arguments: ptr(ev.Delta.PartialJSON)}}}}, "")
+			if c := r.blocks[ev.Index]; c != nil && !c.closed && ev.Delta.PartialJSON != "" {
+				c.args = append(c.args, ev.Delta.PartialJSON...)
+				r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &c.index, Function: toolFunction{Arguments: ptr(ev.Delta.PartialJSON)}}}}, "")
 			}
 		} // thinking, signature and citation deltas have no OpenAI form
+	case "content_block_stop":
+		if c := r.blocks[ev.Index]; c != nil {
+			r.closeCall(c)
+		}
 	case "message_delta":
 		r.usage.merge(ev.Usage)
-		if ev.Delta.StopReason != "" && !r.finished {
-			r.out.chunk(chunkDelta{}, anthropicFinish(ev.Delta.StopReason))
-			r.finished = true
+		if ev.Delta.StopReason != "" {
+			r.finish(anthropicFinish(ev.Delta.StopReason))
 		}
 	case "message_stop":
-		if !r.finished { // OpenAI clients wait for a finish_reason
-			r.out.chunk(chunkDelta{}, "stop")
+		r.finish("stop") // OpenAI clients wait for a finish_reason
+		if r.done {
+			return nil
 		}
 		r.out.usage(r.usage.chat())
 		r.out.doneMarker()
@@ -451,8 +466,42 @@ func (r *anthropicResponse) event(data []byte) error {
 	case "error":
 		r.out.error(cmp.Or(ev.Error.Message, "Anthropic reported an error mid-stream"), cmp.Or(ev.Error.Type, "upstream_error"))
 		r.done = true
-	} // ping, content_block_stop and new event types carry nothing to forward
+	} // ping and new event types carry nothing to forward
 	return nil
+}
+
+// closeCall ends a streamed tool call. One whose arguments never streamed (Anthropic sends
+// input {} and an empty input_json_delta for a call without parameters) gets its start input,
+// "{}" at least: OpenAI clients parse the arguments as JSON.
+func (r *anthropicResponse) closeCall(c *streamedCall) {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	if len(bytes.TrimSpace(c.args)) == 0 {
+		args := compactArgs(c.input)
+		c.args = append(c.args, args...)
+		r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &c.index, Function: toolFunction{Arguments: &args}}}}, "")
+	}
+}
+
+// finish sends the finish chunk once, after closing every tool call. Arguments that are not
+// JSON end the stream with an error instead, unless the answer was cut at max_tokens (where
+// OpenAI cuts arguments too, with finish_reason length).
+func (r *anthropicResponse) finish(reason string) {
+	if r.finished || r.done {
+		return
+	}
+	for _, c := range r.calls {
+		r.closeCall(c)
+		if reason != "length" && !json.Valid(c.args) {
+			r.out.error(fmt.Sprintf("Anthropic streamed arguments for tool call %q that are not JSON", c.name), "upstream_error")
+			r.done = true
+			return
+		}
+	}
+	r.out.chunk(chunkDelta{}, reason)
+	r.finished = true
 }
 
 // The rest of this file is shared by the translating adapters (anthropic, gemini): reading the

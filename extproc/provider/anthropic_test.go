@@ -3,6 +3,7 @@ package provider
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -55,7 +56,10 @@ func anthropicExpect(t *testing.T, in []byte) streamSummary {
 	if err != nil {
 		t.Fatalf("fixture: %v", err)
 	}
-	for _, c := range s.Calls {
+	for i, c := range s.Calls {
+		if c.Args == "" {
+			s.Calls[i].Args, c.Args = "{}", "{}" // a call without parameters streams no input
+		}
 		if !json.Valid([]byte(c.Args)) {
 			t.Fatalf("fixture: the pieces of %s do not join into JSON: %s", c.Name, c.Args)
 		}
@@ -333,5 +337,91 @@ func TestAnthropicStreamFraming(t *testing.T) {
 	s := parseStream(t, out)
 	if s.Text != "hi" || s.Finish != "stop" || !s.Done || s.Usage == nil || s.Usage.PromptTokens != 3 {
 		t.Errorf("stream %+v from\n%s", s, out)
+	}
+}
+
+// TestAnthropicStreamToolArgumentsAreJSON: every tool call a client sees in a finished stream
+// has arguments that parse as JSON (issue 10 item 1; FuzzResponseStream found the class). A
+// call without parameters streams input {} and at most an empty delta: the client gets "{}",
+// as from the non-streamed answer. Arguments that do not join into JSON end the stream with an
+// error, unless the answer was cut at max_tokens (finish_reason length, as OpenAI does).
+func TestAnthropicStreamToolArgumentsAreJSON(t *testing.T) {
+	const start = `data: {"type":"message_start","message":{"id":"m","model":"claude","usage":{"input_tokens":5}}}` + "\n\n"
+	tool := func(i int, input string) string {
+		return fmt.Sprintf(`data: {"type":"content_block_start","index":%d,"content_block":{"type":"tool_use","id":"toolu_%d","name":"f%d","input":%s}}`+"\n\n", i, i, i, input)
+	}
+	delta := func(i int, partial string) string {
+		b, _ := json.Marshal(partial)
+		return fmt.Sprintf(`data: {"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":%s}}`+"\n\n", i, b)
+	}
+	stop := func(reason string) string {
+		return `data: {"type":"message_delta","delta":{"stop_reason":"` + reason + `"},"usage":{"output_tokens":9}}` + "\n\n" +
+			`data: {"type":"message_stop"}` + "\n\n"
+	}
+	blockStop := func(i int) string { return fmt.Sprintf(`data: {"type":"content_block_stop","index":%d}`+"\n\n", i) }
+	for _, tc := range []struct {
+		name, in string
+		args     []string
+		finish   string
+		err      bool
+	}{
+		{"no arguments, empty delta", start + tool(0, "{}") + delta(0, "") + blockStop(0) + stop("tool_use"), []string{"{}"}, "tool_calls", false},
+		{"no delta, no block stop", start + tool(0, "{}") + `data: {"type":"message_stop"}` + "\n\n", []string{"{}"}, "stop", false},
+		{"input given at the start", start + tool(0, `{"a": 1}`) + blockStop(0) + stop("tool_use"), []string{`{"a":1}`}, "tool_calls", false},
+		{"two calls, the first without arguments", start + tool(0, "{}") + blockStop(0) + tool(1, "{}") + delta(1, `{"x":`) + delta(1, `2}`) + blockStop(1) + stop("tool_use"),
+			[]string{"{}", `{"x":2}`}, "tool_calls", false},
+		{"arguments not JSON", start + tool(0, "{}") + delta(0, `{"x":`) + blockStop(0) + stop("tool_use"), nil, "", true},
+		{"cut at max_tokens", start + tool(0, "{}") + delta(0, `{"x":`) + blockStop(0) + stop("max_tokens"), []string{`{"x":`}, "length", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := parseStream(t, feedStream(t, ir.ProviderTypeAnthropic, []byte(tc.in), 0, false))
+			if tc.err {
+				if s.Error == "" || s.Done || s.Finish != "" {
+					t.Fatalf("stream %+v; want an error event and no finish or [DONE]", s)
+				}
+				return
+			}
+			if !s.Done || s.Finish != tc.finish || len(s.Calls) != len(tc.args) {
+				t.Fatalf("stream %+v; want [DONE], finish %s and %d calls", s, tc.finish, len(tc.args))
+			}
+			for i, want := range tc.args {
+				if s.Calls[i].Args != want {
+					t.Errorf("call %d arguments %q, want %q", i, s.Calls[i].Args, want)
+				}
+			}
+		})
+	}
+}
+
+// TestAnthropicStreamKeepsOneID: chunks of one stream share one id and model, even if the
+// provider sent a second message_start (the stream property FuzzResponseStream checks).
+func TestAnthropicStreamKeepsOneID(t *testing.T) {
+	in := `data: {"type":"message_start","message":{"id":"m1","model":"c1"}}` + "\n\n" +
+		`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}` + "\n\n" +
+		`data: {"type":"message_start","message":{"id":"m2","model":"c2"}}` + "\n\n" +
+		`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"b"}}` + "\n\n" +
+		`data: {"type":"message_stop"}` + "\n\n"
+	s := parseStream(t, feedStream(t, ir.ProviderTypeAnthropic, []byte(in), 0, false))
+	if s.Text != "ab" || !s.Done {
+		t.Errorf("stream %+v", s)
+	}
+}
+
+// TestAnthropicToolCallsHaveIDs: a client answers a tool call by its id, so every tool call
+// it sees has one, whole or streamed, as for Gemini. Found by FuzzResponseBody.
+func TestAnthropicToolCallsHaveIDs(t *testing.T) {
+	out, err := translator(t, ir.ProviderTypeAnthropic, false).Body([]byte(`{"content":[{"type":"tool_use","name":"f","input":{}},{"type":"tool_use","id":"toolu_1","name":"g","input":{}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _, _ := completion(t, out)
+	if len(msg.ToolCalls) != 2 || msg.ToolCalls[0].ID != "call_0" || msg.ToolCalls[1].ID != "toolu_1" {
+		t.Errorf("tool calls %+v, want ids call_0 and toolu_1", msg.ToolCalls)
+	}
+	s := parseStream(t, feedStream(t, ir.ProviderTypeAnthropic, []byte(
+		`data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","name":"f","input":{}}}`+"\n\n"+
+			`data: {"type":"message_stop"}`+"\n\n"), 0, false))
+	if len(s.Calls) != 1 || s.Calls[0].ID != "call_0" {
+		t.Errorf("streamed calls %+v, want id call_0", s.Calls)
 	}
 }

@@ -363,14 +363,8 @@ type gemUsage struct {
 // completion; prompt tokens of Google's own tools count as prompt. promptTokenCount already
 // includes the cached tokens. total_tokens is the sum, as OpenAI clients expect.
 func (u *gemUsage) chat() *chatUsage {
-	prompt := u.PromptTokenCount + u.ToolUsePromptTokenCount
-	completion := u.CandidatesTokenCount + u.ThoughtsTokenCount
-	return &chatUsage{
-		PromptTokens:        prompt,
-		CompletionTokens:    completion,
-		TotalTokens:         prompt + completion,
-		PromptTokensDetails: promptDetails{CachedTokens: u.CachedContentTokenCount},
-	}
+	return newUsage(tokens(u.PromptTokenCount, u.ToolUsePromptTokenCount), tokens(u.CandidatesTokenCount, u.ThoughtsTokenCount),
+		tokens(u.CachedContentTokenCount))
 }
 
 // gemAnswer is a GenerateContentResponse, or an error event in a stream.
@@ -402,10 +396,10 @@ func (a *gemAnswer) blocked() error {
 	return fmt.Errorf("gemini: the answer has no candidates")
 }
 
-// callID names function call n of an answer: Gemini gives ids only sometimes, OpenAI clients
-// need one to answer the call.
-func callID(fc *gemFunctionCall, n int) string {
-	return cmp.Or(fc.ID, "call_"+strconv.Itoa(n))
+// callID names tool call n of an answer: Gemini gives ids only sometimes (and a provider may
+// leave one out), OpenAI clients need one to answer the call.
+func callID(id string, n int) string {
+	return cmp.Or(id, "call_"+strconv.Itoa(n))
 }
 
 // geminiResponse translates one Gemini answer; for streams it keeps the state.
@@ -425,7 +419,7 @@ func newGeminiResponse(model string) *geminiResponse {
 func (r *geminiResponse) Body(b []byte) ([]byte, error) {
 	var a gemAnswer
 	if err := json.Unmarshal(b, &a); err != nil {
-		return nil, fmt.Errorf("gemini: answer is not a GenerateContentResponse: %w", err)
+		return nil, fmt.Errorf("gemini: the answer is not a GenerateContentResponse (%s)", jsonMismatch("answer", err))
 	}
 	if len(a.Candidates) == 0 {
 		return nil, a.blocked()
@@ -437,7 +431,7 @@ func (r *geminiResponse) Body(b []byte) ([]byte, error) {
 	for _, p := range cand.Content.Parts {
 		switch {
 		case p.FunctionCall != nil:
-			id := callID(p.FunctionCall, len(msg.ToolCalls))
+			id := callID(p.FunctionCall.ID, len(msg.ToolCalls))
 			msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: id, Type: "function", Function: toolFunction{Name: p.FunctionCall.Name, Arguments: ptr(compactArgs(p.FunctionCall.Args))}})
 		case p.Text != "" && !p.Thought: // thought summaries are not the answer
 			text.WriteString(p.Text)
@@ -459,6 +453,9 @@ func (r *geminiResponse) Body(b []byte) ([]byte, error) {
 
 func (r *geminiResponse) Chunk(b []byte, end bool) ([]byte, error) {
 	err := r.sse.feed(b, end, r.event)
+	if err != nil {
+		r.done = true // the client gets an error event: nothing may follow it
+	}
 	// Gemini has no end marker: a body that ends after a finishReason is a whole answer, one
 	// that ends before it was cut and gets no usage chunk and no [DONE].
 	if err == nil && end && r.finished && !r.done {
@@ -477,7 +474,7 @@ func (r *geminiResponse) event(data []byte) error {
 	}
 	var a gemAnswer
 	if err := json.Unmarshal(data, &a); err != nil {
-		return fmt.Errorf("gemini: stream event is not JSON: %w", err)
+		return fmt.Errorf("gemini: a stream event is not a GenerateContentResponse (%s)", jsonMismatch("event", err))
 	}
 	if a.Error != nil {
 		r.out.error(cmp.Or(a.Error.Message, "Gemini reported an error mid-stream"), cmp.Or(a.Error.Status, "upstream_error"))
@@ -506,7 +503,7 @@ func (r *geminiResponse) event(data []byte) error {
 		case p.FunctionCall != nil:
 			n := r.calls
 			r.calls++
-			r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, ID: callID(p.FunctionCall, n), Type: "function",
+			r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, ID: callID(p.FunctionCall.ID, n), Type: "function",
 				Function: toolFunction{Name: p.FunctionCall.Name, Arguments: ptr(compactArgs(p.FunctionCall.Args))}}}}, "")
 		case p.Text != "" && !p.Thought:
 			r.out.chunk(chunkDelta{Content: ptr(p.Text)}, "")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollway/tollway/test/fuzzcheck"
 	"github.com/tollway/tollway/test/golden"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -190,128 +191,28 @@ func goldenStreams(t *testing.T, kind string, expect func(t *testing.T, in []byt
 	}
 }
 
-type streamCall struct{ ID, Name, Args string }
+type (
+	streamCall    = fuzzcheck.Call
+	streamSummary = fuzzcheck.Stream
+)
 
-// streamSummary is what a stream said, assembled the way OpenAI SDKs do.
-type streamSummary struct {
-	Text   string
-	Calls  []streamCall
-	Finish string
-	Usage  *chatUsage
-	Error  string
-	Done   bool
-}
-
-// parseStream checks an OpenAI chunk stream and assembles it: role first, one id, tool-call
-// fragments by index (the first with id, type and name, later ones arguments only), at most
-// one finish, the usage-only chunk right before [DONE], nothing after [DONE] or an error.
+// parseStream checks an OpenAI chunk stream as the fuzz targets do (fuzzcheck.CheckStream:
+// role first, one id, tool-call fragments by index, at most one finish, nothing after [DONE]
+// or an error) and, stricter for recorded answers, that every tool call is named and a
+// complete stream carries its usage chunk.
 func parseStream(t *testing.T, out []byte) streamSummary {
 	t.Helper()
-	var s streamSummary
-	events := strings.Split(string(out), "\n\n")
-	if events[len(events)-1] != "" {
-		t.Fatalf("stream does not end with a blank line: %q", out)
+	s, err := fuzzcheck.CheckStream(out)
+	if err != nil {
+		t.Fatalf("%v\nstream:\n%s", err, out)
 	}
-	events = events[:len(events)-1]
-	var id string
-	for i, ev := range events {
-		data, ok := strings.CutPrefix(ev, "data: ")
-		if !ok || strings.Contains(data, "\n") {
-			t.Fatalf("event %d is not one data line: %q", i, ev)
-		}
-		if s.Done || s.Error != "" {
-			t.Fatalf("event %d after the end: %q", i, ev)
-		}
-		if data == "[DONE]" {
-			s.Done = true
-			continue
-		}
-		if s.Usage != nil {
-			t.Fatalf("event %d after the usage chunk: %q", i, ev)
-		}
-		var c struct {
-			ID      string `json:"id"`
-			Object  string `json:"object"`
-			Created int64  `json:"created"`
-			Model   string `json:"model"`
-			Choices []struct {
-				Index int `json:"index"`
-				Delta struct {
-					Role      string     `json:"role"`
-					Content   *string    `json:"content"`
-					ToolCalls []toolCall `json:"tool_calls"`
-				} `json:"delta"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage *chatUsage `json:"usage"`
-			Error *struct {
-				Message string `json:"message"`
-				Code    string `json:"code"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(data), &c); err != nil {
-			t.Fatalf("event %d: %v: %s", i, err, data)
-		}
-		if c.Error != nil {
-			if c.Error.Message == "" || c.Error.Code == "" {
-				t.Errorf("error event lacks message or code: %s", data)
-			}
-			s.Error = c.Error.Message
-			continue
-		}
-		if id == "" {
-			id = c.ID
-		}
-		if c.ID == "" || c.ID != id || c.Object != "chat.completion.chunk" || c.Created == 0 || c.Model == "" {
-			t.Errorf("event %d: bad envelope: %s", i, data)
-		}
-		if c.Choices == nil {
-			t.Fatalf("event %d: choices missing: %s", i, data)
-		}
-		if len(c.Choices) == 0 {
-			if c.Usage == nil {
-				t.Fatalf("event %d: neither choices nor usage: %s", i, data)
-			}
-			s.Usage = c.Usage
-			continue
-		}
-		if c.Usage != nil {
-			t.Errorf("event %d: usage on a content chunk: %s", i, data)
-		}
-		ch := c.Choices[0]
-		if (i == 0) != (ch.Delta.Role == "assistant") {
-			t.Errorf("event %d: role %q; only the first chunk has it", i, ch.Delta.Role)
-		}
-		if ch.Delta.Content != nil {
-			s.Text += *ch.Delta.Content
-		}
-		for _, tc := range ch.Delta.ToolCalls {
-			switch {
-			case tc.Index == nil:
-				t.Fatalf("event %d: tool call without index: %s", i, data)
-			case *tc.Index == len(s.Calls):
-				if tc.ID == "" || tc.Type != "function" || tc.Function.Name == "" || tc.Function.Arguments == nil {
-					t.Errorf("event %d: first fragment lacks id, type, name or arguments: %s", i, data)
-				}
-				s.Calls = append(s.Calls, streamCall{ID: tc.ID, Name: tc.Function.Name})
-			case *tc.Index > len(s.Calls):
-				t.Fatalf("event %d: tool call index %d skips ahead: %s", i, *tc.Index, data)
-			case tc.ID != "" || tc.Function.Name != "":
-				t.Errorf("event %d: a later fragment repeats id or name: %s", i, data)
-			}
-			if tc.Function.Arguments != nil {
-				s.Calls[*tc.Index].Args += *tc.Function.Arguments
-			}
-		}
-		if ch.FinishReason != nil {
-			if s.Finish != "" {
-				t.Errorf("event %d: a second finish_reason", i)
-			}
-			s.Finish = *ch.FinishReason
+	for i, c := range s.Calls {
+		if c.Name == "" {
+			t.Errorf("tool call %d has no name: %s", i, out)
 		}
 	}
-	if s.Done && (s.Usage == nil || s.Finish == "") {
-		t.Errorf("a complete stream needs a finish_reason and a usage chunk: %+v", s)
+	if s.Done && s.Usage == nil {
+		t.Errorf("a complete stream needs a usage chunk: %+v", s)
 	}
 	return s
 }

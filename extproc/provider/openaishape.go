@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -63,11 +65,56 @@ func (p chatPart) text() string {
 }
 
 func decodeMessages(req Request) ([]chatMessage, error) {
-	var msgs []chatMessage
-	if err := json.Unmarshal(req["messages"], &msgs); err != nil {
-		return nil, fmt.Errorf("%w: messages: %v", ErrBadRequest, err)
+	return decodeEach[chatMessage](req, "messages")
+}
+
+// decodeEach decodes the array field key one element at a time, so a refusal names the
+// element (messages[3].tool_calls) and speaks JSON, not Go.
+func decodeEach[T any](req Request, key string) ([]T, error) {
+	raw := rawField(req, key)
+	if raw == nil {
+		return nil, fmt.Errorf("%w: %s is required", ErrBadRequest, key)
 	}
-	return msgs, nil
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrBadRequest, jsonMismatch(key, err))
+	}
+	out := make([]T, len(items))
+	for i, item := range items {
+		if err := json.Unmarshal(item, &out[i]); err != nil {
+			return nil, fmt.Errorf("%w: %s", ErrBadRequest, jsonMismatch(fmt.Sprintf("%s[%d]", key, i), err))
+		}
+	}
+	return out, nil
+}
+
+// jsonMismatch says why the client's value at where did not decode, in JSON terms: which field
+// has which JSON type instead of which. encoding/json's own text names Go types.
+func jsonMismatch(where string, err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Type == nil {
+		return where + " is not valid JSON"
+	}
+	if te.Field != "" {
+		where += "." + te.Field
+	}
+	return fmt.Sprintf("%s must be %s, not a JSON %s", where, jsonKind(te.Type), te.Value)
+}
+
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return "a number"
 }
 
 // contentParts reads message i's content: a string is one text part, null none.
@@ -222,16 +269,15 @@ type funcTool struct {
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
 func decodeTools(req Request) ([]funcTool, error) {
-	raw := rawField(req, "tools")
-	if raw == nil {
+	if rawField(req, "tools") == nil {
 		return nil, nil
 	}
-	var tools []struct {
+	tools, err := decodeEach[struct {
 		Type     string   `json:"type"`
 		Function funcTool `json:"function"`
-	}
-	if err := json.Unmarshal(raw, &tools); err != nil {
-		return nil, fmt.Errorf("%w: tools: %v", ErrBadRequest, err)
+	}](req, "tools")
+	if err != nil {
+		return nil, err
 	}
 	out := make([]funcTool, len(tools))
 	for i, t := range tools {
@@ -318,6 +364,28 @@ type chatUsage struct {
 
 type promptDetails struct {
 	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// newUsage is OpenAI usage from token counts; cached tokens are part of the prompt.
+func newUsage(prompt, completion, cached int64) *chatUsage {
+	return &chatUsage{
+		PromptTokens:        prompt,
+		CompletionTokens:    completion,
+		TotalTokens:         tokens(prompt, completion),
+		PromptTokensDetails: promptDetails{CachedTokens: min(cached, prompt)},
+	}
+}
+
+// tokens adds a provider's token counts. Usage is billed, so a bogus count can neither turn
+// negative (it reads as 0) nor wrap around a huge sum (it saturates).
+func tokens(counts ...int64) int64 {
+	var sum int64
+	for _, c := range counts {
+		if c > 0 {
+			sum += min(c, math.MaxInt64-sum)
+		}
+	}
+	return sum
 }
 
 type chatChunk struct {

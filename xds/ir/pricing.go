@@ -327,8 +327,10 @@ func kind(v any) string {
 		return "an array"
 	case map[string]any, map[any]any:
 		return "an object"
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64, json.Number:
+		return "a number"
 	}
-	return fmt.Sprintf("a %T", v)
+	return "a value of another kind" // the decoder's own types have no name in the config
 }
 
 // Tiered reports whether the pricing was configured as a tier array.
@@ -367,10 +369,16 @@ func (p Pricing) Cost(u Usage) decimal.Decimal {
 		Add(t.Image.Mul(decimal.NewFromInt(max(u.Images, 0))))
 }
 
-// WorstCase is the most a chat request can cost before it runs: no cache hits and the full
-// completion budget. The tier is known because the prompt size is.
+// WorstCase is the most a chat request can cost before it runs: the full completion budget,
+// and no cache hits or all of the prompt read from cache, whichever costs more (cache reads are
+// usually cheaper, but a catalog may price them higher or price only them; the cost is linear
+// in the cached count, so the two ends bound every mix). The tier is known because the prompt
+// size is.
 func (p Pricing) WorstCase(promptTokens, maxCompletion int64) decimal.Decimal {
-	return p.Cost(Usage{PromptTokens: promptTokens, CompletionTokens: maxCompletion})
+	u := Usage{PromptTokens: promptTokens, CompletionTokens: maxCompletion}
+	none := p.Cost(u)
+	u.CachedTokens = promptTokens
+	return decimal.Max(none, p.Cost(u))
 }
 
 // IsFree reports whether every price of every tier is zero.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
 	"github.com/tollway/tollway/configs"
@@ -170,11 +171,12 @@ func loadConfig(path string, embedded []byte, name string) (*Config, error) {
 		err = v.ReadInConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", name, err)
+		return nil, fmt.Errorf("config %s: %w", name, configError(err))
 	}
 	var c Config
-	if err := v.UnmarshalExact(&c); err != nil {
-		return nil, fmt.Errorf("config %s: %w", name, err)
+	hooks := mapstructure.ComposeDecodeHookFunc(strictValues, mapstructure.StringToSliceHookFunc(",")) // viper's defaults, durations strict
+	if err := v.UnmarshalExact(&c, viper.DecodeHook(hooks)); err != nil {
+		return nil, fmt.Errorf("config %s: %w", name, configError(err))
 	}
 	c.path = path
 	if err := c.Validate(); err != nil {
@@ -207,6 +209,7 @@ func (c *Config) Validate() error {
 	if c.Store.UsageRetentionDays < 0 || c.Store.UsageRetentionDays > 36500 {
 		errs = append(errs, fmt.Errorf("store.usage_retention_days is %d: give a number of days, e.g. 35, or 0 to keep usage records for good", c.Store.UsageRetentionDays))
 	}
+	errs = append(errs, c.checkValues()...)
 	if _, err := c.catalogIR(); err != nil {
 		errs = append(errs, err)
 	}
