@@ -7,6 +7,7 @@ require (
 	github.com/envoyproxy/go-control-plane v0.14.0 // xDS snapshot cache and ADS server
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0 // Envoy API types with their protoc-gen-validate rules (ValidateAll)
 	github.com/fsnotify/fsnotify v1.9.0 // config file watch (viper's own dependency, used directly for debouncing)
+	github.com/go-json-experiment/json v1.27.2 // encoding/json/v2's tokenizer (stable in Go 1.27's standard library): validates chat bodies in one pass without copying base64 images
 	github.com/spf13/viper v1.21.0 // config: file, TOLLWAY_* environment overrides
 	github.com/tsenart/vegeta/v12 v12.13.0 // make bench: fixed-rate load generation
 	go.etcd.io/bbolt v1.5.0 // the store

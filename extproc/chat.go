@@ -23,8 +23,6 @@ var structuralFields = map[string]bool{
 // gatewayFields are Tollway's own and never reach a provider.
 var gatewayFields = []string{"route", "route_mode"}
 
-var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
-
 // chatPlan is the router-level decision for one chat request: which chain of attempts Envoy
 // walks. The body is rewritten per attempt by the upstream ext_proc (see attempt).
 type chatPlan struct {
@@ -39,6 +37,7 @@ type chatPlan struct {
 	stream      bool
 	clientUsage bool  // the client asked for stream usage itself
 	maxTokens   int64 // the client's output cap (max_completion_tokens or max_tokens); 0 if none
+	answers     int64 // n: how many answers the client asked for, each up to the output cap
 }
 
 // target names what the request asked for, for messages.
@@ -81,47 +80,15 @@ func (m *model) unsupported(provider string, fields []string) []string {
 
 // planChat validates a chat request body and decides where it goes.
 func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
-	var req provider.Request
-	if err := json.Unmarshal(body, &req); err != nil || req == nil {
-		return nil, apiErr(http.StatusBadRequest, "invalid_json",
-			"request body is not a JSON object (%s); send {\"model\": ..., \"messages\": [...]}", jsonProblem(err))
-	}
-	var modelID string
-	if raw, ok := req["model"]; !ok || json.Unmarshal(raw, &modelID) != nil || modelID == "" {
-		return nil, apiErr(http.StatusBadRequest, "missing_model",
-			"model is required and must be a string: set it to a model id from GET /v1/models")
-	}
-	if e := checkMessages(req["messages"]); e != nil {
-		return nil, e
-	}
-	plan := &chatPlan{}
-	for f := range req {
-		plan.fields = append(plan.fields, f)
-	}
-	if raw, ok := req["stream"]; ok {
-		var b *bool
-		if json.Unmarshal(raw, &b) != nil {
-			return nil, apiErr(http.StatusBadRequest, "invalid_request", "stream must be true or false")
-		}
-		plan.stream = b != nil && *b
-	}
-	var e *APIError
-	if plan.maxTokens, e = maxTokensOf(req); e != nil {
-		return nil, e
-	}
-	if plan.stream {
-		if plan.clientUsage, e = requestUsage(req); e != nil {
-			return nil, e
-		}
-	}
-	mode, e := routeMode(req["route_mode"])
+	req, e := parseChat(body)
 	if e != nil {
 		return nil, e
 	}
-	pin, e := pinnedProvider(req["route"])
-	if e != nil {
-		return nil, e
+	plan := &chatPlan{
+		fields: req.fields, stream: req.stream, clientUsage: req.stream && req.includeUsage,
+		maxTokens: req.maxTokens, answers: req.n,
 	}
+	modelID, mode, pin := req.model, req.routeMode, req.routeProvider
 	if strings.HasPrefix(modelID, ir.RoutePrefix) {
 		// The route chooses models and providers itself: route.provider is ignored.
 		return plan, rt.planRoute(plan, modelID, mode)
@@ -129,7 +96,7 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	m, ok := rt.models[modelID]
 	if !ok {
 		return nil, apiErr(http.StatusBadRequest, "model_not_found",
-			"model %q is not in the catalog; GET /v1/models lists the model ids you can use", modelID)
+			"model %q is not in the catalog; GET /v1/models lists the model ids you can use", clip(modelID))
 	}
 	plan.model, plan.models = m, []*model{m}
 	if pin != "" {
@@ -147,7 +114,7 @@ func (rt *Runtime) planRoute(plan *chatPlan, id, mode string) *APIError {
 	r, ok := rt.routes[id]
 	if !ok {
 		return apiErr(http.StatusBadRequest, "route_not_found",
-			"route %q does not exist; `tollway routes list` shows the routes, GET /v1/models the models", id)
+			"route %q does not exist; `tollway routes list` shows the routes, GET /v1/models the models", clip(id))
 	}
 	if r.Status != ir.RouteActive {
 		return apiErr(http.StatusConflict, "route_paused",
@@ -204,7 +171,7 @@ func (rt *Runtime) planPinned(plan *chatPlan, pin string) *APIError {
 	}
 	return apiErr(http.StatusBadRequest, "provider_not_available",
 		"provider %q does not serve model %q (it is served by %s): remove route.provider or choose one of those",
-		pin, m.ID, strings.Join(names, ", "))
+		clip(pin), m.ID, strings.Join(names, ", "))
 }
 
 func (rt *Runtime) unavailable(m *model) *APIError {
@@ -220,8 +187,8 @@ func (rt *Runtime) unavailable(m *model) *APIError {
 // provider p, without the gateway's own fields and the parameters m does not support, with the
 // model's output cap and stream usage requested, in p's API.
 func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Upstream, []string, error) {
-	var req provider.Request
-	if err := json.Unmarshal(body, &req); err != nil {
+	req, err := provider.ParseRequest(body)
+	if err != nil {
 		return nil, nil, err
 	}
 	var target string
@@ -258,17 +225,6 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 	return up, removed, err
 }
 
-func routeMode(raw json.RawMessage) (string, *APIError) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var mode string
-	if json.Unmarshal(raw, &mode) != nil || !ir.ValidMode(mode) {
-		return "", apiErr(http.StatusBadRequest, "invalid_route_mode",
-			"route_mode must be one of %s (balanced when omitted)", strings.Join(ir.Modes, ", "))
-	}
-	return mode, nil
-}
 
 func sortedKeys(m map[string]string) []string {
 	out := make([]string, 0, len(m))
@@ -328,55 +284,5 @@ func requestUsage(req provider.Request) (bool, *APIError) {
 	return asked, nil
 }
 
-func pinnedProvider(raw json.RawMessage) (string, *APIError) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var r struct {
-		Provider *string `json:"provider"`
-	}
-	if json.Unmarshal(raw, &r) != nil || (r.Provider != nil && *r.Provider == "") {
-		return "", apiErr(http.StatusBadRequest, "invalid_request",
-			`route must be an object like {"provider": "<provider name>"}`)
-	}
-	if r.Provider == nil {
-		return "", nil
-	}
-	return *r.Provider, nil
-}
 
-func checkMessages(raw json.RawMessage) *APIError {
-	var msgs []struct {
-		Role *string `json:"role"`
-	}
-	if len(raw) == 0 {
-		return apiErr(http.StatusBadRequest, "missing_messages",
-			"messages is required: send an array like [{\"role\": \"user\", \"content\": \"Hello\"}]")
-	}
-	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return apiErr(http.StatusBadRequest, "invalid_messages",
-			"messages must be an array of objects with role and content (%s)", jsonProblem(err))
-	}
-	if len(msgs) == 0 {
-		return apiErr(http.StatusBadRequest, "missing_messages", "messages is empty: send at least one message")
-	}
-	for i, m := range msgs {
-		if m.Role == nil || !validRoles[*m.Role] {
-			return apiErr(http.StatusBadRequest, "invalid_messages",
-				"messages[%d].role must be one of system, developer, user, assistant, tool", i)
-		}
-	}
-	return nil
-}
 
-// jsonProblem describes a decoding failure in client terms (no Go type names).
-func jsonProblem(err error) string {
-	var typeErr *json.UnmarshalTypeError
-	switch {
-	case err == nil:
-		return "it is null"
-	case errors.As(err, &typeErr):
-		return "found a JSON " + typeErr.Value + " where an object or array belongs"
-	}
-	return err.Error()
-}

@@ -38,6 +38,16 @@ func (m *model) supportedBy(p string) map[string]bool {
 	return m.supported
 }
 
+// upstreamName is the provider's own name for m, "" if p does not serve it.
+func (m *model) upstreamName(p string) string {
+	for _, t := range m.Targets {
+		if t.Provider == p {
+			return t.Model
+		}
+	}
+	return ""
+}
+
 func set(list []string) map[string]bool {
 	out := make(map[string]bool, len(list))
 	for _, v := range list {

@@ -6,8 +6,11 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -15,6 +18,33 @@ import (
 // Request is a chat request already parsed into its top-level fields. Values stay raw so that
 // fields the gateway does not touch (messages with large images) are never re-encoded.
 type Request map[string]json.RawMessage
+
+// ParseRequest splits a JSON object into its top-level fields. The values are subslices of
+// body, not copies, and are not decoded: one pass over the body whatever its images weigh.
+func ParseRequest(body []byte) (Request, error) {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(body))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return nil, errors.New("provider: request body is not a JSON object")
+	}
+	req := Request{}
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil, fmt.Errorf("provider: request body: %w", err)
+		}
+		name := tok.String() // before the next read voids the token
+		v, err := dec.ReadValue()
+		if err != nil {
+			return nil, fmt.Errorf("provider: request body: %w", err)
+		}
+		end := int(dec.InputOffset())
+		req[name] = json.RawMessage(body[end-len(v) : end : end])
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, fmt.Errorf("provider: request body: %w", err)
+	}
+	return req, nil
+}
 
 // Encode writes the request back as a JSON object. Values are copied byte for byte: a 30 MiB
 // base64 image is neither rescanned nor re-escaped. Keys are sorted for stable output.
