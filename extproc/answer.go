@@ -15,8 +15,8 @@ import (
 
 // answer rewrites one successful answer, whole or streamed.
 type answer struct {
-	model     []byte // the catalog model id as a JSON string
-	meter     *meter // nil without billing
+	model []byte // the catalog model id as a JSON string
+	meter *meter // nil without billing
 	// dropUsage removes the usage-only chunk: the gateway asks every streaming provider for
 	// usage, and clients that did not ask must not get it, billing on or off.
 	dropUsage bool

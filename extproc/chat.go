@@ -225,7 +225,6 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 	return up, removed, err
 }
 
-
 func sortedKeys(m map[string]string) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -283,6 +282,3 @@ func requestUsage(req provider.Request) (bool, *APIError) {
 	req["stream_options"] = raw
 	return asked, nil
 }
-
-
-
