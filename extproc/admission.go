@@ -38,14 +38,9 @@ func (x *exchange) admit(body []byte) *APIError {
 	if b == nil {
 		return nil
 	}
-	// The hold uses a cheap strict bound of the prompt; the tokenizer only runs when a bill has
-	// to be estimated (see promptTokens).
-	bound, err := billing.PromptBound(body)
-	if err != nil {
-		// The request was validated: a body the bound cannot read is the gateway's fault.
-		return apiErr(http.StatusInternalServerError, "internal_error", "the request could not be priced; retry, and report it if it persists")
-	}
-	x.promptEstimate = int64(bound)
+	// The hold uses a cheap strict bound of the prompt, added up while the request was
+	// validated; the tokenizer only runs when a bill has to be estimated (see promptTokens).
+	x.promptEstimate = x.plan.promptBound
 	if len(body) <= maxRetainedBody {
 		x.body = body
 	}

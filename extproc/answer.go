@@ -77,7 +77,7 @@ func replaceModel(obj, model []byte) ([]byte, bool) {
 	if !bytes.Contains(obj, []byte(`"model"`)) {
 		return obj, false
 	}
-	dec := jsontext.NewDecoder(bytes.NewReader(obj))
+	dec := jsontext.NewDecoder(bytes.NewBuffer(obj), lenient)
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return obj, false
 	}

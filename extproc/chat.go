@@ -14,12 +14,6 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// Fields every chat request may carry whatever the model's catalog entry says: they shape the
-// conversation or the transport, not the sampling.
-var structuralFields = map[string]bool{
-	"model": true, "messages": true, "stream": true, "stream_options": true, "user": true,
-}
-
 // gatewayFields are Tollway's own and never reach a provider.
 var gatewayFields = []string{"route", "route_mode"}
 
@@ -38,6 +32,7 @@ type chatPlan struct {
 	clientUsage bool  // the client asked for stream usage itself
 	maxTokens   int64 // the client's output cap (max_completion_tokens or max_tokens); 0 if none
 	answers     int64 // n: how many answers the client asked for, each up to the output cap
+	promptBound int64 // a strict bound of the prompt's tokens, read with the request
 }
 
 // target names what the request asked for, for messages.
@@ -61,16 +56,12 @@ func (p *chatPlan) removedFor(m *model, provider string) []string {
 	return m.unsupported(provider, p.fields)
 }
 
-// unsupported lists, sorted, the fields among fields that provider does not accept for m (gateway
-// fields aside: they are dropped for every provider, not for lack of support).
+// unsupported lists, sorted, the fields among fields that an attempt on provider does not carry
+// for m (gateway fields aside: they are dropped for every provider, not for lack of support).
 func (m *model) unsupported(provider string, fields []string) []string {
-	supported := m.supportedBy(provider)
-	if supported == nil {
-		return nil
-	}
 	var out []string
 	for _, f := range fields {
-		if !structuralFields[f] && !supported[f] && !slices.Contains(gatewayFields, f) {
+		if !m.carries(provider, f) && !slices.Contains(gatewayFields, f) {
 			out = append(out, f)
 		}
 	}
@@ -86,7 +77,7 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	}
 	plan := &chatPlan{
 		fields: req.fields, stream: req.stream, clientUsage: req.stream && req.includeUsage,
-		maxTokens: req.maxTokens, answers: req.n,
+		maxTokens: req.maxTokens, answers: req.n, promptBound: req.promptBound,
 	}
 	modelID, mode, pin := req.model, req.routeMode, req.routeProvider
 	if strings.HasPrefix(modelID, ir.RoutePrefix) {
@@ -208,7 +199,7 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 		delete(req, f)
 	}
 	maxTokens, _ := maxTokensOf(req) // a cap the provider will not see does not bound the cost
-	capOutput(req, m, maxTokens, m.supportedBy(p.Name))
+	capOutput(req, m, maxTokens, func(f string) bool { return m.carries(p.Name, f) })
 	var stream *bool
 	if raw, ok := req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream != nil && *stream {
 		// Streams are billed from the provider's final usage chunk, so always ask for it; the
@@ -236,7 +227,7 @@ func sortedKeys(m map[string]string) []string {
 
 // capOutput bounds the answer by the model's max_output_length when the client asked for more
 // or set no cap, so the worst case the request was admitted for is the most it can cost.
-func capOutput(req provider.Request, m *model, maxTokens int64, supported map[string]bool) {
+func capOutput(req provider.Request, m *model, maxTokens int64, carried func(string) bool) {
 	if m.MaxOutputLength <= 0 || (maxTokens > 0 && maxTokens <= m.MaxOutputLength) {
 		return
 	}
@@ -244,7 +235,7 @@ func capOutput(req provider.Request, m *model, maxTokens int64, supported map[st
 	if _, ok := req["max_completion_tokens"]; ok {
 		field = "max_completion_tokens"
 	}
-	if supported != nil && !supported[field] {
+	if !carried(field) {
 		return // the provider would not see it: the estimate stays the bound
 	}
 	req[field] = json.RawMessage(strconv.FormatInt(m.MaxOutputLength, 10))

@@ -4,11 +4,17 @@ package extproc
 
 import (
 	"bytes"
-	"encoding/json"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/xds/ir"
 )
+
+// lenient reads providers' answers as encoding/json did: a provider's stray invalid UTF-8 or
+// repeated member must not cost the usage (encoding/json/v2 is fast on large answers).
+var lenient = json.JoinOptions(jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
 
 // upstreamUsage is OpenAI's usage object, with the cached-prompt detail.
 type upstreamUsage struct {
@@ -79,7 +85,7 @@ type meter struct {
 // body reads a whole (non-streamed) JSON answer.
 func (m *meter) body(b []byte) {
 	var c completionText
-	if json.Unmarshal(b, &c) != nil {
+	if json.Unmarshal(b, &c, lenient) != nil {
 		return
 	}
 	m.usage = c.Usage
@@ -109,7 +115,7 @@ func usageEvent(data []byte) *completionText {
 		return nil
 	}
 	var c completionText
-	if json.Unmarshal(data, &c) != nil || c.Usage == nil {
+	if json.Unmarshal(data, &c, lenient) != nil || c.Usage == nil {
 		return nil
 	}
 	return &c
@@ -129,7 +135,7 @@ func (m *meter) result(promptTokens func() int64) (ir.Usage, bool) {
 	// No usage: count what was sent (stream events kept raw until now).
 	for _, line := range bytes.Split(m.events, []byte("\n")) {
 		var c completionText
-		if len(line) > 0 && json.Unmarshal(line, &c) == nil {
+		if len(line) > 0 && json.Unmarshal(line, &c, lenient) == nil {
 			c.appendText(&m.text)
 		}
 	}

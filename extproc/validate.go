@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -42,6 +43,7 @@ type chatRequest struct {
 	n             int64 // answers asked for (1 when absent)
 	routeProvider string
 	routeMode     string
+	promptBound   int64 // a strict bound of the prompt's tokens (billing.PromptBound's rule)
 }
 
 // fieldError is a client mistake in one field; code is the error code the client gets.
@@ -61,7 +63,7 @@ func invalid(path, format string, args ...any) error {
 
 // parseChat validates a chat request body and returns what the gateway needs of it.
 func parseChat(body []byte) (*chatRequest, *APIError) {
-	w := &walker{dec: jsontext.NewDecoder(bytes.NewBuffer(body))}
+	w := &walker{dec: jsontext.NewDecoder(bytes.NewBuffer(body)), bound: billing.NewPromptBounder()}
 	if w.dec.PeekKind() != '{' {
 		problem := "it is empty"
 		if len(bytes.TrimSpace(body)) > 0 {
@@ -90,6 +92,7 @@ func parseChat(body []byte) (*chatRequest, *APIError) {
 	var fe *fieldError
 	switch {
 	case err == nil:
+		req.promptBound = int64(w.bound.Tokens())
 		return req, nil
 	case errors.As(err, &fe):
 		return nil, apiErr(http.StatusBadRequest, fe.code, "%s", fe.msg)
@@ -198,7 +201,11 @@ func (c *chatChecks) field(w *walker, req *chatRequest, name string) error {
 		})
 	case "functions": // the legacy form of tools
 		return w.array(name, func(i int) error {
-			return w.object(fmt.Sprintf("functions[%d]", i), func(string) error { return w.skip() })
+			n, err := w.span(func() error {
+				return w.object(fmt.Sprintf("functions[%d]", i), func(string) error { return w.skip() })
+			})
+			w.bound.Text(n)
+			return err
 		})
 	case "metadata":
 		return w.object(name, func(string) error { return w.skip() })

@@ -55,6 +55,7 @@ func (w *walker) message(path string) error {
 				return invalid(at, "must be one of system, developer, user, assistant, tool")
 			}
 			m.role = s
+			w.bound.Message(len(s))
 			return nil
 		case "content":
 			if w.null() {
@@ -63,7 +64,9 @@ func (w *walker) message(path string) error {
 			}
 			if w.dec.PeekKind() == '"' {
 				m.content = "string"
-				return w.skip()
+				n, err := w.present(at)
+				w.bound.Text(n)
+				return err
 			}
 			if w.dec.PeekKind() != '[' {
 				return w.mismatch(at, "a string or an array of content parts")
@@ -79,6 +82,7 @@ func (w *walker) message(path string) error {
 			if err == nil && !messageName.MatchString(s) {
 				return invalid(at, "must be 1 to 64 characters without spaces or any of <|\\/> (got %q)", clip(s))
 			}
+			w.bound.Name(len(s))
 			return err
 		case "tool_calls":
 			if w.null() {
@@ -101,10 +105,12 @@ func (w *walker) message(path string) error {
 			return w.object(at, func(k string) error {
 				switch k {
 				case "name":
-					_, err := w.functionNameAt(at + ".name")
+					s, err := w.functionNameAt(at + ".name")
+					w.bound.Text(len(s))
 					return err
 				case "arguments":
-					_, err := w.str(at+".arguments", 0)
+					n, err := w.present(at + ".arguments")
+					w.bound.Text(n)
 					return err
 				}
 				return w.skip()
@@ -160,7 +166,8 @@ func (w *walker) part(path string) (string, error) {
 			typ = s
 			return err
 		case "text", "refusal":
-			_, err := w.str(at, 0)
+			n, err := w.present(at)
+			w.bound.Text(n)
 			has[name] = err == nil
 			return err
 		case "image_url":
@@ -168,11 +175,11 @@ func (w *walker) part(path string) (string, error) {
 			return w.object(at, func(k string) error {
 				switch k {
 				case "url":
-					ok, err := w.present(at + ".url")
-					if err == nil && !ok {
+					n, err := w.present(at + ".url")
+					if err == nil && n == 0 {
 						return invalid(at+".url", "must be an http(s) URL or a data: URL, not empty")
 					}
-					has["url"] = ok
+					has["url"] = n > 0
 					return err
 				case "detail":
 					_, err := w.oneOf(at+".detail", "auto", "low", "high")
@@ -185,8 +192,8 @@ func (w *walker) part(path string) (string, error) {
 			return w.object(at, func(k string) error {
 				switch k {
 				case "data":
-					ok, err := w.present(at + ".data")
-					has["data"] = ok
+					n, err := w.present(at + ".data")
+					has["data"] = n > 0
 					return err
 				case "format":
 					_, err := w.str(at+".format", maxNameLen)
@@ -199,8 +206,8 @@ func (w *walker) part(path string) (string, error) {
 			return w.object(at, func(k string) error {
 				switch k {
 				case "file_data", "file_id", "filename":
-					ok, err := w.present(at + "." + k)
-					has["file"] = has["file"] || (ok && k != "filename")
+					n, err := w.present(at + "." + k)
+					has["file"] = has["file"] || (n > 0 && k != "filename")
 					return err
 				}
 				return w.skip()
@@ -223,6 +230,8 @@ func (w *walker) part(path string) (string, error) {
 		return typ, invalid(path+".input_audio.data", "is required: the base64 audio")
 	case typ == "file" && !has["file"]:
 		return typ, invalid(path+".file", "needs file_data (a data: URL) or file_id")
+	case typ == "image_url":
+		w.bound.Image()
 	}
 	return typ, nil
 }
@@ -247,11 +256,13 @@ func (w *walker) toolCall(path string) error {
 			return w.object(at, func(k string) error {
 				switch k {
 				case "name":
-					_, err := w.functionNameAt(at + ".name")
+					s, err := w.functionNameAt(at + ".name")
+					w.bound.Text(len(s))
 					fn = err == nil
 					return err
 				case "arguments":
-					_, err := w.present(at + ".arguments")
+					n, err := w.present(at + ".arguments")
+					w.bound.Text(n)
 					args = err == nil
 					if err != nil {
 						return invalid(at+".arguments", "must be a string of JSON-encoded arguments, like \"{\\\"city\\\": \\\"Paris\\\"}\"")
@@ -285,40 +296,43 @@ func (w *walker) tools() (map[string]bool, error) {
 			return invalid("tools", "has more than %d tools; send at most %d", maxTools, maxTools)
 		}
 		var typ, name string
-		err := w.object(path, func(k string) error {
-			switch k {
-			case "type":
-				s, err := w.oneOf(path+".type", "function")
-				typ = s
-				return err
-			case "function":
-				return w.object(path+".function", func(f string) error {
-					at := path + ".function." + f
-					switch f {
-					case "name":
-						s, err := w.functionNameAt(at)
-						name = s
-						return err
-					case "description":
-						_, err := w.str(at, 0)
-						return err
-					case "parameters":
-						if w.dec.PeekKind() != '{' {
-							return w.mismatch(at, "a JSON Schema object")
+		size, err := w.span(func() error {
+			return w.object(path, func(k string) error {
+				switch k {
+				case "type":
+					s, err := w.oneOf(path+".type", "function")
+					typ = s
+					return err
+				case "function":
+					return w.object(path+".function", func(f string) error {
+						at := path + ".function." + f
+						switch f {
+						case "name":
+							s, err := w.functionNameAt(at)
+							name = s
+							return err
+						case "description":
+							_, err := w.str(at, 0)
+							return err
+						case "parameters":
+							if w.dec.PeekKind() != '{' {
+								return w.mismatch(at, "a JSON Schema object")
+							}
+							return w.skip()
+						case "strict":
+							if w.null() {
+								return nil
+							}
+							_, err := w.boolean(at)
+							return err
 						}
 						return w.skip()
-					case "strict":
-						if w.null() {
-							return nil
-						}
-						_, err := w.boolean(at)
-						return err
-					}
-					return w.skip()
-				})
-			}
-			return w.skip()
+					})
+				}
+				return w.skip()
+			})
 		})
+		w.bound.Text(size)
 		switch {
 		case err != nil:
 			return err

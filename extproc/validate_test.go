@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/tollway/tollway/extproc/billing"
 )
 
 // TestValidationRefusesEveryField: each field of spec 2.1 and the common OpenAI ones, wrong by
@@ -145,5 +147,29 @@ func TestParseChatReadsTheFields(t *testing.T) {
 	}
 	if strings.Join(req.fields, ",") != "max_tokens,model,messages,stream,stream_options,n,max_completion_tokens,route,route_mode" {
 		t.Fatalf("fields %v", req.fields)
+	}
+}
+
+// TestValidationBoundsThePrompt: the bound added up while validating (the body is read once)
+// is never below billing.PromptBound's, and equal to it for text without escapes.
+func TestValidationBoundsThePrompt(t *testing.T) {
+	bodies := []string{
+		`{"model":"m","messages":[{"role":"user","content":"hello there","name":"bob"},{"role":"assistant","content":[{"type":"text","text":"hi"},{"type":"refusal","refusal":"no"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"see"},{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"ok \u00e9\n"}],
+		  "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}, {"type": "function", "function": {"name": "g"}}]}`,
+	}
+	for i, b := range bodies {
+		req, e := parseChat([]byte(b))
+		if e != nil {
+			t.Fatal(e)
+		}
+		want, err := billing.PromptBound([]byte(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.promptBound < int64(want) || (i < 2 && req.promptBound != int64(want)) {
+			t.Errorf("body %d: bound %d, billing.PromptBound %d", i, req.promptBound, want)
+		}
 	}
 }

@@ -10,11 +10,16 @@ import (
 	"strconv"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/tollway/tollway/extproc/billing"
 )
 
 // walker reads a JSON document value by value. Each method consumes exactly one value (or
 // fails); syntax errors come back as the tokenizer's own errors, client mistakes as *fieldError.
-type walker struct{ dec *jsontext.Decoder }
+type walker struct {
+	dec   *jsontext.Decoder
+	bound *billing.PromptBounder // the prompt's token bound, added up as the request is read
+}
 
 // found names the kind of the next value, for messages.
 func (w *walker) found() string {
@@ -71,14 +76,21 @@ func (w *walker) str(path string, max int) (string, error) {
 	return s, nil
 }
 
-// present reads a string without copying it and reports whether it is non-empty: for values
-// that may be megabytes long (base64 images, audio, files).
-func (w *walker) present(path string) (bool, error) {
+// present reads a string without copying it and returns the length of its encoding between
+// the quotes (0 for ""): for values that may be megabytes long (base64 images, audio, files).
+func (w *walker) present(path string) (int, error) {
 	if w.dec.PeekKind() != '"' {
-		return false, w.mismatch(path, "a string")
+		return 0, w.mismatch(path, "a string")
 	}
 	v, err := w.dec.ReadValue()
-	return len(v) > 2, err
+	return max(len(v)-2, 0), err
+}
+
+// span reads one value with read and returns the length of its encoding.
+func (w *walker) span(read func() error) (int, error) {
+	start := w.dec.InputOffset()
+	err := read()
+	return int(w.dec.InputOffset() - start), err
 }
 
 func (w *walker) boolean(path string) (bool, error) {

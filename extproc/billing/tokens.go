@@ -177,6 +177,31 @@ func PromptBound(body []byte) (int, error) {
 // maxTokensPerImage is the most tokens a provider bills for one image input.
 const maxTokensPerImage = 1600
 
+// PromptBounder adds up PromptBound's bound from the parts of a request, for a caller that reads
+// the request itself (the gateway's validator, so the body is read once). Lengths may be those
+// of the JSON encoding: an encoded string is never shorter than its text, so the sum is still a
+// bound, exact for text without escapes.
+type PromptBounder struct{ n int }
+
+// NewPromptBounder starts a bound with the reply's priming.
+func NewPromptBounder() *PromptBounder { return &PromptBounder{n: tokensReply} }
+
+// Message counts a message's framing and its role of roleLen bytes.
+func (b *PromptBounder) Message(roleLen int) { b.n += tokensPerMessage + roleLen }
+
+// Name counts a message's name of n bytes.
+func (b *PromptBounder) Name(n int) { b.n += tokensPerName + n }
+
+// Text counts n bytes of text: content, refusals, tool call names and arguments, tool
+// definitions.
+func (b *PromptBounder) Text(n int) { b.n += n }
+
+// Image counts one image.
+func (b *PromptBounder) Image() { b.n += maxTokensPerImage }
+
+// Tokens is the bound.
+func (b *PromptBounder) Tokens() int { return b.n }
+
 func countChat(body []byte, count func(string) int, perImage int) (int, error) {
 	var req chatPrompt
 	if err := json.Unmarshal(body, &req); err != nil {

@@ -40,6 +40,11 @@ type gemini struct{}
 
 func init() { register(ir.ProviderTypeGemini, gemini{}) }
 
+// Parameters are the fields the mapping above translates.
+func (gemini) Parameters() Parameters {
+	return Parameters{Known: []string{"max_completion_tokens", "max_tokens", "stop", "temperature", "tool_choice", "tools", "top_p"}}
+}
+
 type gemRequest struct {
 	Contents          []gemContent   `json:"contents"`
 	SystemInstruction *gemContent    `json:"systemInstruction,omitempty"`

@@ -102,6 +102,25 @@ type Adapter interface {
 	// Chat rewrites req (already stripped of gateway-only and unsupported fields) for provider p,
 	// whose model name is model.
 	Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
+	// Parameters says which request fields, beyond model, messages, stream and
+	// stream_options (which every adapter carries), reach the provider.
+	Parameters() Parameters
+}
+
+// Parameters are the request fields an adapter carries to its provider.
+type Parameters struct {
+	Known []string // fields the adapter carries (translated, for APIs other than OpenAI's)
+	// PassUnknown: fields outside Known go on as they are (OpenAI-compatible servers take
+	// extensions of their own); otherwise they are dropped.
+	PassUnknown bool
+}
+
+// openAIParameters are the OpenAI chat-completions fields beyond model, messages and streaming
+// that the catalog lists for OpenAI-shaped providers.
+var openAIParameters = []string{
+	"frequency_penalty", "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "n",
+	"parallel_tool_calls", "presence_penalty", "reasoning_effort", "response_format", "seed",
+	"stop", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user",
 }
 
 var adapters = map[string]Adapter{}
