@@ -178,7 +178,7 @@ func (rt *Runtime) unavailable(m *model) *APIError {
 // provider p, without the gateway's own fields and the parameters m does not support, with the
 // model's output cap and stream usage requested, in p's API.
 func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Upstream, []string, error) {
-	req, err := provider.ParseRequest(body)
+	req, err := provider.SplitValidated(body) // the router-level filter validated it
 	if err != nil {
 		return nil, nil, err
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/tollway/tollway/test/fakeupstream"
 	"github.com/tollway/tollway/test/harness"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 const providerKey = "sk-fake-provider-secret"
@@ -373,12 +374,15 @@ func TestStreamingIsNotBuffered(t *testing.T) {
 	t.Logf("first chunk %s, whole stream %s (%d events)", first, total, events)
 }
 
-// TestLargeBodyPasses sends a ~30 MiB base64 image through ext_proc's buffered body path.
+// TestLargeBodyPasses sends a base64 image through ext_proc's buffered body path in a body of
+// exactly the limit, 32 MiB (TestMediaTypeAndSizeLimits has the byte more).
 func TestLargeBodyPasses(t *testing.T) {
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
-	img := strings.Repeat("A", 30<<20)
-	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + img + `"}}]}]}`
+	head := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,`
+	tail := `"}}]}]}`
+	img := strings.Repeat("A", ir.MaxBodyBytes-len(head)-len(tail))
+	body := head + img + tail
 	resp := g.chat(context.Background(), key, body)
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
