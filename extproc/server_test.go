@@ -212,7 +212,6 @@ func (s *stream) close() {
 	}
 }
 
-
 // TestProcessChatFlow plays both filters Envoy runs: the router-level ext_proc picks the chain
 // and leaves the body alone; the upstream ext_proc of an attempt rewrites it for the endpoint's
 // provider and reports which attempt answered; the router-level one shapes errors.
