@@ -21,6 +21,7 @@ type answer struct {
 	// usage, and clients that did not ask must not get it, billing on or off.
 	dropUsage bool
 	frames    sse.Framer
+	dec       *jsontext.Decoder // reused for every event of a stream
 }
 
 func newAnswer(modelID string, m *meter, dropUsage bool) *answer {
@@ -33,7 +34,17 @@ func (a *answer) body(b []byte) (out []byte, changed bool) {
 	if a.meter != nil {
 		a.meter.body(b)
 	}
-	return replaceModel(b, a.model)
+	return replaceModel(a.decoder(b), b, a.model)
+}
+
+// decoder returns the answer's decoder, reset to read b.
+func (a *answer) decoder(b []byte) *jsontext.Decoder {
+	if a.dec == nil {
+		a.dec = jsontext.NewDecoder(bytes.NewBuffer(b), lenient)
+	} else {
+		a.dec.Reset(bytes.NewBuffer(b), lenient)
+	}
+	return a.dec
 }
 
 // chunk rewrites the next piece of an event stream. Whole events go out at once; an event
@@ -57,7 +68,7 @@ func (a *answer) chunk(b []byte, end bool) (out []byte, changed bool) {
 		if usageOnly && a.dropUsage {
 			return nil // the gateway asked for it on the client's behalf
 		}
-		if d, ok := replaceModel(data, a.model); ok {
+		if d, ok := replaceModel(a.decoder(data), data, a.model); ok {
 			out = append(out, sse.ReplaceData(ev, d)...)
 			return nil
 		}
@@ -71,13 +82,12 @@ func (a *answer) chunk(b []byte, end bool) (out []byte, changed bool) {
 }
 
 // replaceModel sets the top-level "model" string of a JSON object to model (a JSON string),
-// copying the rest byte for byte. It reports false, and returns obj, when there is nothing to
-// change: no such field, or it already says model.
-func replaceModel(obj, model []byte) ([]byte, bool) {
+// copying the rest byte for byte; dec reads obj. It reports false, and returns obj, when there
+// is nothing to change: no such field, or it already says model.
+func replaceModel(dec *jsontext.Decoder, obj, model []byte) ([]byte, bool) {
 	if !bytes.Contains(obj, []byte(`"model"`)) {
 		return obj, false
 	}
-	dec := jsontext.NewDecoder(bytes.NewBuffer(obj), lenient)
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return obj, false
 	}

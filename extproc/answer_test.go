@@ -87,7 +87,7 @@ func TestReplaceModel(t *testing.T) {
 		`[{"model":"x"}]`:                             "",
 		`{"error":{"message":"m","model":"x"}}`:       "",
 	} {
-		out, changed := replaceModel([]byte(in), q)
+		out, changed := replaceModel(newAnswer("gpt", nil, false).decoder([]byte(in)), []byte(in), q)
 		if want == "" {
 			if changed || string(out) != in {
 				t.Errorf("replaceModel(%s) = %s, %v; want unchanged", in, out, changed)

@@ -29,7 +29,7 @@ func (f *Framer) Feed(b []byte, end bool, fn func(event []byte) error) error {
 	}
 	start, line, scan := 0, f.line, f.scan
 	for {
-		i := bytes.IndexAny(buf[scan:], "\r\n")
+		i := lineEnd(buf[scan:])
 		if i < 0 {
 			scan = len(buf)
 			break
@@ -124,7 +124,7 @@ func ReplaceData(event, data []byte) []byte {
 // [from, to) in event including the ending.
 func eachLine(event []byte, fn func(line []byte, from, to int)) {
 	for from := 0; from < len(event); {
-		i := bytes.IndexAny(event[from:], "\r\n")
+		i := lineEnd(event[from:])
 		if i < 0 {
 			fn(event[from:], from, len(event))
 			return
@@ -137,6 +137,20 @@ func eachLine(event []byte, fn func(line []byte, from, to int)) {
 		fn(event[from:k], from, to)
 		from = to
 	}
+}
+
+// lineEnd returns the index of the first CR or LF in b, or -1. Two memchr-speed searches, the
+// second only up to the first LF, keep it linear.
+func lineEnd(b []byte) int {
+	lf := bytes.IndexByte(b, '\n')
+	upto := b
+	if lf >= 0 {
+		upto = b[:lf]
+	}
+	if cr := bytes.IndexByte(upto, '\r'); cr >= 0 {
+		return cr
+	}
+	return lf
 }
 
 // dataValue reads a "data" field line: "data:value", "data: value" or a bare "data".
