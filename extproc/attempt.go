@@ -32,6 +32,8 @@ type attempt struct {
 	translate provider.ResponseTranslator
 	status    int
 	streaming bool
+	// refusal reads an error answer that may refuse the gateway's credential without a 401.
+	refusal provider.CredentialRefusal
 }
 
 // processAttempt serves the upstream ext_proc stream of one attempt.
@@ -226,7 +228,13 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		ResponseHeaders: &extprocv3.HeadersResponse{},
 	}}
 	// Answers in another API are translated; errors pass as they are (the router-level ext_proc
-	// shapes them, and Envoy decides on retries from the status).
+	// shapes them, and Envoy decides on retries from the status), except that an error that
+	// may be a refused credential in disguise is read first.
+	if r, ok := a.translate.(provider.CredentialRefusal); ok && a.status >= 400 && a.status != http.StatusUnauthorized {
+		a.refusal = r
+		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_BUFFERED}
+		return resp
+	}
 	if a.translate != nil && a.status < 400 {
 		a.streaming = isEventStream(h)
 		mode := extprocv3filter.ProcessingMode_BUFFERED
@@ -240,6 +248,17 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 
 func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	common := &extprocv3.CommonResponse{}
+	if a.refusal != nil {
+		// The status goes to 401 before Envoy sees it: the next provider is tried, and the
+		// client is told the gateway's credential failed, not that its request was bad.
+		if a.refusal.RefusesCredential(a.status, b.GetBody()) {
+			a.s.providerRefused(a.provider.Name)
+			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(":status", "401")}}
+		}
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: common},
+		}}
+	}
 	var out []byte
 	var err error
 	if a.streaming {

@@ -97,6 +97,14 @@ type ResponseTranslator interface {
 	Chunk(b []byte, end bool) ([]byte, error)
 }
 
+// CredentialRefusal is implemented by translators whose provider refuses a bad credential
+// with a status other than 401 (Gemini answers a bad API key with 400 INVALID_ARGUMENT), so
+// the gateway can treat it as the 401 it means: retried elsewhere, never blamed on the client.
+type CredentialRefusal interface {
+	// RefusesCredential reports whether an error answer refuses the gateway's credential.
+	RefusesCredential(status int, body []byte) bool
+}
+
 // Adapter builds the upstream request for one provider kind.
 type Adapter interface {
 	// Chat rewrites req (already stripped of gateway-only and unsupported fields) for provider p,

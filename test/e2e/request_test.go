@@ -267,3 +267,30 @@ models:
 		t.Fatalf("after the provider answered again: status %d, is_ready %v", resp.StatusCode, ready("solo"))
 	}
 }
+
+// TestGeminiBadKeyIsACredentialRefusal: Gemini answers a bad API key with 400 INVALID_ARGUMENT,
+// which used to reach the client as its own mistake and was not retried. It is a refused
+// credential like any provider's 401: 502 upstream_auth_failed, and a chain falls back.
+func TestGeminiBadKeyIsACredentialRefusal(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	cfg := fmt.Sprintf(`providers:
+  - {name: gem, type: gemini, base_url: %s, api_key: "${WRONG_KEY}"}
+  - {name: backup, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: solo
+    providers: [{provider: gem, model: gemini-2.5-flash}]
+  - id: chained
+    providers: [{provider: gem, model: gemini-2.5-flash}, {provider: backup, model: m2}]
+`, fake.GeminiURL(), fake.URL())
+	g := startGateway(t, cfg, "FAKE_PROVIDER_KEY="+providerKey, "WRONG_KEY=not-the-key")
+	key := g.newKey("acme")
+	wantError(t, g.chat(context.Background(), key, `{"model":"solo","messages":[{"role":"user","content":"hi"}]}`), 502, "upstream_auth_failed")
+	resp := g.chat(context.Background(), key, `{"model":"chained","messages":[{"role":"user","content":"hi"}]}`)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("x-tollway-provider") != "backup" {
+		t.Fatalf("chain past a Gemini bad key: status %d from %q", resp.StatusCode, resp.Header.Get("x-tollway-provider"))
+	}
+	if !strings.Contains(g.logs.String(), "provider=gem") {
+		t.Error("the refusal was not logged")
+	}
+}
