@@ -6,8 +6,6 @@ import (
 	"errors"
 	"net/http"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
@@ -40,20 +38,18 @@ func (x *exchange) admit(body []byte) *APIError {
 	if b == nil {
 		return nil
 	}
-	// The hold uses a cheap strict bound of the prompt; the tokenizer only runs when a bill has
-	// to be estimated (see promptTokens).
-	bound, err := billing.PromptBound(body)
-	if err != nil {
-		return apiErr(http.StatusBadRequest, "invalid_messages", "messages could not be read: %v", err)
-	}
-	x.promptEstimate = int64(bound)
+	// The hold uses a cheap strict bound of the prompt, added up while the request was
+	// validated; the tokenizer only runs when a bill has to be estimated (see promptTokens).
+	x.promptEstimate = x.plan.promptBound
 	if len(body) <= maxRetainedBody {
 		x.body = body
 	}
-	// Any model of the chain may answer: hold for the most expensive.
+	// Any model of the chain may answer: hold for the most expensive. With n, each of the n
+	// answers may be as long as the cap.
 	worst := decimal.Zero
 	for _, m := range x.plan.models {
-		if w := m.Pricing.WorstCase(x.promptEstimate, outputCap(m, x.plan.maxTokens, x.promptEstimate)); w.GreaterThan(worst) {
+		out := outputCap(m, x.plan.maxTokens, x.promptEstimate) * max(x.plan.answers, 1)
+		if w := m.Pricing.WorstCase(x.promptEstimate, out); w.GreaterThan(worst) {
 			worst = w
 		}
 	}
@@ -71,7 +67,6 @@ func (x *exchange) admit(body []byte) *APIError {
 		return apiErr(http.StatusInternalServerError, "internal_error", "admission: %v", err)
 	}
 	x.hold = hold
-	x.meter.dropUsage = x.plan.stream && !x.plan.clientUsage
 	return nil
 }
 
@@ -88,30 +83,6 @@ func outputCap(m *model, asked, prompt int64) int64 {
 		return m.ContextLength - prompt
 	}
 	return defaultOutputCap
-}
-
-// meterBody reads an answer to bill it. Streamed chunks go back as they came (less the usage
-// chunk the client did not ask for); a buffered body goes back unchanged.
-func (x *exchange) meterBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	common := &extprocv3.CommonResponse{}
-	if x.streaming {
-		out, changed := x.meter.chunk(b.GetBody(), b.GetEndOfStream())
-		if changed {
-			if len(out) == 0 {
-				common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
-			} else {
-				common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
-			}
-		}
-	} else {
-		x.meter.body(b.GetBody())
-	}
-	if b.GetEndOfStream() {
-		x.settle()
-	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: common},
-	}}
 }
 
 // settle bills the request from the provider's usage, or from a token count of what was sent.

@@ -26,6 +26,7 @@ import (
 // chose the endpoint: the request is rewritten for that endpoint's provider and, when the
 // provider speaks another API, its answer is translated back.
 type attempt struct {
+	s         *Server
 	rt        *Runtime
 	requestID string
 	provider  *ir.Provider
@@ -33,11 +34,13 @@ type attempt struct {
 	translate provider.ResponseTranslator
 	status    int
 	streaming bool
+	// refusal reads an error answer that may refuse the gateway's credential without a 401.
+	refusal provider.CredentialRefusal
 }
 
 // processAttempt serves the upstream ext_proc stream of one attempt.
 func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	a := &attempt{rt: s.runtime.Load()}
+	a := &attempt{s: s, rt: s.runtime.Load()}
 	return serve(stream, func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
@@ -46,26 +49,24 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 				s.log.Error("upstream attempt without a target", "error", err)
 				return nil, status.Error(codes.FailedPrecondition, err.Error())
 			}
+			// Tollway's and Envoy's own headers never reach a provider.
+			var strip []string
 			for _, hv := range r.RequestHeaders.GetHeaders().GetHeaders() {
-				if hv.Key == "x-request-id" {
+				switch {
+				case hv.Key == "x-request-id":
 					a.requestID = headerValue(hv)
+				case upstreamInternalHeader(hv.Key):
+					strip = append(strip, hv.Key)
 				}
 			}
 			resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-				RequestHeaders: &extprocv3.HeadersResponse{},
+				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+					HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: strip},
+				}},
 			}}
-			if a.provider.SpeaksOpenAI() {
-				// An OpenAI-shaped answer needs nothing from this filter (the route tags it
-				// with the endpoint's provider and model): skip the response-headers message.
-				resp.ModeOverride = &extprocv3filter.ProcessingMode{
-					RequestHeaderMode:   extprocv3filter.ProcessingMode_SEND,
-					RequestBodyMode:     extprocv3filter.ProcessingMode_BUFFERED,
-					RequestTrailerMode:  extprocv3filter.ProcessingMode_SKIP,
-					ResponseHeaderMode:  extprocv3filter.ProcessingMode_SKIP,
-					ResponseBodyMode:    extprocv3filter.ProcessingMode_NONE,
-					ResponseTrailerMode: extprocv3filter.ProcessingMode_SKIP,
-				}
-			}
+			// The filter's own modes apply: response headers are read (every attempt's status
+			// is seen, to notice a provider refusing the gateway's credential); the body only
+			// when the provider speaks another API (see responseHeaders).
 			return resp, nil
 		case *extprocv3.ProcessingRequest_RequestBody:
 			resp, err := a.requestBody(r.RequestBody)
@@ -197,7 +198,7 @@ func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRespo
 		setHeader(":authority", a.provider.Authority()),
 		setHeader("content-length", strconv.Itoa(len(up.Body))),
 	}
-	remove := []string{ir.ModelHeader, "x-envoy-max-retries"}
+	var remove []string
 	for k, v := range up.Headers {
 		if v == "" {
 			remove = append(remove, k)
@@ -219,11 +220,24 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 			a.status, _ = strconv.Atoi(headerValue(hv))
 		}
 	}
+	// Every attempt's answer passes here, also those Envoy retries elsewhere.
+	switch {
+	case a.status == http.StatusUnauthorized:
+		a.s.providerRefused(a.provider.Name)
+	case a.status < 400:
+		a.s.providerAnswered(a.provider.Name)
+	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{},
 	}}
 	// Answers in another API are translated; errors pass as they are (the router-level ext_proc
-	// shapes them, and Envoy decides on retries from the status).
+	// shapes them, and Envoy decides on retries from the status), except that an error that
+	// may be a refused credential in disguise is read first.
+	if r, ok := a.translate.(provider.CredentialRefusal); ok && a.status >= 400 && a.status != http.StatusUnauthorized {
+		a.refusal = r
+		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_BUFFERED}
+		return resp
+	}
 	if a.translate != nil && a.status < 400 {
 		a.streaming = isEventStream(h)
 		mode := extprocv3filter.ProcessingMode_BUFFERED
@@ -237,6 +251,17 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 
 func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	common := &extprocv3.CommonResponse{}
+	if a.refusal != nil {
+		// The status goes to 401 before Envoy sees it: the next provider is tried, and the
+		// client is told the gateway's credential failed, not that its request was bad.
+		if a.refusal.RefusesCredential(a.status, b.GetBody()) {
+			a.s.providerRefused(a.provider.Name)
+			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(":status", "401")}}
+		}
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: common},
+		}}
+	}
 	var out []byte
 	var err error
 	if a.streaming {

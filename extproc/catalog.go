@@ -59,7 +59,7 @@ func (m *model) entry(ready bool) catalogEntry {
 		ID: m.ID, Object: "model", OwnedBy: owner, Name: name,
 		InputModalities: nonNil(m.InputModalities), OutputModalities: nonNil(m.OutputModalities),
 		ContextLength: optional(m.ContextLength), MaxOutputLength: optional(m.MaxOutputLength),
-		SupportedSamplingParameters: nonNil(m.SupportedParameters), SupportedFeatures: nonNil(m.SupportedFeatures),
+		SupportedSamplingParameters: m.sampling, SupportedFeatures: nonNil(m.SupportedFeatures),
 		Pricing: m.Pricing, IsReady: ready, IsFree: m.Pricing.IsFree(),
 	}
 }

@@ -14,16 +14,8 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// Fields every chat request may carry whatever the model's catalog entry says: they shape the
-// conversation or the transport, not the sampling.
-var structuralFields = map[string]bool{
-	"model": true, "messages": true, "stream": true, "stream_options": true, "user": true,
-}
-
 // gatewayFields are Tollway's own and never reach a provider.
 var gatewayFields = []string{"route", "route_mode"}
-
-var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
 
 // chatPlan is the router-level decision for one chat request: which chain of attempts Envoy
 // walks. The body is rewritten per attempt by the upstream ext_proc (see attempt).
@@ -39,6 +31,8 @@ type chatPlan struct {
 	stream      bool
 	clientUsage bool  // the client asked for stream usage itself
 	maxTokens   int64 // the client's output cap (max_completion_tokens or max_tokens); 0 if none
+	answers     int64 // n: how many answers the client asked for, each up to the output cap
+	promptBound int64 // a strict bound of the prompt's tokens, read with the request
 }
 
 // target names what the request asked for, for messages.
@@ -62,16 +56,12 @@ func (p *chatPlan) removedFor(m *model, provider string) []string {
 	return m.unsupported(provider, p.fields)
 }
 
-// unsupported lists, sorted, the fields among fields that provider does not accept for m (gateway
-// fields aside: they are dropped for every provider, not for lack of support).
+// unsupported lists, sorted, the fields among fields that an attempt on provider does not carry
+// for m (gateway fields aside: they are dropped for every provider, not for lack of support).
 func (m *model) unsupported(provider string, fields []string) []string {
-	supported := m.supportedBy(provider)
-	if supported == nil {
-		return nil
-	}
 	var out []string
 	for _, f := range fields {
-		if !structuralFields[f] && !supported[f] && !slices.Contains(gatewayFields, f) {
+		if !m.carries(provider, f) && !slices.Contains(gatewayFields, f) {
 			out = append(out, f)
 		}
 	}
@@ -81,47 +71,15 @@ func (m *model) unsupported(provider string, fields []string) []string {
 
 // planChat validates a chat request body and decides where it goes.
 func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
-	var req provider.Request
-	if err := json.Unmarshal(body, &req); err != nil || req == nil {
-		return nil, apiErr(http.StatusBadRequest, "invalid_json",
-			"request body is not a JSON object (%s); send {\"model\": ..., \"messages\": [...]}", jsonProblem(err))
-	}
-	var modelID string
-	if raw, ok := req["model"]; !ok || json.Unmarshal(raw, &modelID) != nil || modelID == "" {
-		return nil, apiErr(http.StatusBadRequest, "missing_model",
-			"model is required and must be a string: set it to a model id from GET /v1/models")
-	}
-	if e := checkMessages(req["messages"]); e != nil {
-		return nil, e
-	}
-	plan := &chatPlan{}
-	for f := range req {
-		plan.fields = append(plan.fields, f)
-	}
-	if raw, ok := req["stream"]; ok {
-		var b *bool
-		if json.Unmarshal(raw, &b) != nil {
-			return nil, apiErr(http.StatusBadRequest, "invalid_request", "stream must be true or false")
-		}
-		plan.stream = b != nil && *b
-	}
-	var e *APIError
-	if plan.maxTokens, e = maxTokensOf(req); e != nil {
-		return nil, e
-	}
-	if plan.stream {
-		if plan.clientUsage, e = requestUsage(req); e != nil {
-			return nil, e
-		}
-	}
-	mode, e := routeMode(req["route_mode"])
+	req, e := parseChat(body)
 	if e != nil {
 		return nil, e
 	}
-	pin, e := pinnedProvider(req["route"])
-	if e != nil {
-		return nil, e
+	plan := &chatPlan{
+		fields: req.fields, stream: req.stream, clientUsage: req.stream && req.includeUsage,
+		maxTokens: req.maxTokens, answers: req.n, promptBound: req.promptBound,
 	}
+	modelID, mode, pin := req.model, req.routeMode, req.routeProvider
 	if strings.HasPrefix(modelID, ir.RoutePrefix) {
 		// The route chooses models and providers itself: route.provider is ignored.
 		return plan, rt.planRoute(plan, modelID, mode)
@@ -129,7 +87,7 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	m, ok := rt.models[modelID]
 	if !ok {
 		return nil, apiErr(http.StatusBadRequest, "model_not_found",
-			"model %q is not in the catalog; GET /v1/models lists the model ids you can use", modelID)
+			"model %q is not in the catalog; GET /v1/models lists the model ids you can use", clip(modelID))
 	}
 	plan.model, plan.models = m, []*model{m}
 	if pin != "" {
@@ -147,7 +105,7 @@ func (rt *Runtime) planRoute(plan *chatPlan, id, mode string) *APIError {
 	r, ok := rt.routes[id]
 	if !ok {
 		return apiErr(http.StatusBadRequest, "route_not_found",
-			"route %q does not exist; `tollway routes list` shows the routes, GET /v1/models the models", id)
+			"route %q does not exist; `tollway routes list` shows the routes, GET /v1/models the models", clip(id))
 	}
 	if r.Status != ir.RouteActive {
 		return apiErr(http.StatusConflict, "route_paused",
@@ -204,7 +162,7 @@ func (rt *Runtime) planPinned(plan *chatPlan, pin string) *APIError {
 	}
 	return apiErr(http.StatusBadRequest, "provider_not_available",
 		"provider %q does not serve model %q (it is served by %s): remove route.provider or choose one of those",
-		pin, m.ID, strings.Join(names, ", "))
+		clip(pin), m.ID, strings.Join(names, ", "))
 }
 
 func (rt *Runtime) unavailable(m *model) *APIError {
@@ -220,8 +178,8 @@ func (rt *Runtime) unavailable(m *model) *APIError {
 // provider p, without the gateway's own fields and the parameters m does not support, with the
 // model's output cap and stream usage requested, in p's API.
 func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Upstream, []string, error) {
-	var req provider.Request
-	if err := json.Unmarshal(body, &req); err != nil {
+	req, err := provider.SplitValidated(body) // the router-level filter validated it
+	if err != nil {
 		return nil, nil, err
 	}
 	var target string
@@ -241,7 +199,7 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 		delete(req, f)
 	}
 	maxTokens, _ := maxTokensOf(req) // a cap the provider will not see does not bound the cost
-	capOutput(req, m, maxTokens, m.supportedBy(p.Name))
+	capOutput(req, m, maxTokens, func(f string) bool { return m.carries(p.Name, f) })
 	var stream *bool
 	if raw, ok := req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream != nil && *stream {
 		// Streams are billed from the provider's final usage chunk, so always ask for it; the
@@ -258,18 +216,6 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 	return up, removed, err
 }
 
-func routeMode(raw json.RawMessage) (string, *APIError) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var mode string
-	if json.Unmarshal(raw, &mode) != nil || !ir.ValidMode(mode) {
-		return "", apiErr(http.StatusBadRequest, "invalid_route_mode",
-			"route_mode must be one of %s (balanced when omitted)", strings.Join(ir.Modes, ", "))
-	}
-	return mode, nil
-}
-
 func sortedKeys(m map[string]string) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -281,7 +227,7 @@ func sortedKeys(m map[string]string) []string {
 
 // capOutput bounds the answer by the model's max_output_length when the client asked for more
 // or set no cap, so the worst case the request was admitted for is the most it can cost.
-func capOutput(req provider.Request, m *model, maxTokens int64, supported map[string]bool) {
+func capOutput(req provider.Request, m *model, maxTokens int64, carried func(string) bool) {
 	if m.MaxOutputLength <= 0 || (maxTokens > 0 && maxTokens <= m.MaxOutputLength) {
 		return
 	}
@@ -289,7 +235,7 @@ func capOutput(req provider.Request, m *model, maxTokens int64, supported map[st
 	if _, ok := req["max_completion_tokens"]; ok {
 		field = "max_completion_tokens"
 	}
-	if supported != nil && !supported[field] {
+	if !carried(field) {
 		return // the provider would not see it: the estimate stays the bound
 	}
 	req[field] = json.RawMessage(strconv.FormatInt(m.MaxOutputLength, 10))
@@ -326,57 +272,4 @@ func requestUsage(req provider.Request) (bool, *APIError) {
 	raw, _ := json.Marshal(opts)
 	req["stream_options"] = raw
 	return asked, nil
-}
-
-func pinnedProvider(raw json.RawMessage) (string, *APIError) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var r struct {
-		Provider *string `json:"provider"`
-	}
-	if json.Unmarshal(raw, &r) != nil || (r.Provider != nil && *r.Provider == "") {
-		return "", apiErr(http.StatusBadRequest, "invalid_request",
-			`route must be an object like {"provider": "<provider name>"}`)
-	}
-	if r.Provider == nil {
-		return "", nil
-	}
-	return *r.Provider, nil
-}
-
-func checkMessages(raw json.RawMessage) *APIError {
-	var msgs []struct {
-		Role *string `json:"role"`
-	}
-	if len(raw) == 0 {
-		return apiErr(http.StatusBadRequest, "missing_messages",
-			"messages is required: send an array like [{\"role\": \"user\", \"content\": \"Hello\"}]")
-	}
-	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return apiErr(http.StatusBadRequest, "invalid_messages",
-			"messages must be an array of objects with role and content (%s)", jsonProblem(err))
-	}
-	if len(msgs) == 0 {
-		return apiErr(http.StatusBadRequest, "missing_messages", "messages is empty: send at least one message")
-	}
-	for i, m := range msgs {
-		if m.Role == nil || !validRoles[*m.Role] {
-			return apiErr(http.StatusBadRequest, "invalid_messages",
-				"messages[%d].role must be one of system, developer, user, assistant, tool", i)
-		}
-	}
-	return nil
-}
-
-// jsonProblem describes a decoding failure in client terms (no Go type names).
-func jsonProblem(err error) string {
-	var typeErr *json.UnmarshalTypeError
-	switch {
-	case err == nil:
-		return "it is null"
-	case errors.As(err, &typeErr):
-		return "found a JSON " + typeErr.Value + " where an object or array belongs"
-	}
-	return err.Error()
 }

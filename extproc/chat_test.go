@@ -200,6 +200,7 @@ func TestPlanChatAllRolesAccepted(t *testing.T) {
 	for _, r := range roles {
 		msgs = append(msgs, map[string]string{"role": r, "content": "x"})
 	}
+	msgs[4]["tool_call_id"] = "call_1"
 	body, _ := json.Marshal(map[string]any{"model": "free", "messages": msgs})
 	if _, e := rt.planChat(body); e != nil {
 		t.Fatalf("roles %v rejected: %v", roles, e)

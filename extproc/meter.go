@@ -1,12 +1,20 @@
 package extproc
 
+// Metering: what an answer cost, read from the provider's usage or estimated from its text.
+
 import (
 	"bytes"
-	"encoding/json"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/xds/ir"
 )
+
+// lenient reads providers' answers as encoding/json did: a provider's stray invalid UTF-8 or
+// repeated member must not cost the usage (encoding/json/v2 is fast on large answers).
+var lenient = json.JoinOptions(jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
 
 // upstreamUsage is OpenAI's usage object, with the cached-prompt detail.
 type upstreamUsage struct {
@@ -66,130 +74,57 @@ func (c *completionText) appendText(b *bytes.Buffer) {
 	}
 }
 
-// meter follows one response to find what it cost: the provider's usage when it reports it, a
+// meter follows one answer to find what it cost: the provider's usage when it reports it, a
 // token count of what was sent when it does not (cut streams, disconnects).
 type meter struct {
 	usage  *upstreamUsage
 	text   bytes.Buffer // completion text of a whole answer, for the estimate
 	events []byte       // a stream's content events, undecoded until an estimate needs them
-
-	// SSE state: an event may be split across body chunks, so the tail of the last chunk that
-	// did not end an event is carried over.
-	carry []byte
-	// dropUsage removes the usage-only chunk the gateway asked for on the client's behalf.
-	dropUsage bool
 }
 
-// body reads a whole (non-streamed) JSON response.
+// body reads a whole (non-streamed) JSON answer.
 func (m *meter) body(b []byte) {
 	var c completionText
-	if json.Unmarshal(b, &c) != nil {
+	if json.Unmarshal(b, &c, lenient) != nil {
 		return
 	}
 	m.usage = c.Usage
 	c.appendText(&m.text)
 }
 
-// chunk reads one piece of an SSE stream and returns what to send to the client: the same bytes,
-// or, when the usage event must be hidden, the bytes without it. Complete events are passed as
-// soon as they are whole; an incomplete tail is held until its end arrives (or end of stream).
-func (m *meter) chunk(b []byte, end bool) (out []byte, changed bool) {
-	if !m.dropUsage {
-		m.scan(b)
-		return b, false // nothing to remove: bytes pass as they came
+// event reads the JSON data of one stream event; it reports whether the event is the
+// usage-only chunk (no choices) that closes an OpenAI stream.
+func (m *meter) event(data []byte) (usageOnly bool) {
+	c := usageEvent(data)
+	if c == nil {
+		m.events = append(append(m.events, data...), '\n')
+		return false
 	}
-	buf := b
-	if len(m.carry) > 0 {
-		buf = append(m.carry, b...)
-		m.carry = nil
-		changed = true
+	c.appendText(&m.text)
+	if c.Usage.PromptTokens > 0 || c.Usage.CompletionTokens > 0 {
+		m.usage = c.Usage
+		return len(c.Choices) == 0
 	}
-	var kept bytes.Buffer
-	for len(buf) > 0 {
-		i := eventEnd(buf)
-		if i < 0 {
-			if end {
-				kept.Write(buf) // a final event without its blank line: pass it as is
-				break
-			}
-			m.carry = append([]byte(nil), buf...)
-			changed = true
-			break
-		}
-		ev := buf[:i]
-		buf = buf[i:]
-		if m.event(ev) {
-			changed = true
-			continue
-		}
-		kept.Write(ev)
-	}
-	if !changed {
-		return b, false
-	}
-	return kept.Bytes(), true
+	return false
 }
 
-// scan reads events without changing the bytes.
-func (m *meter) scan(b []byte) {
-	buf := append(m.carry, b...)
-	m.carry = nil
-	for {
-		i := eventEnd(buf)
-		if i < 0 {
-			break
-		}
-		m.event(buf[:i])
-		buf = buf[i:]
+// usageEvent decodes a stream event that carries usage, or returns nil. Most events are
+// content: they are recognised without being parsed, and kept as bytes for an estimate.
+func usageEvent(data []byte) *completionText {
+	if !bytes.Contains(data, []byte(`"usage":{`)) {
+		return nil
 	}
-	if len(buf) > 0 {
-		m.carry = append([]byte(nil), buf...)
+	var c completionText
+	if json.Unmarshal(data, &c, lenient) != nil || c.Usage == nil {
+		return nil
 	}
+	return &c
 }
 
-// eventEnd returns the length of the first complete SSE event in b (through its blank line), or -1.
-func eventEnd(b []byte) int {
-	for i := 0; i+1 < len(b); i++ {
-		if b[i] == '\n' && b[i+1] == '\n' {
-			return i + 2
-		}
-		if b[i] == '\n' && b[i+1] == '\r' && i+2 < len(b) && b[i+2] == '\n' {
-			return i + 3
-		}
-	}
-	return -1
-}
-
-// event reads one SSE event; it reports whether the event must be dropped.
-func (m *meter) event(ev []byte) (drop bool) {
-	for _, line := range bytes.Split(ev, []byte("\n")) {
-		data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r"), []byte("data:"))
-		if !ok {
-			continue
-		}
-		data = bytes.TrimSpace(data)
-		if len(data) == 0 || data[0] != '{' {
-			continue // [DONE] or keep-alive
-		}
-		// Most events are content: keep their bytes for an estimate and parse nothing. Only the
-		// event that carries usage is decoded on the request path.
-		if !bytes.Contains(data, []byte(`"usage":{`)) {
-			m.events = append(append(m.events, data...), '\n')
-			continue
-		}
-		var c completionText
-		if json.Unmarshal(data, &c) != nil {
-			continue
-		}
-		c.appendText(&m.text)
-		if c.Usage != nil && (c.Usage.PromptTokens > 0 || c.Usage.CompletionTokens > 0) {
-			m.usage = c.Usage
-			if m.dropUsage && len(c.Choices) == 0 {
-				drop = true
-			}
-		}
-	}
-	return drop
+// isUsageOnly reports whether an event is the usage-only chunk that closes an OpenAI stream.
+func isUsageOnly(data []byte) bool {
+	c := usageEvent(data)
+	return c != nil && len(c.Choices) == 0 && (c.Usage.PromptTokens > 0 || c.Usage.CompletionTokens > 0)
 }
 
 // result is the usage to bill and whether it is an estimate.
@@ -200,7 +135,7 @@ func (m *meter) result(promptTokens func() int64) (ir.Usage, bool) {
 	// No usage: count what was sent (stream events kept raw until now).
 	for _, line := range bytes.Split(m.events, []byte("\n")) {
 		var c completionText
-		if len(line) > 0 && json.Unmarshal(line, &c) == nil {
+		if len(line) > 0 && json.Unmarshal(line, &c, lenient) == nil {
 			c.appendText(&m.text)
 		}
 	}

@@ -12,13 +12,14 @@ const sseStream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assist
 	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":7,\"total_tokens\":19,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n" +
 	"data: [DONE]\n\n"
 
-// feed sends s to m in pieces of n bytes, as Envoy's body chunks would arrive, and returns what
-// the client gets.
-func feed(m *meter, s string, n int) string {
+// feed sends s to a metered answer in pieces of n bytes, as Envoy's body chunks would arrive,
+// and returns what the client gets.
+func feed(m *meter, s string, n int, dropUsage bool) string {
+	a := newAnswer("gpt", m, dropUsage)
 	var out strings.Builder
 	for i := 0; i < len(s); i += n {
 		end := min(i+n, len(s))
-		b, _ := m.chunk([]byte(s[i:end]), end == len(s))
+		b, _ := a.chunk([]byte(s[i:end]), end == len(s))
 		out.Write(b)
 	}
 	return out.String()
@@ -27,7 +28,7 @@ func feed(m *meter, s string, n int) string {
 func TestMeterStreamPassThrough(t *testing.T) {
 	for _, n := range []int{1, 7, 64, len(sseStream)} {
 		m := &meter{}
-		if got := feed(m, sseStream, n); got != sseStream {
+		if got := feed(m, sseStream, n, false); got != sseStream {
 			t.Fatalf("chunk size %d: client stream changed:\n%q", n, got)
 		}
 		u, est := m.result(func() int64 { return 99 })
@@ -39,8 +40,8 @@ func TestMeterStreamPassThrough(t *testing.T) {
 
 func TestMeterDropsUsageTheClientDidNotAskFor(t *testing.T) {
 	for _, n := range []int{1, 5, 33, len(sseStream)} {
-		m := &meter{dropUsage: true}
-		got := feed(m, sseStream, n)
+		m := &meter{}
+		got := feed(m, sseStream, n, true)
 		if strings.Contains(got, "prompt_tokens") {
 			t.Fatalf("chunk size %d: usage chunk reached the client", n)
 		}
@@ -56,7 +57,7 @@ func TestMeterDropsUsageTheClientDidNotAskFor(t *testing.T) {
 func TestMeterEstimatesCutStreams(t *testing.T) {
 	cut := sseStream[:strings.Index(sseStream, "data: {\"choices\":[]")]
 	m := &meter{}
-	feed(m, cut, 10)
+	feed(m, cut, 10, false)
 	u, est := m.result(func() int64 { return 12 })
 	if !est || u.PromptTokens != 12 {
 		t.Fatalf("usage %+v estimated=%v", u, est)
@@ -77,13 +78,5 @@ func TestMeterBody(t *testing.T) {
 	m.body([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"hi there"}}]}`))
 	if u, est := m.result(func() int64 { return 5 }); !est || u.PromptTokens != 5 || u.CompletionTokens != 2 {
 		t.Fatalf("no usage: want estimate, got %+v est=%v", u, est)
-	}
-}
-
-func TestEventEnd(t *testing.T) {
-	for in, want := range map[string]int{"data: x\n\n": 9, "data: x\n\rest": -1, "data: x\n\r\nmore": 10, "data: x": -1} {
-		if got := eventEnd([]byte(in)); got != want {
-			t.Errorf("eventEnd(%q) = %d, want %d", in, got, want)
-		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -24,20 +25,89 @@ type Runtime struct {
 
 type model struct {
 	ir.Model
-	// supported is nil when the catalog lists no parameters: then every field passes.
-	supported map[string]bool
-	// byProvider holds the providers whose own list replaces supported.
-	byProvider map[string]map[string]bool
+	// params says, per provider name, which request fields an attempt there carries.
+	params map[string]paramRule
+	// sampling is what the catalog shows: the parameters every provider of the model carries.
+	sampling []string
 	// demo: a provider of type demo may answer, so the catalog labels the model.
 	demo bool
 }
 
-// supportedBy is the parameter set provider p accepts for m (nil: every field passes).
-func (m *model) supportedBy(p string) map[string]bool {
-	if s, ok := m.byProvider[p]; ok {
-		return s
+// paramRule is the set of request fields one provider carries for one model: its adapter's
+// parameters, narrowed by the model's (or the provider entry's) supported_sampling_parameters.
+type paramRule struct {
+	allowed     map[string]bool
+	passUnknown bool // fields outside allowed pass too (an OpenAI-shaped provider, no list)
+}
+
+// carries reports whether an attempt on provider p keeps field f.
+func (m *model) carries(p, f string) bool {
+	if alwaysCarried[f] {
+		return true
 	}
-	return m.supported
+	r, ok := m.params[p]
+	return !ok || r.passUnknown || r.allowed[f]
+}
+
+// alwaysCarried are the fields every adapter carries: they are the request itself, not
+// parameters of it.
+var alwaysCarried = map[string]bool{"model": true, "messages": true, "stream": true, "stream_options": true}
+
+// paramsFor works out the rule for provider p serving m, whose own list is list (the provider
+// entry's, else the model's). A list narrows what the adapter carries; user, an end-user id
+// rather than a sampling parameter, is carried whenever the adapter can, list or not.
+func paramsFor(p *ir.Provider, list []string) paramRule {
+	params := provider.Parameters{PassUnknown: true} // an unknown type never gets an attempt
+	if p != nil {
+		if a, err := provider.For(p.Type); err == nil {
+			params = a.Parameters()
+		}
+	}
+	known := set(params.Known)
+	if len(list) == 0 {
+		return paramRule{allowed: known, passUnknown: params.PassUnknown}
+	}
+	r := paramRule{allowed: map[string]bool{}}
+	for _, f := range list {
+		if known[f] || params.PassUnknown {
+			r.allowed[f] = true
+		}
+	}
+	r.allowed["user"] = known["user"] || params.PassUnknown
+	return r
+}
+
+// samplingParameters is the catalog's supported_sampling_parameters: the fields every provider
+// of the model carries (so every attempt honours them), user aside, sorted.
+func samplingParameters(rules []paramRule) []string {
+	out := []string{}
+	if len(rules) == 0 {
+		return out
+	}
+	for f := range rules[0].allowed {
+		if f == "user" || !rules[0].allowed[f] {
+			continue
+		}
+		every := true
+		for _, r := range rules[1:] {
+			every = every && r.allowed[f]
+		}
+		if every {
+			out = append(out, f)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// upstreamName is the provider's own name for m, "" if p does not serve it.
+func (m *model) upstreamName(p string) string {
+	for _, t := range m.Targets {
+		if t.Provider == p {
+			return t.Model
+		}
+	}
+	return ""
 }
 
 func set(list []string) map[string]bool {
@@ -91,21 +161,21 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		rt.providers[g.Providers[i].Name] = &g.Providers[i]
 	}
 	for _, m := range g.Models {
-		cm := &model{Model: m}
-		if len(m.SupportedParameters) > 0 {
-			cm.supported = set(m.SupportedParameters)
-		}
+		cm := &model{Model: m, params: map[string]paramRule{}}
+		var rules []paramRule
 		for _, t := range m.Targets {
 			if p := rt.providers[t.Provider]; p != nil && p.Type == ir.ProviderTypeDemo {
 				cm.demo = true
 			}
+			list := m.SupportedParameters
 			if len(t.SupportedParameters) > 0 {
-				if cm.byProvider == nil {
-					cm.byProvider = map[string]map[string]bool{}
-				}
-				cm.byProvider[t.Provider] = set(t.SupportedParameters)
+				list = t.SupportedParameters
 			}
+			r := paramsFor(rt.providers[t.Provider], list)
+			cm.params[t.Provider] = r
+			rules = append(rules, r)
 		}
+		cm.sampling = samplingParameters(rules)
 		rt.models[m.ID] = cm
 		rt.modelIDs = append(rt.modelIDs, m.ID)
 	}

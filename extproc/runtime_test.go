@@ -1,9 +1,11 @@
 package extproc
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 func TestCompile(t *testing.T) {
@@ -30,13 +32,64 @@ func TestCompile(t *testing.T) {
 	if len(rt.models) != len(g.Models) || len(rt.providers) != len(g.Providers) {
 		t.Errorf("compiled %d models, %d providers; want %d, %d", len(rt.models), len(rt.providers), len(g.Models), len(g.Providers))
 	}
-	if m := rt.models["gpt"]; m == nil || !m.supported["temperature"] || m.supported["top_k"] {
-		t.Errorf("gpt supported set = %v", m.supported)
+	if m := rt.models["gpt"]; m == nil || !m.carries("openai", "temperature") || m.carries("openai", "top_k") {
+		t.Errorf("gpt parameters = %+v", m.params)
 	}
-	if m := rt.models["free"]; m == nil || m.supported != nil {
-		t.Errorf("free supported set = %v, want nil (everything passes)", m.supported)
+	if m := rt.models["free"]; m == nil || !m.carries("local", "top_k") {
+		t.Errorf("free parameters = %+v, want everything to pass", m.params)
 	}
 	if p := rt.providers["groq"]; p == nil || p.APIKey != "gsk-groq-secret" || p.BasePath != "/openai/v1" {
 		t.Errorf("groq provider = %+v", p)
+	}
+}
+
+// TestParameterRule: an adapter's parameters, narrowed by the model's or the provider entry's
+// list; the catalog shows what every provider of the model carries.
+func TestParameterRule(t *testing.T) {
+	g := testGateway()
+	g.Providers = append(g.Providers,
+		ir.Provider{Name: "claude", Type: ir.ProviderTypeAnthropic, Host: "api.anthropic.com", Port: 443, TLS: true, BasePath: "/v1"},
+		ir.Provider{Name: "gem", Type: ir.ProviderTypeGemini, Host: "g.example", Port: 443, TLS: true, BasePath: "/v1beta"})
+	g.Models = append(g.Models,
+		ir.Model{ID: "mixed", Targets: []ir.Target{{Provider: "local", Model: "a"}, {Provider: "claude", Model: "b"}}},
+		ir.Model{ID: "listed", Targets: []ir.Target{{Provider: "local", Model: "a"}, {Provider: "gem", Model: "c", SupportedParameters: []string{"temperature", "seed", "top_k"}}},
+			SupportedParameters: []string{"temperature", "top_p", "top_k"}})
+	rt := Compile(g, nil)
+	cases := []struct {
+		model, provider  string
+		carried, dropped []string
+	}{
+		// OpenAI-shaped, no list: everything, unknown fields included
+		{"free", "local", []string{"temperature", "seed", "top_k", "user", "anything"}, nil},
+		// OpenAI-shaped, a list: only the list (and user)
+		{"gpt", "openai", []string{"temperature", "max_tokens", "tools", "user", "stream_options"}, []string{"seed", "top_k"}},
+		// Anthropic, no list: what the adapter translates
+		{"mixed", "claude", []string{"temperature", "top_p", "stop", "tools", "user", "max_tokens"}, []string{"seed", "n", "logit_bias", "top_k"}},
+		// Gemini, its own list: the list within what it translates; user it cannot carry
+		{"listed", "gem", []string{"temperature"}, []string{"seed", "top_k", "top_p", "user"}},
+		{"listed", "local", []string{"temperature", "top_p", "top_k", "user"}, []string{"seed"}},
+	}
+	for _, c := range cases {
+		m := rt.models[c.model]
+		for _, f := range c.carried {
+			if !m.carries(c.provider, f) {
+				t.Errorf("%s on %s drops %s", c.model, c.provider, f)
+			}
+		}
+		for _, f := range c.dropped {
+			if m.carries(c.provider, f) {
+				t.Errorf("%s on %s carries %s", c.model, c.provider, f)
+			}
+		}
+	}
+	for id, want := range map[string]string{
+		"free":   "frequency_penalty,logit_bias,logprobs,max_completion_tokens,max_tokens,n,parallel_tool_calls,presence_penalty,reasoning_effort,response_format,seed,stop,temperature,tool_choice,tools,top_logprobs,top_p",
+		"gpt":    "max_tokens,temperature,tools", // the list, on both providers
+		"mixed":  "max_completion_tokens,max_tokens,parallel_tool_calls,stop,temperature,tool_choice,tools,top_p",
+		"listed": "temperature",
+	} {
+		if got := strings.Join(rt.models[id].entry(true).SupportedSamplingParameters, ","); got != want {
+			t.Errorf("catalog %s: supported_sampling_parameters %s, want %s", id, got, want)
+		}
 	}
 }

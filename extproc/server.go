@@ -39,6 +39,8 @@ type Server struct {
 	runtime atomic.Pointer[Runtime]
 	health  atomic.Pointer[map[string]bool]
 	billing *Billing
+	// refusals are providers whose last answer refused the gateway's credential.
+	refusals refusals
 }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go.
@@ -58,7 +60,10 @@ func NewServer(log *slog.Logger, rt *Runtime, b *Billing) *Server {
 }
 
 // Swap installs a new runtime for requests that start from now on.
-func (s *Server) Swap(rt *Runtime) { s.runtime.Store(rt) }
+func (s *Server) Swap(rt *Runtime) {
+	old := s.runtime.Swap(rt)
+	s.refusals.reconfigured(old.providers, rt.providers)
+}
 
 // SetHealth records which providers Envoy currently sees as healthy (by provider name).
 func (s *Server) SetHealth(h map[string]bool) { s.health.Store(&h) }
@@ -70,12 +75,13 @@ func (s *Server) ModelReady(id string) bool {
 	return m != nil && s.modelReady(rt, m)
 }
 
-// modelReady: some provider of m has its credential and is not known to be unhealthy.
+// modelReady: some provider of m has its credential, did not refuse it, and is not known to
+// be unhealthy.
 func (s *Server) modelReady(rt *Runtime, m *model) bool {
 	h := s.health.Load()
 	for _, t := range m.Targets {
 		p := rt.providers[t.Provider]
-		if p == nil || !p.Ready() {
+		if p == nil || !p.Ready() || s.refusals.has(p.Name) {
 			continue
 		}
 		if h == nil {
@@ -102,9 +108,15 @@ type exchange struct {
 	promptEstimate int64  // strict bound of the prompt's tokens, sized the hold
 	body           []byte // the request, kept (when small) to count its prompt if a bill is estimated
 	meter          meter
+	answer         *answer // rewrites a successful answer for the client
 	streaming      bool
 	responded      bool   // response headers arrived: the provider answered
 	provider       string // the provider that answered (from the upstream ext_proc)
+
+	// deferred is a refusal that cannot be answered where it was found: a client's invalid
+	// x-request-id is replaced first, so that the refusal carries the replacement (Envoy copies
+	// the request's x-request-id into every response), and refused at the next message.
+	deferred *APIError
 }
 
 // served records which attempt answered ("<provider>/<catalog model>"); the model's prices bill it.
@@ -168,20 +180,39 @@ func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle func(*extpro
 }
 
 func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	var method, path, auth string
+	var method, path, auth, contentType, contentLength string
+	// A client must not choose the cluster, claim who answered, or steer Envoy (retries,
+	// timeouts): internal headers it sent are removed before anything reads them.
+	strip := []string{ir.ClusterHeader, ir.ModelHeader, ir.ServedHeader}
 	for _, hv := range h.GetHeaders().GetHeaders() {
-		switch hv.Key {
-		case ":method":
+		switch k := hv.Key; {
+		case k == ":method":
 			method = headerValue(hv)
-		case ":path":
+		case k == ":path":
 			path = headerValue(hv)
-		case "authorization":
+		case k == "authorization":
 			auth = headerValue(hv)
-		case "x-request-id":
+		case k == "content-type":
+			contentType = headerValue(hv)
+		case k == "content-length":
+			contentLength = headerValue(hv)
+		case k == "x-request-id":
 			x.requestID = headerValue(hv)
+		case clientInternalHeader(k):
+			strip = append(strip, k)
 		}
 	}
-	if e := headersTooLarge(h); e != nil {
+	// An invalid request id cannot be answered now (Envoy would echo it): it is replaced and the
+	// refusal, or a header-limit one, answered at the next message.
+	badID := checkRequestID(x.requestID)
+	e := headersTooLarge(h)
+	if e == nil {
+		e = badID
+	}
+	if badID != nil {
+		return x.deferRefusal(e, strip)
+	}
+	if e != nil {
 		return x.fail(e)
 	}
 	if i := strings.IndexByte(path, '?'); i >= 0 {
@@ -189,7 +220,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	}
 	if path == modelsPath || strings.HasPrefix(path, modelsPath+"/") {
 		if method != http.MethodGet {
-			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", method, path))
+			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", method, clip(path)))
 		}
 		// No key is needed to read the catalog; a key that is sent must be valid.
 		if auth != "" {
@@ -205,7 +236,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	}
 	if path != chatPath {
 		return x.fail(apiErr(http.StatusNotFound, "not_found",
-			"no endpoint %s %s; Tollway serves POST %s and GET %s", method, path, chatPath, modelsPath))
+			"no endpoint %s %s; Tollway serves POST %s and GET %s", method, clip(path), chatPath, modelsPath))
 	}
 	if method != http.MethodPost {
 		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed",
@@ -214,15 +245,45 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	if e := x.authenticate(auth); e != nil {
 		return x.fail(e)
 	}
+	if e := checkContentType(contentType); e != nil {
+		return x.fail(e)
+	}
+	// Refused before a byte of the body is buffered when the client declares its size.
+	if n, err := strconv.ParseInt(contentLength, 10, 64); err == nil && n > ir.MaxBodyBytes {
+		return x.fail(errTooLarge)
+	}
 	if h.GetEndOfStream() {
 		return x.fail(errNoBody)
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-			// A client must not choose the cluster or claim who answered.
-			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ClusterHeader, ir.ModelHeader, ir.ServedHeader}},
+			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: strip},
 		}},
 	}, ModeOverride: chatMode}
+}
+
+// deferRefusal replaces the client's request id and lets the request go on unrouted and
+// unbuffered (request body mode NONE): the refusal is answered at the next message, the
+// request body's or, for a request without one, the unrouted reply's headers.
+func (x *exchange) deferRefusal(e *APIError, strip []string) *extprocv3.ProcessingResponse {
+	x.requestID = newRequestID()
+	x.deferred = e
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{
+				SetHeaders:    []*corev3.HeaderValueOption{setHeader("x-request-id", x.requestID)},
+				RemoveHeaders: strip,
+			},
+		}}},
+		ModeOverride: unrouted(),
+	}
+}
+
+// unrouted is chatMode without the request body: the request goes on only to be refused.
+func unrouted() *extprocv3filter.ProcessingMode {
+	m := withResponseBody(extprocv3filter.ProcessingMode_NONE)
+	m.RequestBodyMode = extprocv3filter.ProcessingMode_NONE
+	return m
 }
 
 // authenticate checks a Bearer ale- key against the hashed keys of the runtime.
@@ -245,6 +306,12 @@ func (x *exchange) authenticate(auth string) *APIError {
 }
 
 func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if x.deferred != nil {
+		return x.fail(x.deferred)
+	}
+	if len(b.GetBody()) > ir.MaxBodyBytes {
+		return x.fail(errTooLarge) // sent without a content-length (chunked)
+	}
 	plan, e := x.rt.planChat(b.GetBody())
 	if e != nil {
 		return x.fail(e)
@@ -276,6 +343,9 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 }
 
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	if x.deferred != nil {
+		return x.fail(x.deferred) // the unrouted reply to a request refused at its headers
+	}
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		if hv.Key == ":status" {
 			x.status, _ = strconv.Atoi(headerValue(hv))
@@ -297,6 +367,9 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 				setHeader(ir.ProviderHeader, x.provider),
 				setHeader(ir.ModelHeader, x.plan.model.ID),
 			}
+			if up := x.plan.model.upstreamName(x.provider); up != "" {
+				mut.SetHeaders = append(mut.SetHeaders, setHeader(UpstreamModelHeader, up))
+			}
 			if removed := x.plan.removedFor(x.plan.model, x.provider); len(removed) > 0 {
 				mut.SetHeaders = append(mut.SetHeaders, setHeader("x-tollway-removed-params", strings.Join(removed, ",")))
 			}
@@ -307,21 +380,32 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: common},
 	}}
 	// Error bodies are read so they can be put in the spec's shape, and nothing is billed for
-	// them. Answers are read to meter them: SSE chunk by chunk as they come (never held back
-	// whole), plain JSON buffered. Without billing, answers pass untouched.
+	// them. Answers are read to name the catalog model in them and, with billing, to meter
+	// them: SSE chunk by chunk as they come (never held back whole), plain JSON buffered.
 	switch {
 	case x.status >= 400:
 		x.release()
 		resp.ModeOverride = withResponseBody(extprocv3filter.ProcessingMode_BUFFERED)
-	case x.hold == nil:
-	case isEventStream(h):
-		x.streaming = true
-		resp.ModeOverride = withResponseBody(extprocv3filter.ProcessingMode_STREAMED)
+	case x.plan == nil:
 	default:
-		resp.ModeOverride = withResponseBody(extprocv3filter.ProcessingMode_BUFFERED)
+		var m *meter
+		if x.hold != nil {
+			m = &x.meter
+		}
+		x.streaming = isEventStream(h)
+		x.answer = newAnswer(x.plan.model.ID, m, x.plan.stream && !x.plan.clientUsage)
+		mode := extprocv3filter.ProcessingMode_BUFFERED
+		if x.streaming {
+			mode = extprocv3filter.ProcessingMode_STREAMED
+		}
+		resp.ModeOverride = withResponseBody(mode)
 	}
 	return resp
 }
+
+// UpstreamModelHeader names, on an answer, the provider's own name of the model that answered
+// (the body's model field names the catalog model).
+const UpstreamModelHeader = "x-tollway-upstream-model"
 
 func isEventStream(h *extprocv3.HttpHeaders) bool {
 	for _, hv := range h.GetHeaders().GetHeaders() {
@@ -334,21 +418,59 @@ func isEventStream(h *extprocv3.HttpHeaders) bool {
 
 func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	if x.status < 400 {
-		return x.meterBody(b)
+		return x.answerBody(b)
 	}
 	name := "the provider"
 	if x.provider != "" {
 		name = x.provider
 	}
-	body := upstreamError(x.status, name, b.GetBody()).Body(x.requestID)
+	e := upstreamError(x.status, name, b.GetBody())
+	set := []*corev3.HeaderValueOption{}
+	if x.status == http.StatusUnauthorized && x.plan != nil {
+		// Clients' keys never reach providers: a provider's 401 refuses the gateway's own
+		// credential. Passing it on as a 401 would tell the client to change a valid key. (The
+		// attempt filter, which sees every attempt's answer, records the refusal.)
+		e = apiErr(http.StatusBadGateway, "upstream_auth_failed",
+			"provider %s refused the gateway's credential for it; the operator must fix its api_key (the request was not served, and your API key is fine)", name)
+		set = append(set, setHeader(":status", strconv.Itoa(e.Status)))
+	}
+	body := e.Body(x.requestID)
+	set = append(set, setHeader("content-type", "application/json"), setHeader("content-length", strconv.Itoa(len(body))))
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				setHeader("content-type", "application/json"),
-				setHeader("content-length", strconv.Itoa(len(body))),
-			}},
-			BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
+			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
 		}},
+	}}
+}
+
+// answerBody passes a successful answer on, rewritten for the client (see answer): streamed
+// chunks as they come, a buffered answer whole; and settles the bill at its end.
+func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	common := &extprocv3.CommonResponse{}
+	if x.answer != nil {
+		var out []byte
+		var changed bool
+		if x.streaming {
+			out, changed = x.answer.chunk(b.GetBody(), b.GetEndOfStream())
+		} else if out, changed = x.answer.body(b.GetBody()); changed {
+			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+				setHeader("content-length", strconv.Itoa(len(out))),
+			}}
+		}
+		switch {
+		case !changed:
+		case len(out) == 0:
+			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+		default:
+			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
+		}
+	}
+	if b.GetEndOfStream() {
+		x.settle()
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: common},
 	}}
 }
 

@@ -212,77 +212,6 @@ func (s *stream) close() {
 	}
 }
 
-// hdr builds a header; raw puts the value in RawValue as Envoy does.
-func hdr(k, v string, raw bool) *corev3.HeaderValue {
-	if raw {
-		return &corev3.HeaderValue{Key: k, RawValue: []byte(v)}
-	}
-	return &corev3.HeaderValue{Key: k, Value: v}
-}
-
-func requestHeaders(eos bool, hs ...*corev3.HeaderValue) *extprocv3.ProcessingRequest {
-	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
-		RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: hs}, EndOfStream: eos},
-	}}
-}
-
-func chatHeaders(auth, requestID string, raw bool) *extprocv3.ProcessingRequest {
-	return requestHeaders(false,
-		hdr(":method", "POST", raw),
-		hdr(":path", "/v1/chat/completions", raw),
-		hdr(":authority", "127.0.0.1:8080", raw),
-		hdr("content-type", "application/json", raw),
-		hdr("authorization", auth, raw),
-		hdr("x-request-id", requestID, raw),
-	)
-}
-
-func requestBody(body string) *extprocv3.ProcessingRequest {
-	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-		RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true},
-	}}
-}
-
-func responseHeaders(status string, raw bool) *extprocv3.ProcessingRequest {
-	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-			hdr(":status", status, raw), hdr("content-type", "application/json", raw),
-		}}},
-	}}
-}
-
-func responseBody(body string) *extprocv3.ProcessingRequest {
-	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
-		ResponseBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true},
-	}}
-}
-
-// setHeaders flattens a mutation's set headers, checking each overwrites.
-func setHeaders(t *testing.T, m *extprocv3.HeaderMutation) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for _, o := range m.GetSetHeaders() {
-		if o.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
-			t.Errorf("header %s set with append action %v, want OVERWRITE_IF_EXISTS_OR_ADD", o.GetHeader().GetKey(), o.GetAppendAction())
-		}
-		k := o.GetHeader().GetKey()
-		if _, dup := out[k]; dup {
-			t.Errorf("header %s set twice", k)
-		}
-		out[k] = headerValue(o.GetHeader())
-	}
-	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
 // TestProcessChatFlow plays both filters Envoy runs: the router-level ext_proc picks the chain
 // and leaves the body alone; the upstream ext_proc of an attempt rewrites it for the endpoint's
 // provider and reports which attempt answered; the router-level one shapes errors.
@@ -335,13 +264,24 @@ func TestProcessChatFlow(t *testing.T) {
 			requestID := "req-" + strings.ReplaceAll(tt.name, " ", "-")
 			run := func(status string) (*extprocv3.ProcessingResponse, *stream) {
 				s := e.open()
-				resp := s.roundTrip(chatHeaders("Bearer "+validSecret, requestID, tt.raw))
+				h := chatHeaders("Bearer "+validSecret, requestID, tt.raw)
+				hs := h.GetRequestHeaders().GetHeaders()
+				for _, k := range []string{"x-tollway-phase", "x-tollway-provider", "x-envoy-original-path", "x-envoy-max-retries", "x-envoy-upstream-rq-timeout-ms", "x-envoy-internal"} {
+					hs.Headers = append(hs.Headers, hdr(k, "1", tt.raw))
+				}
+				resp := s.roundTrip(h)
 				rh := resp.GetRequestHeaders()
 				if rh == nil {
 					t.Fatalf("request headers answered with %T, want RequestHeaders: %v", resp.Response, resp)
 				}
-				if rm := rh.GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, ir.ClusterHeader) || !contains(rm, ir.ModelHeader) {
-					t.Errorf("request headers remove %v; the client's routing headers must be removed", rm)
+				rm := rh.GetResponse().GetHeaderMutation().GetRemoveHeaders()
+				for _, k := range []string{ir.ClusterHeader, ir.ModelHeader, "x-tollway-phase", "x-tollway-provider", "x-envoy-original-path", "x-envoy-max-retries", "x-envoy-upstream-rq-timeout-ms"} {
+					if !contains(rm, k) {
+						t.Errorf("request headers remove %v; the client's %s must be removed", rm, k)
+					}
+				}
+				if contains(rm, "x-envoy-internal") {
+					t.Error("x-envoy-internal is Envoy's own edge decision, not removed here")
 				}
 
 				resp = s.roundTrip(requestBody(tt.body))
@@ -362,12 +302,18 @@ func TestProcessChatFlow(t *testing.T) {
 
 				// The attempt, on the endpoint Envoy picked.
 				a := e.openAttempt(tt.provider, strings.TrimPrefix(tt.cluster, "chain.model."))
-				resp = a.roundTrip(chatHeaders("Bearer "+validSecret, requestID, tt.raw))
+				h = chatHeaders("Bearer "+validSecret, requestID, tt.raw)
+				hs = h.GetRequestHeaders().GetHeaders()
+				hs.Headers = append(hs.Headers, hdr("x-envoy-expected-rq-timeout-ms", "60000", tt.raw), hdr("x-envoy-internal", "true", tt.raw), hdr(ir.ModelHeader, "gpt", tt.raw))
+				resp = a.roundTrip(h)
 				if resp.GetRequestHeaders() == nil {
 					t.Fatalf("attempt headers answered with %v", resp)
 				}
-				if m := resp.GetModeOverride(); m.GetResponseHeaderMode() != extprocv3filter.ProcessingMode_SKIP || m.GetRequestBodyMode() != extprocv3filter.ProcessingMode_BUFFERED {
-					t.Errorf("an OpenAI attempt must skip response headers and keep the buffered body: %v", m)
+				if m := resp.GetModeOverride(); m != nil {
+					t.Errorf("an OpenAI attempt keeps the filter's modes (response headers read for their status): %v", m)
+				}
+				if rm := resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, "x-envoy-expected-rq-timeout-ms") || !contains(rm, "x-envoy-internal") || !contains(rm, ir.ModelHeader) {
+					t.Errorf("attempt removes %v; no x-envoy-* or x-tollway-* header may reach a provider", rm)
 				}
 				resp = a.roundTrip(requestBody(tt.body))
 				ab := resp.GetRequestBody().GetResponse()
@@ -417,13 +363,26 @@ func TestProcessChatFlow(t *testing.T) {
 				if got := rset["x-tollway-removed-params"]; got != tt.removed {
 					t.Errorf("x-tollway-removed-params = %q, want %q", got, tt.removed)
 				}
+				if got := rset[UpstreamModelHeader]; got != tt.model {
+					t.Errorf("%s = %q, want the provider's model name %q", UpstreamModelHeader, got, tt.model)
+				}
 				return resp, s
 			}
 
-			t.Run("success passes through", func(t *testing.T) {
+			t.Run("success names the catalog model", func(t *testing.T) {
 				resp, s := run("200")
-				if resp.GetModeOverride() != nil {
-					t.Errorf("200 response got mode override %v; without billing, successful bodies must stream through", resp.GetModeOverride())
+				if got := resp.GetModeOverride().GetResponseBodyMode(); got != extprocv3filter.ProcessingMode_BUFFERED {
+					t.Fatalf("200 JSON response body mode = %v, want BUFFERED (billing off too: the model field is rewritten)", got)
+				}
+				resp = s.roundTrip(responseBody(`{"id":"c1","object":"chat.completion","model":"` + tt.model + `","choices":[]}`))
+				rb := resp.GetResponseBody().GetResponse()
+				body := rb.GetBodyMutation().GetBody()
+				catalogID := strings.TrimPrefix(tt.cluster, "chain.model.")
+				if want := `{"id":"c1","object":"chat.completion","model":"` + catalogID + `","choices":[]}`; string(body) != want {
+					t.Errorf("answer %s, want %s", body, want)
+				}
+				if set := setHeaders(t, rb.GetHeaderMutation()); set["content-length"] != strconv.Itoa(len(body)) {
+					t.Errorf("content-length %q for %d bytes", set["content-length"], len(body))
 				}
 				s.close()
 			})

@@ -2,12 +2,13 @@ package billing
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
@@ -109,16 +110,18 @@ const (
 	tokensPerImage = 85
 )
 
+// The request shapes below are read with encoding/json/v2 (its mirror module): one pass that
+// skips what it does not need, such as a multi-MB image data URL, without copying it.
 type chatPrompt struct {
-	Messages  []chatMessage     `json:"messages"`
-	Tools     []json.RawMessage `json:"tools"`
-	Functions []json.RawMessage `json:"functions"` // legacy form of tools
+	Messages  []chatMessage    `json:"messages"`
+	Tools     []jsontext.Value `json:"tools"`
+	Functions []jsontext.Value `json:"functions"` // legacy form of tools
 }
 
 type chatMessage struct {
-	Role      string          `json:"role"`
-	Name      string          `json:"name"`
-	Content   json.RawMessage `json:"content"`
+	Role      string  `json:"role"`
+	Name      string  `json:"name"`
+	Content   content `json:"content"`
 	ToolCalls []struct {
 		Function functionCall `json:"function"`
 	} `json:"tool_calls"`
@@ -128,6 +131,22 @@ type chatMessage struct {
 type functionCall struct {
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
+}
+
+// content is a message's content: a string (one text part), an array of parts, or null.
+type content []contentPart
+
+func (c *content) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	switch dec.PeekKind() {
+	case 'n':
+		_, err := dec.ReadToken()
+		return err
+	case '"':
+		tok, err := dec.ReadToken()
+		*c = content{{Type: "text", Text: tok.String()}}
+		return err
+	}
+	return json.UnmarshalDecode(dec, (*[]contentPart)(c))
 }
 
 // contentPart leaves image_url out on purpose: the decoder then skips a multi-MB data URL instead
@@ -158,22 +177,52 @@ func PromptBound(body []byte) (int, error) {
 // maxTokensPerImage is the most tokens a provider bills for one image input.
 const maxTokensPerImage = 1600
 
+// PromptBounder adds up PromptBound's bound from the parts of a request, for a caller that reads
+// the request itself (the gateway's validator, so the body is read once). Lengths may be those
+// of the JSON encoding: an encoded string is never shorter than its text, so the sum is still a
+// bound, exact for text without escapes.
+type PromptBounder struct{ n int }
+
+// NewPromptBounder starts a bound with the reply's priming.
+func NewPromptBounder() *PromptBounder { return &PromptBounder{n: tokensReply} }
+
+// Message counts a message's framing and its role of roleLen bytes.
+func (b *PromptBounder) Message(roleLen int) { b.n += tokensPerMessage + roleLen }
+
+// Name counts a message's name of n bytes.
+func (b *PromptBounder) Name(n int) { b.n += tokensPerName + n }
+
+// Text counts n bytes of text: content, refusals, tool call names and arguments, tool
+// definitions.
+func (b *PromptBounder) Text(n int) { b.n += n }
+
+// Image counts one image.
+func (b *PromptBounder) Image() { b.n += maxTokensPerImage }
+
+// Tokens is the bound.
+func (b *PromptBounder) Tokens() int { return b.n }
+
 func countChat(body []byte, count func(string) int, perImage int) (int, error) {
 	var req chatPrompt
 	if err := json.Unmarshal(body, &req); err != nil {
 		return 0, fmt.Errorf("counting prompt tokens: %w", err)
 	}
 	n := tokensReply
-	for i, m := range req.Messages {
+	for _, m := range req.Messages {
 		n += tokensPerMessage + count(m.Role)
 		if m.Name != "" {
 			n += tokensPerName + count(m.Name)
 		}
-		c, err := countContent(m.Content, count, perImage)
-		if err != nil {
-			return 0, fmt.Errorf("counting prompt tokens: messages[%d].content: %w", i, err)
+		for _, p := range m.Content {
+			switch p.Type {
+			case "text":
+				n += count(p.Text)
+			case "refusal":
+				n += count(p.Refusal)
+			case "image_url":
+				n += perImage
+			}
 		}
-		n += c
 		for _, tc := range m.ToolCalls {
 			n += count(tc.Function.Name) + count(tc.Function.Arguments)
 		}
@@ -184,40 +233,12 @@ func countChat(body []byte, count func(string) int, perImage int) (int, error) {
 	var buf bytes.Buffer
 	for _, def := range append(req.Tools, req.Functions...) {
 		buf.Reset()
-		if err := json.Compact(&buf, def); err != nil {
+		buf.Write(def)
+		v := jsontext.Value(buf.Bytes())
+		if err := v.Compact(); err != nil {
 			return 0, fmt.Errorf("counting prompt tokens: tools: %w", err)
 		}
-		n += count(buf.String())
-	}
-	return n, nil
-}
-
-func countContent(raw json.RawMessage, count func(string) int, perImage int) (int, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return 0, nil
-	}
-	if raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return 0, err
-		}
-		return count(s), nil
-	}
-	var parts []contentPart
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, p := range parts {
-		switch p.Type {
-		case "text":
-			n += count(p.Text)
-		case "refusal":
-			n += count(p.Refusal)
-		case "image_url":
-			n += perImage
-		}
+		n += count(string(v))
 	}
 	return n, nil
 }

@@ -31,6 +31,11 @@ type anthropic struct{}
 
 func init() { register(ir.ProviderTypeAnthropic, anthropic{}) }
 
+// Parameters are the fields the mapping above translates.
+func (anthropic) Parameters() Parameters {
+	return Parameters{Known: []string{"max_completion_tokens", "max_tokens", "parallel_tool_calls", "stop", "temperature", "tool_choice", "tools", "top_p", "user"}}
+}
+
 const (
 	anthropicVersion = "2023-06-01"
 	// anthropicDefaultMaxTokens applies when the client set no cap: Anthropic requires one, and

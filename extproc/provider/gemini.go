@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"path"
 	"strconv"
@@ -39,6 +40,11 @@ import (
 type gemini struct{}
 
 func init() { register(ir.ProviderTypeGemini, gemini{}) }
+
+// Parameters are the fields the mapping above translates.
+func (gemini) Parameters() Parameters {
+	return Parameters{Known: []string{"max_completion_tokens", "max_tokens", "stop", "temperature", "tool_choice", "tools", "top_p"}}
+}
 
 type gemRequest struct {
 	Contents          []gemContent   `json:"contents"`
@@ -515,3 +521,17 @@ func (r *geminiResponse) event(data []byte) error {
 	}
 	return nil
 }
+
+// RefusesCredential: Gemini answers a bad API key with 400 INVALID_ARGUMENT (reason
+// API_KEY_INVALID) and a missing one with 403 PERMISSION_DENIED.
+func (r *geminiResponse) RefusesCredential(status int, body []byte) bool {
+	switch status {
+	case http.StatusBadRequest:
+		return bytes.Contains(body, []byte("API_KEY_INVALID")) || bytes.Contains(body, []byte("API key not valid"))
+	case http.StatusForbidden:
+		return bytes.Contains(body, []byte("unregistered callers"))
+	}
+	return false
+}
+
+var _ CredentialRefusal = (*geminiResponse)(nil)

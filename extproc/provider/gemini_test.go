@@ -182,3 +182,21 @@ func TestGeminiAgainstFake(t *testing.T) {
 		}
 	}
 }
+
+func TestGeminiRefusesCredential(t *testing.T) {
+	r := newGeminiResponse("m")
+	for _, c := range []struct {
+		status int
+		body   string
+		want   bool
+	}{
+		{400, `{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"reason":"API_KEY_INVALID"}]}}`, true},
+		{403, `{"error":{"code":403,"message":"Method doesn't allow unregistered callers (callers without established identity).","status":"PERMISSION_DENIED"}}`, true},
+		{400, `{"error":{"code":400,"message":"Invalid JSON payload received.","status":"INVALID_ARGUMENT"}}`, false},
+		{429, `{"error":{"code":429,"message":"API key not valid"}}`, false},
+	} {
+		if got := r.RefusesCredential(c.status, []byte(c.body)); got != c.want {
+			t.Errorf("%d %s: %v", c.status, c.body, got)
+		}
+	}
+}

@@ -17,6 +17,9 @@ func init() {
 	register(ir.ProviderTypeDemo, openAI{})
 }
 
+// Parameters: the request goes on as the client sent it, fields unknown to OpenAI included.
+func (openAI) Parameters() Parameters { return Parameters{Known: openAIParameters, PassUnknown: true} }
+
 func (openAI) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
 	m, err := json.Marshal(model)
 	if err != nil {

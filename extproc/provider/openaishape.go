@@ -1,7 +1,7 @@
 package provider
 
 // What the adapters share: reading the client's OpenAI request, writing OpenAI answers and
-// stream chunks, and reassembling SSE events split across body chunks.
+// stream chunks, and reading providers' event streams (framed by extproc/sse).
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tollway/tollway/extproc/sse"
 )
 
 // ErrBadRequest marks a request an adapter cannot translate because of what the client sent (a
@@ -468,78 +470,28 @@ func (w *chunkWriter) take() []byte {
 	return out
 }
 
-// sseReader splits a byte stream into server-sent events, holding an incomplete tail between
-// calls.
-type sseReader struct {
-	buf     []byte
-	scanned int // bytes of buf already searched for an event end, so tiny pieces stay linear
-}
+// sseReader reads a provider's event stream with the gateway's one SSE framer.
+type sseReader struct{ f sse.Framer }
 
-// feed adds b and calls fn with the data of each complete event (its data lines joined with
-// "\n"; events without data are skipped). With end, a last event lacking its blank line counts.
+// feed adds b and calls fn with the data of each complete event (events without data are
+// skipped). With end, a last event lacking its blank line is used if its data is whole JSON; a
+// cut one is dropped.
 func (r *sseReader) feed(b []byte, end bool, fn func(data []byte) error) error {
-	r.buf = append(r.buf, b...)
-	start := 0
-	var err error
-	for err == nil {
-		n := sseEventEnd(r.buf[start:], max(0, r.scanned-start-2))
-		if n < 0 {
-			break
+	return r.f.Feed(b, end, func(ev []byte) error {
+		data := sse.Data(ev)
+		if len(bytes.TrimSpace(data)) == 0 {
+			return nil
 		}
-		err = sseData(r.buf[start:start+n], fn)
-		start += n
-		r.scanned = start
-	}
-	if err == nil && end && start < len(r.buf) {
-		// A last event without its blank line is used if whole; a cut one is dropped.
-		err = sseData(r.buf[start:], func(data []byte) error {
-			if !json.Valid(data) {
-				return nil
-			}
-			return fn(data)
-		})
-		start = len(r.buf)
-	}
-	r.buf = append(r.buf[:0], r.buf[start:]...)
-	r.scanned = len(r.buf)
-	return err
+		if end && !endsEvent(ev) && !json.Valid(data) {
+			return nil
+		}
+		return fn(data)
+	})
 }
 
-// sseEventEnd returns the length of the first event in b through its blank line, or -1;
-// the search starts at from.
-func sseEventEnd(b []byte, from int) int {
-	for i := from; i+1 < len(b); i++ {
-		if b[i] != '\n' {
-			continue
-		}
-		if b[i+1] == '\n' {
-			return i + 2
-		}
-		if b[i+1] == '\r' && i+2 < len(b) && b[i+2] == '\n' {
-			return i + 3
-		}
-	}
-	return -1
-}
-
-func sseData(ev []byte, fn func(data []byte) error) error {
-	var data []byte
-	lines := 0
-	for line := range bytes.SplitSeq(ev, []byte("\n")) {
-		v, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r"), []byte("data:"))
-		if !ok {
-			continue // event:, id:, comments
-		}
-		if lines > 0 {
-			data = append(data, '\n')
-		}
-		lines++
-		data = append(data, bytes.TrimPrefix(v, []byte(" "))...)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil
-	}
-	return fn(data)
+// endsEvent reports whether ev ends with its blank line.
+func endsEvent(ev []byte) bool {
+	return bytes.HasSuffix(ev, []byte("\n\n")) || bytes.HasSuffix(ev, []byte("\r\r")) || bytes.HasSuffix(ev, []byte("\n\r\n")) || bytes.HasSuffix(ev, []byte("\r\n\r"))
 }
 
 // encodeJSON encodes v without Go's HTML escaping, so text reads the same as it was sent.

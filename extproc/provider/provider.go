@@ -6,8 +6,11 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -15,6 +18,33 @@ import (
 // Request is a chat request already parsed into its top-level fields. Values stay raw so that
 // fields the gateway does not touch (messages with large images) are never re-encoded.
 type Request map[string]json.RawMessage
+
+// ParseRequest splits a JSON object into its top-level fields. The values are subslices of
+// body, not copies, and are not decoded: one pass over the body whatever its images weigh.
+func ParseRequest(body []byte) (Request, error) {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(body))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return nil, errors.New("provider: request body is not a JSON object")
+	}
+	req := Request{}
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil, fmt.Errorf("provider: request body: %w", err)
+		}
+		name := tok.String() // before the next read voids the token
+		v, err := dec.ReadValue()
+		if err != nil {
+			return nil, fmt.Errorf("provider: request body: %w", err)
+		}
+		end := int(dec.InputOffset())
+		req[name] = json.RawMessage(body[end-len(v) : end : end])
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, fmt.Errorf("provider: request body: %w", err)
+	}
+	return req, nil
+}
 
 // Encode writes the request back as a JSON object. Values are copied byte for byte: a 30 MiB
 // base64 image is neither rescanned nor re-escaped. Keys are sorted for stable output.
@@ -67,11 +97,38 @@ type ResponseTranslator interface {
 	Chunk(b []byte, end bool) ([]byte, error)
 }
 
+// CredentialRefusal is implemented by translators whose provider refuses a bad credential
+// with a status other than 401 (Gemini answers a bad API key with 400 INVALID_ARGUMENT), so
+// the gateway can treat it as the 401 it means: retried elsewhere, never blamed on the client.
+type CredentialRefusal interface {
+	// RefusesCredential reports whether an error answer refuses the gateway's credential.
+	RefusesCredential(status int, body []byte) bool
+}
+
 // Adapter builds the upstream request for one provider kind.
 type Adapter interface {
 	// Chat rewrites req (already stripped of gateway-only and unsupported fields) for provider p,
 	// whose model name is model.
 	Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
+	// Parameters says which request fields, beyond model, messages, stream and
+	// stream_options (which every adapter carries), reach the provider.
+	Parameters() Parameters
+}
+
+// Parameters are the request fields an adapter carries to its provider.
+type Parameters struct {
+	Known []string // fields the adapter carries (translated, for APIs other than OpenAI's)
+	// PassUnknown: fields outside Known go on as they are (OpenAI-compatible servers take
+	// extensions of their own); otherwise they are dropped.
+	PassUnknown bool
+}
+
+// openAIParameters are the OpenAI chat-completions fields beyond model, messages and streaming
+// that the catalog lists for OpenAI-shaped providers.
+var openAIParameters = []string{
+	"frequency_penalty", "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "n",
+	"parallel_tool_calls", "presence_penalty", "reasoning_effort", "response_format", "seed",
+	"stop", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user",
 }
 
 var adapters = map[string]Adapter{}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/tollway/tollway/test/fakeupstream"
 	"github.com/tollway/tollway/test/harness"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 const providerKey = "sk-fake-provider-secret"
@@ -278,10 +279,21 @@ func TestRequestErrors(t *testing.T) {
 		{`{"model":"gpt-4o-mini","messages":[{"role":"robot","content":"hi"}]}`, 400, "invalid_messages"},
 		{`{"model":"no-such-model","messages":[{"role":"user","content":"hi"}]}`, 400, "model_not_found"},
 		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"route":{"provider":"elsewhere"}}`, 400, "provider_not_available"},
+		// field by field (these four used to be forwarded, or called invalid_messages)
+		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"temperature":"hot"}`, 400, "invalid_request"},
+		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"user":5}`, 400, "invalid_request"},
+		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"tool_choice":"sometimes"}`, 400, "invalid_request"},
+		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"tools":"x"}`, 400, "invalid_request"},
+		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":5}}]}]}`, 400, "invalid_messages"},
+		{`{"model":"gpt-4o-mini","messages":[{"role":"tool","content":"42"}]}`, 400, "invalid_messages"},
+		{`{"model":"gpt-4o-mini","model":"other","messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_json"},
 	}
 	for _, c := range cases {
 		e := wantError(t, g.chat(ctx, key, c.body), c.status, c.code)
 		t.Logf("%s -> %s", c.body, e.Error.Message)
+		if strings.Contains(e.Error.Message, "billing.") || strings.Contains(e.Error.Message, "chatPrompt") || strings.Contains(e.Error.Message, "json:") {
+			t.Errorf("message shows Go internals: %q", e.Error.Message)
+		}
 	}
 	if n := fake.RequestCount(); n != 0 {
 		t.Fatalf("invalid requests reached the provider (%d)", n)
@@ -309,6 +321,12 @@ func TestUpstreamErrorsKeepTheSpecShape(t *testing.T) {
 	e := wantError(t, g.chat(context.Background(), key, body), 429, "rate_limit_exceeded")
 	if !strings.Contains(e.Error.Message, "Rate limit") {
 		t.Errorf("provider message lost: %q", e.Error.Message)
+	}
+	// A provider's 401 refuses the gateway's own credential: not the client's key.
+	fake.FailNext(401, "Incorrect API key provided.")
+	e = wantError(t, g.chat(context.Background(), key, body), 502, "upstream_auth_failed")
+	if !strings.Contains(e.Error.Message, "fake") {
+		t.Errorf("401 message does not name the provider: %q", e.Error.Message)
 	}
 	fake.Script(fakeupstream.Fault{Status: 502, Body: "<html>bad gateway</html>"})
 	e = wantError(t, g.chat(context.Background(), key, body), 502, "upstream_error")
@@ -356,12 +374,15 @@ func TestStreamingIsNotBuffered(t *testing.T) {
 	t.Logf("first chunk %s, whole stream %s (%d events)", first, total, events)
 }
 
-// TestLargeBodyPasses sends a ~30 MiB base64 image through ext_proc's buffered body path.
+// TestLargeBodyPasses sends a base64 image through ext_proc's buffered body path in a body of
+// exactly the limit, 32 MiB (TestMediaTypeAndSizeLimits has the byte more).
 func TestLargeBodyPasses(t *testing.T) {
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
-	img := strings.Repeat("A", 30<<20)
-	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + img + `"}}]}]}`
+	head := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,`
+	tail := `"}}]}]}`
+	img := strings.Repeat("A", ir.MaxBodyBytes-len(head)-len(tail))
+	body := head + img + tail
 	resp := g.chat(context.Background(), key, body)
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()

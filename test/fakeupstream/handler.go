@@ -13,7 +13,9 @@ import (
 
 var discardLogger = log.New(io.Discard, "", 0)
 
-const maxBody = 32 << 20
+// maxBody is above the gateway's 32 MiB limit: the gateway admits up to exactly 32 MiB and its
+// per-attempt rewrite may add a few bytes (the provider's model name, stream options).
+const maxBody = 40 << 20
 
 func (s *Server) handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -40,7 +40,11 @@ func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
 		HttpFilters:                  filters,
 		StreamIdleTimeout:            durationpb.New(streamIdle),
 		AlwaysSetRequestIdInResponse: true,
-		LocalReplyConfig:             localReplies(),
+		// A client's own x-request-id is kept (Envoy would replace it on every external
+		// request), so the client finds its request in usage records and logs; ext_proc refuses
+		// one that is too long or not visible ASCII (400 invalid_request_id).
+		PreserveExternalRequestId: true,
+		LocalReplyConfig:          localReplies(),
 		// The gateway is the edge: the connection's peer is the client, and x-forwarded-for is
 		// believed only for the proxies the operator declared in front of it. Every client is
 		// external (Envoy 1.33+ trusts no address by default), so Envoy strips x-envoy-* headers

@@ -66,6 +66,7 @@ test('plain completion', async () => {
   const choice = resp.choices[0];
   assert.match(choice.message.content, expectedReply(prompt));
   assert.equal(choice.finish_reason, 'stop');
+  assert.equal(resp.model, env('TOLLWAY_MODEL')); // the catalog id, not the provider's name
   const u = resp.usage;
   assert.ok(u.prompt_tokens > 0 && u.completion_tokens > 0, JSON.stringify(u));
   assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens);
@@ -83,6 +84,7 @@ test('stream', async () => {
   let finish = null;
   let usage = null;
   for await (const chunk of stream) {
+    assert.equal(chunk.model, env('TOLLWAY_MODEL'));
     usage = chunk.usage ?? usage;
     for (const choice of chunk.choices) {
       if (choice.delta.content) pieces.push(choice.delta.content);

@@ -79,6 +79,7 @@ def test_plain_completion():
     assert expected_reply(prompt).fullmatch(choice.message.content), choice.message.content
     assert f"/{env('TOLLWAY_UPSTREAM_MODEL')}: " in choice.message.content
     assert choice.finish_reason == "stop"
+    assert resp.model == env("TOLLWAY_MODEL"), resp.model  # the catalog id, not the provider's name
     assert resp.usage is not None
     assert resp.usage.prompt_tokens > 0 and resp.usage.completion_tokens > 0
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
@@ -94,6 +95,7 @@ def test_stream():
     )
     pieces, finish, usage = [], None, None
     for chunk in stream:
+        assert chunk.model == env("TOLLWAY_MODEL"), chunk.model
         if chunk.usage is not None:
             usage = chunk.usage
         for choice in chunk.choices:

@@ -1,0 +1,125 @@
+package extproc
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tollway/tollway/extproc/sse"
+)
+
+// providerStream is an OpenAI stream as a provider sends it: its own model name in every chunk,
+// CRLF line ends in one event, the usage chunk the gateway asked for.
+const providerStream = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"llama3.2:8b\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n" +
+	"data: {\"id\":\"c1\",\"model\":\"llama3.2:8b\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"say \\\"model\\\": x\"}}]}\r\n\r\n" +
+	"data: {\"id\":\"c1\",\"model\":\"llama3.2:8b\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
+	"data: {\"id\":\"c1\",\"model\":\"llama3.2:8b\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\n" +
+	"data: [DONE]\n\n"
+
+// TestAnswerNamesTheCatalogModelInEveryChunk: however the stream is cut, each event goes out
+// whole with the catalog id in its model field, content untouched, and nothing is held back
+// past the end of an event.
+func TestAnswerNamesTheCatalogModelInEveryChunk(t *testing.T) {
+	want := strings.ReplaceAll(providerStream, `"model":"llama3.2:8b"`, `"model":"gpt"`)
+	for _, n := range []int{1, 2, 3, 7, 50, len(providerStream)} {
+		for _, billing := range []bool{false, true} {
+			var m *meter
+			if billing {
+				m = &meter{}
+			}
+			a := newAnswer("gpt", m, false)
+			var out strings.Builder
+			for i := 0; i < len(providerStream); i += n {
+				end := min(i+n, len(providerStream))
+				b, _ := a.chunk([]byte(providerStream[i:end]), end == len(providerStream))
+				out.Write(b)
+				// Every event whose end has arrived has gone out.
+				var f sse.Framer
+				whole := 0
+				_ = f.Feed([]byte(providerStream[:end]), false, func([]byte) error { whole++; return nil })
+				if got := strings.Count(out.String(), "data: "); got < whole {
+					t.Fatalf("pieces of %d: %d whole events sent, %d went out", n, whole, got)
+				}
+			}
+			if out.String() != want {
+				t.Fatalf("pieces of %d, billing %v:\n got %q\nwant %q", n, billing, out.String(), want)
+			}
+			if billing {
+				if u, est := m.result(func() int64 { return 0 }); est || u.CompletionTokens != 2 {
+					t.Fatalf("usage %+v est=%v", u, est)
+				}
+			}
+		}
+	}
+}
+
+// TestAnswerDropsUsageWithoutBilling: the usage chunk the gateway asked for is removed for a
+// client that did not ask, also when nothing is billed.
+func TestAnswerDropsUsageWithoutBilling(t *testing.T) {
+	a := newAnswer("gpt", nil, true)
+	out, changed := a.chunk([]byte(providerStream), true)
+	if !changed || strings.Contains(string(out), "usage") || !strings.HasSuffix(string(out), "data: [DONE]\n\n") {
+		t.Fatalf("out %q", out)
+	}
+}
+
+func TestAnswerBody(t *testing.T) {
+	m := &meter{}
+	a := newAnswer("route-model", m, false)
+	in := `{"id":"x","object":"chat.completion","model":"claude-3-5-haiku-20241022","choices":[{"message":{"role":"assistant","content":"{\"model\":\"no\"}"}}],"usage":{"prompt_tokens":1,"completion_tokens":4}}`
+	out, changed := a.body([]byte(in))
+	if want := strings.Replace(in, `"claude-3-5-haiku-20241022"`, `"route-model"`, 1); !changed || string(out) != want {
+		t.Fatalf("got %s", out)
+	}
+	if u, _ := m.result(nil); u.CompletionTokens != 4 {
+		t.Fatalf("usage %+v", u)
+	}
+}
+
+func TestReplaceModel(t *testing.T) {
+	q := []byte(`"gpt"`)
+	for in, want := range map[string]string{
+		`{"model":"x","a":1}`:                         `{"model":"gpt","a":1}`,
+		`{"a":{"model":"nested"},"model" : "x" }`:     `{"a":{"model":"nested"},"model" : "gpt" }`,
+		`{"model":"gpt"}`:                             "", // already right: unchanged
+		`{"choices":[{"delta":{"content":"model"}}]}`: "",
+		`{"model":null}`:                              "",
+		`{"model":"x"`:                                `{"model":"gpt"`, // cut after the value: the value is whole
+		`[{"model":"x"}]`:                             "",
+		`{"error":{"message":"m","model":"x"}}`:       "",
+	} {
+		out, changed := replaceModel(newAnswer("gpt", nil, false).decoder([]byte(in)), []byte(in), q)
+		if want == "" {
+			if changed || string(out) != in {
+				t.Errorf("replaceModel(%s) = %s, %v; want unchanged", in, out, changed)
+			}
+			continue
+		}
+		if !changed || string(out) != want {
+			t.Errorf("replaceModel(%s) = %s, want %s", in, out, want)
+		}
+	}
+}
+
+// BenchmarkAnswerStream is the router-level cost of naming the catalog model in a 13-chunk
+// stream, one chunk per ext_proc message, without billing.
+func BenchmarkAnswerStream(b *testing.B) {
+	var chunks [][]byte
+	for i := 0; i < 12; i++ {
+		chunks = append(chunks, []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"fake-llama-3","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}`+"\n\n"))
+	}
+	chunks = append(chunks, []byte("data: [DONE]\n\n"))
+	for b.Loop() {
+		a := newAnswer("gpt-4o-mini", nil, false)
+		for i, c := range chunks {
+			a.chunk(c, i == len(chunks)-1)
+		}
+	}
+}
+
+// BenchmarkAnswerBody is the same for a plain answer.
+func BenchmarkAnswerBody(b *testing.B) {
+	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"fake-llama-3","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from fake/fake-llama-3: Say hello in five words"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21}}`)
+	for b.Loop() {
+		newAnswer("gpt-4o-mini", nil, false).body(body)
+	}
+}

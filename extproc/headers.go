@@ -1,0 +1,103 @@
+package extproc
+
+// What the gateway accepts in a client's request headers: its request id, the body's media
+// type and size, and which headers are the gateway's own and never taken from a client.
+
+import (
+	"crypto/rand"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxRequestIDBytes bounds a client's x-request-id: it becomes part of usage record ids and
+// log lines, so it must be short and printable.
+const MaxRequestIDBytes = 128
+
+var (
+	errTooLarge = apiErr(http.StatusRequestEntityTooLarge, "request_too_large",
+		"request body exceeds the gateway limit of 32 MiB (33,554,432 bytes); send smaller images or use image URLs")
+	errInvalidRequestID = apiErr(http.StatusBadRequest, "invalid_request_id",
+		"x-request-id must be 1 to %d visible ASCII characters (no spaces or control characters); send a shorter id such as a UUID, or none and the gateway assigns one (this answer's x-request-id)",
+		MaxRequestIDBytes)
+)
+
+// checkRequestID accepts the request id Envoy passed on: the client's own or one Envoy made.
+// An empty one means none was sent.
+func checkRequestID(id string) *APIError {
+	if len(id) > MaxRequestIDBytes || !visibleASCII(id) {
+		return errInvalidRequestID
+	}
+	return nil
+}
+
+func visibleASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// newRequestID makes a request id the way Envoy does: a random (version 4) UUID.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// checkContentType accepts a JSON chat body. A request without a content-type is read as JSON:
+// the body is then parsed as JSON like any other and refused as invalid_json if it is not, so
+// nothing is guessed, and clients that never set the header (some HTTP libraries, scripts)
+// keep working.
+func checkContentType(ct string) *APIError {
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && mt == "application/json" {
+		return nil
+	}
+	return apiErr(http.StatusUnsupportedMediaType, "unsupported_media_type",
+		"content-type %s is not supported: send the body as JSON with content-type: application/json", clip(ct))
+}
+
+// clientInternalHeader reports whether a request header is one a client must not set: the
+// gateway's own (x-tollway-*) and Envoy's control headers (x-envoy-*: retries, timeouts, the
+// original path). x-envoy-internal and x-envoy-external-address stay: Envoy sets and sanitises
+// them itself from the connection, before this filter runs, as the edge configuration says.
+func clientInternalHeader(k string) bool {
+	switch {
+	case strings.HasPrefix(k, "x-tollway-"):
+		return true
+	case k == "x-envoy-internal", k == "x-envoy-external-address":
+		return false
+	}
+	return strings.HasPrefix(k, "x-envoy-")
+}
+
+// upstreamInternalHeader reports whether a header must not reach a provider: every x-tollway-*
+// and x-envoy-* header, Envoy's own included (they describe the gateway, not the request).
+func upstreamInternalHeader(k string) bool {
+	return strings.HasPrefix(k, "x-tollway-") || strings.HasPrefix(k, "x-envoy-")
+}
+
+// maxShown bounds a client's value quoted in an error message.
+const maxShown = 64
+
+// clip shortens a client's value for an error message, cutting at a character boundary.
+func clip(s string) string {
+	if len(s) <= maxShown {
+		return s
+	}
+	cut := maxShown
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}

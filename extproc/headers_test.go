@@ -1,0 +1,146 @@
+package extproc
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+func TestCheckRequestID(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"":                          true, // none sent (Envoy makes one)
+		"0b5e8f1c-1e5a-4c5e-9d57-":  true,
+		strings.Repeat("a", 128):    true,
+		strings.Repeat("a", 129):    false,
+		strings.Repeat("a", 40<<10): false,
+		"with space":                false,
+		"tab\there":                 false,
+		"caf\u00e9":                 false,
+		"nul\x00":                   false,
+	} {
+		if got := checkRequestID(id) == nil; got != ok {
+			t.Errorf("checkRequestID(%.20q) ok = %v, want %v", id, got, ok)
+		}
+	}
+}
+
+func TestCheckContentType(t *testing.T) {
+	for ct, ok := range map[string]bool{
+		"": true, "application/json": true, "application/json; charset=utf-8": true, "APPLICATION/JSON": true,
+		"text/plain": false, "application/x-www-form-urlencoded": false, "application/jsonp": false, "json": false,
+	} {
+		e := checkContentType(ct)
+		if (e == nil) != ok || (e != nil && (e.Status != 415 || e.Code != "unsupported_media_type")) {
+			t.Errorf("checkContentType(%q) = %v, want ok=%v", ct, e, ok)
+		}
+	}
+}
+
+func TestInternalHeaders(t *testing.T) {
+	for _, k := range []string{"x-tollway-provider", "x-tollway-phase", "x-envoy-original-path", "x-envoy-max-retries", "x-envoy-upstream-rq-timeout-ms"} {
+		if !clientInternalHeader(k) || !upstreamInternalHeader(k) {
+			t.Errorf("%s must be stripped", k)
+		}
+	}
+	for _, k := range []string{"x-envoy-internal", "x-envoy-external-address"} {
+		if clientInternalHeader(k) || !upstreamInternalHeader(k) {
+			t.Errorf("%s: Envoy's own at the edge, never sent to a provider", k)
+		}
+	}
+	if clientInternalHeader("x-request-id") || upstreamInternalHeader("authorization") {
+		t.Error("ordinary headers stripped")
+	}
+}
+
+// immediateOf returns the immediate response's status, body and x-request-id header.
+func immediateOf(t *testing.T, r *extprocv3.ProcessingResponse) (int, apiErrorBody, string) {
+	t.Helper()
+	im := r.GetImmediateResponse()
+	if im == nil {
+		t.Fatalf("want an immediate response, got %v", r)
+	}
+	var b apiErrorBody
+	if err := json.Unmarshal(im.GetBody(), &b); err != nil {
+		t.Fatalf("body %s: %v", im.GetBody(), err)
+	}
+	rid := ""
+	for _, h := range im.GetHeaders().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "x-request-id" {
+			rid = headerValue(h.GetHeader())
+		}
+	}
+	return int(im.GetStatus().GetCode()), b, rid
+}
+
+type apiErrorBody struct {
+	Error struct {
+		Message   string `json:"message"`
+		Code      string `json:"code"`
+		RequestID string `json:"request_id"`
+	} `json:"error"`
+}
+
+// TestInvalidRequestIDIsRefusedWithAFreshOne: the client's id cannot be echoed (Envoy copies the
+// request's x-request-id into every answer), so it is replaced first and the refusal comes at
+// the next message, carrying the replacement in header and body alike.
+func TestInvalidRequestIDIsRefusedWithAFreshOne(t *testing.T) {
+	s := NewServer(nil, testRuntime(), nil)
+	bad := strings.Repeat("r", 40<<10)
+	for _, next := range []string{"body", "response headers"} {
+		x := &exchange{s: s, rt: s.runtime.Load()}
+		r := x.requestHeaders(chatHeaders("Bearer "+validSecret, bad, true).GetRequestHeaders())
+		rh := r.GetRequestHeaders()
+		if rh == nil {
+			t.Fatalf("invalid id answered at once (%v): the answer would carry it", r)
+		}
+		set := setHeaders(t, rh.GetResponse().GetHeaderMutation())
+		fresh := set["x-request-id"]
+		if len(fresh) != 36 || fresh == bad {
+			t.Fatalf("x-request-id replaced by %q", fresh)
+		}
+		if m := r.GetModeOverride(); m.GetRequestBodyMode() != extprocv3filter.ProcessingMode_NONE {
+			t.Errorf("mode override %v: the body of a refused request must not be buffered", m)
+		}
+		var out *extprocv3.ProcessingResponse
+		if next == "body" {
+			out = x.requestBody(&extprocv3.HttpBody{Body: []byte(shortPrompt), EndOfStream: true})
+		} else {
+			out = x.responseHeaders(responseHeaders("503", true).GetResponseHeaders())
+		}
+		status, body, rid := immediateOf(t, out)
+		if status != 400 || body.Error.Code != "invalid_request_id" || body.Error.RequestID != fresh || rid != fresh {
+			t.Errorf("at %s: %d %+v x-request-id %q, want 400 invalid_request_id with %q", next, status, body, rid, fresh)
+		}
+	}
+}
+
+// TestBodySizeLimit: exactly ir.MaxBodyBytes passes, one byte more is 413, whether declared in
+// content-length (refused before buffering) or found in the buffered body.
+func TestBodySizeLimit(t *testing.T) {
+	s := NewServer(nil, testRuntime(), nil)
+	headers := func(length int) *extprocv3.HttpHeaders {
+		h := chatHeaders("Bearer "+validSecret, "rid", true).GetRequestHeaders()
+		h.Headers.Headers = append(h.Headers.Headers, hdr("content-length", strconv.Itoa(length), true))
+		return h
+	}
+	x := &exchange{s: s, rt: s.runtime.Load()}
+	if r := x.requestHeaders(headers(ir.MaxBodyBytes)); r.GetRequestHeaders() == nil {
+		t.Fatalf("content-length of exactly 32 MiB refused: %v", r)
+	}
+	x = &exchange{s: s, rt: s.runtime.Load()}
+	if status, body, _ := immediateOf(t, x.requestHeaders(headers(ir.MaxBodyBytes+1))); status != 413 || body.Error.Code != "request_too_large" {
+		t.Errorf("declared 32 MiB + 1: %d %+v", status, body)
+	}
+	x = &exchange{s: s, rt: s.runtime.Load()}
+	x.requestHeaders(chatHeaders("Bearer "+validSecret, "rid", true).GetRequestHeaders())
+	big := make([]byte, ir.MaxBodyBytes+1)
+	if status, body, _ := immediateOf(t, x.requestBody(&extprocv3.HttpBody{Body: big, EndOfStream: true})); status != 413 || body.Error.Code != "request_too_large" {
+		t.Errorf("buffered 32 MiB + 1: %d %+v", status, body)
+	}
+}
