@@ -85,7 +85,8 @@ func TestHungExtProcIsGatewayUnavailable(t *testing.T) {
 	start := time.Now()
 	resp := gw.chat(context.Background(), "ale-"+strings.Repeat("k", 43), `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	e := wantError(t, resp, 500, translator.CodeGatewayUnavailable)
-	if d := time.Since(start); d < translator.ExtProcMessageTimeout {
+	// Envoy's timer may fire a few milliseconds short of the configured timeout.
+	if d := time.Since(start); d < translator.ExtProcMessageTimeout-100*time.Millisecond {
 		t.Fatalf("answered after %s, before ext_proc's message timeout: not the hung path", d)
 	}
 	t.Log(e.Error.Message)

@@ -127,9 +127,10 @@ func TestThousandsOfOpenStreams(t *testing.T) {
 	if got < 2*n+1024 {
 		t.Fatalf("Envoy's soft file limit is %d: it cannot hold %d streams", got, n)
 	}
-	if !strings.Contains(g.logs.String(), fmt.Sprintf("envoy_nofile=%d", got)) {
-		t.Errorf("the log does not say Envoy's file limit (%d):\n%s", got, g.logs.String())
-	}
+	// stderr and the ready line on stdout arrive through two pipes: wait for the log line.
+	waitFor(t, fmt.Sprintf("the log to say Envoy's file limit (%d)", got), 5*time.Second, func() bool {
+		return strings.Contains(g.logs.String(), fmt.Sprintf("envoy_nofile=%d", got))
+	})
 	key := g.newKey("acme")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
