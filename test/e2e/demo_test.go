@@ -197,3 +197,12 @@ func TestNoDemoUnlessNamed(t *testing.T) {
 		t.Errorf("chat via play: %d %+v %v (provider %q)", resp.StatusCode, c, err, resp.Header.Get("x-tollway-provider"))
 	}
 }
+
+// TestReadmeTryItIsTested: the README's Try it block is the one TestDemoTryIt runs.
+func TestReadmeTryItIsTested(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	block, err2 := os.ReadFile("testdata/tryit.sh")
+	if err != nil || err2 != nil || !strings.Contains(string(readme), "```sh\n"+string(block)+"```\n") {
+		t.Fatalf("README.md's Try it block differs from test/e2e/testdata/tryit.sh (%v, %v); change both", err, err2)
+	}
+}
