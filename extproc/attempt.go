@@ -64,9 +64,20 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 					HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: strip},
 				}},
 			}}
-			// The filter's own modes apply: response headers are read (every attempt's status
-			// is seen, to notice a provider refusing the gateway's credential); the body only
-			// when the provider speaks another API (see responseHeaders).
+			if a.provider.SpeaksOpenAI() {
+				// An OpenAI-shaped answer needs nothing from this filter: the route tags it with
+				// the endpoint's provider and model, the router-level filter rewrites it, and a
+				// 401 reaches Tollway through the router's refusal log. Skipping the response
+				// headers saves a round trip per request.
+				resp.ModeOverride = &extprocv3filter.ProcessingMode{
+					RequestHeaderMode:   extprocv3filter.ProcessingMode_SEND,
+					RequestBodyMode:     extprocv3filter.ProcessingMode_BUFFERED,
+					RequestTrailerMode:  extprocv3filter.ProcessingMode_SKIP,
+					ResponseHeaderMode:  extprocv3filter.ProcessingMode_SKIP,
+					ResponseBodyMode:    extprocv3filter.ProcessingMode_NONE,
+					ResponseTrailerMode: extprocv3filter.ProcessingMode_SKIP,
+				}
+			}
 			return resp, nil
 		case *extprocv3.ProcessingRequest_RequestBody:
 			resp, err := a.requestBody(r.RequestBody)
@@ -220,7 +231,8 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 			a.status, _ = strconv.Atoi(headerValue(hv))
 		}
 	}
-	// Every attempt's answer passes here, also those Envoy retries elsewhere.
+	// Every attempt on a provider in another API passes here (a plain 401 also reaches the
+	// refusal log; recording it twice only counts it twice).
 	switch {
 	case a.status == http.StatusUnauthorized:
 		a.s.providerRefused(a.provider.Name)

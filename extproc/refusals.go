@@ -6,8 +6,14 @@ package extproc
 // client being told to change a valid key.
 
 import (
+	"errors"
+	"io"
 	"sync"
 	"time"
+
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -92,5 +98,37 @@ func (s *Server) providerRefused(provider string) {
 func (s *Server) providerAnswered(provider string) {
 	if s.refusals.accepted(provider) {
 		s.log.Info("provider accepts the gateway's credential again", "provider", provider)
+	}
+}
+
+// RefusalLog is the access log service Envoy's router sends the attempts a provider answered 401
+// to (xds/translator refusals.go): the way Tollway learns of a refusal Envoy retried elsewhere,
+// without reading every attempt's response.
+type RefusalLog struct {
+	accesslogv3.UnimplementedAccessLogServiceServer
+	s *Server
+}
+
+// RefusalLog returns the access log service that feeds s's provider refusals.
+func (s *Server) RefusalLog() *RefusalLog { return &RefusalLog{s: s} }
+
+// StreamAccessLogs reads one Envoy worker's log stream until Envoy closes it.
+func (l *RefusalLog) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer) error {
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		}
+		if id := msg.GetIdentifier(); id != nil && id.GetLogName() != ir.RefusalLogName {
+			continue // another log: none is configured, but never misread one
+		}
+		for _, e := range msg.GetHttpLogs().GetLogEntry() {
+			if p := e.GetCommonProperties().GetCustomTags()[ir.RefusalProviderTag]; p != "" && p != "-" {
+				l.s.providerRefused(p)
+			}
+		}
 	}
 }

@@ -375,6 +375,16 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 			}
 		}
 		common.HeaderMutation = mut
+		// The answer's provider: a 401 (the chain ended on a refused credential) is recorded at
+		// once; any answer below 400 clears an earlier refusal. A 401 Envoy retried elsewhere
+		// arrives through the refusal log instead (RefusalLog).
+		switch {
+		case x.provider == "":
+		case x.status == http.StatusUnauthorized:
+			x.s.providerRefused(x.provider)
+		case x.status < 400:
+			x.s.providerAnswered(x.provider)
+		}
 	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: common},

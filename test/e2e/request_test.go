@@ -266,6 +266,16 @@ models:
 	if resp.StatusCode != 200 || ready("solo") != true {
 		t.Fatalf("after the provider answered again: status %d, is_ready %v", resp.StatusCode, ready("solo"))
 	}
+
+	// A refusal Envoy retried elsewhere is noticed too (the router's refusal log): the client
+	// was served by the second provider, and the first counts as down.
+	first.FailNext(401, "")
+	resp = g.chat(context.Background(), key, `{"model":"chained","messages":[{"role":"user","content":"hi"}]}`)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("x-tollway-provider") != "second" {
+		t.Fatalf("chain after a 401: status %d from %q", resp.StatusCode, resp.Header.Get("x-tollway-provider"))
+	}
+	waitFor(t, "the retried-away refusal to mark the first provider", 5*time.Second, func() bool { return ready("solo") == false })
 }
 
 // TestGeminiBadKeyIsACredentialRefusal: Gemini answers a bad API key with 400 INVALID_ARGUMENT,

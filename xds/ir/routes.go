@@ -187,4 +187,9 @@ const (
 	// ErrorCodeDetailsPrefix starts the response code details of every reply ext_proc answers
 	// itself, so Envoy's local-reply mappers leave those bodies alone.
 	ErrorCodeDetailsPrefix = "tollway_"
+	// RefusalProviderTag carries, in the access log of an attempt a provider answered 401, the
+	// provider's name (from the endpoint's metadata).
+	RefusalProviderTag = "tollway_provider"
+	// RefusalLogName names the access log stream those attempts arrive on.
+	RefusalLogName = "tollway_refused_credentials"
 )

@@ -8,7 +8,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -83,10 +82,14 @@ func httpFilters() ([]*hcmv3.HttpFilter, error) {
 		name string
 		cfg  proto.Message
 	}
+	rt, err := router()
+	if err != nil {
+		return nil, err
+	}
 	var out []*hcmv3.HttpFilter
 	for _, f := range []named{
 		{"envoy.filters.http.ext_proc", ExtProc()},
-		{wellknown.Router, &routerv3.Router{}},
+		{wellknown.Router, rt},
 	} {
 		a, err := anypb.New(f.cfg)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
@@ -101,6 +102,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	ctrl.Register(serveCtx, xdsGRPC)
 	extGRPC := grpc.NewServer(grpc.MaxRecvMsgSize(maxGRPCMessage), grpc.MaxSendMsgSize(maxGRPCMessage))
 	extprocv3.RegisterExternalProcessorServer(extGRPC, ext)
+	accesslogv3.RegisterAccessLogServiceServer(extGRPC, ext.RefusalLog()) // providers refusing the gateway's credential
 
 	var reloadMu sync.Mutex
 	reload := func() error {
