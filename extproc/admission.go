@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // maxRetainedBody is the largest request body kept for a later prompt count; beyond it an
@@ -48,7 +49,11 @@ func (x *exchange) admit(body []byte) *APIError {
 	// answers may be as long as the cap.
 	worst := decimal.Zero
 	for _, m := range x.plan.models {
-		out := outputCap(m, x.plan.maxTokens, x.promptEstimate) * max(x.plan.answers, 1)
+		asked := x.plan.maxTokens
+		if !m.capCarried() {
+			asked = 0 // some provider would not see the client's cap: it cannot bound the cost
+		}
+		out := outputCap(m, asked, x.promptEstimate) * max(x.plan.answers, 1)
 		if w := m.Pricing.WorstCase(x.promptEstimate, out); w.GreaterThan(worst) {
 			worst = w
 		}
@@ -92,6 +97,7 @@ func (x *exchange) settle() {
 	}
 	b := x.s.billing
 	usage, estimated := x.meter.result(x.promptTokens)
+	usage = storable(usage)
 	cost := x.plan.model.Pricing.Cost(usage)
 	b.Ledger.Settle(x.hold, cost)
 	x.hold = nil
@@ -109,6 +115,16 @@ func (x *exchange) settle() {
 		Estimated:        estimated,
 		Time:             b.Now().UTC(),
 	})
+}
+
+// storable bounds a provider's reported usage to what a usage record holds (0 to
+// store.MaxTokens each, cached within prompt), so the bill and the record agree and the store
+// never refuses a record the ledger was already debited for.
+func storable(u ir.Usage) ir.Usage {
+	clamp := func(n int64) int64 { return min(max(n, 0), store.MaxTokens) }
+	u.PromptTokens, u.CompletionTokens, u.Images = clamp(u.PromptTokens), clamp(u.CompletionTokens), clamp(u.Images)
+	u.CachedTokens = min(clamp(u.CachedTokens), u.PromptTokens)
+	return u
 }
 
 // release drops the hold without billing (the request was refused or the provider failed).

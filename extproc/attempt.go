@@ -49,13 +49,13 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 				s.log.Error("upstream attempt without a target", "error", err)
 				return nil, status.Error(codes.FailedPrecondition, err.Error())
 			}
-			// Tollway's and Envoy's own headers never reach a provider.
+			// Only the headers a provider may see go on (upstreamForwarded).
 			var strip []string
 			for _, hv := range r.RequestHeaders.GetHeaders().GetHeaders() {
 				switch {
 				case hv.Key == "x-request-id":
 					a.requestID = headerValue(hv)
-				case upstreamInternalHeader(hv.Key):
+				case upstreamDropped(hv.Key):
 					strip = append(strip, hv.Key)
 				}
 			}

@@ -194,12 +194,13 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 	for _, f := range gatewayFields {
 		delete(req, f)
 	}
+	asked, _ := maxTokensOf(req) // read before removal: the hold was sized from it
 	removed := m.unsupported(p.Name, slices.Collect(maps.Keys(req)))
 	for _, f := range removed {
 		delete(req, f)
 	}
-	maxTokens, _ := maxTokensOf(req) // a cap the provider will not see does not bound the cost
-	capOutput(req, m, maxTokens, func(f string) bool { return m.carries(p.Name, f) })
+	capOutput(req, m, asked, func(f string) bool { return m.carries(p.Name, f) })
+	removed = slices.DeleteFunc(removed, func(f string) bool { _, kept := req[f]; return kept })
 	var stream *bool
 	if raw, ok := req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream != nil && *stream {
 		// Streams are billed from the provider's final usage chunk, so always ask for it; the
@@ -225,20 +226,43 @@ func sortedKeys(m map[string]string) []string {
 	return out
 }
 
-// capOutput bounds the answer by the model's max_output_length when the client asked for more
-// or set no cap, so the worst case the request was admitted for is the most it can cost.
-func capOutput(req provider.Request, m *model, maxTokens int64, carried func(string) bool) {
-	if m.MaxOutputLength <= 0 || (maxTokens > 0 && maxTokens <= m.MaxOutputLength) {
-		return
+// capOutput writes the answer's bound into the attempt: the client's cap (asked; 0 for none),
+// lowered to the model's max_output_length, under a cap field the provider carries (the
+// client's own field when carried, else the other: o-series models take only
+// max_completion_tokens, many servers only max_tokens). The hold was sized from this bound, so
+// the provider must see it; only when it carries neither field is the hold sized without the
+// client's cap (see capCarried).
+func capOutput(req provider.Request, m *model, asked int64, carried func(string) bool) {
+	bound := asked
+	if m.MaxOutputLength > 0 && (bound <= 0 || bound > m.MaxOutputLength) {
+		bound = m.MaxOutputLength
 	}
-	field := "max_tokens"
+	if bound <= 0 {
+		return // nothing to bound: no client cap, no model cap
+	}
+	fields := []string{"max_tokens", "max_completion_tokens"}
 	if _, ok := req["max_completion_tokens"]; ok {
-		field = "max_completion_tokens"
+		fields[0], fields[1] = fields[1], fields[0]
 	}
-	if !carried(field) {
-		return // the provider would not see it: the estimate stays the bound
+	for _, f := range fields {
+		if carried(f) {
+			delete(req, "max_tokens")
+			delete(req, "max_completion_tokens")
+			req[f] = json.RawMessage(strconv.FormatInt(bound, 10))
+			return
+		}
 	}
-	req[field] = json.RawMessage(strconv.FormatInt(m.MaxOutputLength, 10))
+}
+
+// capCarried reports whether every provider of m carries an output cap field, so the client's
+// cap bounds every attempt (capOutput) and may size the hold.
+func (m *model) capCarried() bool {
+	for _, t := range m.Targets {
+		if !m.carries(t.Provider, "max_tokens") && !m.carries(t.Provider, "max_completion_tokens") {
+			return false
+		}
+	}
+	return true
 }
 
 // maxTokensOf reads the client's output cap; max_completion_tokens wins over the older max_tokens.

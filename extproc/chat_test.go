@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"encoding/json"
+	"strconv"
 
 	"net/http"
 	"reflect"
@@ -236,5 +237,52 @@ func TestPerProviderParameters(t *testing.T) {
 	}
 	if _, ok := decodeObject(t, up.Body)["max_tokens"]; ok {
 		t.Fatal("max_tokens reached a provider that does not accept it")
+	}
+}
+
+// TestAttemptKeepsTheClientsOutputCap: the hold is sized from the client's output cap, so every
+// attempt must carry that cap even when the model's parameter list names only the other cap
+// field (o-series models take only max_completion_tokens; many servers only max_tokens). A cap
+// the provider cannot see would let an answer cost more than its hold.
+func TestAttemptKeepsTheClientsOutputCap(t *testing.T) {
+	g := testGateway()
+	g.Models = append(g.Models,
+		ir.Model{ID: "capped", MaxOutputLength: 16384, SupportedParameters: []string{"max_tokens"},
+			Targets: []ir.Target{{Provider: "local", Model: "llama3.2"}}},
+		ir.Model{ID: "new-cap", SupportedParameters: []string{"max_completion_tokens"},
+			Targets: []ir.Target{{Provider: "local", Model: "o3"}}},
+		ir.Model{ID: "uncapped", MaxOutputLength: 100, SupportedParameters: []string{"temperature"},
+			Targets: []ir.Target{{Provider: "local", Model: "x"}}},
+	)
+	rt := Compile(g, nil)
+	cases := []struct {
+		model, body, field string
+		want               int64
+	}{
+		{"capped", `"max_completion_tokens":1`, "max_tokens", 1},
+		{"capped", `"max_tokens":20000`, "max_tokens", 16384},
+		{"capped", ``, "max_tokens", 16384},
+		{"new-cap", `"max_tokens":7`, "max_completion_tokens", 7},
+	}
+	for _, c := range cases {
+		body := `{"model":"` + c.model + `","messages":[{"role":"user","content":"hi"}]`
+		if c.body != "" {
+			body += "," + c.body
+		}
+		body += "}"
+		up, _, err := rt.attempt([]byte(body), rt.models[c.model], rt.providers["local"])
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		got := decodeObject(t, up.Body)
+		other := map[string]string{"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}[c.field]
+		if n, _ := strconv.ParseInt(string(got[c.field]), 10, 64); n != c.want || got[other] != nil {
+			t.Errorf("%s: upstream %s=%s %s=%s, want %s=%d only", body, c.field, got[c.field], other, got[other], c.field, c.want)
+		}
+	}
+	// A model whose providers carry no cap field at all: the hold cannot rely on the client's
+	// cap, so it uses the model's own bound.
+	if !rt.models["capped"].capCarried() || rt.models["uncapped"].capCarried() {
+		t.Error("capCarried: want true for a model carrying max_tokens, false for one carrying neither cap")
 	}
 }

@@ -81,10 +81,21 @@ func clientInternalHeader(k string) bool {
 	return strings.HasPrefix(k, "x-envoy-")
 }
 
-// upstreamInternalHeader reports whether a header must not reach a provider: every x-tollway-*
-// and x-envoy-* header, Envoy's own included (they describe the gateway, not the request).
-func upstreamInternalHeader(k string) bool {
-	return strings.HasPrefix(k, "x-tollway-") || strings.HasPrefix(k, "x-envoy-")
+// upstreamForwarded is every client header a provider may see; the attempt filter drops all
+// others. An allow-list, because a provider acts on headers of its own: an OpenAI-Organization
+// or OpenAI-Project a client made up turns the gateway's key into a 401 (marking the provider
+// down for every tenant), anthropic-beta changes the API, cookies and the client's
+// authorization are the client's, accept-encoding would let a provider compress the answer the
+// gateway must read, and x-tollway-*/x-envoy-* describe the gateway. The adapter sets the
+// provider's own credential and API headers after this.
+var upstreamForwarded = map[string]bool{
+	"content-type": true, "content-length": true, "accept": true, "user-agent": true,
+	"x-request-id": true, "traceparent": true, "tracestate": true,
+}
+
+// upstreamDropped reports whether a request header must not reach a provider.
+func upstreamDropped(k string) bool {
+	return !strings.HasPrefix(k, ":") && !upstreamForwarded[k]
 }
 
 // maxShown bounds a client's value quoted in an error message.

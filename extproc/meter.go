@@ -111,7 +111,7 @@ func (m *meter) event(data []byte) (usageOnly bool) {
 // usageEvent decodes a stream event that carries usage, or returns nil. Most events are
 // content: they are recognised without being parsed, and kept as bytes for an estimate.
 func usageEvent(data []byte) *completionText {
-	if !bytes.Contains(data, []byte(`"usage":{`)) {
+	if !hasUsageObject(data) {
 		return nil
 	}
 	var c completionText
@@ -119,6 +119,23 @@ func usageEvent(data []byte) *completionText {
 		return nil
 	}
 	return &c
+}
+
+// hasUsageObject reports whether data has a "usage" member whose value is an object, whatever
+// whitespace the provider writes around the colon (Python's json.dumps writes "usage": {).
+func hasUsageObject(data []byte) bool {
+	for rest := data; ; {
+		i := bytes.Index(rest, []byte(`"usage"`))
+		if i < 0 {
+			return false
+		}
+		rest = bytes.TrimLeft(rest[i+len(`"usage"`):], " \t\r\n")
+		if len(rest) > 0 && rest[0] == ':' {
+			if v := bytes.TrimLeft(rest[1:], " \t\r\n"); len(v) > 0 && v[0] == '{' {
+				return true
+			}
+		}
+	}
 }
 
 // isUsageOnly reports whether an event is the usage-only chunk that closes an OpenAI stream.

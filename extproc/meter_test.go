@@ -3,6 +3,9 @@ package extproc
 import (
 	"strings"
 	"testing"
+
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 const sseStream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],\"usage\":null}\n\n" +
@@ -78,5 +81,36 @@ func TestMeterBody(t *testing.T) {
 	m.body([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"hi there"}}]}`))
 	if u, est := m.result(func() int64 { return 5 }); !est || u.PromptTokens != 5 || u.CompletionTokens != 2 {
 		t.Fatalf("no usage: want estimate, got %+v est=%v", u, est)
+	}
+}
+
+// TestUsageWithWhitespace: an OpenAI-compatible server that writes "usage": {...} (Python's
+// json.dumps does) is billed from its usage, and its usage-only chunk is recognised.
+func TestUsageWithWhitespace(t *testing.T) {
+	for _, ev := range []string{
+		`{"id":"x","choices":[],"usage": {"prompt_tokens":3,"completion_tokens":4}}`,
+		`{"id":"x","choices":[],"usage" :` + "\n\t" + `{"prompt_tokens":3,"completion_tokens":4}}`,
+	} {
+		var m meter
+		if !m.event([]byte(ev)) || m.usage == nil || m.usage.CompletionTokens != 4 {
+			t.Errorf("%s: usage-only %v, usage %+v", ev, isUsageOnly([]byte(ev)), m.usage)
+		}
+	}
+	if hasUsageObject([]byte(`{"usage":null}`)) || hasUsageObject([]byte(`{"x":"usage"}`)) {
+		t.Error("a null or absent usage is not a usage object")
+	}
+}
+
+// TestStorableUsage: a provider's usage is bounded to what a usage record holds before it is
+// billed, so the ledger and the store agree (a negative count used to be billed as 0 and then
+// refused by the store, making the request free after a restart).
+func TestStorableUsage(t *testing.T) {
+	got := storable(ir.Usage{PromptTokens: -4, CompletionTokens: 1 << 40, CachedTokens: 9})
+	if got.PromptTokens != 0 || got.CompletionTokens != store.MaxTokens || got.CachedTokens != 0 {
+		t.Errorf("storable = %+v", got)
+	}
+	got = storable(ir.Usage{PromptTokens: 10, CachedTokens: 20, CompletionTokens: 5})
+	if got.PromptTokens != 10 || got.CachedTokens != 10 || got.CompletionTokens != 5 {
+		t.Errorf("storable = %+v", got)
 	}
 }

@@ -4,7 +4,6 @@
 package extproc
 
 import (
-	"crypto/subtle"
 	"errors"
 	"io"
 	"log/slog"
@@ -220,7 +219,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	}
 	if path == modelsPath || strings.HasPrefix(path, modelsPath+"/") {
 		if method != http.MethodGet {
-			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", method, clip(path)))
+			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", clip(method), clip(path)))
 		}
 		// No key is needed to read the catalog; a key that is sent must be valid.
 		if auth != "" {
@@ -236,11 +235,11 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	}
 	if path != chatPath {
 		return x.fail(apiErr(http.StatusNotFound, "not_found",
-			"no endpoint %s %s; Tollway serves POST %s and GET %s", method, clip(path), chatPath, modelsPath))
+			"no endpoint %s %s; Tollway serves POST %s and GET %s", clip(method), clip(path), chatPath, modelsPath))
 	}
 	if method != http.MethodPost {
 		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed",
-			"%s %s is not supported; use POST", method, path))
+			"%s %s is not supported; use POST", clip(method), clip(path)))
 	}
 	if e := x.authenticate(auth); e != nil {
 		return x.fail(e)
@@ -263,8 +262,8 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 }
 
 // deferRefusal replaces the client's request id and lets the request go on unrouted and
-// unbuffered (request body mode NONE): the refusal is answered at the next message, the
-// request body's or, for a request without one, the unrouted reply's headers.
+// unbuffered (request body mode NONE): the refusal is answered at the next message ext_proc
+// sees, the headers of Envoy's unrouted reply, which then carries the fresh id.
 func (x *exchange) deferRefusal(e *APIError, strip []string) *extprocv3.ProcessingResponse {
 	x.requestID = newRequestID()
 	x.deferred = e
@@ -298,7 +297,7 @@ func (x *exchange) authenticate(auth string) *APIError {
 	}
 	h := store.HashKey(secret)
 	k := x.rt.keys[h]
-	if k == nil || subtle.ConstantTimeCompare(k.hash[:], h[:]) != 1 {
+	if k == nil { // looked up by the secret's SHA-256: the secret itself is never compared
 		return errInvalidKey
 	}
 	x.key = k
@@ -307,7 +306,7 @@ func (x *exchange) authenticate(auth string) *APIError {
 
 func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	if x.deferred != nil {
-		return x.fail(x.deferred)
+		return x.fail(x.deferred) // Envoy sends no body after deferRefusal; should one come anyway
 	}
 	if len(b.GetBody()) > ir.MaxBodyBytes {
 		return x.fail(errTooLarge) // sent without a content-length (chunked)

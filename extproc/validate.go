@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -61,6 +62,12 @@ func invalid(path, format string, args ...any) error {
 	return &fieldError{code: code, msg: path + " " + fmt.Sprintf(format, args...)}
 }
 
+// fieldName is what a top-level request field may be called, and maxFields how many there may
+// be (OpenAI's chat API has about 40).
+var fieldName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+const maxFields = 128
+
 // parseChat validates a chat request body and returns what the gateway needs of it.
 func parseChat(body []byte) (*chatRequest, *APIError) {
 	w := &walker{dec: jsontext.NewDecoder(bytes.NewBuffer(body)), bound: billing.NewPromptBounder()}
@@ -79,6 +86,13 @@ func parseChat(body []byte) (*chatRequest, *APIError) {
 	req := &chatRequest{n: 1}
 	var c chatChecks
 	err := w.object("", func(name string) error {
+		// Field names travel in x-tollway-removed-params and to providers: bounded and plain.
+		if !fieldName.MatchString(name) {
+			return &fieldError{"invalid_request", fmt.Sprintf("request field %q is not a parameter name: names are 1-64 letters, digits and _ . -", clip(name))}
+		}
+		if len(req.fields) == maxFields {
+			return &fieldError{"invalid_request", fmt.Sprintf("the request has more than %d fields; send the chat parameters only", maxFields)}
+		}
 		req.fields = append(req.fields, name)
 		return c.field(w, req, name)
 	})

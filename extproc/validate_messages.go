@@ -194,6 +194,7 @@ func (w *walker) part(path string) (string, error) {
 				case "data":
 					n, err := w.present(at + ".data")
 					has["data"] = n > 0
+					w.bound.Text(n) // a bound: every token spans a byte of the base64
 					return err
 				case "format":
 					_, err := w.str(at+".format", maxNameLen)
@@ -208,6 +209,9 @@ func (w *walker) part(path string) (string, error) {
 				case "file_data", "file_id", "filename":
 					n, err := w.present(at + "." + k)
 					has["file"] = has["file"] || (n > 0 && k != "filename")
+					if k == "file_data" {
+						w.bound.Text(n)
+					}
 					return err
 				}
 				return w.skip()

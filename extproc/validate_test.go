@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -18,15 +19,23 @@ func TestValidationRefusesEveryField(t *testing.T) {
 	req := func(extra string) string { return `{"model":"gpt",` + msgs + `,` + extra + `}` }
 	msg := func(m string) string { return `{"model":"gpt","messages":[` + m + `]}` }
 	tools := `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`
+	var many []string
+	for i := 0; i < maxFields; i++ {
+		many = append(many, fmt.Sprintf(`"f%d":1`, i))
+	}
 	cases := []struct {
 		body, code string
 		want       []string // in the message
 	}{
+		{req(strings.Join(many, ",")), "invalid_request", []string{"more than 128 fields"}},
 		// the issue's reproductions
 		{req(`"temperature":"hot"`), "invalid_request", []string{"temperature", "a number from 0 to 2", "not a string"}},
 		{req(`"user":5`), "invalid_request", []string{"user must be a string"}},
 		{req(`"tool_choice":"sometimes"`), "invalid_request", []string{"tool_choice", `"auto"`}},
 		{req(`"tools":"x"`), "invalid_request", []string{"tools must be an array"}},
+		// field names travel in x-tollway-removed-params: a CRLF or 100 KB name must not
+		{req(`"bad\r\nname":1`), "invalid_request", []string{"is not a parameter name"}},
+		{req(`"` + strings.Repeat("k", 65) + `":1`), "invalid_request", []string{"is not a parameter name"}},
 		// ranges and types
 		{req(`"temperature":2.5`), "invalid_request", []string{"temperature", "(got 2.5)"}},
 		{req(`"temperature":-0.1`), "invalid_request", []string{"temperature"}},
@@ -158,6 +167,8 @@ func TestValidationBoundsThePrompt(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"see"},{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`,
 		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"ok \u00e9\n"}],
 		  "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}, {"type": "function", "function": {"name": "g"}}]}`,
+		// audio and file data count their bytes: they used to count nothing
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"UklGRgAAAABXQVZF","format":"wav"}},{"type":"file","file":{"file_data":"data:application/pdf;base64,JVBERi0x","filename":"a.pdf"}}]}]}`,
 	}
 	for i, b := range bodies {
 		req, e := parseChat([]byte(b))
@@ -168,8 +179,11 @@ func TestValidationBoundsThePrompt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if req.promptBound < int64(want) || (i < 2 && req.promptBound != int64(want)) {
+		if req.promptBound < int64(want) || (i != 2 && req.promptBound != int64(want)) {
 			t.Errorf("body %d: bound %d, billing.PromptBound %d", i, req.promptBound, want)
+		}
+		if i == 3 && want < len("UklGRgAAAABXQVZF")+len("data:application/pdf;base64,JVBERi0x") {
+			t.Errorf("audio and file data not in the bound: %d", want)
 		}
 	}
 }

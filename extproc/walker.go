@@ -104,9 +104,10 @@ func (w *walker) boolean(path string) (bool, error) {
 
 // number reads a number in [lo, hi].
 func (w *walker) number(path string, lo, hi float64) (float64, error) {
-	want := fmt.Sprintf("a number from %s to %s", fmtNum(lo), fmtNum(hi))
+	// The wanted range is spelled out only for an error: most values are valid.
+	want := func() string { return fmt.Sprintf("a number from %s to %s", fmtNum(lo), fmtNum(hi)) }
 	if w.dec.PeekKind() != '0' {
-		return 0, w.mismatch(path, want)
+		return 0, w.mismatch(path, want())
 	}
 	tok, err := w.dec.ReadToken()
 	if err != nil {
@@ -114,22 +115,24 @@ func (w *walker) number(path string, lo, hi float64) (float64, error) {
 	}
 	f, err := tok.Float()
 	if err != nil || f < lo || f > hi {
-		return 0, invalid(path, "must be %s (got %s)", want, clip(tok.String()))
+		return 0, invalid(path, "must be %s (got %s)", want(), clip(tok.String()))
 	}
 	return f, nil
 }
 
 // integer reads an integer in [lo, hi].
 func (w *walker) integer(path string, lo, hi int64) (int64, error) {
-	want := "an integer"
-	switch {
-	case lo == 1 && hi == 1<<31-1:
-		want = "a positive integer"
-	case lo > -1<<63 || hi < 1<<63-1:
-		want = fmt.Sprintf("an integer from %d to %d", lo, hi)
+	want := func() string {
+		switch {
+		case lo == 1 && hi == 1<<31-1:
+			return "a positive integer"
+		case lo > -1<<63 || hi < 1<<63-1:
+			return fmt.Sprintf("an integer from %d to %d", lo, hi)
+		}
+		return "an integer"
 	}
 	if w.dec.PeekKind() != '0' {
-		return 0, w.mismatch(path, want)
+		return 0, w.mismatch(path, want())
 	}
 	tok, err := w.dec.ReadToken()
 	if err != nil {
@@ -137,7 +140,7 @@ func (w *walker) integer(path string, lo, hi int64) (int64, error) {
 	}
 	n, err := tok.Int()
 	if err != nil || n < lo || n > hi {
-		return 0, invalid(path, "must be %s (got %s)", want, clip(tok.String()))
+		return 0, invalid(path, "must be %s (got %s)", want(), clip(tok.String()))
 	}
 	return n, nil
 }
@@ -194,11 +197,10 @@ func (w *walker) array(path string, fn func(i int) error) error {
 
 // oneOf reads a string that must be one of values.
 func (w *walker) oneOf(path string, values ...string) (string, error) {
-	want := quoteList(values)
 	s, err := w.str(path, 0)
 	var fe *fieldError
 	if errors.As(err, &fe) {
-		return "", invalid(path, "must be %s", want)
+		return "", invalid(path, "must be %s", quoteList(values))
 	}
 	if err != nil {
 		return "", err
@@ -208,7 +210,7 @@ func (w *walker) oneOf(path string, values ...string) (string, error) {
 			return s, nil
 		}
 	}
-	return "", invalid(path, "must be %s (got %q)", want, clip(s))
+	return "", invalid(path, "must be %s (got %q)", quoteList(values), clip(s))
 }
 
 func quoteList(values []string) string {

@@ -91,7 +91,7 @@ func TestSettleValidatesEveryField(t *testing.T) {
 		"newline in provider":       func(r *UsageRecord) { r.Provider = "open\nai" },
 		"DEL in model":              func(r *UsageRecord) { r.Model = "gpt\x7f" },
 		"invalid UTF-8 in id":       func(r *UsageRecord) { r.RequestID = "id-\xff\xfe" },
-		"tokens over a billion":     func(r *UsageRecord) { r.PromptTokens = maxTokens + 1 },
+		"tokens over a billion":     func(r *UsageRecord) { r.PromptTokens = MaxTokens + 1 },
 		"cost over a billion":       func(r *UsageRecord) { r.Cost = decimal.New(1, 10) },
 		"cost of 100k digits":       func(r *UsageRecord) { r.Cost = decimal.New(1, -100000) },
 		"time after 2261":           func(r *UsageRecord) { r.Time = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC) },
@@ -118,7 +118,7 @@ func TestSettleValidatesEveryField(t *testing.T) {
 	// Right at the bounds, a record is stored.
 	edge := rec(strings.Repeat("r", MaxRequestIDBytes), "acct", "0.000000000000000000000000000000000001")
 	edge.KeyID, edge.Model, edge.Route = strings.Repeat("k", maxKeyIDBytes), strings.Repeat("m", maxNameBytes), strings.Repeat("x", maxNameBytes)
-	edge.Provider, edge.PromptTokens, edge.CompletionTokens = "p", maxTokens, maxTokens
+	edge.Provider, edge.PromptTokens, edge.CompletionTokens = "p", MaxTokens, MaxTokens
 	mustSettle(t, s, edge)
 	sm := checkLedger(t, s, map[string]string{"acct": "5"})
 	if sm.requests != 2 {
@@ -260,4 +260,34 @@ func setRetries(t *testing.T, pauses ...time.Duration) {
 	saved := settleRetries
 	settleRetries = pauses
 	t.Cleanup(func() { settleRetries = saved })
+}
+
+// TestDamagedRowFailsOnlyItsRecords: a shared row that no longer decodes (an account, a daily
+// aggregate) fails the records that fold into it, at once and without writing anything of
+// them; other accounts' records in the same batch commit.
+func TestDamagedRowFailsOnlyItsRecords(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	mustAccount(t, s, "a", "10")
+	mustAccount(t, s, "b", "10")
+	bad := rec("b1", "b", "2")
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		day := bad.Time.UTC().Format(dayLayout)
+		return tx.Bucket(bucketUsageAgg).Put(aggKey(day, bad.KeyID, bad.Account, bad.Model), []byte("{not json"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := s.SettleBatch([]UsageRecord{rec("a1", "a", "1"), bad, rec("a2", "a", "1")})
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("records of another account failed with the damaged row: %v / %v", errs[0], errs[2])
+	}
+	if !errors.Is(errs[1], ErrInvalid) || !strings.Contains(errs[1].Error(), "damaged") {
+		t.Fatalf("the record on the damaged row: %v, want ErrInvalid naming the damage", errs[1])
+	}
+	wantDec(t, "a", balance(t, s, "a"), "8")
+	wantDec(t, "b", balance(t, s, "b"), "10") // nothing of b1 was written
+	if n, _ := s.UsageRecordCount(); n != 2 {
+		t.Fatalf("%d records stored, want 2", n)
+	}
 }

@@ -94,7 +94,7 @@ func genRecord(t *rapid.T, n int, used []string, poison bool) (UsageRecord, stri
 	case "negative tokens":
 		*[]*int64{&r.PromptTokens, &r.CompletionTokens, &r.CachedTokens}[rapid.IntRange(0, 2).Draw(t, "tokens field")] = -1
 	case "huge tokens":
-		r.CompletionTokens = rapid.Int64Range(maxTokens+1, 1<<62).Draw(t, "huge tokens")
+		r.CompletionTokens = rapid.Int64Range(MaxTokens+1, 1<<62).Draw(t, "huge tokens")
 	case "huge cost":
 		r.Cost = decimal.New(rapid.Int64Range(1, 1<<40).Draw(t, "huge cost"), 9).Add(decimal.New(1, -2))
 	case "cost of many digits":

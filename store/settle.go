@@ -110,34 +110,47 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error) error {
 		if byReq.Get(st.reqKey) != nil {
 			continue // already settled, in an earlier transaction or earlier in this one
 		}
+		// Every shared row the record folds into is read before its own rows are written: a
+		// damaged row (one that does not decode) fails the records that touch it, not the
+		// transaction, so it cannot hold up other accounts' records.
 		a, err := accounts.row(rec.Account, false)
 		if err != nil {
-			return err
+			errs[st.at] = err
+			continue
 		}
 		if a == nil {
 			errs[st.at] = errorOf(ErrNotFound, "settle %q: account %q: not found", ShortID(rec.RequestID), rec.Account)
 			continue
 		}
+		ag, err := aggs.row(st.agKey, true)
+		if err != nil {
+			errs[st.at] = err
+			continue
+		}
+		var rt *UsageTotals
+		if st.routeKey != "" {
+			if rt, err = routes.row(st.routeKey, true); err != nil {
+				errs[st.at] = err
+				continue
+			}
+		}
+		sp, err := spends.row(st.spKey, true)
+		if err != nil {
+			errs[st.at] = err
+			continue
+		}
 		if err := putUsage(usage, byReq, st.uKey, st.reqKey, st.value); err != nil {
+			var undo *undoError
+			if errors.As(err, &undo) {
+				return err // a half-written record: the transaction must not commit
+			}
 			errs[st.at] = err
 			continue
 		}
 		a.Balance = a.Balance.Sub(rec.Cost)
-		ag, err := aggs.row(st.agKey, true)
-		if err != nil {
-			return err
-		}
 		ag.Add(st.add)
-		if st.routeKey != "" {
-			rt, err := routes.row(st.routeKey, true)
-			if err != nil {
-				return err
-			}
+		if rt != nil {
 			rt.Add(st.add)
-		}
-		sp, err := spends.row(st.spKey, true)
-		if err != nil {
-			return err
 		}
 		*sp = sp.Add(rec.Cost)
 	}
@@ -162,7 +175,9 @@ func (f *foldedRows[T]) row(k string, create bool) (*T, error) {
 	r := new(T)
 	if v := f.b.Get([]byte(k)); v != nil {
 		if err := f.decode(v, r); err != nil {
-			return nil, fmt.Errorf("store: row %q: %w", k, err)
+			// A damaged row: settling again cannot mend it, so the records that touch it are
+			// reported at once (ErrInvalid) rather than retried.
+			return nil, errorOf(ErrInvalid, "store: row %q is damaged (%v)", k, err)
 		}
 	} else if !create {
 		return nil, nil

@@ -47,9 +47,10 @@ const (
 	MaxRequestIDBytes = 512
 	maxKeyIDBytes     = 128 // store key ids are "key_" + 16 hex digits
 	maxNameBytes      = 256 // model, provider, route
-	// maxTokens bounds each token count: no request comes near it, and all-time sums of
-	// int64 counters cannot overflow before billions of such records.
-	maxTokens = 1_000_000_000
+	// MaxTokens bounds each token count (the gateway clamps to it before billing): no request
+	// comes near it, and all-time sums of int64 counters cannot overflow before billions of
+	// such records.
+	MaxTokens = 1_000_000_000
 	// maxCostChars bounds a cost's decimal string (digits, point), so sums stay small and exact.
 	maxCostChars = 48
 )
@@ -109,8 +110,8 @@ func validateUsage(rec *UsageRecord) error {
 		return fmt.Errorf("usage record %q: %w", ShortID(rec.RequestID), err)
 	}
 	for _, n := range []int64{rec.PromptTokens, rec.CompletionTokens, rec.CachedTokens} {
-		if n < 0 || n > maxTokens {
-			return errorOf(ErrInvalid, "usage record %q: token count %d is out of range (0 to %d)", ShortID(rec.RequestID), n, maxTokens)
+		if n < 0 || n > MaxTokens {
+			return errorOf(ErrInvalid, "usage record %q: token count %d is out of range (0 to %d)", ShortID(rec.RequestID), n, MaxTokens)
 		}
 	}
 	switch {
@@ -318,12 +319,18 @@ func putUsage(usage, byReq *bolt.Bucket, uKey, reqKey, value []byte) error {
 	}
 	if err := byReq.Put(reqKey, indexValue(uKey)); err != nil {
 		if derr := usage.Delete(uKey); derr != nil {
-			return fmt.Errorf("store: undo usage record %q: %w", ShortID(string(reqKey)), derr)
+			return &undoError{fmt.Errorf("store: undo usage record %q: %w", ShortID(string(reqKey)), derr)}
 		}
 		return putError(reqKey, err)
 	}
 	return nil
 }
+
+// undoError is a record whose own rows could not be taken back: its transaction must fail.
+type undoError struct{ err error }
+
+func (e *undoError) Error() string { return e.err.Error() }
+func (e *undoError) Unwrap() error { return e.err }
 
 // putError says which record bbolt refused; refusals of the record's own key or value are
 // ErrInvalid (trying again cannot help).

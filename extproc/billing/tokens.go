@@ -150,11 +150,26 @@ func (c *content) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 }
 
 // contentPart leaves image_url out on purpose: the decoder then skips a multi-MB data URL instead
-// of copying it.
+// of copying it. Audio and file data are only measured (encodedSize), never copied.
 type contentPart struct {
-	Type    string `json:"type"`
-	Text    string `json:"text"`
-	Refusal string `json:"refusal"`
+	Type       string `json:"type"`
+	Text       string `json:"text"`
+	Refusal    string `json:"refusal"`
+	InputAudio struct {
+		Data encodedSize `json:"data"`
+	} `json:"input_audio"`
+	File struct {
+		FileData encodedSize `json:"file_data"`
+	} `json:"file"`
+}
+
+// encodedSize is the length of a JSON string's content as encoded, read without copying it.
+type encodedSize int
+
+func (s *encodedSize) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	v, err := dec.ReadValue()
+	*s = encodedSize(max(len(v)-2, 0))
+	return err
 }
 
 // CountChatPrompt estimates the prompt tokens of an OpenAI chat completion request body: per
@@ -163,7 +178,9 @@ type contentPart struct {
 // the tool definitions, plus 3 for the reply. Part types other than text, image_url and refusal
 // (not in the spec) count 0. Providers render tools and framing their own way, so this sizes a
 // hold; the bill uses the upstream's reported usage.
-func CountChatPrompt(body []byte) (int, error) { return countChat(body, CountText, tokensPerImage) }
+func CountChatPrompt(body []byte) (int, error) {
+	return countChat(body, CountText, tokensPerImage, false)
+}
 
 // PromptBound is a cheap upper bound of the prompt tokens, for sizing holds on the request path
 // (the tokenizer costs ~170 ns per byte): every BPE token spans at least one byte, so a text's
@@ -171,7 +188,7 @@ func CountChatPrompt(body []byte) (int, error) { return countChat(body, CountTex
 // for one (Anthropic's ~1,600 at 1.15 megapixels). A bound, not an estimate: a hold sized with it
 // cannot be outrun by the prompt.
 func PromptBound(body []byte) (int, error) {
-	return countChat(body, func(s string) int { return len(s) }, maxTokensPerImage)
+	return countChat(body, func(s string) int { return len(s) }, maxTokensPerImage, true)
 }
 
 // maxTokensPerImage is the most tokens a provider bills for one image input.
@@ -193,7 +210,7 @@ func (b *PromptBounder) Message(roleLen int) { b.n += tokensPerMessage + roleLen
 func (b *PromptBounder) Name(n int) { b.n += tokensPerName + n }
 
 // Text counts n bytes of text: content, refusals, tool call names and arguments, tool
-// definitions.
+// definitions, audio and file data.
 func (b *PromptBounder) Text(n int) { b.n += n }
 
 // Image counts one image.
@@ -202,7 +219,10 @@ func (b *PromptBounder) Image() { b.n += maxTokensPerImage }
 // Tokens is the bound.
 func (b *PromptBounder) Tokens() int { return b.n }
 
-func countChat(body []byte, count func(string) int, perImage int) (int, error) {
+// countChat counts a chat prompt; with media, audio and file data count their encoded bytes (a
+// bound: every token spans a byte of the base64), else nothing (an estimate has no tokenizer
+// for them).
+func countChat(body []byte, count func(string) int, perImage int, media bool) (int, error) {
 	var req chatPrompt
 	if err := json.Unmarshal(body, &req); err != nil {
 		return 0, fmt.Errorf("counting prompt tokens: %w", err)
@@ -221,6 +241,14 @@ func countChat(body []byte, count func(string) int, perImage int) (int, error) {
 				n += count(p.Refusal)
 			case "image_url":
 				n += perImage
+			case "input_audio":
+				if media {
+					n += int(p.InputAudio.Data)
+				}
+			case "file":
+				if media {
+					n += int(p.File.FileData)
+				}
 			}
 		}
 		for _, tc := range m.ToolCalls {

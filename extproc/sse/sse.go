@@ -28,13 +28,13 @@ func (f *Framer) Feed(b []byte, end bool, fn func(event []byte) error) error {
 		buf = append(f.buf, b...)
 	}
 	start, line, scan := 0, f.line, f.scan
+	ends := lineEnds{b: buf, lf: -1}
 	for {
-		i := lineEnd(buf[scan:])
-		if i < 0 {
+		k := ends.next(scan)
+		if k < 0 {
 			scan = len(buf)
 			break
 		}
-		k := scan + i
 		n := 1
 		if buf[k] == '\r' {
 			if k+1 == len(buf) && !end {
@@ -123,13 +123,13 @@ func ReplaceData(event, data []byte) []byte {
 // eachLine calls fn with each line of event without its line ending, and the line's span
 // [from, to) in event including the ending.
 func eachLine(event []byte, fn func(line []byte, from, to int)) {
+	ends := lineEnds{b: event, lf: -1}
 	for from := 0; from < len(event); {
-		i := lineEnd(event[from:])
-		if i < 0 {
+		k := ends.next(from)
+		if k < 0 {
 			fn(event[from:], from, len(event))
 			return
 		}
-		k := from + i
 		to := k + 1
 		if event[k] == '\r' && to < len(event) && event[to] == '\n' {
 			to++
@@ -139,18 +139,29 @@ func eachLine(event []byte, fn func(line []byte, from, to int)) {
 	}
 }
 
-// lineEnd returns the index of the first CR or LF in b, or -1. Two memchr-speed searches, the
-// second only up to the first LF, keep it linear.
-func lineEnd(b []byte) int {
-	lf := bytes.IndexByte(b, '\n')
-	upto := b
-	if lf >= 0 {
-		upto = b[:lf]
+// lineEnds finds the line ends (CR or LF) of b at increasing offsets with memchr-speed
+// searches, remembering the next LF so that no byte is searched for it twice: lines that end
+// with a lone CR would otherwise make every search run on to the next LF (quadratic).
+type lineEnds struct {
+	b  []byte
+	lf int // offset of the next LF at or after the last search, len(b) if none; -1 unknown
+}
+
+// next returns the offset of the first CR or LF at or after from, or -1.
+func (l *lineEnds) next(from int) int {
+	if l.lf < from {
+		l.lf = len(l.b)
+		if i := bytes.IndexByte(l.b[from:], '\n'); i >= 0 {
+			l.lf = from + i
+		}
 	}
-	if cr := bytes.IndexByte(upto, '\r'); cr >= 0 {
-		return cr
+	if cr := bytes.IndexByte(l.b[from:l.lf], '\r'); cr >= 0 {
+		return from + cr
 	}
-	return lf
+	if l.lf == len(l.b) {
+		return -1
+	}
+	return l.lf
 }
 
 // dataValue reads a "data" field line: "data:value", "data: value" or a bare "data".

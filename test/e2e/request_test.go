@@ -135,6 +135,10 @@ func TestInternalHeadersNeverReachProviders(t *testing.T) {
 		"x-tollway-provider": "evil", "x-tollway-phase": "upstream", "x-tollway-cluster": "provider.fake",
 		"x-tollway-model": "gpt-4o-mini", "x-tollway-served": "fake/other", "x-envoy-original-path": "/admin",
 		"x-envoy-max-retries": "7", "x-envoy-upstream-rq-timeout-ms": "1", "x-envoy-retry-on": "4xx",
+		// A provider acts on headers of its own: a made-up organization turns the gateway's
+		// key into a 401 for this client and marks the provider down for everyone.
+		"openai-organization": "org-evil", "openai-project": "proj-evil", "anthropic-beta": "x",
+		"cookie": "session=1", "accept-encoding": "gzip",
 	}
 	resp := g.post(key, strings.NewReader(hello), int64(len(hello)), sent)
 	raw, _ := io.ReadAll(resp.Body)
@@ -147,7 +151,7 @@ func TestInternalHeadersNeverReachProviders(t *testing.T) {
 		t.Fatalf("provider saw %d requests", len(reqs))
 	}
 	for k, v := range reqs[0].Header {
-		if l := strings.ToLower(k); strings.HasPrefix(l, "x-tollway-") || strings.HasPrefix(l, "x-envoy-") {
+		if l := strings.ToLower(k); strings.HasPrefix(l, "x-tollway-") || strings.HasPrefix(l, "x-envoy-") || sent[l] != "" {
 			t.Errorf("provider received %s: %v", k, v)
 		}
 	}
