@@ -36,14 +36,17 @@ const defaultOutputCap = 4096
 // limit, in one atomic step, so concurrent requests cannot spend past either.
 func (x *exchange) admit(body []byte) *APIError {
 	b := x.s.billing
+	if b != nil || x.plan.clientUsage {
+		// A cheap strict bound of the prompt, added up while the request was validated; the
+		// tokenizer only runs when usage has to be estimated (see promptTokens): for a bill, or
+		// for a client that asked for usage from a provider that reported none.
+		x.promptEstimate = x.plan.promptBound
+		if len(body) <= maxRetainedBody {
+			x.body = body
+		}
+	}
 	if b == nil {
 		return nil
-	}
-	// The hold uses a cheap strict bound of the prompt, added up while the request was
-	// validated; the tokenizer only runs when a bill has to be estimated (see promptTokens).
-	x.promptEstimate = x.plan.promptBound
-	if len(body) <= maxRetainedBody {
-		x.body = body
 	}
 	// Any model of the chain may answer: hold for the most expensive. With n, each of the n
 	// answers may be as long as the cap.

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tollway/tollway/extproc/sse"
@@ -22,6 +23,14 @@ type answer struct {
 	dropUsage bool
 	frames    sse.Framer
 	dec       *jsontext.Decoder // reused for every event of a stream
+
+	// requestID goes into error events, which carry it like every other error.
+	requestID string
+	// promptTokens, when set, makes a stream that ends ([DONE]) without any usage get a usage
+	// chunk estimated from what was sent: the client asked for usage (stream_options
+	// include_usage) and the provider reported none. Needs meter.
+	promptTokens func() int64
+	last         []byte // the last content event's data: the id and created of an added chunk
 }
 
 func newAnswer(modelID string, m *meter, dropUsage bool) *answer {
@@ -56,8 +65,21 @@ func (a *answer) chunk(b []byte, end bool) (out []byte, changed bool) {
 	_ = a.frames.Feed(b, end, func(ev []byte) error {
 		data := sse.Data(ev)
 		if len(data) == 0 || data[0] != '{' {
+			if a.promptTokens != nil && a.meter != nil && a.meter.usage == nil && bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) {
+				out = a.appendEstimatedUsage(out)
+			}
 			out = append(out, ev...) // [DONE], comments, keep-alives
 			return nil
+		}
+		if e, ok := errorEvent(data, a.requestID); ok {
+			if a.meter != nil {
+				a.meter.event(data) // what came before is billed; the error itself says nothing
+			}
+			out = append(out, sse.ReplaceData(ev, e)...)
+			return nil
+		}
+		if a.promptTokens != nil {
+			a.last = append(a.last[:0], data...)
 		}
 		usageOnly := false
 		if a.meter != nil {
@@ -112,4 +134,79 @@ func replaceModel(dec *jsontext.Decoder, obj, model []byte) ([]byte, bool) {
 		return append(append(append(out, obj[:start]...), model...), obj[end:]...), true
 	}
 	return obj, false
+}
+
+// errorEvent rewrites a stream's error event (OpenAI's {"error": {...}} mid-stream, or one a
+// translator wrote for a provider's failure) into the spec's error shape with the request's id.
+// Events with choices are content, whatever their text says, and are not decoded.
+func errorEvent(data []byte, requestID string) ([]byte, bool) {
+	if !bytes.Contains(data, []byte(`"error"`)) || bytes.Contains(data, []byte(`"choices"`)) {
+		return nil, false
+	}
+	var ev struct {
+		Error jsontext.Value `json:"error"`
+	}
+	if jsonv2.Unmarshal(data, &ev, lenient) != nil || len(ev.Error) == 0 || string(ev.Error) == "null" {
+		return nil, false
+	}
+	e := &APIError{Code: "upstream_error", Message: "the provider failed mid-stream"}
+	var fields struct {
+		Message string         `json:"message"`
+		Code    jsontext.Value `json:"code"`
+		Type    string         `json:"type"`
+	}
+	var text string
+	switch {
+	case jsonv2.Unmarshal(ev.Error, &text, lenient) == nil:
+		if text != "" {
+			e.Message = text
+		}
+	case jsonv2.Unmarshal(ev.Error, &fields, lenient) == nil:
+		if fields.Message != "" {
+			e.Message = fields.Message
+		}
+		var code string
+		if jsonv2.Unmarshal(fields.Code, &code) == nil && code != "" {
+			e.Code = code
+		} else if fields.Type != "" {
+			e.Code = fields.Type
+		}
+	}
+	return e.Body(requestID), true
+}
+
+// appendEstimatedUsage adds the usage chunk a provider did not send, estimated from what was
+// sent (and billed the same way, marked estimated), in the shape of the stream's own chunks.
+func (a *answer) appendEstimatedUsage(out []byte) []byte {
+	u, _ := a.meter.result(a.promptTokens)
+	var last struct {
+		ID      string `json:"id"`
+		Created int64  `json:"created"`
+	}
+	_ = jsonv2.Unmarshal(a.last, &last, lenient)
+	type details struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	}
+	chunk := struct {
+		ID      string            `json:"id"`
+		Object  string            `json:"object"`
+		Created int64             `json:"created"`
+		Model   jsontext.Value    `json:"model"`
+		Choices []json.RawMessage `json:"choices"`
+		Usage   struct {
+			PromptTokens        int64   `json:"prompt_tokens"`
+			CompletionTokens    int64   `json:"completion_tokens"`
+			TotalTokens         int64   `json:"total_tokens"`
+			PromptTokensDetails details `json:"prompt_tokens_details"`
+			Estimated           bool    `json:"estimated"`
+		} `json:"usage"`
+	}{ID: last.ID, Object: "chat.completion.chunk", Created: last.Created, Model: a.model, Choices: []json.RawMessage{}}
+	chunk.Usage.PromptTokens, chunk.Usage.CompletionTokens = u.PromptTokens, u.CompletionTokens
+	chunk.Usage.TotalTokens = u.PromptTokens + u.CompletionTokens
+	chunk.Usage.PromptTokensDetails.CachedTokens = u.CachedTokens
+	chunk.Usage.Estimated = true
+	b, _ := jsonv2.Marshal(chunk) // strings and numbers always encode
+	out = append(out, "data: "...)
+	out = append(out, b...)
+	return append(out, "\n\n"...)
 }

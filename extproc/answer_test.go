@@ -123,3 +123,60 @@ func BenchmarkAnswerBody(b *testing.B) {
 		newAnswer("gpt-4o-mini", nil, false).body(body)
 	}
 }
+
+// TestStreamErrorEventsCarryTheRequestID: an error event inside a 200 stream, written by a
+// provider ({"error": {...}}, OpenAI's mid-stream shape, or a bare string) or by a translator,
+// reaches the client in the spec's shape with the request's id, like every other error
+// (issue 10: {"error":{"message":"Overloaded","code":"overloaded_error"}} had none).
+func TestStreamErrorEventsCarryTheRequestID(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"error":{"message":"Overloaded","code":"overloaded_error"}}`:                        `{"error":{"message":"Overloaded","code":"overloaded_error","request_id":"req-9"}}`,
+		`{"error": {"message": "server had an error", "type": "server_error", "code": null}}`: `{"error":{"message":"server had an error","code":"server_error","request_id":"req-9"}}`,
+		`{"error":"rate limited"}`: `{"error":{"message":"rate limited","code":"upstream_error","request_id":"req-9"}}`,
+	} {
+		for _, m := range []*meter{nil, {}} {
+			a := newAnswer("gpt", m, false)
+			a.requestID = "req-9"
+			stream := "data: {\"id\":\"c1\",\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"an error is coming\"}}]}\n\ndata: " + in + "\n\n"
+			out, _ := a.chunk([]byte(stream), true)
+			if !strings.HasSuffix(string(out), "data: "+want+"\n\n") || !strings.Contains(string(out), `"content":"an error is coming"`) {
+				t.Errorf("%s became\n%s\nwant it to end with %s", in, out, want)
+			}
+		}
+	}
+}
+
+// TestEstimatedUsageChunk: a client that asked for usage (stream_options.include_usage) gets a
+// usage chunk even when the provider sent none (a Gemini stream without usageMetadata, an
+// OpenAI-compatible server that ignores stream_options): estimated from what was sent, marked
+// estimated, and billed exactly as it says (issue 10, item 5).
+func TestEstimatedUsageChunk(t *testing.T) {
+	stream := "data: {\"id\":\"c7\",\"created\":1700000000,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n" +
+		"data: {\"id\":\"c7\",\"created\":1700000000,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello there, friend\"}}]}\n\n" +
+		"data: {\"id\":\"c7\",\"created\":1700000000,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: [DONE]\n\n"
+	m := &meter{}
+	a := newAnswer("gpt", m, false)
+	a.promptTokens = func() int64 { return 11 }
+	var out strings.Builder
+	for i := 0; i < len(stream); i += 9 {
+		b, _ := a.chunk([]byte(stream[i:min(i+9, len(stream))]), i+9 >= len(stream))
+		out.Write(b)
+	}
+	want := `data: {"id":"c7","object":"chat.completion.chunk","created":1700000000,"model":"gpt","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":4,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":0},"estimated":true}}` + "\n\ndata: [DONE]\n\n"
+	if !strings.HasSuffix(out.String(), want) {
+		t.Fatalf("client got\n%s\nwant it to end with\n%s", out.String(), want)
+	}
+	if u, est := m.result(func() int64 { return 999 }); !est || u.PromptTokens != 11 || u.CompletionTokens != 4 {
+		t.Fatalf("billed %+v (estimated %v); want what the chunk said", u, est)
+	}
+
+	// A provider that sent usage gets no second chunk.
+	m = &meter{}
+	a = newAnswer("gpt", m, false)
+	a.promptTokens = func() int64 { return 11 }
+	got, _ := a.chunk([]byte(providerStream), true)
+	if strings.Count(string(got), `"usage"`) != 1 || strings.Contains(string(got), "estimated") {
+		t.Fatalf("with the provider's usage the client got\n%s", got)
+	}
+}

@@ -286,8 +286,12 @@ func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 		// broken body): the client gets an error, never a half-translated reply.
 		e := apiErr(http.StatusBadGateway, "upstream_error", "provider %s: %v", a.provider.Name, err)
 		var blocked *provider.BlockedError
-		if errors.As(err, &blocked) {
+		var failed *provider.UpstreamFailure
+		switch {
+		case errors.As(err, &blocked):
 			e = apiErr(http.StatusBadRequest, "content_filter", "%v", err)
+		case errors.As(err, &failed):
+			e = apiErr(http.StatusBadGateway, failed.Code, "provider %s failed: %s", a.provider.Name, failed.Message)
 		}
 		if !a.streaming {
 			out = e.Body(a.requestID)

@@ -80,6 +80,9 @@ type meter struct {
 	usage  *upstreamUsage
 	text   bytes.Buffer // completion text of a whole answer, for the estimate
 	events []byte       // a stream's content events, undecoded until an estimate needs them
+	// estimate, once made, is the answer's usage: a stream that got an estimated usage chunk is
+	// billed exactly what that chunk said.
+	estimate *ir.Usage
 }
 
 // body reads a whole (non-streamed) JSON answer.
@@ -149,12 +152,16 @@ func (m *meter) result(promptTokens func() int64) (ir.Usage, bool) {
 	if m.usage != nil {
 		return m.usage.billing(), false
 	}
-	// No usage: count what was sent (stream events kept raw until now).
-	for _, line := range bytes.Split(m.events, []byte("\n")) {
-		var c completionText
-		if len(line) > 0 && json.Unmarshal(line, &c, lenient) == nil {
-			c.appendText(&m.text)
+	if m.estimate == nil {
+		// No usage: count what was sent (stream events kept raw until now).
+		for _, line := range bytes.Split(m.events, []byte("\n")) {
+			var c completionText
+			if len(line) > 0 && json.Unmarshal(line, &c, lenient) == nil {
+				c.appendText(&m.text)
+			}
 		}
+		m.events = nil
+		m.estimate = &ir.Usage{PromptTokens: promptTokens(), CompletionTokens: int64(billing.CountText(m.text.String()))}
 	}
-	return ir.Usage{PromptTokens: promptTokens(), CompletionTokens: int64(billing.CountText(m.text.String()))}, true
+	return *m.estimate, true
 }

@@ -398,11 +398,15 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	case x.plan == nil:
 	default:
 		var m *meter
-		if x.hold != nil {
-			m = &x.meter
-		}
 		x.streaming = isEventStream(h)
+		if x.hold != nil || (x.streaming && x.plan.clientUsage) {
+			m = &x.meter // for the bill, or for a usage chunk the provider may not send
+		}
 		x.answer = newAnswer(x.plan.model.ID, m, x.plan.stream && !x.plan.clientUsage)
+		x.answer.requestID = x.requestID
+		if x.streaming && x.plan.clientUsage {
+			x.answer.promptTokens = x.promptTokens
+		}
 		mode := extprocv3filter.ProcessingMode_BUFFERED
 		if x.streaming {
 			mode = extprocv3filter.ProcessingMode_STREAMED

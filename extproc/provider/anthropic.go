@@ -296,29 +296,43 @@ type anthUsage struct {
 }
 
 // chat reports Anthropic usage the OpenAI way: prompt_tokens counts every input token,
-// cached or not, and cached_tokens says how many were cache reads.
-func (u anthUsage) chat() *chatUsage {
-	return newUsage(tokens(u.InputTokens, u.CacheReadTokens, u.CacheCreationTokens), tokens(u.OutputTokens), tokens(u.CacheReadTokens))
+// cached or not, and cached_tokens says how many were cache reads. Anthropic bills thinking as
+// output and reports no count of it: reasoning is the thinking text's token count, an estimate.
+func (u anthUsage) chat(reasoning int64) *chatUsage {
+	return newUsage(tokens(u.InputTokens, u.CacheReadTokens, u.CacheCreationTokens), tokens(u.OutputTokens), tokens(u.CacheReadTokens), reasoning)
 }
 
-// merge takes the counts a later event reports; absent (zero) counts keep earlier values.
-func (u *anthUsage) merge(v anthUsage) {
-	for _, f := range [][2]*int64{
-		{&u.InputTokens, &v.InputTokens}, {&u.OutputTokens, &v.OutputTokens},
-		{&u.CacheReadTokens, &v.CacheReadTokens}, {&u.CacheCreationTokens, &v.CacheCreationTokens},
+// anthUsageUpdate is a usage object of a stream event: only the counts it names change.
+type anthUsageUpdate struct {
+	InputTokens         *int64 `json:"input_tokens"`
+	OutputTokens        *int64 `json:"output_tokens"`
+	CacheReadTokens     *int64 `json:"cache_read_input_tokens"`
+	CacheCreationTokens *int64 `json:"cache_creation_input_tokens"`
+}
+
+// merge takes every count a later event reports, 0 included (the latest value is the
+// provider's final word, and billing uses it); counts it leaves out keep earlier values.
+func (u *anthUsage) merge(v anthUsageUpdate) {
+	for _, f := range []struct {
+		to   *int64
+		from *int64
+	}{
+		{&u.InputTokens, v.InputTokens}, {&u.OutputTokens, v.OutputTokens},
+		{&u.CacheReadTokens, v.CacheReadTokens}, {&u.CacheCreationTokens, v.CacheCreationTokens},
 	} {
-		if *f[1] > 0 {
-			*f[0] = *f[1]
+		if f.from != nil {
+			*f.to = *f.from
 		}
 	}
 }
 
 type anthContent struct {
-	Type  string          `json:"type"`
-	Text  string          `json:"text"`
-	ID    string          `json:"id"`
-	Name  string          `json:"name"`
-	Input json.RawMessage `json:"input"`
+	Type     string          `json:"type"`
+	Text     string          `json:"text"`
+	Thinking string          `json:"thinking"`
+	ID       string          `json:"id"`
+	Name     string          `json:"name"`
+	Input    json.RawMessage `json:"input"`
 }
 
 // anthropicResponse translates one Anthropic answer; for streams it keeps the state.
@@ -328,8 +342,9 @@ type anthropicResponse struct {
 	calls    []*streamedCall       // in OpenAI tool_calls index order
 	blocks   map[int]*streamedCall // by Anthropic content block index
 	usage    anthUsage
-	finished bool // the finish chunk went out
-	done     bool // message_stop or error seen: the rest is ignored
+	thinking tokenTally // thinking text, for the reasoning token estimate
+	reason   string     // the last stop_reason reported; the finish goes out at message_stop
+	done     bool       // message_stop or error seen: the rest is ignored
 }
 
 // streamedCall is a tool_use block streamed as an OpenAI tool call.
@@ -348,13 +363,18 @@ func newAnthropicResponse(model string) *anthropicResponse {
 func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
 	var in struct {
 		ID         string        `json:"id"`
+		Type       string        `json:"type"`
 		Model      string        `json:"model"`
 		Content    []anthContent `json:"content"`
 		StopReason string        `json:"stop_reason"`
 		Usage      anthUsage     `json:"usage"`
+		Error      *anthError    `json:"error"`
 	}
 	if err := json.Unmarshal(b, &in); err != nil {
 		return nil, fmt.Errorf("anthropic: the answer is not a Messages API response (%s)", jsonMismatch("answer", err))
+	}
+	if in.Error != nil || in.Type == "error" {
+		return nil, in.Error.failure()
 	}
 	msg := completionMessage{Role: "assistant"}
 	var text strings.Builder
@@ -366,7 +386,9 @@ func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
 			hasText = true
 		case "tool_use":
 			msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: callID(c.ID, len(msg.ToolCalls)), Type: "function", Function: toolFunction{Name: c.Name, Arguments: ptr(compactArgs(c.Input))}})
-		} // thinking and server tool blocks have no OpenAI form
+		case "thinking":
+			r.thinking.add(c.Thinking)
+		} // redacted thinking and server tool blocks have no OpenAI form
 	}
 	if hasText {
 		msg.Content = ptr(text.String())
@@ -374,12 +396,30 @@ func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
 	return marshal(chatCompletion{
 		ID: cmp.Or(in.ID, r.out.id), Object: "chat.completion", Created: r.out.created, Model: cmp.Or(in.Model, r.out.model),
 		Choices: []completionChoice{{Message: msg, FinishReason: anthropicFinish(in.StopReason)}},
-		Usage:   in.Usage.chat(),
+		Usage:   in.Usage.chat(r.thinking.count()),
 	}), nil
+}
+
+// anthError is Anthropic's error object, in an error event or an error answer.
+type anthError struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// failure is the error the client gets for it: the provider's message and type.
+func (e *anthError) failure() *UpstreamFailure {
+	if e == nil {
+		e = &anthError{}
+	}
+	return &UpstreamFailure{Provider: "Anthropic", Code: cmp.Or(e.Type, "upstream_error"), Message: cmp.Or(e.Message, "Anthropic reported an error")}
 }
 
 func (r *anthropicResponse) Chunk(b []byte, end bool) ([]byte, error) {
 	err := r.sse.feed(b, end, r.event)
+	if err == nil && end && !r.done {
+		// Every Anthropic stream ends with message_stop: without it the answer was cut.
+		err = &UpstreamFailure{Provider: "Anthropic", Code: "upstream_error", Message: "the stream ended before message_stop: the answer is incomplete"}
+	}
 	if err != nil {
 		r.done = true // the client gets an error event: nothing may follow it
 	}
@@ -395,22 +435,20 @@ func (r *anthropicResponse) event(data []byte) error {
 		Type    string `json:"type"`
 		Index   int    `json:"index"`
 		Message struct {
-			ID    string    `json:"id"`
-			Model string    `json:"model"`
-			Usage anthUsage `json:"usage"`
+			ID    string          `json:"id"`
+			Model string          `json:"model"`
+			Usage anthUsageUpdate `json:"usage"`
 		} `json:"message"`
 		ContentBlock anthContent `json:"content_block"`
 		Delta        struct {
 			Type        string `json:"type"`
 			Text        string `json:"text"`
+			Thinking    string `json:"thinking"`
 			PartialJSON string `json:"partial_json"`
 			StopReason  string `json:"stop_reason"`
 		} `json:"delta"`
-		Usage anthUsage `json:"usage"`
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
+		Usage anthUsageUpdate `json:"usage"`
+		Error *anthError      `json:"error"`
 	}
 	if err := json.Unmarshal(data, &ev); err != nil {
 		return fmt.Errorf("anthropic: a stream event is not a Messages API event (%s)", jsonMismatch("event", err))
@@ -429,6 +467,8 @@ func (r *anthropicResponse) event(data []byte) error {
 			if ev.ContentBlock.Text != "" {
 				r.out.chunk(chunkDelta{Content: ptr(ev.ContentBlock.Text)}, "")
 			}
+		case "thinking":
+			r.thinking.add(ev.ContentBlock.Thinking)
 		case "tool_use":
 			c := &streamedCall{index: len(r.calls), name: ev.ContentBlock.Name, input: ev.ContentBlock.Input}
 			if r.blocks == nil {
@@ -445,32 +485,32 @@ func (r *anthropicResponse) event(data []byte) error {
 			if ev.Delta.Text != "" {
 				r.out.chunk(chunkDelta{Content: ptr(ev.Delta.Text)}, "")
 			}
+		case "thinking_delta":
+			r.thinking.add(ev.Delta.Thinking)
 		case "input_json_delta":
 			if c := r.blocks[ev.Index]; c != nil && !c.closed && ev.Delta.PartialJSON != "" {
 				c.args = append(c.args, ev.Delta.PartialJSON...)
 				r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &c.index, Function: toolFunction{Arguments: ptr(ev.Delta.PartialJSON)}}}}, "")
 			}
-		} // thinking, signature and citation deltas have no OpenAI form
+		} // signature and citation deltas have no OpenAI form
 	case "content_block_stop":
 		if c := r.blocks[ev.Index]; c != nil {
 			r.closeCall(c)
 		}
 	case "message_delta":
 		r.usage.merge(ev.Usage)
-		if ev.Delta.StopReason != "" {
-			r.finish(anthropicFinish(ev.Delta.StopReason))
-		}
+		r.reason = cmp.Or(ev.Delta.StopReason, r.reason)
 	case "message_stop":
-		r.finish("stop") // OpenAI clients wait for a finish_reason
-		if r.done {
-			return nil
+		// One finish, the last stop_reason reported (stop when none was: OpenAI clients wait
+		// for a finish_reason), then usage and [DONE].
+		if err := r.finish(anthropicFinish(r.reason)); err != nil {
+			return err
 		}
-		r.out.usage(r.usage.chat())
+		r.out.usage(r.usage.chat(r.thinking.count()))
 		r.out.doneMarker()
 		r.done = true
 	case "error":
-		r.out.error(cmp.Or(ev.Error.Message, "Anthropic reported an error mid-stream"), cmp.Or(ev.Error.Type, "upstream_error"))
-		r.done = true
+		return ev.Error.failure()
 	} // ping and new event types carry nothing to forward
 	return nil
 }
@@ -490,23 +530,18 @@ func (r *anthropicResponse) closeCall(c *streamedCall) {
 	}
 }
 
-// finish sends the finish chunk once, after closing every tool call. Arguments that are not
-// JSON end the stream with an error instead, unless the answer was cut at max_tokens (where
-// OpenAI cuts arguments too, with finish_reason length).
-func (r *anthropicResponse) finish(reason string) {
-	if r.finished || r.done {
-		return
-	}
+// finish sends the finish chunk, after closing every tool call. Arguments that are not JSON
+// fail the stream instead, unless the answer was cut at max_tokens (where OpenAI cuts
+// arguments too, with finish_reason length).
+func (r *anthropicResponse) finish(reason string) error {
 	for _, c := range r.calls {
 		r.closeCall(c)
 		if reason != "length" && !json.Valid(c.args) {
-			r.out.error(fmt.Sprintf("Anthropic streamed arguments for tool call %q that are not JSON", c.name), "upstream_error")
-			r.done = true
-			return
+			return &UpstreamFailure{Provider: "Anthropic", Code: "upstream_error", Message: fmt.Sprintf("streamed arguments for tool call %q that are not JSON", c.name)}
 		}
 	}
 	r.out.chunk(chunkDelta{}, reason)
-	r.finished = true
+	return nil
 }
 
 // The rest of this file is shared by the translating adapters (anthropic, gemini): reading the

@@ -233,16 +233,10 @@ func viaFake(t *testing.T, kind, base, body string) ([]byte, streamSummary) {
 	var out []byte
 	for i := 0; i < len(answer); i += 5 { // pieces that split events and lines
 		got, err := up.Response.Chunk(answer[i:min(i+5, len(answer))], false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, got...)
+		out = append(out, withFailure(got, err)...)
 	}
 	got, err := up.Response.Chunk(nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nil, parseStream(t, append(out, got...))
+	return nil, parseStream(t, append(out, withFailure(got, err)...))
 }
 
 const weatherTools = `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`

@@ -366,11 +366,12 @@ type gemUsage struct {
 }
 
 // chat reports Gemini usage the OpenAI way: thinking is billed as output, so it counts as
-// completion; prompt tokens of Google's own tools count as prompt. promptTokenCount already
-// includes the cached tokens. total_tokens is the sum, as OpenAI clients expect.
+// completion (and as reasoning); prompt tokens of Google's own tools count as prompt.
+// promptTokenCount already includes the cached tokens. total_tokens is the sum, as OpenAI
+// clients expect.
 func (u *gemUsage) chat() *chatUsage {
 	return newUsage(tokens(u.PromptTokenCount, u.ToolUsePromptTokenCount), tokens(u.CandidatesTokenCount, u.ThoughtsTokenCount),
-		tokens(u.CachedContentTokenCount))
+		tokens(u.CachedContentTokenCount), tokens(u.ThoughtsTokenCount))
 }
 
 // gemAnswer is a GenerateContentResponse, or an error event in a stream.
@@ -389,9 +390,22 @@ type gemAnswer struct {
 	ModelVersion  string    `json:"modelVersion"`
 	ResponseID    string    `json:"responseId"`
 	Error         *struct {
+		Code    int    `json:"code"`
 		Message string `json:"message"`
 		Status  string `json:"status"`
 	} `json:"error"`
+}
+
+// failure is the error an answer carries, or nil.
+func (a *gemAnswer) failure() error {
+	if a.Error == nil {
+		return nil
+	}
+	code := a.Error.Status
+	if code == "" && a.Error.Code != 0 {
+		code = strconv.Itoa(a.Error.Code)
+	}
+	return &UpstreamFailure{Provider: "Gemini", Code: cmp.Or(code, "upstream_error"), Message: cmp.Or(a.Error.Message, "Gemini reported an error")}
 }
 
 // blocked returns the error of an answer without candidates.
@@ -410,12 +424,12 @@ func callID(id string, n int) string {
 
 // geminiResponse translates one Gemini answer; for streams it keeps the state.
 type geminiResponse struct {
-	sse      sseReader
-	out      chunkWriter // id and model until the first event names the real ones
-	calls    int         // function calls streamed so far
-	finished bool        // a finishReason arrived: the end of the body ends the answer
-	usage    *gemUsage   // the latest usageMetadata; the last event has the totals
-	done     bool        // [DONE] or an error went out: the rest is ignored
+	sse    sseReader
+	out    chunkWriter // id and model until the first event names the real ones
+	calls  int         // function calls streamed so far
+	reason string      // the last finishReason reported: sent once, when the body ends
+	usage  *gemUsage   // the latest usageMetadata; the last event has the totals
+	done   bool        // [DONE] or an error went out: the rest is ignored
 }
 
 func newGeminiResponse(model string) *geminiResponse {
@@ -426,6 +440,9 @@ func (r *geminiResponse) Body(b []byte) ([]byte, error) {
 	var a gemAnswer
 	if err := json.Unmarshal(b, &a); err != nil {
 		return nil, fmt.Errorf("gemini: the answer is not a GenerateContentResponse (%s)", jsonMismatch("answer", err))
+	}
+	if err := a.failure(); err != nil {
+		return nil, err
 	}
 	if len(a.Candidates) == 0 {
 		return nil, a.blocked()
@@ -459,17 +476,22 @@ func (r *geminiResponse) Body(b []byte) ([]byte, error) {
 
 func (r *geminiResponse) Chunk(b []byte, end bool) ([]byte, error) {
 	err := r.sse.feed(b, end, r.event)
-	if err != nil {
-		r.done = true // the client gets an error event: nothing may follow it
-	}
-	// Gemini has no end marker: a body that ends after a finishReason is a whole answer, one
-	// that ends before it was cut and gets no usage chunk and no [DONE].
-	if err == nil && end && r.finished && !r.done {
-		if r.usage != nil {
-			r.out.usage(r.usage.chat())
+	if err == nil && end && !r.done {
+		// Gemini has no end marker: a body that ends after a finishReason is a whole answer,
+		// finished with the last reason reported (older Vertex streams repeat STOP on every
+		// chunk, and a later RECITATION overrides it). One that ends before any was cut.
+		if r.reason == "" {
+			err = &UpstreamFailure{Provider: "Gemini", Code: "upstream_error", Message: "the stream ended without a finishReason: the answer is incomplete"}
+		} else {
+			r.out.chunk(chunkDelta{}, geminiFinish(r.reason, r.calls > 0))
+			if r.usage != nil {
+				r.out.usage(r.usage.chat())
+			}
+			r.out.doneMarker()
 		}
-		r.out.doneMarker()
-		r.done = true
+	}
+	if err != nil || end {
+		r.done = true // after an error event nothing may follow it
 	}
 	return r.out.take(), err
 }
@@ -478,14 +500,25 @@ func (r *geminiResponse) event(data []byte) error {
 	if r.done {
 		return nil
 	}
+	if data[0] == '[' {
+		// The JSON-array form of a stream (and of errors written into one).
+		var many []json.RawMessage
+		if err := json.Unmarshal(data, &many); err != nil {
+			return fmt.Errorf("gemini: a stream event is not a GenerateContentResponse (%s)", jsonMismatch("event", err))
+		}
+		for _, one := range many {
+			if err := r.event(one); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	var a gemAnswer
 	if err := json.Unmarshal(data, &a); err != nil {
 		return fmt.Errorf("gemini: a stream event is not a GenerateContentResponse (%s)", jsonMismatch("event", err))
 	}
-	if a.Error != nil {
-		r.out.error(cmp.Or(a.Error.Message, "Gemini reported an error mid-stream"), cmp.Or(a.Error.Status, "upstream_error"))
-		r.done = true
-		return nil
+	if err := a.failure(); err != nil {
+		return err
 	}
 	if !r.out.started {
 		r.out.id = cmp.Or(a.ResponseID, r.out.id)
@@ -496,9 +529,7 @@ func (r *geminiResponse) event(data []byte) error {
 	}
 	if len(a.Candidates) == 0 {
 		if a.PromptFeedback != nil && a.PromptFeedback.BlockReason != "" {
-			// Headers are out already: the refusal can only travel as an error event.
-			r.out.error(a.blocked().Error(), "content_filter")
-			r.done = true
+			return a.blocked() // headers are out already: the refusal travels as an error event
 		}
 		return nil
 	}
@@ -515,10 +546,7 @@ func (r *geminiResponse) event(data []byte) error {
 			r.out.chunk(chunkDelta{Content: ptr(p.Text)}, "")
 		}
 	}
-	if cand.FinishReason != "" && !r.finished {
-		r.out.chunk(chunkDelta{}, geminiFinish(cand.FinishReason, r.calls > 0))
-		r.finished = true
-	}
+	r.reason = cmp.Or(cand.FinishReason, r.reason)
 	return nil
 }
 

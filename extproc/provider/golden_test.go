@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,9 +140,7 @@ func feedStream(t *testing.T, kind string, in []byte, size int, endAlone bool) [
 	var out []byte
 	emit := func(b []byte, end bool) {
 		got, err := up.Response.Chunk(b, end)
-		if err != nil {
-			t.Fatalf("Chunk: %v", err)
-		}
+		got = withFailure(got, err)
 		// The contract: whole "data: ...\n\n" events only, whatever the input split.
 		if len(got) > 0 && (!bytes.HasPrefix(got, []byte("data: ")) || !bytes.HasSuffix(got, []byte("\n\n"))) {
 			t.Fatalf("Chunk returned a partial event: %q", got)
@@ -228,4 +227,23 @@ func completion(t *testing.T, b []byte) (completionMessage, string, *chatUsage) 
 		t.Fatalf("bad completion: %s", b)
 	}
 	return c.Choices[0].Message, c.Choices[0].FinishReason, c.Usage
+}
+
+// withFailure is what the client gets from one Chunk call: its events and, when it failed, the
+// error event the upstream ext_proc adds (without the request id the router adds later).
+func withFailure(out []byte, err error) []byte {
+	if err == nil {
+		return out
+	}
+	code := "upstream_error"
+	var failed *UpstreamFailure
+	var blocked *BlockedError
+	switch {
+	case errors.As(err, &failed):
+		code = failed.Code
+	case errors.As(err, &blocked):
+		code = "content_filter"
+	}
+	b, _ := json.Marshal(map[string]map[string]string{"error": {"message": err.Error(), "code": code}})
+	return append(append(append(out, "data: "...), b...), "\n\n"...)
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/sse"
 )
 
@@ -358,24 +359,34 @@ type toolFunction struct {
 }
 
 type chatUsage struct {
-	PromptTokens        int64         `json:"prompt_tokens"`
-	CompletionTokens    int64         `json:"completion_tokens"`
-	TotalTokens         int64         `json:"total_tokens"`
-	PromptTokensDetails promptDetails `json:"prompt_tokens_details"`
+	PromptTokens            int64              `json:"prompt_tokens"`
+	CompletionTokens        int64              `json:"completion_tokens"`
+	TotalTokens             int64              `json:"total_tokens"`
+	PromptTokensDetails     promptDetails      `json:"prompt_tokens_details"`
+	CompletionTokensDetails *completionDetails `json:"completion_tokens_details,omitempty"`
 }
 
 type promptDetails struct {
 	CachedTokens int64 `json:"cached_tokens"`
 }
 
-// newUsage is OpenAI usage from token counts; cached tokens are part of the prompt.
-func newUsage(prompt, completion, cached int64) *chatUsage {
-	return &chatUsage{
+type completionDetails struct {
+	ReasoningTokens int64 `json:"reasoning_tokens"`
+}
+
+// newUsage is OpenAI usage from token counts; cached tokens are part of the prompt, reasoning
+// tokens part of the completion (both providers bill thinking as output).
+func newUsage(prompt, completion, cached, reasoning int64) *chatUsage {
+	u := &chatUsage{
 		PromptTokens:        prompt,
 		CompletionTokens:    completion,
 		TotalTokens:         tokens(prompt, completion),
 		PromptTokensDetails: promptDetails{CachedTokens: min(cached, prompt)},
 	}
+	if reasoning > 0 {
+		u.CompletionTokensDetails = &completionDetails{ReasoningTokens: min(reasoning, completion)}
+	}
+	return u
 }
 
 // tokens adds a provider's token counts. Usage is billed, so a bogus count can neither turn
@@ -452,17 +463,6 @@ func (w *chunkWriter) write(c chatChunk) {
 
 func (w *chunkWriter) doneMarker() { w.out = append(w.out, "data: [DONE]\n\n"...) }
 
-// error sends an OpenAI-style error event, the way OpenAI ends a stream that failed midway.
-func (w *chunkWriter) error(message, code string) {
-	type fields struct {
-		Message string `json:"message"`
-		Code    string `json:"code"`
-	}
-	w.out = append(w.out, "data: "...)
-	w.out = append(w.out, marshal(map[string]fields{"error": {message, code}})...)
-	w.out = append(w.out, "\n\n"...)
-}
-
 // take returns what was written since the last take.
 func (w *chunkWriter) take() []byte {
 	out := w.out
@@ -480,7 +480,14 @@ func (r *sseReader) feed(b []byte, end bool, fn func(data []byte) error) error {
 	return r.f.Feed(b, end, func(ev []byte) error {
 		data := sse.Data(ev)
 		if len(bytes.TrimSpace(data)) == 0 {
-			return nil
+			// A bare JSON value without "data:" is no SSE event, but Gemini writes its
+			// mid-stream errors that way ({"error": ...} after the last event): read it, or the
+			// failure would pass as a quiet end.
+			raw := bytes.TrimSpace(ev)
+			if len(raw) == 0 || (raw[0] != '{' && raw[0] != '[') {
+				return nil
+			}
+			data = raw
 		}
 		if end && !endsEvent(ev) && !json.Valid(data) {
 			return nil
@@ -516,3 +523,16 @@ func marshal(v any) []byte {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// tokenTally collects text a provider bills without counting it for us (Anthropic's thinking),
+// to estimate its tokens once at the end of the answer.
+type tokenTally struct{ text strings.Builder }
+
+func (t *tokenTally) add(s string) { t.text.WriteString(s) }
+
+func (t *tokenTally) count() int64 {
+	if t.text.Len() == 0 {
+		return 0
+	}
+	return int64(billing.CountText(t.text.String()))
+}

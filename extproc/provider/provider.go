@@ -97,6 +97,18 @@ type ResponseTranslator interface {
 	Chunk(b []byte, end bool) ([]byte, error)
 }
 
+// UpstreamFailure is a provider's failure inside a 2xx answer: an error it wrote into its stream
+// or body, or a stream that ended before the answer did. Translators return it after what they
+// translated before it; the client gets it as one error event (or an error answer) in the
+// spec's shape, and the request is billed for what was sent, as for a cut stream.
+type UpstreamFailure struct {
+	Provider string // the API, for the message: "Anthropic", "Gemini"
+	Code     string // the provider's error type or status, or upstream_error
+	Message  string
+}
+
+func (f *UpstreamFailure) Error() string { return f.Provider + ": " + f.Message }
+
 // CredentialRefusal is implemented by translators whose provider refuses a bad credential
 // with a status other than 401 (Gemini answers a bad API key with 400 INVALID_ARGUMENT), so
 // the gateway can treat it as the 401 it means: retried elsewhere, never blamed on the client.

@@ -44,9 +44,15 @@ type Call struct{ ID, Name, Args string }
 
 // Usage is the usage chunk's counts.
 type Usage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	TotalTokens      int64 `json:"total_tokens"`
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	TotalTokens         int64 `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
 }
 
 // AddsUp reports whether the counts are not negative and total is their sum (or, past the
@@ -75,8 +81,9 @@ var finishReasons = map[string]bool{"stop": true, "length": true, "tool_calls": 
 // the first with id, type and arguments, later ones without id or name; nothing after the
 // usage-only chunk but [DONE], nothing after [DONE] or an error event
 // (which has a message and a code); [DONE] only after a finish_reason, and then every tool
-// call's arguments parse as JSON unless the answer was cut at its length limit. The usage-only chunk is not required: Gemini streams without
-// usageMetadata have none yet (issue 10).
+// call's arguments parse as JSON unless the answer was cut at its length limit; no content
+// after the finish_reason. The usage-only chunk is not required here: a translator whose
+// provider reported none leaves it to the router, which adds an estimated one.
 func CheckStream(out []byte) (Stream, error) {
 	var s Stream
 	if len(out) == 0 {
@@ -182,6 +189,9 @@ func (s *Stream) add(c chunk) error {
 	}
 	if len(c.Choices) != 1 || c.Usage != nil {
 		return errors.New("a content chunk has one choice and no usage")
+	}
+	if s.Finish != "" {
+		return errors.New("a content chunk after the finish_reason (it goes on the last one)")
 	}
 	ch := c.Choices[0]
 	if ch.Delta.Content != nil {
