@@ -7,6 +7,7 @@ package extproc
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -31,6 +32,10 @@ type answer struct {
 	// include_usage) and the provider reported none. Needs meter.
 	promptTokens func() int64
 	last         []byte // the last content event's data: the id and created of an added chunk
+
+	// How the stream ended so far: a stream whose body ends with none of these was cut short
+	// by its provider, and the client must not take it for a whole answer.
+	sawFinish, sawDone, sawError bool
 }
 
 func newAnswer(modelID string, m *meter, dropUsage bool) *answer {
@@ -65,13 +70,20 @@ func (a *answer) chunk(b []byte, end bool) (out []byte, changed bool) {
 	_ = a.frames.Feed(b, end, func(ev []byte) error {
 		data := sse.Data(ev)
 		if len(data) == 0 || data[0] != '{' {
-			if a.promptTokens != nil && a.meter != nil && a.meter.usage == nil && bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) {
-				out = a.appendEstimatedUsage(out)
+			if bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) {
+				a.sawDone = true
+				if a.promptTokens != nil && a.meter != nil && a.meter.usage == nil {
+					out = a.appendEstimatedUsage(out)
+				}
 			}
 			out = append(out, ev...) // [DONE], comments, keep-alives
 			return nil
 		}
+		if !a.sawFinish && hasMember(data, `"finish_reason"`, '"') {
+			a.sawFinish = true
+		}
 		if e, ok := errorEvent(data, a.requestID); ok {
+			a.sawError = true
 			if a.meter != nil {
 				a.meter.event(data) // what came before is billed; the error itself says nothing
 			}
@@ -97,6 +109,13 @@ func (a *answer) chunk(b []byte, end bool) (out []byte, changed bool) {
 		out = append(out, ev...)
 		return nil
 	})
+	if end && !a.sawFinish && !a.sawDone && !a.sawError {
+		// The provider ended its body without finishing the answer (no finish_reason, no
+		// [DONE]): one error event, so that no client takes a cut answer for a whole one.
+		e := apiErr(http.StatusBadGateway, "upstream_error", "the provider's stream ended before the answer finished (no finish_reason and no [DONE]): the answer is incomplete")
+		out = append(append(append(out, "data: "...), e.Body(a.requestID)...), "\n\n"...)
+		a.sawError = true
+	}
 	if !held && !a.frames.Pending() && bytes.Equal(out, b) {
 		return b, false
 	}

@@ -180,3 +180,23 @@ func TestEstimatedUsageChunk(t *testing.T) {
 		t.Fatalf("with the provider's usage the client got\n%s", got)
 	}
 }
+
+// TestStreamEndingUnfinishedGetsAnError: an OpenAI-shaped provider that ends its body without a
+// finish_reason or [DONE] cut the answer short; the client gets one error event with the
+// request id instead of a quiet end. A stream that finished is left alone.
+func TestStreamEndingUnfinishedGetsAnError(t *testing.T) {
+	cut := "data: {\"id\":\"c1\",\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Half an ans\"}}]}\n\n"
+	a := newAnswer("gpt", &meter{}, false)
+	a.requestID = "req-3"
+	out, _ := a.chunk([]byte(cut), true)
+	if !strings.HasSuffix(string(out), `"code":"upstream_error","request_id":"req-3"}}`+"\n\n") || !strings.Contains(string(out), "Half an ans") {
+		t.Fatalf("cut stream became\n%s", out)
+	}
+	finished := "data: {\"id\":\"c1\",\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\": \"stop\"}]}\n\n"
+	for _, in := range []string{cut + finished, providerStream, cut + "data: [DONE]\n\n"} {
+		a := newAnswer("gpt", nil, false)
+		if out, _ := a.chunk([]byte(in), true); strings.Contains(string(out), `"error"`) {
+			t.Errorf("a finished stream got an error:\n%s", out)
+		}
+	}
+}

@@ -126,15 +126,20 @@ func usageEvent(data []byte) *completionText {
 
 // hasUsageObject reports whether data has a "usage" member whose value is an object, whatever
 // whitespace the provider writes around the colon (Python's json.dumps writes "usage": {).
-func hasUsageObject(data []byte) bool {
+func hasUsageObject(data []byte) bool { return hasMember(data, `"usage"`, '{') }
+
+// hasMember reports whether data has a member named name (quoted) whose value starts with
+// first, whatever whitespace surrounds the colon. It looks without parsing: the events it
+// checks are mostly content.
+func hasMember(data []byte, name string, first byte) bool {
 	for rest := data; ; {
-		i := bytes.Index(rest, []byte(`"usage"`))
+		i := bytes.Index(rest, []byte(name))
 		if i < 0 {
 			return false
 		}
-		rest = bytes.TrimLeft(rest[i+len(`"usage"`):], " \t\r\n")
+		rest = bytes.TrimLeft(rest[i+len(name):], " \t\r\n")
 		if len(rest) > 0 && rest[0] == ':' {
-			if v := bytes.TrimLeft(rest[1:], " \t\r\n"); len(v) > 0 && v[0] == '{' {
+			if v := bytes.TrimLeft(rest[1:], " \t\r\n"); len(v) > 0 && v[0] == first {
 				return true
 			}
 		}
