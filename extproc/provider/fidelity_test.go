@@ -98,7 +98,6 @@ func TestRequestFieldFates(t *testing.T) {
 		// tools[].function.strict: Anthropic has strict tools, Gemini none
 		{A, "", tool + `,` + userHi, nil, map[string]any{"tools.0.strict": true}, nil},
 		{G, "", tool + `,` + userHi, nil, map[string]any{"tools.0.functionDeclarations.0.name": "f"}, []string{"tools[].function.strict"}},
-		{G, "", `"tools":[{"type":"function","function":{"name":"1f"}}],` + userHi, []string{"tools[0].function.name", "letter or an underscore"}, nil, nil},
 		// messages[].name: no place in either API
 		{A, "", `"messages":[{"role":"system","content":"s","name":"boss"},{"role":"user","content":"hi","name":"alice"}]`, nil, map[string]any{"messages.0.content.0.text": "hi"}, []string{"messages[].name"}},
 		{G, "", `"messages":[{"role":"user","content":"hi","name":"alice"}]`, nil, map[string]any{"contents.0.parts.0.text": "hi"}, []string{"messages[].name"}},
@@ -107,6 +106,8 @@ func TestRequestFieldFates(t *testing.T) {
 		{G, "", img("IMAGE/JPG", "high"), nil, map[string]any{"contents.0.parts.0.inlineData.mimeType": "image/jpeg"}, []string{"messages[].content[].image_url.detail"}},
 		{A, "", img("image/gif", "auto"), nil, map[string]any{"messages.0.content.0.source.media_type": "image/gif"}, nil},
 		{G, "", img("image/gif", "auto"), []string{`"image/gif"`, "image/png, image/jpeg, image/webp, image/heic, image/heif"}, nil, nil},
+		{G, "", `"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x.example/a.GIF"}}]}]`, []string{`"image/gif"`}, nil, nil},
+		{G, "", `"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x.example/a.jpg?s=1"}}]}]`, nil, map[string]any{"contents.0.parts.0.fileData.mimeType": "image/jpeg"}, nil},
 		{A, "", img("image/svg+xml", ""), []string{"Anthropic takes images as image/jpeg, image/png, image/gif, image/webp"}, nil, nil},
 		// tool call ids Anthropic would refuse are rewritten the same way on both ends
 		{A, "", `"messages":[{"role":"assistant","tool_calls":[{"id":"functions.f:0","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"functions.f:0","content":"ok"}]`,

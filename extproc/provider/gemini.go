@@ -29,7 +29,8 @@ import (
 //     their tool_call_id answers; consecutive turns of one role are merged, because Gemini
 //     wants all responses to one function-call turn in the next turn;
 //   - images become inlineData (data URLs; image/jpg sent as image/jpeg, types other than
-//     png, jpeg, webp, heic and heif refused) or fileData (http URLs), input_audio and file
+//     png, jpeg, webp, heic and heif refused) or fileData (http URLs, typed by their
+//     extension and refused likewise), input_audio and file
 //     data URLs become inlineData;
 //   - assistant tool calls become functionCall parts carrying the thoughtSignature the
 //     gateway put in the call's id when Gemini made the call (geminiCallID): Gemini 3
@@ -214,9 +215,6 @@ func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
 	if len(tools) > 0 {
 		decls := make([]gemFunctionDecl, len(tools))
 		for i, t := range tools {
-			if c := t.Name[0]; c != '_' && !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
-				return nil, fmt.Errorf("gemini: %w: tools[%d].function.name %q: Gemini function names start with a letter or an underscore; rename the tool", ErrBadRequest, i, t.Name)
-			}
 			if t.Strict {
 				removed[removedStrict] = true // Gemini has no strict mode: the schema guides only
 			}
@@ -362,7 +360,13 @@ func gemParts(m chatMessage, i int, removed removals) ([]gemPart, error) {
 				}
 				parts = append(parts, gemPart{InlineData: &gemBlob{MimeType: mt, Data: data}})
 			} else if isHTTPURL(u) {
-				parts = append(parts, gemPart{FileData: &gemFileData{MimeType: imageTypeOf(u), FileURI: u}})
+				mt := imageTypeOf(u) // "" when the URL does not say
+				if mt != "" {
+					if mt, err = imageMediaType(mt, "Gemini", gemImageTypes, i); err != nil {
+						return nil, err
+					}
+				}
+				parts = append(parts, gemPart{FileData: &gemFileData{MimeType: mt, FileURI: u}})
 			} else {
 				return nil, fmt.Errorf("%w: messages[%d]: image_url.url must be an http(s) or base64 data URL", ErrBadRequest, i)
 			}
