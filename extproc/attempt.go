@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -36,6 +37,7 @@ type attempt struct {
 	streaming bool
 	// refusal reads an error answer that may refuse the gateway's credential without a 401.
 	refusal provider.CredentialRefusal
+	removed []string // nested fields the adapter dropped (provider.Upstream.Removed)
 }
 
 // processAttempt serves the upstream ext_proc stream of one attempt.
@@ -203,7 +205,7 @@ func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRespo
 	if err != nil {
 		return nil, err
 	}
-	a.translate = up.Response
+	a.translate, a.removed = up.Response, up.Removed
 	set := []*corev3.HeaderValueOption{
 		setHeader(":path", a.provider.BasePath+up.Path),
 		setHeader(":authority", a.provider.Authority()),
@@ -242,6 +244,12 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{},
 	}}
+	if len(a.removed) > 0 {
+		// The router-level ext_proc lists them in x-tollway-removed-params.
+		resp.GetResponseHeaders().Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+			SetHeaders: []*corev3.HeaderValueOption{setHeader(ir.AttemptRemovedHeader, strings.Join(a.removed, ","))},
+		}}
+	}
 	// Answers in another API are translated; errors pass as they are (the router-level ext_proc
 	// shapes them, and Envoy decides on retries from the status), except that an error that
 	// may be a refused credential in disguise is read first.

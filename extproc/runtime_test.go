@@ -64,9 +64,9 @@ func TestParameterRule(t *testing.T) {
 		// OpenAI-shaped, a list: only the list (and user)
 		{"gpt", "openai", []string{"temperature", "max_tokens", "tools", "user", "stream_options"}, []string{"seed", "top_k"}},
 		// Anthropic, no list: what the adapter translates
-		{"mixed", "claude", []string{"temperature", "top_p", "stop", "tools", "user", "max_tokens"}, []string{"seed", "n", "logit_bias", "top_k"}},
+		{"mixed", "claude", []string{"temperature", "top_p", "stop", "tools", "user", "max_tokens", "n", "response_format"}, []string{"seed", "logit_bias", "top_k", "reasoning_effort"}},
 		// Gemini, its own list: the list within what it translates; user it cannot carry
-		{"listed", "gem", []string{"temperature"}, []string{"seed", "top_k", "top_p", "user"}},
+		{"listed", "gem", []string{"temperature", "seed"}, []string{"top_k", "top_p", "user"}},
 		{"listed", "local", []string{"temperature", "top_p", "top_k", "user"}, []string{"seed"}},
 	}
 	for _, c := range cases {
@@ -85,7 +85,7 @@ func TestParameterRule(t *testing.T) {
 	for id, want := range map[string]string{
 		"free":   "frequency_penalty,logit_bias,logprobs,max_completion_tokens,max_tokens,n,parallel_tool_calls,presence_penalty,reasoning_effort,response_format,seed,stop,temperature,tool_choice,tools,top_logprobs,top_p",
 		"gpt":    "max_tokens,temperature,tools", // the list, on both providers
-		"mixed":  "max_completion_tokens,max_tokens,parallel_tool_calls,stop,temperature,tool_choice,tools,top_p",
+		"mixed":  "max_completion_tokens,max_tokens,n,parallel_tool_calls,response_format,stop,temperature,tool_choice,tools,top_p",
 		"listed": "temperature",
 	} {
 		if got := strings.Join(rt.models[id].entry(true).SupportedSamplingParameters, ","); got != want {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -354,13 +355,18 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	x.responded = true
 	common := &extprocv3.CommonResponse{}
 	if x.plan != nil {
-		// The attempt that answered says which provider and model it was.
+		// The attempt that answered says which provider and model it was, and which nested
+		// fields its adapter dropped.
+		var nested string
 		for _, hv := range h.GetHeaders().GetHeaders() {
-			if hv.Key == ir.ServedHeader {
+			switch hv.Key {
+			case ir.ServedHeader:
 				x.served(headerValue(hv))
+			case ir.AttemptRemovedHeader:
+				nested = headerValue(hv)
 			}
 		}
-		mut := &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ServedHeader}}
+		mut := &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ServedHeader, ir.AttemptRemovedHeader}}
 		if x.provider != "" {
 			mut.SetHeaders = []*corev3.HeaderValueOption{
 				setHeader(ir.ProviderHeader, x.provider),
@@ -369,7 +375,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 			if up := x.plan.model.upstreamName(x.provider); up != "" {
 				mut.SetHeaders = append(mut.SetHeaders, setHeader(UpstreamModelHeader, up))
 			}
-			if removed := x.plan.removedFor(x.plan.model, x.provider); len(removed) > 0 {
+			if removed := x.removed(nested); len(removed) > 0 {
 				mut.SetHeaders = append(mut.SetHeaders, setHeader("x-tollway-removed-params", strings.Join(removed, ",")))
 			}
 		}
@@ -414,6 +420,24 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		resp.ModeOverride = withResponseBody(mode)
 	}
 	return resp
+}
+
+// removed lists, sorted, what the answering attempt removed from the request: the top-level
+// fields its provider does not carry and the nested ones its adapter dropped (nested, from
+// the attempt's header). Only an attempt on a provider in another API sets that header (the
+// upstream ext_proc does not see OpenAI-shaped answers' headers), so on others a provider's
+// own header of that name is ignored.
+func (x *exchange) removed(nested string) []string {
+	out := x.plan.removedFor(x.plan.model, x.provider)
+	if p := x.rt.providers[x.provider]; nested != "" && p != nil && !p.SpeaksOpenAI() {
+		for _, f := range strings.Split(nested, ",") {
+			if f != "" && !slices.Contains(out, f) {
+				out = append(out, f)
+			}
+		}
+		slices.Sort(out)
+	}
+	return out
 }
 
 // UpstreamModelHeader names, on an answer, the provider's own name of the model that answered

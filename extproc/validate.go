@@ -18,15 +18,17 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/xds/ir"
 )
 
 // Bounds on client-supplied values, after OpenAI's own where it has them.
 const (
-	maxModelID      = 256 // catalog ids and route:<slug> are far shorter
-	maxUser         = 256 // the end-user id the client passes on
-	maxNameLen      = 64  // message names and function names (OpenAI's limit)
-	maxToolCallID   = 256 // tool call ids, echoed back by clients
+	maxModelID = 256 // catalog ids and route:<slug> are far shorter
+	maxUser    = 256 // the end-user id the client passes on
+	maxNameLen = 64  // message names and function names (OpenAI's limit)
+	// tool call ids, echoed back by clients; Gemini's ids carry thought signatures
+	maxToolCallID   = provider.MaxToolCallID
 	maxTools        = 128 // OpenAI's limit on tools per request
 	maxStop         = 16  // stop sequences
 	maxN            = 128 // answers per request (OpenAI's limit)

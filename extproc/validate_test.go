@@ -85,7 +85,7 @@ func TestValidationRefusesEveryField(t *testing.T) {
 		{msg(`{"role":"system","content":[{"type":"image_url","image_url":{"url":"https://x"}}]}`), "invalid_messages", []string{`"image_url" is not allowed in system messages`}},
 		{msg(`{"role":"user","content":"a","name":"John Doe"}`), "invalid_messages", []string{"messages[0].name"}},
 		{msg(`{"role":"tool","content":"42"}`), "invalid_messages", []string{"messages[0].tool_call_id is required"}},
-		{msg(`{"role":"tool","content":"42","tool_call_id":"` + strings.Repeat("c", 257) + `"}`), "invalid_messages", []string{"messages[0].tool_call_id is too long"}},
+		{msg(`{"role":"tool","content":"42","tool_call_id":"` + strings.Repeat("c", maxToolCallID+1) + `"}`), "invalid_messages", []string{"messages[0].tool_call_id is too long"}},
 		{msg(`{"role":"user","content":"a","tool_calls":[]}`), "invalid_messages", []string{"messages[0].tool_calls is only allowed on assistant messages"}},
 		{msg(`{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]}`), "invalid_messages", []string{"messages[0].tool_calls[0].id is required"}},
 		{msg(`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":{}}}]}`), "invalid_messages", []string{"messages[0].tool_calls[0].function.arguments must be a string"}},

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/tollway/tollway/xds/ir"
@@ -14,26 +15,38 @@ import (
 //
 // Request mapping, from the OpenAI chat request:
 //   - system and developer messages, wherever they stand, are joined with "\n\n" into the
-//     top-level system string (Anthropic has no system turns);
+//     top-level system string, in order (Anthropic has no system turns, so one in the middle
+//     of a conversation moves to the top);
 //   - user/assistant content becomes text, image (base64 or url), document (PDF data URL) and
 //     tool_use blocks; tool messages become tool_result blocks in a user turn; consecutive
 //     turns of one role are merged, because Anthropic wants user and assistant to alternate
 //     and the tool_results answering one tool_use turn all in the next user turn;
 //   - max_tokens is required upstream: max_completion_tokens, else max_tokens, else
 //     anthropicDefaultMaxTokens;
-//   - temperature, top_p, stop, stream, user (metadata.user_id), tools, tool_choice and
-//     parallel_tool_calls=false (disable_parallel_tool_use) are mapped;
-//   - everything else is dropped, since Anthropic rejects unknown fields: stream_options
-//     (usage always comes with the stream), n, seed, frequency/presence_penalty, logit_bias,
-//     logprobs, top_logprobs, response_format, reasoning_effort, service_tier, store,
-//     metadata, modalities, audio, prediction, web_search_options, functions, function_call.
+//   - temperature (0 to 1 here, 0 to 2 in OpenAI's: above 1 is refused), top_p, stop, stream,
+//     user (metadata.user_id), tools (strict too), tool_choice and parallel_tool_calls=false
+//     (disable_parallel_tool_use) are mapped; response_format json_schema becomes
+//     output_config.format (structured outputs), json_object is refused (Anthropic has no
+//     JSON mode without a schema); n=1 is honoured, n>1 refused;
+//   - image data URLs: image/jpg is sent as image/jpeg; types other than jpeg, png, gif and
+//     webp are refused; tool call ids outside Anthropic's [a-zA-Z0-9_-] are rewritten the
+//     same way in tool_use and tool_result (anthToolID);
+//   - messages[].name and image_url.detail have no place and are dropped, listed in
+//     Upstream.Removed;
+//   - every other field never reaches Chat (Parameters leaves it out, so the gateway removes
+//     it and lists it in x-tollway-removed-params), since Anthropic rejects unknown fields:
+//     stream_options (usage always comes with the stream), seed, frequency/presence_penalty,
+//     logit_bias, logprobs, top_logprobs, reasoning_effort (extended thinking needs the
+//     thinking blocks replayed with every tool loop, which OpenAI clients do not keep),
+//     service_tier, store, metadata, modalities, audio, prediction, web_search_options,
+//     functions, function_call.
 type anthropic struct{}
 
 func init() { register(ir.ProviderTypeAnthropic, anthropic{}) }
 
 // Parameters are the fields the mapping above translates.
 func (anthropic) Parameters() Parameters {
-	return Parameters{Known: []string{"max_completion_tokens", "max_tokens", "parallel_tool_calls", "stop", "temperature", "tool_choice", "tools", "top_p", "user"}}
+	return Parameters{Known: []string{"max_completion_tokens", "max_tokens", "n", "parallel_tool_calls", "response_format", "stop", "temperature", "tool_choice", "tools", "top_p", "user"}}
 }
 
 const (
@@ -55,6 +68,17 @@ type anthRequest struct {
 	StopSequences []string         `json:"stop_sequences,omitempty"`
 	Stream        bool             `json:"stream,omitempty"`
 	Metadata      *anthRequestMeta `json:"metadata,omitempty"`
+	OutputConfig  *anthOutput      `json:"output_config,omitempty"`
+}
+
+// anthOutput is output_config; format holds a structured output's JSON Schema.
+type anthOutput struct {
+	Format *anthFormat `json:"format,omitempty"`
+}
+
+type anthFormat struct {
+	Type   string          `json:"type"` // json_schema
+	Schema json.RawMessage `json:"schema"`
 }
 
 type anthRequestMeta struct {
@@ -89,6 +113,7 @@ type anthTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description,omitempty"`
 	InputSchema json.RawMessage `json:"input_schema"`
+	Strict      bool            `json:"strict,omitempty"`
 }
 
 type anthToolChoice struct {
@@ -99,7 +124,13 @@ type anthToolChoice struct {
 
 func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
 	out := anthRequest{Model: model, Temperature: rawField(req, "temperature"), TopP: rawField(req, "top_p")}
+	if err := anthropicRanges(req); err != nil {
+		return nil, fmt.Errorf("anthropic: %w", err)
+	}
 	var err error
+	if out.OutputConfig, err = anthropicOutput(req); err != nil {
+		return nil, fmt.Errorf("anthropic: %w", err)
+	}
 	if out.MaxTokens, err = maxTokens(req); err != nil {
 		return nil, fmt.Errorf("anthropic: %w", err)
 	}
@@ -111,6 +142,7 @@ func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, err
 		return nil, fmt.Errorf("anthropic: %w", err)
 	}
 	var system []string
+	removed := removals{}
 	for i, m := range msgs {
 		switch m.Role {
 		case "system", "developer":
@@ -121,8 +153,9 @@ func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, err
 			if s != "" {
 				system = append(system, s)
 			}
+			removed.message(m, nil)
 		case "user", "assistant":
-			blocks, err := anthBlocks(m, i)
+			blocks, err := anthBlocks(m, i, removed)
 			if err != nil {
 				return nil, fmt.Errorf("anthropic: %w", err)
 			}
@@ -132,7 +165,8 @@ func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, err
 			if err != nil {
 				return nil, fmt.Errorf("anthropic: %w", err)
 			}
-			out.Messages = appendAnthTurn(out.Messages, "user", []anthBlock{{Type: "tool_result", ToolUseID: m.ToolCallID, Content: s}})
+			removed.message(m, nil)
+			out.Messages = appendAnthTurn(out.Messages, "user", []anthBlock{{Type: "tool_result", ToolUseID: anthToolID(m.ToolCallID), Content: s}})
 		default:
 			return nil, fmt.Errorf("anthropic: %w: messages[%d] has role %q", ErrBadRequest, i, m.Role)
 		}
@@ -147,7 +181,7 @@ func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, err
 		return nil, fmt.Errorf("anthropic: %w", err)
 	}
 	for _, t := range tools {
-		out.Tools = append(out.Tools, anthTool{Name: t.Name, Description: t.Description, InputSchema: t.Parameters})
+		out.Tools = append(out.Tools, anthTool{Name: t.Name, Description: t.Description, InputSchema: t.Parameters, Strict: t.Strict})
 	}
 	if len(tools) > 0 { // a tool_choice without tools is refused upstream and means nothing
 		choice, err := decodeToolChoice(req)
@@ -202,17 +236,76 @@ func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, err
 			"content-type":      "application/json",
 		},
 		Response: newAnthropicResponse(model),
+		Removed:  removed.list(),
 	}, nil
+}
+
+// anthropicRanges refuses values OpenAI allows that Anthropic does not: temperature above 1
+// (Anthropic's range is 0 to 1) and n above 1.
+func anthropicRanges(req Request) error {
+	if t, ok, err := numberField(req, "temperature"); err != nil {
+		return err
+	} else if ok && (t < 0 || t > 1) {
+		return fmt.Errorf("%w: temperature %v is outside Anthropic's range of 0 to 1 (OpenAI's is 0 to 2); send a temperature from 0 to 1", ErrBadRequest, t)
+	}
+	return oneAnswer(req, "Anthropic")
+}
+
+// anthropicOutput translates response_format: a JSON Schema becomes a structured output
+// (output_config.format), text needs nothing, and json_object, JSON without a schema, has no
+// Anthropic form.
+func anthropicOutput(req Request) (*anthOutput, error) {
+	rf, err := decodeResponseFormat(req)
+	if err != nil {
+		return nil, err
+	}
+	switch rf.Type {
+	case "json_object":
+		return nil, fmt.Errorf(`%w: response_format json_object has no Anthropic equivalent (Anthropic constrains output only to a schema); send {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}`, ErrBadRequest)
+	case "json_schema":
+		if rf.Schema == nil {
+			return nil, fmt.Errorf(`%w: response_format json_schema needs json_schema.schema for Anthropic: {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}`, ErrBadRequest)
+		}
+		return &anthOutput{Format: &anthFormat{Type: "json_schema", Schema: rf.Schema}}, nil
+	}
+	return nil, nil
+}
+
+// anthImageTypes are the image media types Anthropic takes.
+var anthImageTypes = []string{"image/jpeg", "image/png", "image/gif", "image/webp"}
+
+// anthToolID returns a tool call id in the form Anthropic requires (^[a-zA-Z0-9_-]+$). Ids
+// in that form, OpenAI's and Gemini's included, stay as they are; others (some providers use
+// "functions.get_weather:0") get every other byte replaced by "_" and a hash of the whole id,
+// so that the tool_use and the tool_result answering it still match and distinct ids stay
+// distinct.
+func anthToolID(id string) string {
+	idByte := func(c byte) bool {
+		return c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	}
+	b, changed := []byte(id), id == ""
+	for i, c := range b {
+		if !idByte(c) {
+			b[i], changed = '_', true
+		}
+	}
+	if !changed {
+		return id
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return fmt.Sprintf("%s_%016x", b, h.Sum64())
 }
 
 // anthBlocks converts a user or assistant message into content blocks: its content parts in
 // order, then (assistant) one tool_use per tool call. Empty text is left out: Anthropic
 // refuses empty text blocks.
-func anthBlocks(m chatMessage, i int) ([]anthBlock, error) {
+func anthBlocks(m chatMessage, i int, removed removals) ([]anthBlock, error) {
 	parts, err := contentParts(m.Content, i)
 	if err != nil {
 		return nil, err
 	}
+	removed.message(m, parts)
 	var blocks []anthBlock
 	for _, part := range parts {
 		switch part.Type {
@@ -242,7 +335,7 @@ func anthBlocks(m chatMessage, i int) ([]anthBlock, error) {
 			if err != nil {
 				return nil, err
 			}
-			blocks = append(blocks, anthBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
+			blocks = append(blocks, anthBlock{Type: "tool_use", ID: anthToolID(tc.ID), Name: tc.Function.Name, Input: input})
 		}
 	}
 	return blocks, nil
@@ -253,6 +346,10 @@ func anthSourceOf(u string, i int) (*anthSource, error) {
 		mt, data, ok := parseDataURL(u)
 		if !ok {
 			return nil, fmt.Errorf("%w: messages[%d]: image data URL must be base64 (data:image/png;base64,...)", ErrBadRequest, i)
+		}
+		mt, err := imageMediaType(mt, "Anthropic", anthImageTypes, i)
+		if err != nil {
+			return nil, err
 		}
 		return &anthSource{Type: "base64", MediaType: mt, Data: data}, nil
 	}

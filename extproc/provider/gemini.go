@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"path"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -20,30 +22,46 @@ import (
 //
 // Request mapping, from the OpenAI chat request:
 //   - system and developer messages, wherever they stand, are joined with "\n\n" into
-//     systemInstruction;
+//     systemInstruction, in order (Gemini has no system turns, so one in the middle of a
+//     conversation moves to the top);
 //   - user turns stay "user", assistant turns become "model"; tool messages become
 //     functionResponse parts in a user turn, named after the earlier assistant tool call
 //     their tool_call_id answers; consecutive turns of one role are merged, because Gemini
 //     wants all responses to one function-call turn in the next turn;
-//   - images become inlineData (data URLs) or fileData (http URLs), input_audio and file
+//   - images become inlineData (data URLs; image/jpg sent as image/jpeg, types other than
+//     png, jpeg, webp, heic and heif refused) or fileData (http URLs, typed by their
+//     extension and refused likewise), input_audio and file
 //     data URLs become inlineData;
+//   - assistant tool calls become functionCall parts carrying the thoughtSignature the
+//     gateway put in the call's id when Gemini made the call (geminiCallID): Gemini 3
+//     refuses a replayed call without its signature, and OpenAI clients keep only the id.
+//     A model turn whose calls have none (made by another provider, or before the gateway
+//     carried signatures) gets Google's documented placeholder on its first call, except on
+//     Gemini 1.x and 2.x models, which do not check;
 //   - tools become one functionDeclarations tool; parameters go in parametersJsonSchema,
 //     which takes OpenAI's JSON Schema as is (the older "parameters" field is an OpenAPI
 //     subset that refuses additionalProperties, $defs, anyOf and more);
-//   - tool_choice becomes toolConfig; temperature, top_p, max_completion_tokens/max_tokens
-//     and stop become generationConfig; stream picks the endpoint;
-//   - everything else is dropped, since Gemini rejects unknown fields: stream_options (usage
-//     always comes with the stream), user, n, seed, frequency/presence_penalty (refused by
-//     several Gemini models), logit_bias, logprobs, top_logprobs, response_format,
-//     reasoning_effort, parallel_tool_calls, service_tier, store, metadata, modalities,
-//     audio, prediction, web_search_options, functions, function_call.
+//   - tool_choice becomes toolConfig; temperature, top_p, max_completion_tokens/max_tokens,
+//     stop (at most 5 here), seed (32 bits here), presence/frequency_penalty (non-zero ones:
+//     some models refuse penalties, and 0 is the default), response_format
+//     (responseMimeType application/json, with responseJsonSchema for json_schema) and
+//     reasoning_effort (thinkingConfig.thinkingBudget) become generationConfig; n=1 is
+//     honoured, n>1 refused (answers are read as one candidate); stream picks the endpoint;
+//   - messages[].name, image_url.detail and tools[].function.strict have no place and are
+//     dropped, listed in Upstream.Removed;
+//   - every other field never reaches Chat (Parameters leaves it out, so the gateway removes
+//     it and lists it in x-tollway-removed-params), since Gemini rejects unknown fields:
+//     stream_options (usage always comes with the stream), user, logit_bias, logprobs and
+//     top_logprobs (Gemini's logprobs come back in another shape), parallel_tool_calls,
+//     service_tier, store, metadata, modalities, audio, prediction, web_search_options,
+//     functions, function_call.
 type gemini struct{}
 
 func init() { register(ir.ProviderTypeGemini, gemini{}) }
 
 // Parameters are the fields the mapping above translates.
 func (gemini) Parameters() Parameters {
-	return Parameters{Known: []string{"max_completion_tokens", "max_tokens", "stop", "temperature", "tool_choice", "tools", "top_p"}}
+	return Parameters{Known: []string{"frequency_penalty", "max_completion_tokens", "max_tokens", "n", "presence_penalty", "reasoning_effort", "response_format", "seed", "stop", "temperature", "tool_choice", "tools", "top_p"}}
 }
 
 type gemRequest struct {
@@ -67,6 +85,7 @@ type gemPart struct {
 	FileData         *gemFileData         `json:"fileData,omitempty"`
 	FunctionCall     *gemFunctionCall     `json:"functionCall,omitempty"`
 	FunctionResponse *gemFunctionResponse `json:"functionResponse,omitempty"`
+	ThoughtSignature string               `json:"thoughtSignature,omitempty"` // base64, on function calls
 }
 
 type gemBlob struct {
@@ -115,10 +134,20 @@ type gemFunctionCallingConfig struct {
 }
 
 type gemGenConfig struct {
-	Temperature     json.RawMessage `json:"temperature,omitempty"`
-	TopP            json.RawMessage `json:"topP,omitempty"`
-	MaxOutputTokens int64           `json:"maxOutputTokens,omitempty"`
-	StopSequences   []string        `json:"stopSequences,omitempty"`
+	Temperature        json.RawMessage    `json:"temperature,omitempty"`
+	TopP               json.RawMessage    `json:"topP,omitempty"`
+	MaxOutputTokens    int64              `json:"maxOutputTokens,omitempty"`
+	StopSequences      []string           `json:"stopSequences,omitempty"`
+	Seed               *int64             `json:"seed,omitempty"`
+	PresencePenalty    json.RawMessage    `json:"presencePenalty,omitempty"`
+	FrequencyPenalty   json.RawMessage    `json:"frequencyPenalty,omitempty"`
+	ResponseMimeType   string             `json:"responseMimeType,omitempty"`
+	ResponseJSONSchema json.RawMessage    `json:"responseJsonSchema,omitempty"`
+	ThinkingConfig     *gemThinkingConfig `json:"thinkingConfig,omitempty"`
+}
+
+type gemThinkingConfig struct {
+	ThinkingBudget int64 `json:"thinkingBudget"` // 0 turns thinking off
 }
 
 func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
@@ -128,6 +157,7 @@ func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
 		return nil, fmt.Errorf("gemini: %w", err)
 	}
 	var system []string
+	removed := removals{}
 	callNames := map[string]string{} // tool call id -> function name, from earlier assistant turns
 	for i, m := range msgs {
 		switch m.Role {
@@ -139,8 +169,9 @@ func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
 			if s != "" {
 				system = append(system, s)
 			}
+			removed.message(m, nil)
 		case "user", "assistant":
-			parts, err := gemParts(m, i)
+			parts, err := gemParts(m, i, removed)
 			if err != nil {
 				return nil, fmt.Errorf("gemini: %w", err)
 			}
@@ -161,6 +192,7 @@ func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
 			if err != nil {
 				return nil, fmt.Errorf("gemini: %w", err)
 			}
+			removed.message(m, nil)
 			out.Contents = appendGemTurn(out.Contents, "user", []gemPart{{FunctionResponse: &gemFunctionResponse{Name: name, Response: gemToolOutput{s}}}})
 		default:
 			return nil, fmt.Errorf("gemini: %w: messages[%d] has role %q", ErrBadRequest, i, m.Role)
@@ -168,6 +200,9 @@ func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
 	}
 	if out.Contents == nil {
 		out.Contents = []gemContent{} // Gemini's own error is clearer than a missing field
+	}
+	if geminiChecksSignatures(model) {
+		signFirstCalls(out.Contents)
 	}
 	if len(system) > 0 {
 		out.SystemInstruction = &gemContent{Parts: []gemPart{{Text: strings.Join(system, "\n\n")}}}
@@ -180,6 +215,9 @@ func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
 	if len(tools) > 0 {
 		decls := make([]gemFunctionDecl, len(tools))
 		for i, t := range tools {
+			if t.Strict {
+				removed[removedStrict] = true // Gemini has no strict mode: the schema guides only
+			}
 			decls[i] = gemFunctionDecl{Name: t.Name, Description: t.Description, ParametersJSONSchema: t.Parameters}
 			if bytes.Equal(t.Parameters, emptySchema) {
 				decls[i].ParametersJSONSchema = nil // Gemini's way to declare no parameters
@@ -199,15 +237,8 @@ func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
 		}
 	}
 
-	gc := gemGenConfig{Temperature: rawField(req, "temperature"), TopP: rawField(req, "top_p")}
-	if gc.MaxOutputTokens, err = maxTokens(req); err != nil {
+	if out.GenerationConfig, err = geminiGeneration(req); err != nil {
 		return nil, fmt.Errorf("gemini: %w", err)
-	}
-	if gc.StopSequences, err = stopSequences(req); err != nil {
-		return nil, fmt.Errorf("gemini: %w", err)
-	}
-	if gc.Temperature != nil || gc.TopP != nil || gc.MaxOutputTokens > 0 || len(gc.StopSequences) > 0 {
-		out.GenerationConfig = &gc
 	}
 
 	stream, err := boolField(req, "stream")
@@ -233,16 +264,87 @@ func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
 			"content-type":   "application/json",
 		},
 		Response: newGeminiResponse(model),
+		Removed:  removed.list(),
 	}, nil
+}
+
+// geminiMaxStop is how many stop sequences Gemini takes.
+const geminiMaxStop = 5
+
+// geminiGeneration builds generationConfig from the sampling fields, nil when none is set.
+func geminiGeneration(req Request) (*gemGenConfig, error) {
+	gc := gemGenConfig{Temperature: rawField(req, "temperature"), TopP: rawField(req, "top_p")}
+	var err error
+	if gc.MaxOutputTokens, err = maxTokens(req); err != nil {
+		return nil, err
+	}
+	if gc.StopSequences, err = stopSequences(req); err != nil {
+		return nil, err
+	}
+	if len(gc.StopSequences) > geminiMaxStop {
+		return nil, fmt.Errorf("%w: stop has %d sequences; Gemini takes at most %d", ErrBadRequest, len(gc.StopSequences), geminiMaxStop)
+	}
+	if err := oneAnswer(req, "Gemini"); err != nil {
+		return nil, err
+	}
+	if gc.Seed, err = int32Field(req, "seed", "Gemini"); err != nil {
+		return nil, err
+	}
+	for _, p := range []struct {
+		key string
+		dst *json.RawMessage
+	}{{"presence_penalty", &gc.PresencePenalty}, {"frequency_penalty", &gc.FrequencyPenalty}} {
+		// 0 is the default: leaving it out says the same to models that refuse penalties.
+		if v, ok, err := numberField(req, p.key); err != nil {
+			return nil, err
+		} else if ok && v != 0 {
+			*p.dst = rawField(req, p.key)
+		}
+	}
+	rf, err := decodeResponseFormat(req)
+	if err != nil {
+		return nil, err
+	}
+	if rf.Type == "json_object" || rf.Type == "json_schema" {
+		gc.ResponseMimeType, gc.ResponseJSONSchema = "application/json", rf.Schema
+	}
+	if gc.ThinkingConfig, err = geminiThinking(req); err != nil {
+		return nil, err
+	}
+	if reflect.ValueOf(gc).IsZero() {
+		return nil, nil
+	}
+	return &gc, nil
+}
+
+// geminiThinkingBudgets map reasoning_effort to thinking budgets in tokens, as Google's own
+// OpenAI-compatible endpoint does. thinkingBudget, unlike Gemini 3's thinkingLevel, is taken
+// by Gemini 2.5 and 3 models alike. Models that cannot turn thinking off refuse "none"
+// themselves.
+var geminiThinkingBudgets = map[string]int64{"none": 0, "minimal": 1024, "low": 1024, "medium": 8192, "high": 24576}
+
+func geminiThinking(req Request) (*gemThinkingConfig, error) {
+	raw := rawField(req, "reasoning_effort")
+	if raw == nil {
+		return nil, nil
+	}
+	var effort string
+	_ = json.Unmarshal(raw, &effort)
+	budget, ok := geminiThinkingBudgets[effort]
+	if !ok {
+		return nil, fmt.Errorf("%w: reasoning_effort %s has no Gemini equivalent; send none, minimal, low, medium or high", ErrBadRequest, raw)
+	}
+	return &gemThinkingConfig{ThinkingBudget: budget}, nil
 }
 
 // gemParts converts a user or assistant message into parts: its content parts in order, then
 // (assistant) one functionCall per tool call. Empty text is left out.
-func gemParts(m chatMessage, i int) ([]gemPart, error) {
+func gemParts(m chatMessage, i int, removed removals) ([]gemPart, error) {
 	cparts, err := contentParts(m.Content, i)
 	if err != nil {
 		return nil, err
 	}
+	removed.message(m, cparts)
 	var parts []gemPart
 	for _, cp := range cparts {
 		switch cp.Type {
@@ -253,9 +355,18 @@ func gemParts(m chatMessage, i int) ([]gemPart, error) {
 		case "image_url":
 			u := cp.ImageURL.URL
 			if mt, data, ok := parseDataURL(u); ok {
+				if mt, err = imageMediaType(mt, "Gemini", gemImageTypes, i); err != nil {
+					return nil, err
+				}
 				parts = append(parts, gemPart{InlineData: &gemBlob{MimeType: mt, Data: data}})
 			} else if isHTTPURL(u) {
-				parts = append(parts, gemPart{FileData: &gemFileData{MimeType: imageTypeOf(u), FileURI: u}})
+				mt := imageTypeOf(u) // "" when the URL does not say
+				if mt != "" {
+					if mt, err = imageMediaType(mt, "Gemini", gemImageTypes, i); err != nil {
+						return nil, err
+					}
+				}
+				parts = append(parts, gemPart{FileData: &gemFileData{MimeType: mt, FileURI: u}})
 			} else {
 				return nil, fmt.Errorf("%w: messages[%d]: image_url.url must be an http(s) or base64 data URL", ErrBadRequest, i)
 			}
@@ -281,10 +392,86 @@ func gemParts(m chatMessage, i int) ([]gemPart, error) {
 			if err != nil {
 				return nil, err
 			}
-			parts = append(parts, gemPart{FunctionCall: &gemFunctionCall{Name: tc.Function.Name, Args: args}})
+			_, sig := splitGeminiCallID(tc.ID)
+			parts = append(parts, gemPart{FunctionCall: &gemFunctionCall{Name: tc.Function.Name, Args: args}, ThoughtSignature: sig})
 		}
 	}
 	return parts, nil
+}
+
+// gemImageTypes are the image media types Gemini takes.
+var gemImageTypes = []string{"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"}
+
+// callSignatureMark separates a tool call id the gateway hands out from the thought signature
+// it carries. What follows is the signature in unpadded URL-safe base64, so the whole id stays
+// within [a-zA-Z0-9_-] (Anthropic's id rule: a conversation may move between providers).
+const callSignatureMark = "__ts_"
+
+// geminiCallID names function call n of a Gemini answer for the client (callID), with the
+// part's thoughtSignature inside: clients echo ids back, and Gemini 3 wants the signature
+// with the call when the conversation goes on. A signature that is not base64, or that would
+// make the id longer than clients may send back, is left out.
+func geminiCallID(id string, n int, signature string) string {
+	base := callID(id, n)
+	if signature == "" {
+		return base
+	}
+	raw, err := base64.StdEncoding.DecodeString(signature)
+	if err != nil {
+		if raw, err = base64.URLEncoding.DecodeString(signature); err != nil {
+			return base
+		}
+	}
+	out := base + callSignatureMark + base64.RawURLEncoding.EncodeToString(raw)
+	if len(out) > MaxToolCallID {
+		return base
+	}
+	return out
+}
+
+// splitGeminiCallID undoes geminiCallID: the id as Gemini named the call and the signature in
+// standard base64 ("" when the id carries none; an id that only looks like one is kept whole).
+func splitGeminiCallID(id string) (base, signature string) {
+	i := strings.Index(id, callSignatureMark)
+	if i <= 0 {
+		return id, ""
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(id[i+len(callSignatureMark):])
+	if err != nil || len(raw) == 0 {
+		return id, ""
+	}
+	return id[:i], base64.StdEncoding.EncodeToString(raw)
+}
+
+// skipSignature is Google's documented placeholder for a function call Gemini did not make
+// (or whose signature is lost): Gemini 3 then accepts the call without its reasoning state.
+const skipSignature = "skip_thought_signature_validator"
+
+// geminiChecksSignatures reports whether model may refuse replayed function calls without a
+// thought signature: Gemini 3 and later do, and so may names the gateway cannot date (aliases,
+// tuned models); Gemini 1.x and 2.x do not.
+func geminiChecksSignatures(model string) bool {
+	name := strings.TrimPrefix(model, "models/")
+	return !strings.HasPrefix(name, "gemini-1") && !strings.HasPrefix(name, "gemini-2") && !strings.HasPrefix(name, "gemma")
+}
+
+// signFirstCalls gives the first function call of each model turn the placeholder signature
+// when it has none: Gemini checks the first call of each step (parallel calls after it carry
+// none).
+func signFirstCalls(contents []gemContent) {
+	for _, c := range contents {
+		if c.Role != "model" {
+			continue
+		}
+		for j := range c.Parts {
+			if p := &c.Parts[j]; p.FunctionCall != nil {
+				if p.ThoughtSignature == "" {
+					p.ThoughtSignature = skipSignature
+				}
+				break
+			}
+		}
+	}
 }
 
 // imageTypeOf guesses an image URL's type from its extension; fileData may omit it.
@@ -454,7 +641,7 @@ func (r *geminiResponse) Body(b []byte) ([]byte, error) {
 	for _, p := range cand.Content.Parts {
 		switch {
 		case p.FunctionCall != nil:
-			id := callID(p.FunctionCall.ID, len(msg.ToolCalls))
+			id := geminiCallID(p.FunctionCall.ID, len(msg.ToolCalls), p.ThoughtSignature)
 			msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: id, Type: "function", Function: toolFunction{Name: p.FunctionCall.Name, Arguments: ptr(compactArgs(p.FunctionCall.Args))}})
 		case p.Text != "" && !p.Thought: // thought summaries are not the answer
 			text.WriteString(p.Text)
@@ -540,7 +727,7 @@ func (r *geminiResponse) event(data []byte) error {
 		case p.FunctionCall != nil:
 			n := r.calls
 			r.calls++
-			r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, ID: callID(p.FunctionCall.ID, n), Type: "function",
+			r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, ID: geminiCallID(p.FunctionCall.ID, n, p.ThoughtSignature), Type: "function",
 				Function: toolFunction{Name: p.FunctionCall.Name, Arguments: ptr(compactArgs(p.FunctionCall.Args))}}}}, "")
 		case p.Text != "" && !p.Thought:
 			r.out.chunk(chunkDelta{Content: ptr(p.Text)}, "")

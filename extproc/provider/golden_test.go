@@ -80,7 +80,8 @@ func chat(t *testing.T, kind, model, body string) (*Upstream, error) {
 }
 
 // goldenRequests translates every shared request in testdata/chat into
-// testdata/<kind>/request/<case>.out.json: the path, the headers and the body.
+// testdata/<kind>/request/<case>.out.json: the path, the headers, the body and the nested
+// fields dropped.
 func goldenRequests(t *testing.T, kind, model string) {
 	for _, f := range fixtures(t, "testdata/chat/*.json") {
 		name, in := caseName(f.path), f.data
@@ -100,7 +101,8 @@ func goldenRequests(t *testing.T, kind, model string) {
 				Path    string            `json:"path"`
 				Headers map[string]string `json:"headers"`
 				Body    json.RawMessage   `json:"body"`
-			}{up.Path, up.Headers, up.Body}); err != nil {
+				Removed []string          `json:"removed,omitempty"`
+			}{up.Path, up.Headers, up.Body, up.Removed}); err != nil {
 				t.Fatal(err)
 			}
 			compareGolden(t, filepath.Join("testdata", kind, "request", name+".out.json"), buf.Bytes())

@@ -29,6 +29,7 @@ var now = time.Now
 // chatMessage is an OpenAI chat message, as far as the translating adapters read it.
 type chatMessage struct {
 	Role       string          `json:"role"`
+	Name       string          `json:"name"` // no provider API has one: dropped openly (removedNested)
 	Content    json.RawMessage `json:"content"`
 	ToolCalls  []chatToolCall  `json:"tool_calls"`
 	ToolCallID string          `json:"tool_call_id"`
@@ -49,7 +50,8 @@ type chatPart struct {
 	Text     string `json:"text"`
 	Refusal  string `json:"refusal"`
 	ImageURL struct {
-		URL string `json:"url"`
+		URL    string `json:"url"`
+		Detail string `json:"detail"` // auto | low | high
 	} `json:"image_url"`
 	InputAudio struct {
 		Data   string `json:"data"`
@@ -266,6 +268,7 @@ type funcTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
+	Strict      bool            `json:"strict"`
 }
 
 // emptySchema stands in for a tool without parameters: providers want an object schema.

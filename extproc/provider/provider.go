@@ -83,7 +83,17 @@ type Upstream struct {
 	// Response turns the provider's answer back into the OpenAI chat-completion shape; nil when
 	// the provider already speaks it. One per attempt: stream translation keeps state.
 	Response ResponseTranslator
+	// Removed lists, sorted, what the adapter dropped inside fields it carries because the
+	// provider has no equivalent, as field paths (tools[].function.strict, messages[].name):
+	// the top-level fields the provider lacks never reach Chat, these do. The gateway adds them
+	// to x-tollway-removed-params.
+	Removed []string
 }
+
+// MaxToolCallID bounds the tool call ids a client sends back (assistant tool_calls[].id and
+// tool messages' tool_call_id). Gemini's thought signatures travel inside the ids the gateway
+// hands out (see geminiCallID), and they run to a few kilobytes.
+const MaxToolCallID = 16384
 
 // ResponseTranslator converts one provider answer into OpenAI chat-completion form, including
 // an OpenAI "usage" object (and, for streams, a final usage-only chunk with "choices": []

@@ -163,7 +163,7 @@ type anthropicTool struct {
 var anthropicFields = map[string]bool{
 	"model": true, "messages": true, "max_tokens": true, "system": true, "metadata": true,
 	"stop_sequences": true, "stream": true, "temperature": true, "top_p": true, "top_k": true,
-	"tools": true, "tool_choice": true, "thinking": true, "service_tier": true,
+	"tools": true, "tool_choice": true, "thinking": true, "service_tier": true, "output_config": true,
 }
 
 // blocks reads a content value, a string being one text block.

@@ -179,6 +179,10 @@ const (
 	// ServedHeader is set on the answer by the upstream ext_proc: "<provider>/<model>" of the
 	// attempt that answered, read (and replaced) by the router-level ext_proc.
 	ServedHeader = "x-tollway-served"
+	// AttemptRemovedHeader is set on the answer by the upstream ext_proc of an attempt on a
+	// provider in another API: the nested request fields its adapter dropped (comma-separated
+	// paths), merged into x-tollway-removed-params by the router-level ext_proc.
+	AttemptRemovedHeader = "x-tollway-attempt-removed"
 	// MetadataNamespace holds an endpoint's provider and model.
 	MetadataNamespace = "tollway"
 	// PhaseMetadata is the gRPC metadata key telling ext_proc which filter a stream comes from.
