@@ -111,6 +111,10 @@ func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, defaultMessa
 	for k, v := range fault.Header {
 		w.Header()[k] = v
 	}
+	if fault.Replay != nil {
+		s.replay(w, r, fault)
+		return true, -1
+	}
 	if fault.Status > 0 {
 		if fault.Body != "" {
 			w.Header().Set("Content-Type", "application/json")
@@ -368,6 +372,30 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request, body 
 		"stop_reason": rp.Finish, "stop_sequence": nil, "usage": u,
 	})
 	writeWhole(w, append(b, '\n'), cut)
+}
+
+// replay sends a recorded answer verbatim; an event stream event by event (see Fault.Replay).
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, f Fault) {
+	w.Header().Set("Content-Type", f.ContentType)
+	w.WriteHeader(cmp.Or(f.Status, http.StatusOK))
+	if !strings.HasPrefix(f.ContentType, "text/event-stream") {
+		w.Write(f.Replay)
+		return
+	}
+	es := &eventStream{w: w, r: r, rc: http.NewResponseController(w), delay: s.opts.ChunkDelay, cut: -1}
+	for b := f.Replay; len(b) > 0; {
+		n := len(b)
+		if i := bytes.Index(b, []byte("\n\n")); i >= 0 {
+			n = i + 2
+		}
+		if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 && i+4 < n {
+			n = i + 4
+		}
+		if !es.send(b[:n]) {
+			return
+		}
+		b = b[n:]
+	}
 }
 
 // writeWhole sends a JSON answer; cut >= 0 sends only half of it, then drops the connection.
