@@ -423,7 +423,9 @@ type eventStream struct {
 
 func (s *Server) newEventStream(w http.ResponseWriter, r *http.Request, cut int) *eventStream {
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	}
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	return &eventStream{w: w, r: r, rc: http.NewResponseController(w), delay: s.opts.ChunkDelay, cut: cut}
@@ -453,7 +455,8 @@ func (es *eventStream) send(event []byte) bool {
 
 // anthropicStream sends the reply with Anthropic's event sequence: message_start,
 // content_block_start, ping, one delta per piece, content_block_stop, message_delta with the
-// stop reason and cumulative output tokens, message_stop. A tool call's input arrives as an
+// stop reason and the final counts (input and cache counts repeated, output cumulative),
+// message_stop. A tool call's input arrives as an
 // empty input_json_delta followed by several pieces, as Claude sends them.
 func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *demo.Answer, u anthropicUsage, cut int) {
 	es := s.newEventStream(w, r, cut)
@@ -496,7 +499,7 @@ func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *dem
 	if !event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0}) ||
 		!event("message_delta", map[string]any{"type": "message_delta",
 			"delta": map[string]any{"stop_reason": rp.Finish, "stop_sequence": nil},
-			"usage": map[string]int{"output_tokens": u.OutputTokens}}) {
+			"usage": u}) { // the current API repeats every count here, as the recordings show
 		return
 	}
 	event("message_stop", map[string]any{"type": "message_stop"})
