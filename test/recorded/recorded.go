@@ -130,3 +130,16 @@ func Load(dir string) ([]*Recording, error) {
 	}
 	return out, nil
 }
+
+// Corpus loads the corpus Dir finds and checks that KnownFailing names only recordings in it.
+func Corpus() ([]*Recording, error) {
+	dir, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	recs, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	return recs, CheckKnownFailing(recs)
+}
