@@ -111,6 +111,10 @@ func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, defaultMessa
 	for k, v := range fault.Header {
 		w.Header()[k] = v
 	}
+	if fault.Replay != nil {
+		s.replay(w, r, fault)
+		return true, -1
+	}
 	if fault.Status > 0 {
 		if fault.Body != "" {
 			w.Header().Set("Content-Type", "application/json")
@@ -370,6 +374,30 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request, body 
 	writeWhole(w, append(b, '\n'), cut)
 }
 
+// replay sends a recorded answer verbatim; an event stream event by event (see Fault.Replay).
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, f Fault) {
+	w.Header().Set("Content-Type", f.ContentType)
+	w.WriteHeader(cmp.Or(f.Status, http.StatusOK))
+	if !strings.HasPrefix(f.ContentType, "text/event-stream") {
+		w.Write(f.Replay)
+		return
+	}
+	es := &eventStream{w: w, r: r, rc: http.NewResponseController(w), delay: s.opts.ChunkDelay, cut: -1}
+	for b := f.Replay; len(b) > 0; {
+		n := len(b)
+		if i := bytes.Index(b, []byte("\n\n")); i >= 0 {
+			n = i + 2
+		}
+		if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 && i+4 < n {
+			n = i + 4
+		}
+		if !es.send(b[:n]) {
+			return
+		}
+		b = b[n:]
+	}
+}
+
 // writeWhole sends a JSON answer; cut >= 0 sends only half of it, then drops the connection.
 func writeWhole(w http.ResponseWriter, b []byte, cut int) {
 	w.Header().Set("Content-Type", "application/json")
@@ -395,7 +423,9 @@ type eventStream struct {
 
 func (s *Server) newEventStream(w http.ResponseWriter, r *http.Request, cut int) *eventStream {
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	}
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	return &eventStream{w: w, r: r, rc: http.NewResponseController(w), delay: s.opts.ChunkDelay, cut: cut}
@@ -425,7 +455,8 @@ func (es *eventStream) send(event []byte) bool {
 
 // anthropicStream sends the reply with Anthropic's event sequence: message_start,
 // content_block_start, ping, one delta per piece, content_block_stop, message_delta with the
-// stop reason and cumulative output tokens, message_stop. A tool call's input arrives as an
+// stop reason and the final counts (input and cache counts repeated, output cumulative),
+// message_stop. A tool call's input arrives as an
 // empty input_json_delta followed by several pieces, as Claude sends them.
 func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *demo.Answer, u anthropicUsage, cut int) {
 	es := s.newEventStream(w, r, cut)
@@ -468,7 +499,7 @@ func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *dem
 	if !event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0}) ||
 		!event("message_delta", map[string]any{"type": "message_delta",
 			"delta": map[string]any{"stop_reason": rp.Finish, "stop_sequence": nil},
-			"usage": map[string]int{"output_tokens": u.OutputTokens}}) {
+			"usage": u}) { // the current API repeats every count here, as the recordings show
 		return
 	}
 	event("message_stop", map[string]any{"type": "message_stop"})

@@ -363,6 +363,7 @@ func (s *Server) geminiGenerate(w http.ResponseWriter, r *http.Request, body []b
 		writeWhole(w, append(b, '\n'), cut)
 		return
 	}
+	w.Header().Set("Content-Type", "text/event-stream") // no charset: Gemini's recorded streams have none
 	es := s.newEventStream(w, r, cut)
 	for _, ev := range events {
 		b, _ := json.Marshal(ev)

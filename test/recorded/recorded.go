@@ -1,0 +1,145 @@
+// Package recorded loads the corpus of recorded provider answers (Anthropic Messages and Gemini
+// generateContent, streamed and not) and judges what the gateway made of them. It reads each
+// recording with a reference reader of its own, written from the providers' documented formats
+// and sharing no code with extproc/provider, and checks an OpenAI chat answer against it: the
+// provider adapters' corpus test and the end-to-end replay through Envoy use the same checks.
+package recorded
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// DirEnv names the environment variable that points at the corpus directory (the one holding
+// anthropic/ and gemini/).
+const DirEnv = "TOLLWAY_RECORDED_DIR"
+
+// Recording is one provider answer as it was recorded.
+type Recording struct {
+	Provider string // "anthropic" or "gemini"
+	Name     string // file name without its extension
+	Meta     Meta
+	Raw      []byte // the .body file as stored
+}
+
+// Meta is a recording's sidecar <name>.meta.json: where it comes from and how to replay it.
+type Meta struct {
+	SourceRepo  string   `json:"source_repo"`
+	Path        string   `json:"path"`
+	Commit      string   `json:"commit"`
+	License     string   `json:"license"`
+	Interaction *int     `json:"interaction,omitempty"` // index in a VCR cassette
+	Status      int      `json:"status"`
+	ContentType string   `json:"content_type"`
+	Stream      bool     `json:"stream"`
+	Format      string   `json:"format"`   // "json", "sse", or "jsonl": one event's data per line, framing stripped by the recorder
+	Upstream    string   `json:"upstream"` // anthropic, gemini-api or vertex
+	Kinds       []string `json:"kinds"`
+	Notes       string   `json:"notes"`
+}
+
+// FullName is provider/name, unique in the corpus.
+func (r *Recording) FullName() string { return r.Provider + "/" + r.Name }
+
+// Wire is the body as the provider sent it. Recordings kept as JSON lines get the provider's
+// framing back: Anthropic names each event after its type; Gemini frames with CRLF, as the
+// recordings that kept their framing show.
+func (r *Recording) Wire() []byte {
+	if r.Meta.Format != "jsonl" {
+		return r.Raw
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(string(r.Raw), "\n") {
+		line = strings.TrimRight(line, "\r")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		if r.Provider == "anthropic" {
+			var ev struct {
+				Type string `json:"type"`
+			}
+			_ = json.Unmarshal([]byte(line), &ev)
+			b.WriteString("event: " + ev.Type + "\ndata: " + line + "\n\n")
+		} else {
+			b.WriteString("data: " + line + "\r\n\r\n")
+		}
+	}
+	return []byte(b.String())
+}
+
+// Dir finds the corpus: $TOLLWAY_RECORDED_DIR, else extproc/provider/testdata/recorded in the
+// module, else recorded/ in the shared folder beside the repository.
+func Dir() (string, error) {
+	if d := os.Getenv(DirEnv); d != "" {
+		return d, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			for _, c := range []string{filepath.Join(d, "extproc", "provider", "testdata", "recorded"), filepath.Join(d, "..", "shared", "recorded")} {
+				if _, err := os.Stat(filepath.Join(c, "SOURCES.md")); err == nil {
+					return c, nil
+				}
+			}
+			return "", fmt.Errorf("recorded: no corpus in %s/extproc/provider/testdata/recorded nor %s/../shared/recorded; set %s", d, d, DirEnv)
+		}
+		if filepath.Dir(d) == d {
+			return "", errors.New("recorded: no go.mod above the working directory")
+		}
+	}
+}
+
+// Load reads every recording under dir/anthropic and dir/gemini, sorted by name.
+func Load(dir string) ([]*Recording, error) {
+	var out []*Recording
+	for _, prov := range []string{"anthropic", "gemini"} {
+		metas, err := filepath.Glob(filepath.Join(dir, prov, "*.meta.json"))
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range metas {
+			name := strings.TrimSuffix(filepath.Base(m), ".meta.json")
+			r := &Recording{Provider: prov, Name: name}
+			mb, err := os.ReadFile(m)
+			if err != nil {
+				return nil, err
+			}
+			if err := json.Unmarshal(mb, &r.Meta); err != nil {
+				return nil, fmt.Errorf("recorded: %s: %w", m, err)
+			}
+			if r.Raw, err = os.ReadFile(filepath.Join(dir, prov, name+".body")); err != nil {
+				return nil, err
+			}
+			if r.Meta.Status == 0 || r.Meta.SourceRepo == "" || r.Meta.Commit == "" {
+				return nil, fmt.Errorf("recorded: %s: status, source_repo and commit are required", m)
+			}
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].FullName() < out[j].FullName() })
+	if len(out) == 0 {
+		return nil, fmt.Errorf("recorded: no recordings in %s", dir)
+	}
+	return out, nil
+}
+
+// Corpus loads the corpus Dir finds and checks that KnownFailing names only recordings in it.
+func Corpus() ([]*Recording, error) {
+	dir, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	recs, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	return recs, CheckKnownFailing(recs)
+}
