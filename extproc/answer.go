@@ -102,6 +102,13 @@ func (a *answer) chunk(b []byte, end bool) (out []byte, changed bool) {
 		if usageOnly && a.dropUsage {
 			return nil // the gateway asked for it on the client's behalf
 		}
+		if !usageOnly && a.promptTokens != nil && a.meter.usage == nil && hasUsageObject(data) {
+			if c := usageEvent(data); c != nil && len(c.Choices) == 0 {
+				// A usage chunk without counts is no usage: the answer is billed from an estimate,
+				// and the client gets that estimate at [DONE] instead of a free-looking zero.
+				return nil
+			}
+		}
 		if d, ok := replaceModel(a.decoder(data), data, a.model); ok {
 			out = append(out, sse.ReplaceData(ev, d)...)
 			return nil

@@ -200,3 +200,19 @@ func TestStreamEndingUnfinishedGetsAnError(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroUsageChunkIsReplacedByTheEstimate: a provider's usage chunk with no counts (recorded
+// from Anthropic's resumed programmatic tool calls: input 0, output 0) is no usage; the answer
+// is billed from an estimate, and the client that asked sees that estimate, once.
+func TestZeroUsageChunkIsReplacedByTheEstimate(t *testing.T) {
+	stream := "data: {\"id\":\"c7\",\"created\":1,\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello there, friend\"},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: {\"id\":\"c7\",\"created\":1,\"model\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":0,\"completion_tokens\":0,\"total_tokens\":0}}\n\n" +
+		"data: [DONE]\n\n"
+	m := &meter{}
+	a := newAnswer("gpt", m, false)
+	a.promptTokens = func() int64 { return 11 }
+	out, _ := a.chunk([]byte(stream), true)
+	if strings.Count(string(out), `"usage"`) != 1 || !strings.Contains(string(out), `"prompt_tokens":11,"completion_tokens":4`) {
+		t.Fatalf("client got\n%s", out)
+	}
+}

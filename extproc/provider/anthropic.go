@@ -532,9 +532,11 @@ func (r *anthropicResponse) event(data []byte) error {
 		Type    string `json:"type"`
 		Index   int    `json:"index"`
 		Message struct {
-			ID    string          `json:"id"`
-			Model string          `json:"model"`
-			Usage anthUsageUpdate `json:"usage"`
+			ID         string          `json:"id"`
+			Model      string          `json:"model"`
+			Content    []anthContent   `json:"content"`
+			StopReason string          `json:"stop_reason"`
+			Usage      anthUsageUpdate `json:"usage"`
 		} `json:"message"`
 		ContentBlock anthContent `json:"content_block"`
 		Delta        struct {
@@ -558,6 +560,12 @@ func (r *anthropicResponse) event(data []byte) error {
 		}
 		r.usage.merge(ev.Message.Usage)
 		r.out.start() // clients see the role before the first token
+		// A resumed answer (programmatic tool calling) arrives whole in message_start: its
+		// blocks and stop_reason, then message_stop.
+		for _, c := range ev.Message.Content {
+			r.wholeBlock(c)
+		}
+		r.reason = cmp.Or(ev.Message.StopReason, r.reason)
 	case "content_block_start":
 		switch ev.ContentBlock.Type {
 		case "text":
@@ -610,6 +618,23 @@ func (r *anthropicResponse) event(data []byte) error {
 		return ev.Error.failure()
 	} // ping and new event types carry nothing to forward
 	return nil
+}
+
+// wholeBlock sends a content block that arrived complete rather than streamed.
+func (r *anthropicResponse) wholeBlock(c anthContent) {
+	switch c.Type {
+	case "text":
+		if c.Text != "" {
+			r.out.chunk(chunkDelta{Content: ptr(c.Text)}, "")
+		}
+	case "thinking":
+		r.thinking.add(c.Thinking)
+	case "tool_use":
+		call := &streamedCall{index: len(r.calls), name: c.Name, input: c.Input, args: []byte(compactArgs(c.Input)), closed: true}
+		r.calls = append(r.calls, call)
+		r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &call.index, ID: callID(c.ID, call.index), Type: "function",
+			Function: toolFunction{Name: c.Name, Arguments: ptr(string(call.args))}}}}, "")
+	}
 }
 
 // closeCall ends a streamed tool call. One whose arguments never streamed (Anthropic sends

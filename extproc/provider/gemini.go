@@ -102,6 +102,10 @@ type gemFunctionCall struct {
 	ID   string          `json:"id,omitempty"` // answers only, and only from some models
 	Name string          `json:"name"`
 	Args json.RawMessage `json:"args,omitempty"`
+	// Gemini 3 may stream a call's arguments: a part with the name and willContinue, parts of
+	// partialArgs, and a part without willContinue (often an empty functionCall) at its end.
+	PartialArgs  []gemPartialArg `json:"partialArgs,omitempty"`
+	WillContinue bool            `json:"willContinue,omitempty"`
 }
 
 type gemFunctionResponse struct {
@@ -615,8 +619,10 @@ type geminiResponse struct {
 	out    chunkWriter // id and model until the first event names the real ones
 	calls  int         // function calls streamed so far
 	reason string      // the last finishReason reported: sent once, when the body ends
-	usage  *gemUsage   // the latest usageMetadata; the last event has the totals
-	done   bool        // [DONE] or an error went out: the rest is ignored
+	// pending is a call whose arguments are streaming; it goes out whole when they end.
+	pending *pendingCall
+	usage   *gemUsage // the latest usageMetadata; the last event has the totals
+	done    bool      // [DONE] or an error went out: the rest is ignored
 }
 
 func newGeminiResponse(model string) *geminiResponse {
@@ -667,6 +673,7 @@ func (r *geminiResponse) Chunk(b []byte, end bool) ([]byte, error) {
 		// Gemini has no end marker: a body that ends after a finishReason is a whole answer,
 		// finished with the last reason reported (older Vertex streams repeat STOP on every
 		// chunk, and a later RECITATION overrides it). One that ends before any was cut.
+		r.endPending()
 		if r.reason == "" {
 			err = &UpstreamFailure{Provider: "Gemini", Code: "upstream_error", Message: "the stream ended without a finishReason: the answer is incomplete"}
 		} else {
@@ -723,19 +730,202 @@ func (r *geminiResponse) event(data []byte) error {
 	r.out.start()
 	cand := a.Candidates[0]
 	for _, p := range cand.Content.Parts {
+		fc := p.FunctionCall
 		switch {
-		case p.FunctionCall != nil:
-			n := r.calls
-			r.calls++
-			r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, ID: geminiCallID(p.FunctionCall.ID, n, p.ThoughtSignature), Type: "function",
-				Function: toolFunction{Name: p.FunctionCall.Name, Arguments: ptr(compactArgs(p.FunctionCall.Args))}}}}, "")
+		case fc != nil && r.pending != nil && fc.Name == "":
+			// More of the streamed call's arguments, or its end.
+			for _, pa := range fc.PartialArgs {
+				if err := r.pending.args.set(pa); err != nil {
+					return err
+				}
+			}
+			if !fc.WillContinue {
+				r.endPending()
+			}
+		case fc != nil && fc.WillContinue:
+			r.endPending()
+			r.pending = &pendingCall{id: fc.ID, name: fc.Name, signature: p.ThoughtSignature}
+		case fc != nil:
+			r.endPending()
+			r.call(fc.ID, fc.Name, p.ThoughtSignature, compactArgs(fc.Args))
 		case p.Text != "" && !p.Thought:
+			r.endPending()
 			r.out.chunk(chunkDelta{Content: ptr(p.Text)}, "")
 		}
 	}
 	r.reason = cmp.Or(cand.FinishReason, r.reason)
 	return nil
 }
+
+// call sends one whole function call.
+func (r *geminiResponse) call(id, name, signature, args string) {
+	n := r.calls
+	r.calls++
+	r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, ID: geminiCallID(id, n, signature), Type: "function",
+		Function: toolFunction{Name: name, Arguments: &args}}}}, "")
+}
+
+// endPending sends the call whose arguments were streaming, if any.
+func (r *geminiResponse) endPending() {
+	if c := r.pending; c != nil {
+		r.pending = nil
+		r.call(c.id, c.name, c.signature, string(c.args.json()))
+	}
+}
+
+// pendingCall is a function call whose arguments arrive as partialArgs.
+type pendingCall struct {
+	id, name, signature string
+	args                argNode
+}
+
+// gemPartialArg is one piece of streamed arguments: the value at a JSON path ($.a.b[2].c).
+// Strings arrive in pieces, each continuing the string already at the path.
+type gemPartialArg struct {
+	JSONPath    string          `json:"jsonPath"`
+	StringValue *string         `json:"stringValue,omitempty"`
+	NumberValue json.RawMessage `json:"numberValue,omitempty"` // kept as sent: no float rounding
+	BoolValue   *bool           `json:"boolValue,omitempty"`
+	NullValue   json.RawMessage `json:"nullValue,omitempty"`
+}
+
+// argNode is a JSON value built from partialArgs: an object (keys in arrival order), an array,
+// a string being continued, or a finished scalar.
+type argNode struct {
+	keys   []string
+	fields map[string]*argNode
+	items  []*argNode
+	isList bool
+	str    *strings.Builder
+	scalar json.RawMessage
+}
+
+// set applies one partial argument under n, the arguments object.
+func (n *argNode) set(pa gemPartialArg) error {
+	steps, err := argPath(pa.JSONPath)
+	if err != nil {
+		return fmt.Errorf("gemini: streamed function call arguments: %w", err)
+	}
+	cur := n
+	for _, st := range steps {
+		cur = cur.child(st)
+	}
+	switch {
+	case pa.StringValue != nil:
+		if cur.str == nil {
+			cur.str = &strings.Builder{}
+		}
+		cur.str.WriteString(*pa.StringValue)
+	case len(pa.NumberValue) > 0:
+		cur.scalar = pa.NumberValue
+	case pa.BoolValue != nil:
+		cur.scalar = json.RawMessage(strconv.FormatBool(*pa.BoolValue))
+	default:
+		cur.scalar = json.RawMessage("null")
+	}
+	return nil
+}
+
+// child returns the node at step (a key, or an index when int), creating it.
+func (n *argNode) child(step any) *argNode {
+	if i, ok := step.(int); ok {
+		n.isList = true
+		for len(n.items) <= i {
+			n.items = append(n.items, &argNode{})
+		}
+		return n.items[i]
+	}
+	k := step.(string)
+	if n.fields == nil {
+		n.fields = map[string]*argNode{}
+	}
+	c, ok := n.fields[k]
+	if !ok {
+		c = &argNode{}
+		n.fields[k] = c
+		n.keys = append(n.keys, k)
+	}
+	return c
+}
+
+// json renders the value; the root renders as an object even when no argument arrived.
+func (n *argNode) json() []byte {
+	var b bytes.Buffer
+	n.write(&b, true)
+	return b.Bytes()
+}
+
+func (n *argNode) write(b *bytes.Buffer, root bool) {
+	switch {
+	case n.isList:
+		b.WriteByte('[')
+		for i, it := range n.items {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			it.write(b, false)
+		}
+		b.WriteByte(']')
+	case n.fields != nil || root:
+		b.WriteByte('{')
+		for i, k := range n.keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.Write(marshal(k))
+			b.WriteByte(':')
+			n.fields[k].write(b, false)
+		}
+		b.WriteByte('}')
+	case n.str != nil:
+		b.Write(marshal(n.str.String()))
+	case n.scalar != nil:
+		b.Write(n.scalar)
+	default:
+		b.WriteString("null")
+	}
+}
+
+// argPath splits a JSON path like $.a.b[2]['c d'] into keys and indexes.
+func argPath(p string) ([]any, error) {
+	rest, ok := strings.CutPrefix(p, "$")
+	var steps []any
+	for ok && rest != "" {
+		switch {
+		case rest[0] == '.':
+			end := strings.IndexAny(rest[1:], ".[")
+			if end < 0 {
+				end = len(rest) - 1
+			}
+			steps, rest = append(steps, rest[1:1+end]), rest[1+end:]
+		case strings.HasPrefix(rest, "['"):
+			end := strings.Index(rest, "']")
+			if end < 0 {
+				ok = false
+				break
+			}
+			steps, rest = append(steps, rest[2:end]), rest[end+2:]
+		case rest[0] == '[':
+			end := strings.IndexByte(rest, ']')
+			i, err := strconv.Atoi(rest[1:max(end, 1)])
+			if end < 0 || err != nil || i < 0 || i > maxStreamedIndex {
+				ok = false
+				break
+			}
+			steps, rest = append(steps, i), rest[end+1:]
+		default:
+			ok = false
+		}
+	}
+	if !ok || len(steps) == 0 {
+		return nil, fmt.Errorf("jsonPath %q is not a path below $", p)
+	}
+	return steps, nil
+}
+
+// maxStreamedIndex bounds an array index in a streamed argument's path: a provider's bogus
+// index must not make the gateway allocate without limit.
+const maxStreamedIndex = 10000
 
 // RefusesCredential: Gemini answers a bad API key with 400 INVALID_ARGUMENT (reason
 // API_KEY_INVALID) and a missing one with 403 PERMISSION_DENIED.

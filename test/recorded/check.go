@@ -20,6 +20,7 @@ type chatUsage struct {
 	CompletionTokensDetails *struct {
 		ReasoningTokens *int64 `json:"reasoning_tokens"`
 	} `json:"completion_tokens_details"`
+	Estimated bool `json:"estimated"` // the gateway's estimate, where the provider reported none
 }
 
 type toolCall struct {
@@ -262,6 +263,15 @@ func (e *Expected) checkUsage(u *chatUsage) error {
 	}
 	if e.Usage == nil {
 		return nil // the provider reported none: an estimate is fine
+	}
+	if e.Usage.Prompt == 0 && e.Usage.Completion == 0 {
+		// Counts of zero are no usage to the gateway (it never bills an answer as free on a
+		// provider's word of 0/0): the translator passes them on, the router replaces them with
+		// its estimate, marked as one.
+		if *u.PromptTokens == 0 && *u.CompletionTokens == 0 || u.Estimated {
+			return nil
+		}
+		return fmt.Errorf("the recording reports no tokens; usage %d/%d is neither that nor marked estimated", *u.PromptTokens, *u.CompletionTokens)
 	}
 	var cached int64
 	if u.PromptTokensDetails != nil && u.PromptTokensDetails.CachedTokens != nil {

@@ -72,6 +72,11 @@ func sseData(b []byte) [][]byte {
 			}
 		}
 		d := []byte(strings.Join(data, "\n"))
+		if bare := strings.TrimSpace(blk); len(data) == 0 && json.Valid([]byte(bare)) && strings.Contains(bare, `"error"`) {
+			// Gemini writes a failure after its last event as bare JSON, without "data:".
+			out = append(out, []byte(bare))
+			continue
+		}
 		if len(data) == 0 || (i == len(blocks)-1 && !json.Valid(d)) {
 			continue
 		}
