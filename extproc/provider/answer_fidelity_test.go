@@ -144,3 +144,53 @@ func TestGeminiStreamWithoutUsageHasNoMadeUpUsage(t *testing.T) {
 		t.Fatalf("client saw %+v", s)
 	}
 }
+
+// TestAnthropicWholeMessageInMessageStart: a resumed programmatic tool call arrives whole in
+// message_start (content with the tool_use, stop_reason tool_use) followed by message_stop;
+// the client got no tool call and finish_reason stop. Shape of vercel/ai's recorded
+// anthropic-programmatic-tool-calling stream.
+func TestAnthropicWholeMessageInMessageStart(t *testing.T) {
+	in := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-sonnet-4-5-20250929\",\"id\":\"msg_01\",\"type\":\"message\",\"role\":\"assistant\"," +
+		"\"content\":[{\"type\":\"tool_use\",\"id\":\"toolu_01\",\"name\":\"rollDie\",\"input\":{\"player\":\"player2\"},\"caller\":{\"type\":\"code_execution_20250825\",\"tool_id\":\"srvtoolu_01\"}}]," +
+		"\"stop_reason\":\"tool_use\",\"stop_sequence\":null,\"usage\":{\"input_tokens\":0,\"output_tokens\":0}}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	s := clientSees(t, ir.ProviderTypeAnthropic, in)
+	if len(s.Calls) != 1 || s.Calls[0].Name != "rollDie" || s.Calls[0].Args != `{"player":"player2"}` || s.Finish != "tool_calls" || !s.Done {
+		t.Fatalf("client saw %+v", s)
+	}
+}
+
+// TestGeminiStreamedFunctionCallArguments: Gemini 3 streams a call's arguments as partialArgs
+// (a value at a JSON path, strings in pieces) between a part with the name and willContinue
+// and a part without willContinue; the client got several nameless calls. Shape of vercel/ai's
+// recorded google stream-tool-call-arguments streams.
+func TestGeminiStreamedFunctionCallArguments(t *testing.T) {
+	ev := func(fc string) string {
+		return `data: {"candidates":[{"content":{"role":"model","parts":[{"functionCall":` + fc + `}]}}],"responseId":"r1","modelVersion":"gemini-3-flash-preview"}` + "\r\n\r\n"
+	}
+	in := `data: {"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"writeItems","willContinue":true},"thoughtSignature":"c2ln"}]}}],"responseId":"r1"}` + "\r\n\r\n" +
+		ev(`{"partialArgs":[{"jsonPath":"$.operations[0].action","stringValue":"ad","willContinue":true}],"willContinue":true}`) +
+		ev(`{"partialArgs":[{"jsonPath":"$.operations[0].action","stringValue":"d"}],"willContinue":true}`) +
+		ev(`{"partialArgs":[{"jsonPath":"$.operations[0].price","numberValue":0.50000000000000001}],"willContinue":true}`) +
+		ev(`{"partialArgs":[{"jsonPath":"$.operations[1]['item id']","stringValue":"banana"},{"jsonPath":"$.dry_run","boolValue":false}],"willContinue":true}`) +
+		ev(`{}`) +
+		ev(`{"name":"read_screen","willContinue":true}`) +
+		ev(`{"partialArgs":[{"jsonPath":"$.id","stringValue":"C"}]}`) +
+		`data: {"candidates":[{"content":{"role":"model","parts":[{"text":""}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":54,"candidatesTokenCount":74,"thoughtsTokenCount":121,"totalTokenCount":249},"responseId":"r1"}` + "\r\n\r\n"
+	s := clientSees(t, ir.ProviderTypeGemini, in)
+	want := []fuzzcheck.Call{
+		{Name: "writeItems", Args: `{"operations":[{"action":"add","price":0.50000000000000001},{"item id":"banana"}],"dry_run":false}`},
+		{Name: "read_screen", Args: `{"id":"C"}`},
+	}
+	if len(s.Calls) != 2 || s.Finish != "tool_calls" || !s.Done {
+		t.Fatalf("client saw %+v", s)
+	}
+	for i, c := range s.Calls {
+		if c.Name != want[i].Name || c.Args != want[i].Args {
+			t.Errorf("call %d is %s(%s), want %s(%s)", i, c.Name, c.Args, want[i].Name, want[i].Args)
+		}
+	}
+	if !strings.Contains(s.Calls[0].ID, "c2ln") {
+		t.Errorf("the first call's id %q lost its thought signature", s.Calls[0].ID)
+	}
+}
