@@ -176,28 +176,7 @@ func errorEvent(data []byte, requestID string) ([]byte, bool) {
 		return nil, false
 	}
 	e := &APIError{Code: "upstream_error", Message: "the provider failed mid-stream"}
-	var fields struct {
-		Message string         `json:"message"`
-		Code    jsontext.Value `json:"code"`
-		Type    string         `json:"type"`
-	}
-	var text string
-	switch {
-	case jsonv2.Unmarshal(ev.Error, &text, lenient) == nil:
-		if text != "" {
-			e.Message = text
-		}
-	case jsonv2.Unmarshal(ev.Error, &fields, lenient) == nil:
-		if fields.Message != "" {
-			e.Message = fields.Message
-		}
-		var code string
-		if jsonv2.Unmarshal(fields.Code, &code) == nil && code != "" {
-			e.Code = code
-		} else if fields.Type != "" {
-			e.Code = fields.Type
-		}
-	}
+	readProviderError(json.RawMessage(ev.Error), e)
 	return e.Body(requestID), true
 }
 

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -59,27 +60,7 @@ func upstreamError(status int, provider string, body []byte) *APIError {
 	}
 	e := &APIError{Status: status, Code: "upstream_error"}
 	if json.Unmarshal(body, &shaped) == nil && len(shaped.Error) > 0 {
-		var obj struct {
-			Message string          `json:"message"`
-			Code    json.RawMessage `json:"code"`
-			Type    string          `json:"type"`
-			Status  string          `json:"status"` // Gemini: "INVALID_ARGUMENT", with a numeric code
-		}
-		var str string
-		switch {
-		case json.Unmarshal(shaped.Error, &obj) == nil && obj.Message != "":
-			e.Message = obj.Message
-			var code string
-			if json.Unmarshal(obj.Code, &code) == nil && code != "" {
-				e.Code = code
-			} else if obj.Type != "" {
-				e.Code = obj.Type
-			} else if obj.Status != "" {
-				e.Code = strings.ToLower(obj.Status)
-			}
-		case json.Unmarshal(shaped.Error, &str) == nil && str != "":
-			e.Message = str
-		}
+		readProviderError(shaped.Error, e)
 	}
 	if e.Message == "" {
 		const max = 512
@@ -94,4 +75,27 @@ func upstreamError(status int, provider string, body []byte) *APIError {
 		e.Message = fmt.Sprintf("provider %s answered HTTP %d: %s", provider, status, text)
 	}
 	return e
+}
+
+// readProviderError fills e's message and code from a provider's "error" value: an object with
+// message and a code (a string; else its type, else Gemini's status in lower case), or a plain
+// string. What the value lacks stays as it was.
+func readProviderError(raw json.RawMessage, e *APIError) {
+	var obj struct {
+		Message string          `json:"message"`
+		Code    json.RawMessage `json:"code"`
+		Type    string          `json:"type"`
+		Status  string          `json:"status"` // Gemini: "INVALID_ARGUMENT", with a numeric code
+	}
+	var str string
+	switch {
+	case json.Unmarshal(raw, &str) == nil:
+		e.Message = cmp.Or(str, e.Message)
+	case json.Unmarshal(raw, &obj) == nil && obj.Message != "":
+		// A code without a message explains nothing: the caller's fallback says more.
+		e.Message = obj.Message
+		var code string
+		_ = json.Unmarshal(obj.Code, &code)
+		e.Code = cmp.Or(code, obj.Type, strings.ToLower(obj.Status), e.Code)
+	}
 }

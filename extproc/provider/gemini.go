@@ -592,7 +592,7 @@ func (a *gemAnswer) failure() error {
 	if a.Error == nil {
 		return nil
 	}
-	code := a.Error.Status
+	code := strings.ToLower(a.Error.Status) // as the gateway shows Gemini's statuses elsewhere
 	if code == "" && a.Error.Code != 0 {
 		code = strconv.Itoa(a.Error.Code)
 	}

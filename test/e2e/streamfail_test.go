@@ -105,7 +105,7 @@ models:
 		t.Fatalf("cancelled stream: %v", events)
 	}
 	if !strings.Contains(joined, `"content":"Okay"`) || strings.Contains(joined, "finish_reason\":\"") || strings.Contains(joined, "[DONE]") ||
-		last.Error.Code != "CANCELLED" || rid == "" || last.Error.RequestID != rid || !strings.Contains(last.Error.Message, "cancelled") {
+		last.Error.Code != "cancelled" || rid == "" || last.Error.RequestID != rid || !strings.Contains(last.Error.Message, "cancelled") {
 		t.Fatalf("cancelled stream (request id %q):\n%s", rid, joined)
 	}
 
