@@ -75,7 +75,9 @@ func (r Request) Encode() []byte {
 
 // Upstream is what an adapter produces for one attempt.
 type Upstream struct {
-	Body []byte
+	// Method is the HTTP method when it is not the client's (task queries are GETs).
+	Method string
+	Body   []byte
 	// Path is the request path below the provider's base path (the base URL's path), e.g.
 	// "/chat/completions", "/messages", "/models/gemini-2.5-flash:streamGenerateContent?alt=sse".
 	Path    string

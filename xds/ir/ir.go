@@ -32,6 +32,11 @@ const (
 	// ProviderTypeDemo is the offline demo model (package demo), which `tollway run` serves
 	// in-process; the provider's endpoint is that server's, never a configured URL.
 	ProviderTypeDemo = "demo"
+	// Media task providers (spec 4.3): MiniMax Hailuo (family V1), Alibaba DashScope (V2) and
+	// Kling (V3), all asynchronous: create a task, then query it.
+	ProviderTypeMiniMax   = "minimax"
+	ProviderTypeDashScope = "dashscope"
+	ProviderTypeKling     = "kling"
 )
 
 // ErrInvalid marks a configuration the IR refuses.
@@ -74,6 +79,10 @@ type Provider struct {
 	// resolve cannot take traffic.
 	NeedsKey bool   `json:"needsKey"`
 	APIKey   string `json:"-"` // secret: never serialized, never logged
+	// AccessKey and SecretKey are Kling's credential pair (the gateway signs a JWT with them),
+	// in place of APIKey. Secrets: never serialized, never logged.
+	AccessKey string `json:"-"`
+	SecretKey string `json:"-"`
 }
 
 // ClusterName is the Envoy cluster that reaches this provider.
@@ -109,6 +118,10 @@ type Model struct {
 	MaxOutputLength   int64    `json:"maxOutputLength,omitempty"`
 	SupportedFeatures []string `json:"supportedFeatures,omitempty"`
 	Pricing           Pricing  `json:"-"`
+	// Family names the request shape of a media model (spec 4.3/4.4: V1, V2, V3, I1, ...);
+	// empty for chat models. Variant picks one of the family's variants (V2: t2v | i2v).
+	Family  string `json:"family,omitempty"`
+	Variant string `json:"variant,omitempty"`
 }
 
 // Target is one provider that serves a model, under that provider's model name.

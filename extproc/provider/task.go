@@ -1,0 +1,103 @@
+package provider
+
+// Asynchronous generation tasks (spec 4.3 videos; images next): the client creates a task, the
+// gateway creates it at the provider, then queries it until it ends. Each provider family is
+// one adapter file (minimax.go: V1, dashscope.go: V2, kling.go: V3) behind TaskAdapter; the
+// lifecycle around it (task record, polling, callbacks, billing) lives elsewhere and never
+// reads a provider's shapes.
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// TaskStatus is the gateway's status of a task, shaped after OpenAI's video object.
+type TaskStatus string
+
+const (
+	TaskQueued     TaskStatus = "queued"
+	TaskInProgress TaskStatus = "in_progress"
+	TaskCompleted  TaskStatus = "completed"
+	TaskFailed     TaskStatus = "failed"
+)
+
+// Terminal reports whether the status never changes again.
+func (s TaskStatus) Terminal() bool { return s == TaskCompleted || s == TaskFailed }
+
+// TaskRequest is what the gateway needs to know of a validated create request.
+type TaskRequest struct {
+	// MaxSeconds is the longest video the request allows (the hold is sized from it).
+	MaxSeconds int64
+	// CallbackURL is the client's callback_url, if any (the gateway delivers callbacks itself;
+	// adapters never pass it to the provider).
+	CallbackURL string
+}
+
+// TaskState is what one query (plus its follow-ups) says of a task.
+type TaskState struct {
+	Status       TaskStatus
+	FamilyStatus string // the provider's own status word, for debugging (e.g. "Queueing", "RUNNING")
+	Progress     int    // 0-100 when the provider says; else derived from Status
+	Videos       []TaskVideo
+	Error        *TaskError // set when Status is failed
+	// BilledSeconds is the duration the provider reports it produced (usage), if it does;
+	// zero: bill from the videos' durations.
+	BilledSeconds decimal.Decimal
+	// Follow, when set, is one more request needed to complete the state (MiniMax: the file
+	// retrieve that turns a file id into a download URL); its answer goes to Followed.
+	Follow *Upstream
+}
+
+// TaskVideo is one produced video.
+type TaskVideo struct {
+	URL       string
+	ExpiresAt time.Time // zero when the provider does not say (the adapter documents its default)
+	Seconds   decimal.Decimal
+	Width     int
+	Height    int
+}
+
+// TaskError is a failure as the client sees it: a code and a message that names the cause.
+type TaskError struct {
+	Code    string
+	Message string
+}
+
+// TaskAdapter builds and reads one provider family's task requests. Upstream.Method says
+// GET for queries; Upstream.Path is below the provider's base path.
+type TaskAdapter interface {
+	// Validate checks the client's create body against the family's rules (spec 4.3, 8)
+	// before any upstream call. Errors wrap ErrBadRequest and name the field, the value and
+	// what is allowed.
+	Validate(m *ir.Model, req Request) (TaskRequest, error)
+	// Create builds the provider's create request; model is the provider's model name.
+	Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error)
+	// Created reads the answer to Create: the provider's task id, or an error (a *TaskError
+	// when the provider refused the task, e.g. MiniMax's non-zero base_resp in an HTTP 200).
+	Created(status int, body []byte) (taskID string, err error)
+	// Query builds the status request of the provider's task id.
+	Query(p *ir.Provider, m *ir.Model, taskID string) (*Upstream, error)
+	// Queried reads the answer to Query.
+	Queried(status int, body []byte) (TaskState, error)
+	// Followed completes st from the answer to st.Follow.
+	Followed(st *TaskState, status int, body []byte) error
+}
+
+func (e *TaskError) Error() string { return e.Code + ": " + e.Message }
+
+var taskAdapters = map[string]TaskAdapter{}
+
+func registerTask(kind string, a TaskAdapter) { taskAdapters[kind] = a }
+
+// TaskFor returns the task adapter of a provider type.
+func TaskFor(kind string) (TaskAdapter, error) {
+	a, ok := taskAdapters[kind]
+	if !ok {
+		return nil, fmt.Errorf("provider: no task adapter for type %q", kind)
+	}
+	return a, nil
+}
