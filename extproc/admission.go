@@ -62,19 +62,28 @@ func (x *exchange) admit(body []byte) *APIError {
 		}
 	}
 	hold, err := b.Ledger.Reserve(x.key.Account, x.key.ID, x.key.MonthlyLimit, worst, b.Now())
+	if e := x.holdRefused(err, worst, "lower max_tokens"); e != nil {
+		return e
+	}
+	x.hold = hold
+	return nil
+}
+
+// holdRefused says why the ledger refused a hold of worst for the request's key (nil: it did
+// not); lower names what the client can reduce.
+func (x *exchange) holdRefused(err error, worst decimal.Decimal, lower string) *APIError {
 	switch {
 	case errors.Is(err, billing.ErrInsufficientCredits):
 		return apiErr(http.StatusPaymentRequired, "insufficient_credits",
-			"account %q does not have the credits this request may cost (up to $%s); add credits with `tollway accounts credit %s AMOUNT`, or lower max_tokens",
-			x.key.Account, worst.String(), x.key.Account)
+			"account %q does not have the credits this request may cost (up to $%s); add credits with `tollway accounts credit %s AMOUNT`, or %s",
+			x.key.Account, worst.String(), x.key.Account, lower)
 	case errors.Is(err, billing.ErrSpendLimit):
 		return apiErr(http.StatusForbidden, "spend_limit_exceeded",
-			"this key's monthly spend limit of $%s would be exceeded (this request may cost up to $%s); raise the limit, lower max_tokens, or wait for next month (UTC)",
-			x.key.MonthlyLimit.String(), worst.String())
+			"this key's monthly spend limit of $%s would be exceeded (this request may cost up to $%s); raise the limit, %s, or wait for next month (UTC)",
+			x.key.MonthlyLimit.String(), worst.String(), lower)
 	case err != nil:
 		return apiErr(http.StatusInternalServerError, "internal_error", "admission: %v", err)
 	}
-	x.hold = hold
 	return nil
 }
 
