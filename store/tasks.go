@@ -1,0 +1,304 @@
+package store
+
+// Media task records (videos, images) and the outbox of their callbacks. A task is written
+// (committed, fsynced) before its client sees its id; a status change and the callback that
+// announces it commit in one transaction, so a restart loses neither.
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+	bolt "go.etcd.io/bbolt"
+)
+
+var (
+	bucketTasks     = []byte("tasks")
+	bucketTasksOpen = []byte("tasks_open") // ids of tasks not yet completed or failed
+	bucketOutbox    = []byte("callback_outbox")
+	bucketSecrets   = []byte("callback_secrets") // account -> its callback signing secret
+)
+
+func init() { allBuckets = append(allBuckets, bucketTasks, bucketTasksOpen, bucketOutbox, bucketSecrets) }
+
+// Task is one media generation task.
+type Task struct {
+	ID             string          `json:"id"`
+	Kind           string          `json:"kind"` // video | image
+	Account        string          `json:"account"`
+	KeyID          string          `json:"key_id"`
+	RequestID      string          `json:"request_id,omitempty"`
+	Model          string          `json:"model"`
+	Family         string          `json:"family"`
+	Variant        string          `json:"variant,omitempty"`
+	Route          string          `json:"route,omitempty"`
+	Provider       string          `json:"provider"`
+	ProviderTaskID string          `json:"provider_task_id"`
+	Status         string          `json:"status"` // queued | in_progress | completed | failed
+	FamilyStatus   string          `json:"family_status,omitempty"`
+	Progress       int             `json:"progress"`
+	Videos         []TaskVideo     `json:"videos,omitempty"`
+	BilledSeconds  decimal.Decimal `json:"billed_seconds"` // the provider's usage, when it reports one
+	Error          *TaskError      `json:"error,omitempty"`
+	Hold           decimal.Decimal `json:"hold"` // held at creation, so a restart can hold it again
+	Cost           decimal.Decimal `json:"cost"`
+	Settled        bool            `json:"settled"`
+	CallbackURL    string          `json:"callback_url,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	CompletedAt    time.Time       `json:"completed_at"`
+	RefreshedAt    time.Time       `json:"refreshed_at"`
+	NextPollAt     time.Time       `json:"next_poll_at"`
+	PollFailures   int             `json:"poll_failures"`
+}
+
+// TaskVideo is one produced video.
+type TaskVideo struct {
+	URL       string          `json:"url"`
+	ExpiresAt time.Time       `json:"expires_at"`
+	Seconds   decimal.Decimal `json:"seconds"`
+	Width     int             `json:"width,omitempty"`
+	Height    int             `json:"height,omitempty"`
+}
+
+// TaskError is why a task failed.
+type TaskError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Terminal reports whether the task's status never changes again.
+func (t *Task) Terminal() bool { return t.Status == "completed" || t.Status == "failed" }
+
+// Callback is one delivery of a task object to a client's callback URL.
+type Callback struct {
+	ID        string    `json:"id"` // the idempotency id receivers deduplicate on
+	TaskID    string    `json:"task_id"`
+	Account   string    `json:"account"`
+	URL       string    `json:"url"`
+	Body      []byte    `json:"body"`
+	Attempt   int       `json:"attempt"`
+	NextAt    time.Time `json:"next_at"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ErrTaskNotFound: no task has the id.
+var ErrTaskNotFound = errors.New("task not found")
+
+const (
+	maxTaskURL     = 4096
+	maxTaskText    = 4096
+	maxTaskVideos  = 16
+	maxCallbackLen = 1 << 20
+)
+
+var idEncoding = base32.NewEncoding("0123456789ABCDEFGHJKMNPQRSTVWXYZ").WithPadding(base32.NoPadding)
+
+// NewTaskID makes an unguessable task id: kind_ and 26 characters of 128 random bits.
+func NewTaskID(kind string) string { return kind + "_" + randomID() }
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return idEncoding.EncodeToString(b[:])
+}
+
+// check refuses a record the store must not hold.
+func (t *Task) check() error {
+	switch {
+	case t.ID == "" || len(t.ID) > 64:
+		return fmt.Errorf("task id %q", t.ID)
+	case t.Account == "" || t.Model == "" || t.Provider == "" || t.ProviderTaskID == "" || len(t.ProviderTaskID) > 256:
+		return fmt.Errorf("task %s lacks its account, model, provider or provider task id", t.ID)
+	case len(t.CallbackURL) > maxTaskURL || len(t.Videos) > maxTaskVideos:
+		return fmt.Errorf("task %s: callback URL or video list too long", t.ID)
+	case t.Error != nil && (len(t.Error.Message) > maxTaskText || len(t.Error.Code) > 128):
+		return fmt.Errorf("task %s: error text too long", t.ID)
+	}
+	for _, v := range t.Videos {
+		if len(v.URL) > maxTaskURL {
+			return fmt.Errorf("task %s: a video URL is over %d bytes", t.ID, maxTaskURL)
+		}
+	}
+	return nil
+}
+
+// PutTask records a new task durably (the transaction is committed and synced when it
+// returns).
+func (s *Store) PutTask(t *Task) error {
+	if err := t.check(); err != nil {
+		return errorOf(ErrInvalid, "store: %v", err)
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketTasks).Get([]byte(t.ID)) != nil {
+			return errorOf(ErrExists, "store: task %s exists", t.ID)
+		}
+		return putTask(tx, t)
+	})
+}
+
+func putTask(tx *bolt.Tx, t *Task) error {
+	if err := putJSON(tx.Bucket(bucketTasks), t.ID, t); err != nil {
+		return err
+	}
+	if t.Terminal() {
+		return tx.Bucket(bucketTasksOpen).Delete([]byte(t.ID))
+	}
+	return tx.Bucket(bucketTasksOpen).Put([]byte(t.ID), nil)
+}
+
+// GetTask reads a task; ErrTaskNotFound when there is none.
+func (s *Store) GetTask(id string) (*Task, error) {
+	var t *Task
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketTasks).Get([]byte(id))
+		if v == nil {
+			return ErrTaskNotFound
+		}
+		t = &Task{}
+		return jsonUnmarshal(v, t)
+	})
+	return t, err
+}
+
+// UpdateTask changes a task with fn and enqueues the callbacks fn returns, in one durable
+// transaction. fn may run again if the transaction is retried; it must only change t.
+func (s *Store) UpdateTask(id string, fn func(t *Task) ([]Callback, error)) (*Task, error) {
+	var out *Task
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketTasks).Get([]byte(id))
+		if v == nil {
+			return ErrTaskNotFound
+		}
+		t := &Task{}
+		if err := jsonUnmarshal(v, t); err != nil {
+			return err
+		}
+		cbs, err := fn(t)
+		if err != nil {
+			return err
+		}
+		if t.ID != id {
+			return errorOf(ErrInvalid, "store: a task update changed its id")
+		}
+		if err := t.check(); err != nil {
+			return errorOf(ErrInvalid, "store: %v", err)
+		}
+		if err := putTask(tx, t); err != nil {
+			return err
+		}
+		for _, c := range cbs {
+			if err := enqueue(tx, c); err != nil {
+				return err
+			}
+		}
+		out = t
+		return nil
+	})
+	return out, err
+}
+
+// OpenTasks lists up to limit tasks that are not finished, in id order after the id after.
+func (s *Store) OpenTasks(limit int, after string) ([]Task, error) {
+	var out []Task
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketTasksOpen).Cursor()
+		k, _ := c.Seek([]byte(after))
+		if k != nil && string(k) == after {
+			k, _ = c.Next()
+		}
+		for ; k != nil && len(out) < limit; k, _ = c.Next() {
+			var t Task
+			v := tx.Bucket(bucketTasks).Get(k)
+			if v == nil {
+				continue // the index outlived its task: harmless, skipped
+			}
+			if err := jsonUnmarshal(v, &t); err != nil {
+				return err
+			}
+			out = append(out, t)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// enqueue adds a callback to the outbox; its id and times are set here when empty. Keys sort
+// by the time the callback is due, so DueCallbacks reads only what is due.
+func enqueue(tx *bolt.Tx, c Callback) error {
+	if c.URL == "" || len(c.URL) > maxTaskURL || len(c.Body) > maxCallbackLen {
+		return errorOf(ErrInvalid, "store: callback for task %s: URL empty or too long, or body over %d bytes", c.TaskID, maxCallbackLen)
+	}
+	if c.ID == "" {
+		c.ID = "cb_" + randomID()
+	}
+	if c.CreatedAt.IsZero() {
+		c.CreatedAt = time.Now().UTC()
+	}
+	if c.NextAt.IsZero() {
+		c.NextAt = c.CreatedAt
+	}
+	return putJSON(tx.Bucket(bucketOutbox), outboxKey(c), c)
+}
+
+func outboxKey(c Callback) string {
+	return c.NextAt.UTC().Format("20060102T150405.000000000Z") + "/" + c.ID
+}
+
+// DueCallbacks lists up to limit callbacks due at now, the longest waiting first.
+func (s *Store) DueCallbacks(now time.Time, limit int) ([]Callback, error) {
+	var out []Callback
+	until := now.UTC().Format("20060102T150405.000000000Z") + "/~"
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketOutbox).Cursor()
+		for k, v := c.First(); k != nil && len(out) < limit && string(k) <= until; k, v = c.Next() {
+			var cb Callback
+			if err := jsonUnmarshal(v, &cb); err != nil {
+				return err
+			}
+			out = append(out, cb)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// AckCallback removes a delivered (or given up) callback from the outbox.
+func (s *Store) AckCallback(c Callback) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketOutbox).Delete([]byte(outboxKey(c))) })
+}
+
+// RetryCallback puts a callback back for another attempt at next.
+func (s *Store) RetryCallback(c Callback, next time.Time) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketOutbox).Delete([]byte(outboxKey(c))); err != nil {
+			return err
+		}
+		c.Attempt++
+		c.NextAt = next
+		return enqueue(tx, c)
+	})
+}
+
+// CallbackSecret is the account's secret for signing callbacks, made on first use.
+func (s *Store) CallbackSecret(account string) (string, error) {
+	var secret string
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSecrets)
+		key := []byte(account)
+		if v := b.Get(key); v != nil {
+			secret = string(v)
+			return nil
+		}
+		var r [32]byte
+		_, _ = rand.Read(r[:])
+		secret = "whsec_" + strings.ToLower(idEncoding.EncodeToString(r[:]))
+		return b.Put(key, []byte(secret))
+	})
+	return secret, err
+}
+

@@ -1,0 +1,123 @@
+package store
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+func newTask(kind string) *Task {
+	now := time.Now().UTC()
+	return &Task{ID: NewTaskID(kind), Kind: kind, Account: "acme", KeyID: "k1", Model: "hailuo-02", Family: "V1",
+		Provider: "hailuo", ProviderTaskID: "106916112212032", Status: "queued", Hold: decimal.RequireFromString("0.45"),
+		CallbackURL: "https://hooks.example.com/v", CreatedAt: now, UpdatedAt: now}
+}
+
+// TestTaskLifecycleSurvivesRestart: a task put is there after a reopen; its status change and
+// the callback announcing it commit together; finished tasks leave the open index; the outbox
+// hands out what is due, in order, and survives a reopen too.
+func TestTaskLifecycleSurvivesRestart(t *testing.T) {
+	s, path := openTemp(t)
+	a, b := newTask("video"), newTask("video")
+	for _, x := range []*Task{a, b} {
+		if err := s.PutTask(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.HasPrefix(a.ID, "video_") || len(a.ID) != len("video_")+26 || a.ID == b.ID {
+		t.Fatalf("ids %s %s", a.ID, b.ID)
+	}
+	if err := s.PutTask(a); !errors.Is(err, ErrExists) {
+		t.Fatalf("second put: %v", err)
+	}
+	open, err := s.OpenTasks(10, "")
+	if err != nil || len(open) != 2 {
+		t.Fatalf("open %d %v", len(open), err)
+	}
+	_, err = s.UpdateTask(a.ID, func(x *Task) ([]Callback, error) {
+		x.Status, x.Cost, x.Settled = "completed", decimal.RequireFromString("0.27"), true
+		x.Videos = []TaskVideo{{URL: "https://cdn/x.mp4", Seconds: decimal.RequireFromString("6")}}
+		return []Callback{{TaskID: x.ID, Account: x.Account, URL: x.CallbackURL, Body: []byte(`{"status":"completed"}`)}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	if _, err := s.UpdateTask(b.ID, func(x *Task) ([]Callback, error) {
+		x.Status = "failed"
+		return []Callback{{TaskID: x.ID, URL: x.CallbackURL, Body: []byte("{}")}}, boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("failed update: %v", err)
+	}
+	s.Close()
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got, err := s.GetTask(a.ID)
+	if err != nil || got.Status != "completed" || !got.Cost.Equal(decimal.RequireFromString("0.27")) || len(got.Videos) != 1 {
+		t.Fatalf("after reopen %+v %v", got, err)
+	}
+	if gb, _ := s.GetTask(b.ID); gb.Status != "queued" {
+		t.Fatalf("a failed update changed the task: %+v", gb)
+	}
+	open, _ = s.OpenTasks(10, "")
+	if len(open) != 1 || open[0].ID != b.ID {
+		t.Fatalf("open after completion %+v", open)
+	}
+	if _, err := s.GetTask("video_nope"); !errors.Is(err, ErrTaskNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	due, err := s.DueCallbacks(time.Now(), 10)
+	if err != nil || len(due) != 1 || due[0].TaskID != a.ID || !strings.HasPrefix(due[0].ID, "cb_") {
+		t.Fatalf("due %+v %v", due, err)
+	}
+	if err := s.RetryCallback(due[0], time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s.DueCallbacks(time.Now(), 10); len(d) != 0 {
+		t.Fatalf("a callback retried in an hour is due now: %+v", d)
+	}
+	later, _ := s.DueCallbacks(time.Now().Add(2*time.Hour), 10)
+	if len(later) != 1 || later[0].Attempt != 1 || later[0].ID != due[0].ID {
+		t.Fatalf("later %+v", later)
+	}
+	if err := s.AckCallback(later[0]); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s.DueCallbacks(time.Now().Add(2*time.Hour), 10); len(d) != 0 {
+		t.Fatalf("acked callback still due: %+v", d)
+	}
+	s1, _ := s.CallbackSecret("acme")
+	s2, _ := s.CallbackSecret("acme")
+	s3, _ := s.CallbackSecret("other")
+	if s1 == "" || s1 != s2 || s1 == s3 || !strings.HasPrefix(s1, "whsec_") {
+		t.Fatalf("secrets %q %q %q", s1, s2, s3)
+	}
+	if _, err := s.Accounts(); err != nil {
+		t.Fatalf("accounts still list: %v", err)
+	}
+}
+
+// TestTaskRecordsAreBounded: a provider's oversized answer cannot make a record the store then
+// refuses to read; it is refused when written.
+func TestTaskRecordsAreBounded(t *testing.T) {
+	s, _ := openTemp(t)
+	x := newTask("video")
+	x.CallbackURL = "https://" + strings.Repeat("a", 5000)
+	if err := s.PutTask(x); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("long callback URL: %v", err)
+	}
+	x = newTask("video")
+	_ = s.PutTask(x)
+	if _, err := s.UpdateTask(x.ID, func(t *Task) ([]Callback, error) {
+		t.Videos = []TaskVideo{{URL: strings.Repeat("u", 5000)}}
+		return nil, nil
+	}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("long video URL: %v", err)
+	}
+}
