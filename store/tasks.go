@@ -23,7 +23,9 @@ var (
 	bucketSecrets   = []byte("callback_secrets") // account -> its callback signing secret
 )
 
-func init() { allBuckets = append(allBuckets, bucketTasks, bucketTasksOpen, bucketOutbox, bucketSecrets) }
+func init() {
+	allBuckets = append(allBuckets, bucketTasks, bucketTasksOpen, bucketOutbox, bucketSecrets)
+}
 
 // Task is one media generation task.
 type Task struct {
@@ -301,4 +303,3 @@ func (s *Store) CallbackSecret(account string) (string, error) {
 	})
 	return secret, err
 }
-
