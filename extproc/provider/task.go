@@ -91,7 +91,9 @@ func (e *TaskError) Error() string { return e.Code + ": " + e.Message }
 
 var taskAdapters = map[string]TaskAdapter{}
 
-func registerTask(kind string, a TaskAdapter) { taskAdapters[kind] = a }
+// RegisterTask makes a the task adapter of provider type kind: each family file registers
+// itself; tests register stand-ins.
+func RegisterTask(kind string, a TaskAdapter) { taskAdapters[kind] = a }
 
 // TaskFor returns the task adapter of a provider type.
 func TaskFor(kind string) (TaskAdapter, error) {

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/shopspring/decimal"
-
 	"github.com/tollway/tollway/extproc/provider"
 )
 
@@ -97,19 +95,6 @@ func videosOf(vs []provider.TaskVideo, now time.Time) ([]Video, *int64) {
 		out = append(out, o)
 	}
 	return out, first
-}
-
-// seconds is the produced duration: the provider's usage when it reports one, else the sum of
-// the videos' durations.
-func seconds(billed decimal.Decimal, vs []provider.TaskVideo) decimal.Decimal {
-	if billed.IsPositive() {
-		return billed
-	}
-	sum := decimal.Zero
-	for _, v := range vs {
-		sum = sum.Add(v.Seconds)
-	}
-	return sum
 }
 
 func size(vs []provider.TaskVideo) string {

@@ -30,9 +30,6 @@ func TestExpiredURLsAreWithheld(t *testing.T) {
 	if first == nil || *first != now.Add(-time.Second).Unix() {
 		t.Fatalf("expires_at %v", first)
 	}
-	if s := seconds(decimal.Zero, vs); !s.Equal(decimal.RequireFromString("6")) {
-		t.Fatalf("seconds %s", s)
-	}
 	if size(vs) != "1920x1080" {
 		t.Fatalf("size %q", size(vs))
 	}

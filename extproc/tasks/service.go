@@ -1,0 +1,367 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// Catalog is what the service needs of the current configuration.
+type Catalog interface {
+	Provider(name string) *ir.Provider
+	Model(id string) *ir.Model
+}
+
+// Service runs tasks: creation with fallback, refresh through Envoy, and the bill at the end.
+type Service struct {
+	Store   *store.Store
+	Envoy   *Envoy
+	Log     *slog.Logger
+	Now     func() time.Time
+	Catalog func() Catalog
+	// Price is what a completed task costs (nil: nothing is billed).
+	Price func(t *store.Task) decimal.Decimal
+	// Bill settles a task that ended, after it was stored: completed with t.Cost set, or
+	// failed (its hold released).
+	Bill func(t *store.Task)
+	// RefreshEvery is the least time between two provider queries of one task.
+	RefreshEvery time.Duration
+
+	refreshing sync.Map // task id -> struct{}: one refresh of a task at a time
+}
+
+// Kind of failure, mapped to an HTTP status at the boundary (extproc).
+type Kind int
+
+const (
+	KindBadRequest  Kind = iota + 1 // the client's request: 400
+	KindNotFound                    // no such task for this account: 404
+	KindUnavailable                 // no provider took the task: 503
+	KindInternal                    // the store failed: 500
+)
+
+// Error is a failure of the service with what the client should know.
+type Error struct {
+	Kind    Kind
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Attempt is one provider that may create the task, in fallback order.
+type Attempt struct {
+	Provider *ir.Provider
+	Model    string // the provider's model name
+}
+
+// NewTask is a validated create request.
+type NewTask struct {
+	Kind, Account, KeyID, RequestID, Route string
+	Model                                  *ir.Model
+	Attempts                               []Attempt
+	Body                                   provider.Request
+	Request                                provider.TaskRequest
+	Hold                                   decimal.Decimal
+}
+
+// Create creates the task at the first provider that accepts it and records it durably
+// before the client sees its id. A provider that fails before accepting (unreachable, 5xx,
+// 429, a refused credential) passes the task to the next; a refusal of the request itself
+// (invalid parameters, content policy) is the client's answer.
+func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
+	var reasons []string
+	for _, a := range in.Attempts {
+		ad, err := provider.TaskFor(a.Provider.Type)
+		if err != nil {
+			return nil, err
+		}
+		up, err := ad.Create(a.Provider, in.Model, a.Model, in.Body)
+		if err != nil {
+			if errors.Is(err, provider.ErrBadRequest) {
+				return nil, &Error{Kind: KindBadRequest, Code: "invalid_request", Message: err.Error()}
+			}
+			return nil, err
+		}
+		ans, err := s.Envoy.Do(ctx, a.Provider, up)
+		if err != nil {
+			reasons = append(reasons, err.Error())
+			continue
+		}
+		id, err := ad.Created(ans.Status, ans.Body)
+		var te *provider.TaskError
+		switch {
+		case err == nil:
+		case errors.As(err, &te) && (te.Code == "invalid_request" || te.Code == "content_filter"):
+			return nil, &Error{Kind: KindBadRequest, Code: te.Code, Message: fmt.Sprintf("provider %s refused the task: %s", a.Provider.Name, te.Message)}
+		case ans.Status == http.StatusBadRequest || ans.Status == http.StatusUnprocessableEntity:
+			return nil, &Error{Kind: KindBadRequest, Code: "invalid_request", Message: fmt.Sprintf("provider %s refused the task: %v", a.Provider.Name, err)}
+		default:
+			reasons = append(reasons, fmt.Sprintf("provider %s: %v", a.Provider.Name, err))
+			continue
+		}
+		now := s.Now()
+		t := &store.Task{
+			ID: store.NewTaskID(in.Kind), Kind: in.Kind, Account: in.Account, KeyID: in.KeyID, RequestID: in.RequestID,
+			Model: in.Model.ID, Family: in.Model.Family, Variant: in.Model.Variant, Route: in.Route,
+			Provider: a.Provider.Name, ProviderTaskID: id, Status: string(provider.TaskQueued),
+			Hold: in.Hold, CallbackURL: in.Request.CallbackURL,
+			CreatedAt: now, UpdatedAt: now, NextPollAt: now.Add(s.RefreshEvery),
+		}
+		if err := s.Store.PutTask(t); err != nil {
+			// The provider runs a task nobody can see: say so loudly, bill nothing.
+			s.Log.Error("TASK NOT RECORDED: the provider accepted it but the store failed", "provider", a.Provider.Name, "provider_task_id", id, "error", err)
+			return nil, &Error{Kind: KindInternal, Code: "internal_error", Message: "the task could not be recorded; it was not charged; retry"}
+		}
+		return t, nil
+	}
+	return nil, &Error{Kind: KindUnavailable, Code: "upstream_unavailable", Message: "no provider accepted the task: " + joinReasons(reasons)}
+}
+
+func joinReasons(r []string) string {
+	if len(r) == 0 {
+		return "none can take traffic"
+	}
+	out := r[0]
+	for _, x := range r[1:] {
+		out += "; " + x
+	}
+	return out
+}
+
+// Get returns account's task id, refreshed from the provider when it is still running and was
+// not refreshed lately. Another account's task is not found.
+func (s *Service) Get(ctx context.Context, account, id string) (*store.Task, error) {
+	t, err := s.Store.GetTask(id)
+	if err != nil && !errors.Is(err, store.ErrTaskNotFound) {
+		return nil, &Error{Kind: KindInternal, Code: "internal_error", Message: "the task store failed; retry"}
+	}
+	if t == nil || t.Account != account {
+		return nil, &Error{Kind: KindNotFound, Code: "not_found", Message: fmt.Sprintf("no task %q for this API key's account", clip(id))}
+	}
+	if !t.Terminal() && s.Now().Sub(t.RefreshedAt) >= s.RefreshEvery {
+		if nt, err := s.Refresh(ctx, t); err == nil {
+			t = nt
+		} // a failed refresh answers from the store: the poller tries again
+	}
+	return t, nil
+}
+
+// Refresh queries the provider for t and stores what changed, with the callback of a status
+// change in the same transaction; a task that ended is billed.
+func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, error) {
+	if _, busy := s.refreshing.LoadOrStore(t.ID, struct{}{}); busy {
+		return t, nil
+	}
+	defer s.refreshing.Delete(t.ID)
+	cat := s.Catalog()
+	p, m := cat.Provider(t.Provider), cat.Model(t.Model)
+	st, err := s.query(ctx, p, m, t)
+	now := s.Now()
+	var ended *store.Task
+	out, uerr := s.Store.UpdateTask(t.ID, func(r *store.Task) ([]store.Callback, error) {
+		r.RefreshedAt = now
+		if err != nil {
+			r.PollFailures++
+			r.NextPollAt = now.Add(backoff(r.PollFailures))
+			return nil, nil
+		}
+		r.PollFailures = 0
+		r.NextPollAt = now.Add(s.RefreshEvery)
+		before := r.Status
+		apply(r, st, now)
+		if r.Terminal() && before != r.Status {
+			ended = r
+			if r.Status == string(provider.TaskCompleted) && s.Price != nil {
+				r.Cost, r.Settled = s.Price(r), true
+			}
+		}
+		if r.Status == before || r.CallbackURL == "" {
+			return nil, nil
+		}
+		body, _ := json.Marshal(ObjectOf(r, now))
+		return []store.Callback{{TaskID: r.ID, Account: r.Account, URL: r.CallbackURL, Body: body}}, nil
+	})
+	if uerr != nil {
+		return t, uerr
+	}
+	if ended != nil && s.Bill != nil {
+		s.Bill(out)
+	}
+	return out, err
+}
+
+func (s *Service) query(ctx context.Context, p *ir.Provider, m *ir.Model, t *store.Task) (provider.TaskState, error) {
+	if p == nil || m == nil {
+		return provider.TaskState{}, fmt.Errorf("provider %q or model %q is no longer configured", t.Provider, t.Model)
+	}
+	ad, err := provider.TaskFor(p.Type)
+	if err != nil {
+		return provider.TaskState{}, err
+	}
+	up, err := ad.Query(p, m, t.ProviderTaskID)
+	if err != nil {
+		return provider.TaskState{}, err
+	}
+	ans, err := s.Envoy.Do(ctx, p, up)
+	if err != nil {
+		return provider.TaskState{}, err
+	}
+	st, err := ad.Queried(ans.Status, ans.Body)
+	if err != nil {
+		return st, err
+	}
+	if st.Follow != nil {
+		fa, err := s.Envoy.Do(ctx, p, st.Follow)
+		if err != nil {
+			return st, err
+		}
+		if err := ad.Followed(&st, fa.Status, fa.Body); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// backoff spaces the queries of a task whose provider fails: 5 s doubling to 10 min.
+func backoff(failures int) time.Duration {
+	d := 5 * time.Second
+	for i := 1; i < failures && d < 10*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 10*time.Minute)
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+// apply records a provider's view of a task.
+func apply(r *store.Task, st provider.TaskState, now time.Time) {
+	r.Status, r.FamilyStatus = string(st.Status), st.FamilyStatus
+	r.Progress = progressOf(st.Status, st.Progress)
+	r.UpdatedAt = now
+	if len(st.Videos) > 0 {
+		r.Videos = r.Videos[:0]
+		for _, v := range st.Videos {
+			r.Videos = append(r.Videos, store.TaskVideo{URL: v.URL, ExpiresAt: v.ExpiresAt, Seconds: v.Seconds, Width: v.Width, Height: v.Height})
+		}
+	}
+	if st.BilledSeconds.IsPositive() {
+		r.BilledSeconds = st.BilledSeconds
+	}
+	if st.Error != nil {
+		r.Error = &store.TaskError{Code: st.Error.Code, Message: st.Error.Message}
+	}
+	if st.Status.Terminal() && r.CompletedAt.IsZero() {
+		r.CompletedAt = now
+	}
+}
+
+// Seconds is what a finished task produced: the provider's usage when it reports it, else the
+// videos' durations.
+func Seconds(t *store.Task) decimal.Decimal {
+	if t.BilledSeconds.IsPositive() {
+		return t.BilledSeconds
+	}
+	sum := decimal.Zero
+	for _, v := range t.Videos {
+		sum = sum.Add(v.Seconds)
+	}
+	return sum
+}
+
+// ObjectOf renders a task for its client as of now.
+func ObjectOf(t *store.Task, now time.Time) Object {
+	o := Object{
+		ID: t.ID, Object: t.Kind, Model: t.Model, Status: t.Status, Progress: t.Progress,
+		CreatedAt: t.CreatedAt.Unix(), Provider: t.Provider, ProviderStatus: t.FamilyStatus,
+	}
+	if !t.CompletedAt.IsZero() {
+		at := t.CompletedAt.Unix()
+		o.CompletedAt = &at
+	}
+	if t.Error != nil {
+		o.Error = &ObjectError{Code: t.Error.Code, Message: t.Error.Message}
+	}
+	vs := make([]provider.TaskVideo, len(t.Videos))
+	for i, v := range t.Videos {
+		vs[i] = provider.TaskVideo{URL: v.URL, ExpiresAt: v.ExpiresAt, Seconds: v.Seconds, Width: v.Width, Height: v.Height}
+	}
+	if len(vs) > 0 {
+		videos, first := videosOf(vs, now)
+		o.Result, o.ExpiresAt = &Result{Videos: videos}, first
+		o.Size = size(vs)
+	}
+	if s := Seconds(t); s.IsPositive() {
+		o.Seconds = s.String()
+	}
+	if t.Settled {
+		c := t.Cost.String()
+		o.Cost = &c
+	}
+	return o
+}
+
+// Poll advances every running task in the background, so tasks complete (and their callbacks
+// go out) without anybody asking: due tasks are refreshed with at most workers at a time.
+func (s *Service) Poll(ctx context.Context, every time.Duration, workers int) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := s.Now()
+		after := ""
+		for {
+			open, err := s.Store.OpenTasks(500, after)
+			if err != nil {
+				s.Log.Error("task poller: the store failed", "error", err)
+				break
+			}
+			for i := range open {
+				t := open[i]
+				after = t.ID
+				if t.NextPollAt.After(now) {
+					continue
+				}
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+					defer cancel()
+					_, _ = s.Refresh(rctx, &t)
+				}()
+			}
+			if len(open) < 500 {
+				break
+			}
+		}
+	}
+}
