@@ -128,7 +128,9 @@ func newService(t *testing.T) (*Service, *[]string) {
 	billed := &[]string{}
 	s := &Service{Store: st, Envoy: e, Log: slog.New(slog.DiscardHandler), Now: time.Now,
 		Catalog: func() Catalog { return cat },
-		Price:   func(t *store.Task) decimal.Decimal { return decimal.RequireFromString("0.1").Add(decimal.RequireFromString("0.05").Mul(Seconds(t))) },
+		Price: func(t *store.Task) decimal.Decimal {
+			return decimal.RequireFromString("0.1").Add(decimal.RequireFromString("0.05").Mul(Seconds(t)))
+		},
 		Bill: func(t *store.Task) {
 			mu.Lock()
 			defer mu.Unlock()
