@@ -45,17 +45,20 @@ type Task struct {
 	Progress       int             `json:"progress"`
 	Videos         []TaskVideo     `json:"videos,omitempty"`
 	BilledSeconds  decimal.Decimal `json:"billed_seconds"` // the provider's usage, when it reports one
-	Error          *TaskError      `json:"error,omitempty"`
-	Hold           decimal.Decimal `json:"hold"` // held at creation, so a restart can hold it again
-	Cost           decimal.Decimal `json:"cost"`
-	Settled        bool            `json:"settled"`
-	CallbackURL    string          `json:"callback_url,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	CompletedAt    time.Time       `json:"completed_at"`
-	RefreshedAt    time.Time       `json:"refreshed_at"`
-	NextPollAt     time.Time       `json:"next_poll_at"`
-	PollFailures   int             `json:"poll_failures"`
+	// RequestedSeconds is the duration asked for: what is billed when the provider reports
+	// neither usage nor the videos' durations (MiniMax).
+	RequestedSeconds int64           `json:"requested_seconds"`
+	Error            *TaskError      `json:"error,omitempty"`
+	Hold             decimal.Decimal `json:"hold"` // held at creation, so a restart can hold it again
+	Cost             decimal.Decimal `json:"cost"`
+	Settled          bool            `json:"settled"`
+	CallbackURL      string          `json:"callback_url,omitempty"`
+	CreatedAt        time.Time       `json:"created_at"`
+	UpdatedAt        time.Time       `json:"updated_at"`
+	CompletedAt      time.Time       `json:"completed_at"`
+	RefreshedAt      time.Time       `json:"refreshed_at"`
+	NextPollAt       time.Time       `json:"next_poll_at"`
+	PollFailures     int             `json:"poll_failures"`
 }
 
 // TaskVideo is one produced video.

@@ -116,7 +116,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			ID: store.NewTaskID(in.Kind), Kind: in.Kind, Account: in.Account, KeyID: in.KeyID, RequestID: in.RequestID,
 			Model: in.Model.ID, Family: in.Model.Family, Variant: in.Model.Variant, Route: in.Route,
 			Provider: a.Provider.Name, ProviderTaskID: id, Status: string(provider.TaskQueued),
-			Hold: in.Hold, CallbackURL: in.Request.CallbackURL,
+			Hold: in.Hold, CallbackURL: in.Request.CallbackURL, RequestedSeconds: in.Request.MaxSeconds,
 			CreatedAt: now, UpdatedAt: now, NextPollAt: now.Add(s.RefreshEvery),
 		}
 		if err := s.Store.PutTask(t); err != nil {
@@ -273,7 +273,7 @@ func apply(r *store.Task, st provider.TaskState, now time.Time) {
 }
 
 // Seconds is what a finished task produced: the provider's usage when it reports it, else the
-// videos' durations.
+// videos' durations, else (a provider that reports neither) the duration asked for.
 func Seconds(t *store.Task) decimal.Decimal {
 	if t.BilledSeconds.IsPositive() {
 		return t.BilledSeconds
@@ -281,6 +281,9 @@ func Seconds(t *store.Task) decimal.Decimal {
 	sum := decimal.Zero
 	for _, v := range t.Videos {
 		sum = sum.Add(v.Seconds)
+	}
+	if sum.IsZero() && t.Status == "completed" {
+		return decimal.NewFromInt(t.RequestedSeconds)
 	}
 	return sum
 }

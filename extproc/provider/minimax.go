@@ -1,0 +1,228 @@
+package provider
+
+// minimax is family V1 (spec 4.3): MiniMax Hailuo video generation. The provider's base_url is
+// its API host root (https://api.minimax.io). A task is created with POST /v1/video_generation,
+// queried with GET /v1/query/video_generation?task_id=, and its video found with GET
+// /v1/files/retrieve?file_id= (the download URL lives 1 hour: MiniMax documents a short-lived
+// URL; the gateway reports that expiry). Errors come inside HTTP 200, in base_resp.
+//
+// Fields are the spec's (prompt, first_frame_image, prompt_optimizer, fast_pretreatment,
+// duration, resolution, aigc_watermark) and pass as they are; any other field is refused with
+// the list, the gateway's own (model, route, route_mode, callback_url) are not sent: the
+// gateway delivers callbacks itself.
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+type minimax struct{}
+
+func init() { RegisterTask(ir.ProviderTypeMiniMax, minimax{}) }
+
+var minimaxFields = []string{"prompt", "first_frame_image", "prompt_optimizer", "fast_pretreatment", "duration", "resolution", "aigc_watermark"}
+
+// minimaxURLLife is how long a MiniMax download URL works.
+const minimaxURLLife = time.Hour
+
+var minimaxFrame = frameRules{maxBytes: 20 << 20, minShort: 300, minAspect: [2]int{2, 5}, maxAspect: [2]int{5, 2},
+	formats: []string{"jpeg", "png", "webp"}, formatNames: "JPG, JPEG, PNG or WebP"}
+
+func (minimax) Validate(m *ir.Model, req Request) (TaskRequest, error) {
+	if err := onlyFields("V1", req, minimaxFields); err != nil {
+		return TaskRequest{}, err
+	}
+	prompt, hasPrompt, err := stringOf(req, "prompt")
+	if err != nil {
+		return TaskRequest{}, err
+	}
+	if n := len([]rune(prompt)); n > 2000 {
+		return TaskRequest{}, fmt.Errorf("%w: prompt is %d characters; V1 takes at most 2000", ErrBadRequest, n)
+	}
+	frame, hasFrame, err := stringOf(req, "first_frame_image")
+	if err != nil {
+		return TaskRequest{}, err
+	}
+	if !hasFrame && (!hasPrompt || prompt == "") {
+		return TaskRequest{}, fmt.Errorf("%w: send a prompt (text-to-video) or a first_frame_image (image-to-video)", ErrBadRequest)
+	}
+	if hasFrame {
+		if err := checkFrame("first_frame_image", frame, minimaxFrame); err != nil {
+			return TaskRequest{}, err
+		}
+	}
+	for _, f := range []string{"prompt_optimizer", "fast_pretreatment", "aigc_watermark"} {
+		if raw := rawField(req, f); raw != nil && string(raw) != "true" && string(raw) != "false" {
+			return TaskRequest{}, fmt.Errorf("%w: %s must be true or false", ErrBadRequest, f)
+		}
+	}
+	res, _, err := stringOf(req, "resolution")
+	if err != nil {
+		return TaskRequest{}, err
+	}
+	if res == "" {
+		res = "768P"
+	}
+	dur, _, err := intOf(req, "duration")
+	if err != nil {
+		return TaskRequest{}, err
+	}
+	if dur == 0 {
+		dur = 6
+	}
+	switch {
+	case res != "768P" && res != "1080P":
+		return TaskRequest{}, fmt.Errorf("%w: resolution %q is not allowed: use 768P or 1080P", ErrBadRequest, clipText(res))
+	case res == "1080P" && dur != 6:
+		return TaskRequest{}, fmt.Errorf("%w: duration %d is not allowed at resolution 1080P: 1080P takes 6 s; use 768P for 10 s", ErrBadRequest, dur)
+	case dur != 6 && dur != 10:
+		return TaskRequest{}, fmt.Errorf("%w: duration %d is not allowed: V1 takes 6 or 10 (10 at 768P only)", ErrBadRequest, dur)
+	}
+	cb, _, err := stringOf(req, "callback_url")
+	return TaskRequest{MaxSeconds: dur, CallbackURL: cb}, err
+}
+
+func (minimax) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
+	out := Request{"model": mustJSON(model)}
+	for _, f := range minimaxFields {
+		if v := rawField(req, f); v != nil {
+			out[f] = v
+		}
+	}
+	return &Upstream{Path: "/v1/video_generation", Body: out.Encode(), Headers: bearer(p.APIKey)}, nil
+}
+
+func bearer(key string) map[string]string {
+	return map[string]string{"authorization": "Bearer " + key, "content-type": "application/json"}
+}
+
+func mustJSON(s string) json.RawMessage {
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// minimaxBase is the envelope every MiniMax answer carries.
+type minimaxBase struct {
+	BaseResp *struct {
+		StatusCode int    `json:"status_code"`
+		StatusMsg  string `json:"status_msg"`
+	} `json:"base_resp"`
+}
+
+// failure reads base_resp (and the HTTP status): nil when the call succeeded.
+func (b minimaxBase) failure(status int) error {
+	if status != http.StatusOK {
+		return &TaskError{Code: httpCode(status), Message: fmt.Sprintf("MiniMax answered HTTP %d", status)}
+	}
+	if b.BaseResp == nil {
+		return &TaskError{Code: "upstream_error", Message: "MiniMax's answer has no base_resp"}
+	}
+	if c := b.BaseResp.StatusCode; c != 0 {
+		code := map[int]string{1002: "provider_rate_limited", 1004: "provider_auth_failed", 1008: "provider_balance",
+			1026: "content_filter", 1027: "content_filter", 2013: "invalid_request"}[c]
+		return &TaskError{Code: cmp.Or(code, "upstream_error"), Message: fmt.Sprintf("MiniMax status_code %d: %s", c, b.BaseResp.StatusMsg)}
+	}
+	return nil
+}
+
+func httpCode(status int) string {
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return "provider_auth_failed"
+	case status == http.StatusTooManyRequests:
+		return "provider_rate_limited"
+	case status == http.StatusBadRequest:
+		return "invalid_request"
+	}
+	return "upstream_error"
+}
+
+func (minimax) Created(status int, body []byte) (string, error) {
+	var a struct {
+		minimaxBase
+		TaskID string `json:"task_id"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil && status == http.StatusOK {
+		return "", fmt.Errorf("MiniMax's create answer is not JSON")
+	}
+	if err := a.failure(status); err != nil {
+		return "", err
+	}
+	if a.TaskID == "" {
+		return "", &TaskError{Code: "upstream_error", Message: "MiniMax accepted the task without a task_id"}
+	}
+	return a.TaskID, nil
+}
+
+func (minimax) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
+	return &Upstream{Method: http.MethodGet, Path: "/v1/query/video_generation?task_id=" + url.QueryEscape(id), Headers: bearer(p.APIKey)}, nil
+}
+
+func (minimax) Queried(status int, body []byte) (TaskState, error) {
+	var a struct {
+		minimaxBase
+		Status string `json:"status"`
+		FileID string `json:"file_id"`
+		Width  int    `json:"video_width"`
+		Height int    `json:"video_height"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil && status == http.StatusOK {
+		return TaskState{}, fmt.Errorf("MiniMax's query answer is not JSON")
+	}
+	if err := a.failure(status); err != nil {
+		return TaskState{}, err
+	}
+	st := TaskState{FamilyStatus: a.Status}
+	switch a.Status {
+	case "Preparing", "Queueing":
+		st.Status = TaskQueued
+	case "Processing":
+		st.Status = TaskInProgress
+	case "Success":
+		if a.FileID == "" {
+			return TaskState{}, fmt.Errorf("MiniMax reported Success without a file_id")
+		}
+		st.Status = TaskCompleted
+		st.Videos = []TaskVideo{{Width: a.Width, Height: a.Height}}
+		st.Follow = &Upstream{Method: http.MethodGet, Path: "/v1/files/retrieve?file_id=" + url.QueryEscape(a.FileID)}
+	case "Fail":
+		st.Status = TaskFailed
+		st.Error = &TaskError{Code: "generation_failed", Message: "MiniMax could not generate the video"}
+	default:
+		return TaskState{}, fmt.Errorf("MiniMax reported an unknown status %q", clipText(a.Status))
+	}
+	return st, nil
+}
+
+// Followed adds the download URL of the file a Success named. The request price aside, V1 is
+// billed on the requested duration: MiniMax's answers do not report one.
+func (minimax) Followed(st *TaskState, status int, body []byte) error {
+	var a struct {
+		minimaxBase
+		File struct {
+			DownloadURL string `json:"download_url"`
+			CreatedAt   int64  `json:"created_at"`
+		} `json:"file"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil && status == http.StatusOK {
+		return fmt.Errorf("MiniMax's file answer is not JSON")
+	}
+	if err := a.failure(status); err != nil {
+		return err
+	}
+	if a.File.DownloadURL == "" || len(st.Videos) == 0 {
+		return fmt.Errorf("MiniMax's file answer has no download_url")
+	}
+	from := time.Now()
+	if a.File.CreatedAt > 0 {
+		from = time.Unix(a.File.CreatedAt, 0)
+	}
+	st.Videos[0].URL, st.Videos[0].ExpiresAt = a.File.DownloadURL, from.Add(minimaxURLLife)
+	return nil
+}
