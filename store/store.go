@@ -94,6 +94,9 @@ type Model struct {
 	ContextLength               int64           `json:"context_length,omitempty"`
 	MaxOutputLength             int64           `json:"max_output_length,omitempty"`
 	SupportedFeatures           []string        `json:"supported_features,omitempty"`
+	// Family and Variant make a media model (spec 4.3: V1, ...); empty for chat models.
+	Family  string `json:"family,omitempty"`
+	Variant string `json:"variant,omitempty"`
 	// Pricing is kept as the JSON it was validated as (decimal strings), object or tier array.
 	Pricing json.RawMessage `json:"pricing,omitempty"`
 	Source  Source          `json:"source"`

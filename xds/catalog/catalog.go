@@ -70,6 +70,13 @@ func Build(public string, cat store.Catalog, env Env) (*ir.Gateway, error) {
 			ID: sm.ID, Name: sm.Name, SupportedParameters: sm.SupportedSamplingParameters,
 			InputModalities: orDefault(sm.InputModalities, "text"), OutputModalities: orDefault(sm.OutputModalities, "text"),
 			ContextLength: sm.ContextLength, MaxOutputLength: sm.MaxOutputLength, SupportedFeatures: sm.SupportedFeatures,
+			Family: sm.Family, Variant: sm.Variant,
+		}
+		if f, ok := ir.MediaFamilies[sm.Family]; ok {
+			// What the catalog says of a media model unless the config says otherwise.
+			m.OutputModalities = orDefault(sm.OutputModalities, f.Output)
+			m.InputModalities = orDefault(sm.InputModalities, f.Input...)
+			m.SupportedFeatures = orDefault(sm.SupportedFeatures, f.Feature)
 		}
 		var err error
 		if m.Pricing, err = pricing(sm); err != nil {
@@ -118,9 +125,9 @@ func pricing(sm store.Model) (ir.Pricing, error) {
 	return p, nil
 }
 
-func orDefault(v []string, d string) []string {
+func orDefault(v []string, d ...string) []string {
 	if len(v) == 0 {
-		return []string{d}
+		return d
 	}
 	return v
 }

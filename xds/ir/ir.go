@@ -6,6 +6,7 @@ package ir
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"path"
@@ -135,7 +136,21 @@ type Target struct {
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // knownTypes are the provider types ext_proc has an adapter for, in the order messages list them.
-var knownTypes = []string{ProviderTypeOpenAI, ProviderTypeAnthropic, ProviderTypeGemini, ProviderTypeDemo}
+var knownTypes = []string{ProviderTypeOpenAI, ProviderTypeAnthropic, ProviderTypeGemini, ProviderTypeDemo, ProviderTypeMiniMax}
+
+// MediaFamily is what a media model family needs and shows.
+type MediaFamily struct {
+	ProviderType string   // the provider type that serves it
+	Variants     []string // the variants a model must name one of (none: no variant)
+	Output       string   // the catalog's output modality
+	Input        []string // the catalog's input modalities
+	Feature      string   // the catalog's supported feature
+}
+
+// MediaFamilies are the media families the gateway serves (spec 4.3).
+var MediaFamilies = map[string]MediaFamily{
+	"V1": {ProviderType: ProviderTypeMiniMax, Output: "video", Input: []string{"text", "image"}, Feature: "video_generation"},
+}
 
 // ProviderTypes lists the provider types a configuration may name.
 func ProviderTypes() []string { return slices.Clone(knownTypes) }
@@ -245,6 +260,7 @@ func (g *Gateway) Validate() error {
 			bad("model %s: has %d providers, at most %d", id, len(m.Targets), MaxListLength)
 			continue
 		}
+		in(g.checkFamily(m))
 		for _, t := range m.Targets {
 			if !providers[t.Provider] {
 				bad("model %s: provider %s is not defined under providers", id, QuoteShort(t.Provider))
@@ -259,4 +275,44 @@ func (g *Gateway) Validate() error {
 	}
 	g.validateRoutes(models, bad)
 	return errors.Join(errs...)
+}
+
+// checkFamily: a media model names a known family (and variant) and every provider of it is of
+// the family's type; a chat model has no media provider.
+func (g *Gateway) checkFamily(m Model) error {
+	types := map[string]string{}
+	for _, p := range g.Providers {
+		types[p.Name] = p.Type
+	}
+	f, media := MediaFamilies[m.Family]
+	switch {
+	case m.Family != "" && !media:
+		return fmt.Errorf("family %s is unknown (supported: %s)", QuoteShort(m.Family), strings.Join(slices.Sorted(maps.Keys(MediaFamilies)), ", "))
+	case media && len(f.Variants) > 0 && !slices.Contains(f.Variants, m.Variant):
+		return fmt.Errorf("family %s needs variant: one of %s", m.Family, strings.Join(f.Variants, ", "))
+	case media && len(f.Variants) == 0 && m.Variant != "":
+		return fmt.Errorf("family %s has no variants; remove variant", m.Family)
+	case m.Family == "" && m.Variant != "":
+		return fmt.Errorf("variant %s needs a family", QuoteShort(m.Variant))
+	}
+	for _, t := range m.Targets {
+		typ, ok := types[t.Provider]
+		switch {
+		case !ok:
+		case media && typ != f.ProviderType:
+			return fmt.Errorf("family %s is served by providers of type %s; provider %s is of type %s", m.Family, f.ProviderType, QuoteShort(t.Provider), typ)
+		case !media && isMediaType(typ):
+			return fmt.Errorf("provider %s (type %s) serves media models only: give the model its family (family: V1), or use a chat provider", QuoteShort(t.Provider), typ)
+		}
+	}
+	return nil
+}
+
+func isMediaType(typ string) bool {
+	for _, f := range MediaFamilies {
+		if f.ProviderType == typ {
+			return true
+		}
+	}
+	return false
 }

@@ -104,6 +104,9 @@ type ModelConfig struct {
 	ContextLength               int64                 `mapstructure:"context_length"`
 	MaxOutputLength             int64                 `mapstructure:"max_output_length"`
 	SupportedFeatures           []string              `mapstructure:"supported_features"`
+	// Family and Variant make a media model (spec 4.3): family V1 on minimax providers.
+	Family  string `mapstructure:"family"`
+	Variant string `mapstructure:"variant"`
 	// Pricing is an object or an array of tiers with decimal-string prices (spec 2.4).
 	Pricing any `mapstructure:"pricing"`
 }
@@ -309,7 +312,7 @@ func (c *Config) catalog() (store.Catalog, error) {
 			SupportedSamplingParameters: m.SupportedSamplingParameters,
 			InputModalities:             m.InputModalities, OutputModalities: m.OutputModalities,
 			ContextLength: m.ContextLength, MaxOutputLength: m.MaxOutputLength,
-			SupportedFeatures: m.SupportedFeatures, Pricing: raw,
+			SupportedFeatures: m.SupportedFeatures, Pricing: raw, Family: m.Family, Variant: m.Variant,
 		})
 	}
 	for _, r := range c.Routes {
