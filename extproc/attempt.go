@@ -46,6 +46,9 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 	return serve(stream, func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
+			if isTaskRequest(r.RequestHeaders) {
+				return passTask(), nil
+			}
 			if err := a.target(req.GetAttributes(), r.RequestHeaders); err != nil {
 				// Fails the attempt closed (Envoy answers 500); never forwards unrewritten.
 				s.log.Error("upstream attempt without a target", "error", err)
@@ -328,4 +331,30 @@ func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: common},
 	}}
+}
+
+// isTaskRequest reports whether an attempt is one of the gateway's own task requests, sent
+// through the internal listener already in the provider's API (extproc/tasks).
+func isTaskRequest(h *extprocv3.HttpHeaders) bool {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if hv.Key == ir.TaskHeader {
+			return true
+		}
+	}
+	return false
+}
+
+// passTask lets a task request through untouched (its marker removed): nothing to rewrite,
+// nothing to translate.
+func passTask() *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.TaskHeader}},
+		}}},
+		ModeOverride: &extprocv3filter.ProcessingMode{
+			RequestHeaderMode: extprocv3filter.ProcessingMode_SEND, RequestBodyMode: extprocv3filter.ProcessingMode_NONE,
+			RequestTrailerMode: extprocv3filter.ProcessingMode_SKIP, ResponseHeaderMode: extprocv3filter.ProcessingMode_SKIP,
+			ResponseBodyMode: extprocv3filter.ProcessingMode_NONE, ResponseTrailerMode: extprocv3filter.ProcessingMode_SKIP,
+		},
+	}
 }

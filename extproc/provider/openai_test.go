@@ -10,8 +10,10 @@ import (
 
 func TestForKnownAndUnknown(t *testing.T) {
 	for _, kind := range ir.ProviderTypes() { // every type a configuration may name has an adapter
-		if a, err := For(kind); err != nil || a == nil {
-			t.Fatalf("For(%q) = %v, %v", kind, a, err)
+		a, err := For(kind)
+		ta, terr := TaskFor(kind)
+		if (err != nil || a == nil) && (terr != nil || ta == nil) {
+			t.Fatalf("type %q has neither a chat nor a task adapter: %v, %v", kind, err, terr)
 		}
 	}
 	_, err := For("cohere")

@@ -48,6 +48,7 @@ func (e *Envoy) Do(ctx context.Context, p *ir.Provider, up *provider.Upstream) (
 	}
 	req.Host = p.Authority()
 	req.Header.Set(ir.ClusterHeader, p.ClusterName())
+	req.Header.Set(ir.TaskHeader, "1") // the per-attempt filter lets it pass as it is
 	for k, v := range up.Headers {
 		if v != "" {
 			req.Header.Set(k, v)

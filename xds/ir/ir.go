@@ -20,6 +20,7 @@ import (
 // Names shared by the translator, the bootstrap and the ext_proc server.
 const (
 	ListenerName          = "public"
+	InternalListenerName  = "internal"
 	RouteConfigName       = "public"
 	ExtProcCluster        = "tollway_extproc"
 	XDSCluster            = "tollway_xds"
@@ -53,6 +54,10 @@ type Gateway struct {
 	// the next attempt of the chain is tried; 0 means the default.
 	AttemptTimeout time.Duration `json:"attemptTimeout,omitempty"`
 	Limits         Limits        `json:"limits,omitzero"`
+	// Internal, when set, is the loopback listener the gateway's own task requests (creation,
+	// status queries, file look-ups) reach providers through: a request naming a provider's
+	// cluster in ClusterHeader goes to that cluster, anything else is 404.
+	Internal *Listener `json:"internal,omitempty"`
 }
 
 // Listener is the public HTTP listener ({base_url} = http://Address:Port/v1).

@@ -173,6 +173,10 @@ func ValidMode(m string) bool { return validMode(m) }
 const (
 	// ClusterHeader names the cluster a request goes to; set by ext_proc, read by the route.
 	ClusterHeader = "x-tollway-cluster"
+	// TaskHeader marks a task request the gateway sends itself through the internal listener:
+	// the per-attempt filter lets it pass as it is (clients' x-tollway-* headers are removed at
+	// the public listener, so no client can send one).
+	TaskHeader = "x-tollway-task"
 	// ModelHeader carries the catalog model of a request pinned to one provider to the
 	// upstream ext_proc (chain endpoints carry their model as metadata instead).
 	ModelHeader = "x-tollway-model"

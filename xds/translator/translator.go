@@ -46,6 +46,14 @@ func Translate(g *ir.Gateway) (*Resources, error) {
 		return nil, err
 	}
 	r := &Resources{Listeners: []*listenerv3.Listener{l}, Routes: []*routev3.RouteConfiguration{routes(g)}}
+	if g.Internal != nil {
+		il, err := internalListener(g)
+		if err != nil {
+			return nil, err
+		}
+		r.Listeners = append(r.Listeners, il) // "internal" sorts before "public"
+		r.Listeners[0], r.Listeners[1] = r.Listeners[1], r.Listeners[0]
+	}
 	providers := make(map[string]*ir.Provider, len(g.Providers))
 	for i := range g.Providers {
 		p := &g.Providers[i]

@@ -1,0 +1,71 @@
+package translator
+
+// The internal listener: the gateway's own task requests (creating a video task, querying it,
+// looking up its file) reach providers through Envoy like every provider request, with the
+// providers' TLS, health checks, outlier detection and circuit breakers. It listens on
+// loopback only, and only a request naming a provider's cluster is routed.
+
+import (
+	"fmt"
+	"time"
+
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// taskTimeout bounds one task request: they are short JSON calls.
+const taskTimeout = 60 * time.Second
+
+func internalListener(g *ir.Gateway) (*listenerv3.Listener, error) {
+	vh := &routev3.VirtualHost{Name: ir.InternalListenerName, Domains: []string{"*"}}
+	for _, p := range g.Providers {
+		vh.Routes = append(vh.Routes, &routev3.Route{
+			Match: &routev3.RouteMatch{
+				PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"},
+				Headers: []*routev3.HeaderMatcher{{Name: ir.ClusterHeader, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{
+					StringMatch: exact(p.ClusterName()),
+				}}},
+			},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: p.ClusterName()},
+				Timeout:          durationpb.New(taskTimeout),
+			}},
+			RequestHeadersToRemove: []string{ir.ClusterHeader},
+		})
+	}
+	vh.Routes = append(vh.Routes, &routev3.Route{
+		Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 404}},
+	})
+	rt, err := router()
+	if err != nil {
+		return nil, err
+	}
+	rtAny, err := anypb.New(rt)
+	if err != nil {
+		return nil, err
+	}
+	hcm := &hcmv3.HttpConnectionManager{
+		StatPrefix:     ir.InternalListenerName,
+		CodecType:      hcmv3.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: ir.InternalListenerName, VirtualHosts: []*routev3.VirtualHost{vh}}},
+		HttpFilters:    []*hcmv3.HttpFilter{{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: rtAny}}},
+	}
+	hcmAny, err := anypb.New(hcm)
+	if err != nil {
+		return nil, fmt.Errorf("translator: internal hcm: %w", err)
+	}
+	return &listenerv3.Listener{
+		Name:    ir.InternalListenerName,
+		Address: socketAddress(g.Internal.Address, g.Internal.Port),
+		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
+			Name: wellknown.HTTPConnectionManager, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcmAny},
+		}}}},
+	}, nil
+}
