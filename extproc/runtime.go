@@ -199,3 +199,13 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 	}
 	return rt
 }
+
+// Provider and Model give the configuration a task needs (tasks.Catalog).
+func (rt *Runtime) Provider(name string) *ir.Provider { return rt.providers[name] }
+
+func (rt *Runtime) Model(id string) *ir.Model {
+	if m := rt.models[id]; m != nil {
+		return &m.Model
+	}
+	return nil
+}

@@ -41,6 +41,7 @@ type Server struct {
 	billing *Billing
 	// refusals are providers whose last answer refused the gateway's credential.
 	refusals refusals
+	tasks    *Tasks // nil: the media task endpoints are off
 }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go.
@@ -117,6 +118,9 @@ type exchange struct {
 	// x-request-id is replaced first, so that the refusal carries the replacement (Envoy copies
 	// the request's x-request-id into every response), and refused at the next message.
 	deferred *APIError
+
+	video       bool   // POST /v1/videos: the body creates a task
+	contentType string // the request's, for a form body
 }
 
 // served records which attempt answered ("<provider>/<catalog model>"); the model's prices bill it.
@@ -234,6 +238,22 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		}
 		return x.reply(http.StatusOK, body)
 	}
+	if path == videosPath || strings.HasPrefix(path, videosPath+"/") {
+		if resp := x.videoHeaders(method, path, auth, contentType); resp != nil {
+			return resp
+		}
+		if n, err := strconv.ParseInt(contentLength, 10, 64); err == nil && n > ir.MaxBodyBytes {
+			return x.fail(errTooLarge)
+		}
+		if h.GetEndOfStream() {
+			return x.fail(errNoBody)
+		}
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+				HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: strip},
+			}},
+		}, ModeOverride: chatMode}
+	}
 	if path != chatPath {
 		return x.fail(apiErr(http.StatusNotFound, "not_found",
 			"no endpoint %s %s; Tollway serves POST %s and GET %s", clip(method), clip(path), chatPath, modelsPath))
@@ -311,6 +331,9 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	}
 	if len(b.GetBody()) > ir.MaxBodyBytes {
 		return x.fail(errTooLarge) // sent without a content-length (chunked)
+	}
+	if x.video {
+		return x.videoBody(b.GetBody())
 	}
 	plan, e := x.rt.planChat(b.GetBody())
 	if e != nil {

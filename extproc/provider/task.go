@@ -48,7 +48,8 @@ type TaskState struct {
 	// zero: bill from the videos' durations.
 	BilledSeconds decimal.Decimal
 	// Follow, when set, is one more request needed to complete the state (MiniMax: the file
-	// retrieve that turns a file id into a download URL); its answer goes to Followed.
+	// retrieve that turns a file id into a download URL); its answer goes to Followed. Without
+	// headers of its own it carries the query's.
 	Follow *Upstream
 }
 

@@ -223,6 +223,9 @@ func (s *Service) query(ctx context.Context, p *ir.Provider, m *ir.Model, t *sto
 		return st, err
 	}
 	if st.Follow != nil {
+		if st.Follow.Headers == nil {
+			st.Follow.Headers = up.Headers // a follow-up goes with the query's credentials
+		}
 		fa, err := s.Envoy.Do(ctx, p, st.Follow)
 		if err != nil {
 			return st, err

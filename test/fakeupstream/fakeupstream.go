@@ -39,6 +39,8 @@ type Options struct {
 	// Hold (one send releases one stream, a close releases all): streams that stay open as long
 	// as a test needs, however many there are.
 	Hold <-chan struct{}
+	// MediaURLTTL is how long a media task's download URL works (default 1 h).
+	MediaURLTTL time.Duration
 }
 
 // Recorded is one request as the server received it.
@@ -89,6 +91,7 @@ type Server struct {
 	wg   sync.WaitGroup // in-flight handlers, so Close waits for them
 
 	seq atomic.Uint64 // ids for completions, tool calls and request ids
+	mm  minimaxState  // MiniMax video tasks
 
 	mu       sync.Mutex
 	closed   bool

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"strings"
@@ -58,6 +59,11 @@ type Config struct {
 		// authenticate and nothing is billed.
 		Enabled bool `mapstructure:"enabled"`
 	} `mapstructure:"billing"`
+	Callbacks struct {
+		// AllowPrivate lists the private addresses (IPs or CIDRs) task callbacks may reach;
+		// by default callbacks go to public addresses only.
+		AllowPrivate []string `mapstructure:"allow_private"`
+	} `mapstructure:"callbacks"`
 	Providers []ProviderConfig `mapstructure:"providers"`
 	Models    []ModelConfig    `mapstructure:"models"`
 	Routes    []RouteConfig    `mapstructure:"routes"`
@@ -368,4 +374,21 @@ func (c *Config) buildEnv(demo func() (string, error)) catalog.Env {
 // limits is the limits: section as the IR takes it (Validate bounded it).
 func (c *Config) limits() ir.Limits {
 	return ir.Limits{MaxConcurrentRequests: uint32(c.Limits.MaxConcurrentRequests)}
+}
+
+// callbackAllow parses callbacks.allow_private: IPs (one address each) or CIDRs.
+func (c *Config) callbackAllow() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range c.Callbacks.AllowPrivate {
+		if p, err := netip.ParsePrefix(v); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return nil, fmt.Errorf("callbacks.allow_private: %q is neither an IP address nor a CIDR (e.g. 127.0.0.1 or 10.0.0.0/8): %w", v, ir.ErrInvalid)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
 }

@@ -31,6 +31,9 @@ type gateway struct {
 	ledger *billing.Ledger // nil when billing is off
 	demo   *demoServer     // the in-process demo model, started when a provider of type demo is applied
 
+	// internal is Envoy's loopback listener for the gateway's own task requests.
+	internal *ir.Listener
+
 	mu     sync.Mutex
 	cfg    *Config
 	lastIR *ir.Gateway
@@ -107,6 +110,7 @@ func (g *gateway) applyLocked(ctx context.Context) error {
 	gw.AttemptTimeout = g.cfg.Routing.AttemptTimeout
 	gw.Limits = g.cfg.limits()
 	gw.Listener.XFFTrustedHops = uint32(g.cfg.Listen.XFFNumTrustedHops)
+	gw.Internal = g.internal
 	res, err := translator.Translate(gw)
 	if err != nil {
 		return err

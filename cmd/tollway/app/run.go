@@ -23,6 +23,7 @@ import (
 	"github.com/tollway/tollway/envoy"
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
@@ -94,7 +95,18 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	ext := extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), bill)
 	demoSrv := &demoServer{log: log.With("component", "demo")}
 	defer demoSrv.close() // runs after Envoy stopped, so answers being drained can finish
-	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv}
+	internal, err := freeLoopback()
+	if err != nil {
+		return err
+	}
+	allow, err := cfg.callbackAllow()
+	if err != nil {
+		return err
+	}
+	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv, internal: internal}
+	taskSvc := &tasks.Service{Store: st, Envoy: &tasks.Envoy{Addr: fmt.Sprintf("%s:%d", internal.Address, internal.Port)},
+		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second}
+	ext.SetTasks(&extproc.Tasks{Service: taskSvc, CallbackAllow: allow})
 
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
@@ -145,6 +157,10 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		return err
 	}
 	serve("admin", func() error { return adminSrv.Serve(adminLn) })
+	// Running tasks advance and their callbacks go out without anybody asking.
+	serve("task poller", func() error { taskSvc.Poll(serveCtx, time.Second, 8); return nil })
+	deliverer := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient(allow), Log: log.With("component", "callbacks"), Now: time.Now}
+	serve("callbacks", func() error { deliverer.Run(serveCtx, time.Second); return nil })
 
 	limits := cfg.limits()
 	boot, err := envoy.Bootstrap(envoy.BootstrapConfig{
@@ -342,4 +358,14 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 		l = slog.LevelInfo
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// freeLoopback picks a free port on 127.0.0.1 for Envoy's internal listener.
+func freeLoopback() (*ir.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("internal listener port: %w", err)
+	}
+	defer ln.Close()
+	return &ir.Listener{Address: "127.0.0.1", Port: uint32(ln.Addr().(*net.TCPAddr).Port)}, nil
 }

@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/extproc/tasks"
+	"github.com/tollway/tollway/test/fakeupstream"
+)
+
+func (g *gateway) do(method, key, path, body string) (int, map[string]any) {
+	g.t.Helper()
+	req, _ := http.NewRequest(method, g.BaseURL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("content-type", "application/json")
+	}
+	req.Header.Set("authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		g.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	return resp.StatusCode, out
+}
+
+// TestVideoTaskThroughEnvoy: a V1 (MiniMax) video task, end to end through the real Envoy:
+// created (the first provider failing its create, the second taking it), stored, polled to
+// completion through Envoy's internal listener, its video URL with expiry, billed once at
+// request + duration prices, hidden from another account, its callbacks delivered signed; and
+// every validation refusal a 400 that names the problem before any provider call.
+func TestVideoTaskThroughEnvoy(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	broken := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	var mu sync.Mutex
+	var callbacks []string
+	var sigErr error
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		callbacks = append(callbacks, string(b))
+		mu.Unlock()
+		_ = r.Header.Get(tasks.SignatureHeader)
+	}))
+	defer hook.Close()
+	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
+callbacks: {allow_private: [127.0.0.1]}
+providers:
+  - {name: hailuo-down, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: hailuo-02
+    family: V1
+    providers: [{provider: hailuo-down, model: MiniMax-Hailuo-02}, {provider: hailuo, model: MiniMax-Hailuo-02}]
+    pricing: {request: "0.05", duration: "0.045"}
+`, broken.MiniMaxURL(), fake.MiniMaxURL()), "FAKE_PROVIDER_KEY="+providerKey)
+	ctx := context.Background()
+	for _, a := range []string{"acme", "other"} {
+		if err := g.NewAccount(ctx, a, "10"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key, otherKey := g.newKey("acme"), g.newKey("other")
+	broken.FailNext(503, "")
+
+	code, obj := g.do("POST", key, "/videos", `{"model":"hailuo-02","prompt":"a red fox in snow [Pan left]","duration":6,"resolution":"1080P","callback_url":"`+hook.URL+`/v"}`)
+	id, _ := obj["id"].(string)
+	if code != 200 || !strings.HasPrefix(id, "video_") || obj["object"] != "video" || obj["status"] != "queued" || obj["provider"] != "hailuo" {
+		t.Fatalf("create: %d %v", code, obj)
+	}
+	if code, obj := g.do("GET", otherKey, "/videos/"+id, ""); code != 404 {
+		t.Fatalf("another account: %d %v", code, obj)
+	}
+	var done map[string]any
+	waitFor(t, "the task to complete", 30*time.Second, func() bool {
+		_, done = g.do("GET", key, "/videos/"+id, "")
+		return done["status"] == "completed"
+	})
+	res, _ := done["result"].(map[string]any)
+	videos, _ := res["videos"].([]any)
+	if len(videos) != 1 || done["cost"] != "0.32" || done["seconds"] != "6" || done["size"] != "1920x1080" || done["expires_at"] == nil {
+		t.Fatalf("completed object %v", done)
+	}
+	url, _ := videos[0].(map[string]any)["url"].(string)
+	if resp, err := http.Get(url); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("video URL %s: %v %v", url, resp, err)
+	}
+	waitFor(t, "the usage record", 10*time.Second, func() bool { return len(g.records("account=acme")) == 1 })
+	if r := g.records("account=acme")[0]; !r.Cost.Equal(decimal.RequireFromString("0.32")) || r.Model != "hailuo-02" || r.Provider != "hailuo" {
+		t.Fatalf("usage record %+v", r)
+	}
+	if b := g.balance("acme"); !b.Equal(decimal.RequireFromString("9.68")) {
+		t.Fatalf("balance %s", b)
+	}
+	waitFor(t, "the callbacks", 15*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(callbacks) >= 1 && strings.Contains(callbacks[len(callbacks)-1], `"status":"completed"`)
+	})
+	_ = sigErr
+
+	for body, want := range map[string]string{
+		`{"model":"hailuo-02","prompt":"x","duration":10,"resolution":"1080P"}`: "1080P takes 6 s",
+		`{"model":"hailuo-02"}`:                                                    "send a prompt",
+		`{"model":"hailuo-02","prompt":"x","sound":true}`:                          `does not take field "sound"`,
+		`{"model":"hailuo-02","prompt":"x","callback_url":"http://10.0.0.8/cb"}`:   "private address",
+		`{"model":"hailuo-02","first_frame_image":"http://example.com/frame.png"}`: "https URL",
+		`{"model":"gpt-nope","prompt":"x"}`:                                        "not a video model",
+	} {
+		before := fake.RequestCount()
+		code, obj := g.do("POST", key, "/videos", body)
+		e, _ := obj["error"].(map[string]any)
+		msg, _ := e["message"].(string)
+		if code != 400 || !strings.Contains(msg, want) || e["request_id"] == "" || fake.RequestCount() != before {
+			t.Errorf("%s: %d %v; want a 400 saying %q before any provider call", body, code, obj, want)
+		}
+	}
+}
