@@ -194,11 +194,16 @@ func (s *Server) taskPrice(t *store.Task) decimal.Decimal {
 // failed one releases its hold.
 func (s *Server) billTask(t *store.Task) {
 	b := s.billing
-	v, ok := s.tasks.holds.LoadAndDelete(t.ID)
-	if b == nil || !ok {
+	if b == nil {
 		return
 	}
-	hold := v.(*billing.Reservation)
+	var hold *billing.Reservation
+	if v, ok := s.tasks.holds.LoadAndDelete(t.ID); ok {
+		hold = v.(*billing.Reservation)
+	} else if hold, _ = b.Ledger.Reserve(t.Account, t.KeyID, nil, decimal.Zero, b.Now()); hold == nil {
+		s.log.Error("TASK NOT BILLED: its account is gone", "task", t.ID, "account", t.Account)
+		return
+	}
 	if t.Status != string(provider.TaskCompleted) {
 		b.Ledger.Release(hold)
 		return
@@ -224,3 +229,34 @@ func formBody(contentType string, raw []byte) ([]byte, error) {
 
 // TaskCatalog is the configuration tasks run under now.
 func (s *Server) TaskCatalog() tasks.Catalog { return s.runtime.Load() }
+
+// RestoreTaskHolds holds again, after a start, what running tasks held before: their credits
+// stay reserved until they are billed. A hold the balance no longer covers is kept at zero (the
+// task is still billed when it completes).
+func (s *Server) RestoreTaskHolds(st *store.Store) (int, error) {
+	b := s.billing
+	if b == nil || s.tasks == nil {
+		return 0, nil
+	}
+	n, after := 0, ""
+	for {
+		open, err := st.OpenTasks(500, after)
+		if err != nil {
+			return n, err
+		}
+		for _, t := range open {
+			after = t.ID
+			h, err := b.Ledger.Reserve(t.Account, t.KeyID, nil, t.Hold, b.Now())
+			if err != nil {
+				h, _ = b.Ledger.Reserve(t.Account, t.KeyID, nil, decimal.Zero, b.Now())
+			}
+			if h != nil {
+				s.tasks.holds.Store(t.ID, h)
+				n++
+			}
+		}
+		if len(open) < 500 {
+			return n, nil
+		}
+	}
+}

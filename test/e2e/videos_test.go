@@ -130,3 +130,44 @@ models:
 		}
 	}
 }
+
+// TestVideoTaskSurvivesRestart: a task created before a restart is found after it, polling
+// resumes, and it is billed once, its credits held again meanwhile.
+func TestVideoTaskSurvivesRestart(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	dir := t.TempDir()
+	body := fmt.Sprintf(`billing: {enabled: true}
+providers:
+  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: hailuo-02
+    family: V1
+    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
+    pricing: {request: "0.05", duration: "0.045"}
+`, fake.MiniMaxURL())
+	g := startGatewayIn(t, dir, body, "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "1"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	code, obj := g.do("POST", key, "/videos", `{"model":"hailuo-02","prompt":"a fox","duration":10}`)
+	id, _ := obj["id"].(string)
+	if code != 200 || id == "" {
+		t.Fatalf("create: %d %v", code, obj)
+	}
+	g.Stop()
+
+	g = startGatewayIn(t, dir, body, "FAKE_PROVIDER_KEY="+providerKey)
+	var done map[string]any
+	waitFor(t, "the task to complete after the restart", 30*time.Second, func() bool {
+		_, done = g.do("GET", key, "/videos/"+id, "")
+		return done["status"] == "completed"
+	})
+	if done["cost"] != "0.5" {
+		t.Fatalf("completed %v", done)
+	}
+	waitFor(t, "one usage record", 10*time.Second, func() bool { return len(g.records("account=acme")) == 1 })
+	if b := g.balance("acme"); !b.Equal(decimal.RequireFromString("0.5")) {
+		t.Fatalf("balance %s, want 0.5", b)
+	}
+}
