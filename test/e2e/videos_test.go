@@ -48,13 +48,13 @@ func TestVideoTaskThroughEnvoy(t *testing.T) {
 	broken := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	var mu sync.Mutex
 	var callbacks []string
-	var sigErr error
+	var sigs []string
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		callbacks = append(callbacks, string(b))
+		sigs = append(sigs, r.Header.Get(tasks.SignatureHeader))
 		mu.Unlock()
-		_ = r.Header.Get(tasks.SignatureHeader)
 	}))
 	defer hook.Close()
 	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
@@ -111,7 +111,21 @@ models:
 		defer mu.Unlock()
 		return len(callbacks) >= 1 && strings.Contains(callbacks[len(callbacks)-1], `"status":"completed"`)
 	})
-	_ = sigErr
+	// Every delivery verifies with the account's callback secret (tollway accounts list shows it).
+	_, accounts := g.adminJSON("GET", "/admin/v1/accounts", nil)
+	var secret string
+	for _, a := range accounts["data"].([]any) {
+		if m := a.(map[string]any); m["id"] == "acme" {
+			secret, _ = m["callback_secret"].(string)
+		}
+	}
+	mu.Lock()
+	for i, sig := range sigs {
+		if err := tasks.Verify(secret, sig, []byte(callbacks[i]), time.Now(), 5*time.Minute); err != nil || secret == "" {
+			t.Errorf("callback %d (%s): %v", i, sig, err)
+		}
+	}
+	mu.Unlock()
 
 	for body, want := range map[string]string{
 		`{"model":"hailuo-02","prompt":"x","duration":10,"resolution":"1080P"}`: "1080P takes 6 s",

@@ -15,10 +15,14 @@ import (
 type accountView struct {
 	store.Account
 	Available *decimal.Decimal `json:"available,omitempty"`
+	// CallbackSecret signs the account's task callbacks (x-tollway-signature); a secret, shown
+	// only on the admin API and never logged.
+	CallbackSecret string `json:"callback_secret,omitempty"`
 }
 
 func (g *gateway) viewAccount(a store.Account) accountView {
 	v := accountView{Account: a}
+	v.CallbackSecret, _ = g.store.CallbackSecret(a.ID)
 	if g.ledger != nil {
 		avail, _ := g.ledger.Snapshot(a.ID, "", time.Now())
 		v.Available = &avail

@@ -47,13 +47,13 @@ func cmdAccounts(ctx context.Context, c *cli, args []string) error {
 			return err
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ACCOUNT\tBALANCE\tAVAILABLE\tCREATED")
+		fmt.Fprintln(tw, "ACCOUNT\tBALANCE\tAVAILABLE\tCREATED\tCALLBACK SECRET")
 		for _, a := range out.Data {
 			avail := "-"
 			if a.Available != nil {
 				avail = a.Available.String()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.ID, a.Balance.String(), avail, a.CreatedAt.Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, a.Balance.String(), avail, a.CreatedAt.Format(time.RFC3339), a.CallbackSecret)
 		}
 		return tw.Flush()
 	}
