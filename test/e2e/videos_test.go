@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -183,5 +187,78 @@ models:
 	waitFor(t, "one usage record", 10*time.Second, func() bool { return len(g.records("account=acme")) == 1 })
 	if b := g.balance("acme"); !b.Equal(decimal.RequireFromString("0.5")) {
 		t.Fatalf("balance %s, want 0.5", b)
+	}
+}
+
+// TestOpenAIPythonSDKVideos: the official Python SDK's videos.create and videos.retrieve
+// against a V1 model, to completion, and its errors.
+func TestOpenAIPythonSDKVideos(t *testing.T) {
+	python := os.Getenv("TOLLWAY_PYTHON")
+	if python == "" {
+		python = filepath.Join(repoRoot, "tools", "venv", "bin", "python")
+	}
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("the Python SDK client is not installed (%v): run `make clients`", err)
+	}
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
+providers:
+  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: hailuo-02
+    family: V1
+    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
+    pricing: {request: "0.05", duration: "0.045"}
+`, fake.MiniMaxURL()), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "py", "5"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", filepath.Join(repoRoot, "test", "clients", "python-videos"))
+	cmd.Env = append(os.Environ(), "TOLLWAY_BASE_URL="+g.BaseURL, "TOLLWAY_API_KEY="+g.newKey("py"), "TOLLWAY_MODEL=hailuo-02")
+	out, err := cmd.CombinedOutput()
+	t.Logf("pytest:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "2 passed") {
+		t.Fatalf("OpenAI Python SDK videos suite failed: %v", err)
+	}
+}
+
+// TestVideoCreateAsForm: videos.create sent as multipart/form-data (as OpenAI SDKs do when the
+// request carries a file) creates the same task as JSON.
+func TestVideoCreateAsForm(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, fmt.Sprintf(`providers:
+  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: hailuo-02
+    family: V1
+    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
+`, fake.MiniMaxURL()), "FAKE_PROVIDER_KEY="+providerKey)
+	key := g.newKey("acme")
+	var b strings.Builder
+	w := multipart.NewWriter(&b)
+	for k, v := range map[string]string{"model": "hailuo-02", "prompt": "42", "duration": "10", "resolution": "768P", "prompt_optimizer": "false"} {
+		_ = w.WriteField(k, v)
+	}
+	w.Close()
+	req, _ := http.NewRequest("POST", g.BaseURL+"/videos", strings.NewReader(b.String()))
+	req.Header.Set("content-type", w.FormDataContentType())
+	req.Header.Set("authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"status":"queued"`) {
+		t.Fatalf("form create: %d %s", resp.StatusCode, body)
+	}
+	var sent map[string]any
+	for _, r := range fake.Requests() {
+		if r.Path == "/v1/video_generation" {
+			_ = json.Unmarshal(r.Body, &sent)
+		}
+	}
+	if sent["prompt"] != "42" || sent["duration"] != float64(10) || sent["prompt_optimizer"] != false || sent["model"] != "MiniMax-Hailuo-02" {
+		t.Fatalf("MiniMax got %v", sent)
 	}
 }
