@@ -133,7 +133,7 @@ func (x *exchange) videoBody(raw []byte) *extprocv3.ProcessingResponse {
 	}
 	tr, err := adapter.Validate(&m.Model, req)
 	if err != nil {
-		return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%v", err))
+		return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%s", strings.TrimPrefix(err.Error(), provider.ErrBadRequest.Error()+": ")))
 	}
 	if tr.CallbackURL != "" {
 		if err := tasks.CheckCallbackURL(context.Background(), tr.CallbackURL, x.s.tasks.CallbackAllow, nil); err != nil {

@@ -123,3 +123,5 @@ func FuzzValidateMiniMax(f *testing.F) {
 		}
 	})
 }
+
+func jsonUnmarshalRequest(body string, r *Request) error { return json.Unmarshal([]byte(body), r) }

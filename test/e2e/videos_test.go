@@ -262,3 +262,47 @@ models:
 		t.Fatalf("MiniMax got %v", sent)
 	}
 }
+
+// TestDashScopeVideoTask: a V2 text-to-video task through Envoy: created with DashScope's async
+// header, polled to SUCCEEDED, billed on the duration DashScope reports; V2's rules refused
+// before any provider call.
+func TestDashScopeVideoTask(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
+providers:
+  - {name: wan, type: dashscope, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: wan-t2v
+    family: V2
+    variant: t2v
+    providers: [{provider: wan, model: wan2.2-t2v-plus}]
+    pricing: {request: "0.01", duration: "0.1"}
+`, fake.DashScopeURL()), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	if code, obj := g.do("POST", key, "/videos", `{"model":"wan-t2v","input":{"prompt":"a fox"},"parameters":{"ratio":"2:1"}}`); code != 400 || fake.RequestCount() != 0 {
+		t.Fatalf("bad ratio: %d %v", code, obj)
+	}
+	code, obj := g.do("POST", key, "/videos", `{"model":"wan-t2v","input":{"prompt":"a fox"},"parameters":{"duration":8,"ratio":"9:16"}}`)
+	id, _ := obj["id"].(string)
+	if code != 200 || id == "" {
+		t.Fatalf("create: %d %v", code, obj)
+	}
+	if h := fake.Requests()[0].Header.Get("X-Dashscope-Async"); h != "enable" {
+		t.Fatalf("async header %q", h)
+	}
+	var done map[string]any
+	waitFor(t, "the task to complete", 30*time.Second, func() bool {
+		_, done = g.do("GET", key, "/videos/"+id, "")
+		return done["status"] == "completed"
+	})
+	if done["cost"] != "0.81" || done["seconds"] != "8" || done["provider_status"] != "SUCCEEDED" {
+		t.Fatalf("completed %v", done)
+	}
+	_, models := g.do("GET", key, "/models/wan-t2v", "")
+	if fmt.Sprint(models["output_modalities"]) != "[video]" || fmt.Sprint(models["input_modalities"]) != "[text]" {
+		t.Fatalf("catalog entry %v", models)
+	}
+}

@@ -90,8 +90,9 @@ type Server struct {
 	url  string
 	wg   sync.WaitGroup // in-flight handlers, so Close waits for them
 
-	seq atomic.Uint64 // ids for completions, tool calls and request ids
-	mm  minimaxState  // MiniMax video tasks
+	seq atomic.Uint64  // ids for completions, tool calls and request ids
+	mm  minimaxState   // MiniMax video tasks
+	ds  dashscopeState // DashScope video tasks
 
 	mu       sync.Mutex
 	closed   bool

@@ -75,7 +75,11 @@ func Build(public string, cat store.Catalog, env Env) (*ir.Gateway, error) {
 		if f, ok := ir.MediaFamilies[sm.Family]; ok {
 			// What the catalog says of a media model unless the config says otherwise.
 			m.OutputModalities = orDefault(sm.OutputModalities, f.Output)
-			m.InputModalities = orDefault(sm.InputModalities, f.Input...)
+			in := f.Input
+			if sm.Variant == "t2v" {
+				in = []string{"text"} // text-to-video takes no image
+			}
+			m.InputModalities = orDefault(sm.InputModalities, in...)
 			m.SupportedFeatures = orDefault(sm.SupportedFeatures, f.Feature)
 		}
 		var err error

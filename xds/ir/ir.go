@@ -141,7 +141,7 @@ type Target struct {
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // knownTypes are the provider types ext_proc has an adapter for, in the order messages list them.
-var knownTypes = []string{ProviderTypeOpenAI, ProviderTypeAnthropic, ProviderTypeGemini, ProviderTypeDemo, ProviderTypeMiniMax}
+var knownTypes = []string{ProviderTypeOpenAI, ProviderTypeAnthropic, ProviderTypeGemini, ProviderTypeDemo, ProviderTypeMiniMax, ProviderTypeDashScope}
 
 // MediaFamily is what a media model family needs and shows.
 type MediaFamily struct {
@@ -155,6 +155,7 @@ type MediaFamily struct {
 // MediaFamilies are the media families the gateway serves (spec 4.3).
 var MediaFamilies = map[string]MediaFamily{
 	"V1": {ProviderType: ProviderTypeMiniMax, Output: "video", Input: []string{"text", "image"}, Feature: "video_generation"},
+	"V2": {ProviderType: ProviderTypeDashScope, Variants: []string{"t2v", "i2v"}, Output: "video", Input: []string{"text", "image"}, Feature: "video_generation"},
 }
 
 // ProviderTypes lists the provider types a configuration may name.

@@ -1,0 +1,99 @@
+package provider
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// TestDashScopeValidation: V2's rules (spec 4.3, 8) per variant, each refusal naming the field,
+// the value and what is allowed.
+func TestDashScopeValidation(t *testing.T) {
+	t2v := &ir.Model{ID: "wan-t2v", Family: "V2", Variant: "t2v"}
+	i2v := &ir.Model{ID: "wan-i2v", Family: "V2", Variant: "i2v"}
+	frame := `"media":[{"type":"first_frame","url":"https://example.com/a.png"}]`
+	for _, c := range []struct {
+		m    *ir.Model
+		body string
+		want string
+	}{
+		{t2v, `{"input":{"prompt":"a fox"}}`, "max 5"},
+		{t2v, `{"input":{"prompt":"a fox"},"parameters":{"duration":15,"ratio":"21:9","resolution":"720P","seed":2147483647,"watermark":false}}`, "max 15"},
+		{t2v, `{"input":{"prompt":"a fox"},"parameters":{"duration":16}}`, "parameters.duration 16 is out of range: 3 to 15"},
+		{t2v, `{"input":{"prompt":"a fox"},"parameters":{"duration":2}}`, "out of range"},
+		{t2v, `{"input":{"prompt":"a fox"},"parameters":{"ratio":"2:1"}}`, `parameters.ratio "2:1" is not allowed`},
+		{t2v, `{"input":{"prompt":"a fox"},"parameters":{"resolution":"4K"}}`, `parameters.resolution "4K" is not allowed: use 720P or 1080P`},
+		{t2v, `{"input":{"prompt":"a fox"},"parameters":{"seed":-1}}`, "parameters.seed -1 is out of range"},
+		{t2v, `{"input":{"prompt":"a fox"},"parameters":{"sead":1}}`, `unknown field "sead"`},
+		{t2v, `{"input":{}}`, "input.prompt is required"},
+		{t2v, `{"input":{"prompt":"x",` + frame + `}}`, "choose an i2v model"},
+		{t2v, `{"prompt":"x"}`, `does not take field "prompt"`},
+		{i2v, `{"input":{"prompt":"x",` + frame + `}}`, "max 5"},
+		{i2v, `{"input":{"prompt":"x"}}`, "input.media needs one"},
+		{i2v, `{"input":{"media":[{"type":"last_frame","url":"https://x/a.png"}]}}`, `input.media[0].type "last_frame"`},
+	} {
+		tr, err := dashscope{}.Validate(c.m, taskReq(t, c.body))
+		switch {
+		case strings.HasPrefix(c.want, "max "):
+			if err != nil || "max "+itoa(tr.MaxSeconds) != c.want {
+				t.Errorf("%s %s: %v, max %d; want %s", c.m.Variant, c.body, err, tr.MaxSeconds, c.want)
+			}
+		case err == nil || !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), c.want):
+			t.Errorf("%s %s: %v; want %q", c.m.Variant, c.body, err, c.want)
+		}
+	}
+}
+
+// TestDashScopeAnswers: the async header on creation, statuses mapped (UNKNOWN is an expired or
+// unknown task), usage.duration billed, errors from the HTTP status and code.
+func TestDashScopeAnswers(t *testing.T) {
+	up, err := dashscope{}.Create(&ir.Provider{APIKey: "sk-ds"}, &ir.Model{}, "wan2.2-t2v-plus", taskReq(t, `{"model":"wan-t2v","input":{"prompt":"a fox"},"callback_url":"https://h/x"}`))
+	if err != nil || up.Headers["x-dashscope-async"] != "enable" || up.Headers["authorization"] != "Bearer sk-ds" ||
+		string(up.Body) != `{"input":{"prompt":"a fox"},"model":"wan2.2-t2v-plus"}` {
+		t.Fatalf("create %+v %s %v", up, up.Body, err)
+	}
+	if id, err := (dashscope{}).Created(200, []byte(`{"output":{"task_status":"PENDING","task_id":"0385dc79"},"request_id":"4909100c"}`)); err != nil || id != "0385dc79" {
+		t.Fatalf("created %q %v", id, err)
+	}
+	var te *TaskError
+	if _, err := (dashscope{}).Created(400, []byte(`{"code":"DataInspectionFailed","message":"Input data may contain inappropriate content.","request_id":"x"}`)); !errors.As(err, &te) || te.Code != "content_filter" {
+		t.Fatalf("inspection: %v", err)
+	}
+	st, err := dashscope{}.Queried(200, []byte(`{"request_id":"x","output":{"task_id":"0385dc79","task_status":"SUCCEEDED","submit_time":"2025-09-11 18:59:05.123","end_time":"2025-09-11 19:01:05.123","video_url":"https://dashscope-result.example/a.mp4"},"usage":{"duration":5.0,"video_count":1}}`))
+	if err != nil || st.Status != TaskCompleted || st.Videos[0].URL == "" || st.BilledSeconds.String() != "5" || st.Videos[0].ExpiresAt.Format("2006-01-02 15:04") != "2025-09-12 19:01" {
+		t.Fatalf("succeeded %+v %v", st, err)
+	}
+	for body, want := range map[string]string{
+		`{"output":{"task_status":"UNKNOWN"}}`:                                                    "task_expired_or_unknown",
+		`{"output":{"task_status":"FAILED","code":"InternalError.Algo","message":"algo failed"}}`: "internalerror.algo",
+		`{"output":{"task_status":"CANCELED"}}`:                                                   "generation_failed",
+	} {
+		if st, err := (dashscope{}).Queried(200, []byte(body)); err != nil || st.Status != TaskFailed || st.Error.Code != want {
+			t.Errorf("%s: %+v %v", body, st, err)
+		}
+	}
+}
+
+func FuzzValidateDashScope(f *testing.F) {
+	f.Add(`{"input":{"prompt":"a fox"},"parameters":{"duration":15,"ratio":"21:9"}}`, true)
+	f.Add(`{"input":{"media":[{"type":"first_frame","url":"https://x/a.png"}]}}`, false)
+	f.Fuzz(func(t *testing.T, body string, text bool) {
+		var r Request
+		if err := jsonUnmarshalRequest(body, &r); err != nil {
+			return
+		}
+		m := &ir.Model{Family: "V2", Variant: "i2v"}
+		if text {
+			m.Variant = "t2v"
+		}
+		tr, err := dashscope{}.Validate(m, r)
+		if err == nil && (tr.MaxSeconds < 3 || tr.MaxSeconds > 15) {
+			t.Fatalf("accepted %s with max %d", body, tr.MaxSeconds)
+		}
+		if err != nil && !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("%s: a refusal that is not the client's: %v", body, err)
+		}
+	})
+}

@@ -1,0 +1,112 @@
+package fakeupstream
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The DashScope video API (family V2): POST
+// /api/v1/services/aigc/video-generation/video-synthesis with X-DashScope-Async: enable (refused
+// without it, as the real API does), GET /api/v1/tasks/{id}: PENDING, RUNNING, then SUCCEEDED
+// with video_url, end_time and usage.duration, or FAILED; UNKNOWN (HTTP 200) for ids it does
+// not know. Errors are {code, message, request_id} with an HTTP status.
+
+// DashScopeURL is the base URL a dashscope provider config uses: the API host root.
+func (s *Server) DashScopeURL() string { return strings.TrimSuffix(s.url, "/v1") }
+
+type dashscopeState struct {
+	mu    sync.Mutex
+	tasks map[string]*dashscopeTask
+}
+
+type dashscopeTask struct {
+	polls    int
+	fail     bool
+	duration int
+}
+
+func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	path := r.URL.Path
+	if path != "/api/v1/services/aigc/video-generation/video-synthesis" && !strings.HasPrefix(path, "/api/v1/tasks/") {
+		return false
+	}
+	reqID := "ds-" + s.nextID()
+	if s.opts.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.opts.APIKey {
+		dashscopeError(w, http.StatusUnauthorized, "InvalidApiKey", "Invalid API-key provided.", reqID)
+		return true
+	}
+	s.ds.mu.Lock()
+	defer s.ds.mu.Unlock()
+	if s.ds.tasks == nil {
+		s.ds.tasks = map[string]*dashscopeTask{}
+	}
+	if !strings.HasPrefix(path, "/api/v1/tasks/") {
+		if r.Header.Get("X-DashScope-Async") != "enable" {
+			dashscopeError(w, http.StatusForbidden, "AccessDenied", "current user api does not support synchronous calls", reqID)
+			return true
+		}
+		if replied, _ := s.applyFault(w, r, func(int) string { return "internal error" }, func(st int, msg string) {
+			dashscopeError(w, st, "InternalError", msg, reqID)
+		}); replied {
+			return true
+		}
+		var req struct {
+			Model string `json:"model"`
+			Input struct {
+				Prompt string `json:"prompt"`
+			} `json:"input"`
+			Parameters struct {
+				Duration int `json:"duration"`
+			} `json:"parameters"`
+		}
+		if json.Unmarshal(body, &req) != nil || req.Model == "" {
+			dashscopeError(w, http.StatusBadRequest, "InvalidParameter", "Model not exist.", reqID)
+			return true
+		}
+		if req.Parameters.Duration == 0 {
+			req.Parameters.Duration = 5
+		}
+		id := "ds-task-" + s.nextID()
+		s.ds.tasks[id] = &dashscopeTask{fail: strings.Contains(req.Input.Prompt, MediaFailTrigger), duration: req.Parameters.Duration}
+		writeJSON(w, map[string]any{"request_id": reqID, "output": map[string]any{"task_id": id, "task_status": "PENDING"}})
+		return true
+	}
+	id := strings.TrimPrefix(path, "/api/v1/tasks/")
+	t := s.ds.tasks[id]
+	out := map[string]any{"task_id": id}
+	usage := map[string]any{}
+	switch {
+	case t == nil:
+		out["task_status"] = "UNKNOWN"
+	case t.polls == 0:
+		out["task_status"] = "PENDING"
+	case t.polls < 3:
+		out["task_status"] = "RUNNING"
+	case t.fail:
+		out["task_status"], out["code"], out["message"] = "FAILED", "InternalError.Algo", "video generation failed"
+	default:
+		out["task_status"] = "SUCCEEDED"
+		out["end_time"] = time.Now().UTC().Format("2006-01-02 15:04:05.000")
+		out["video_url"] = s.DashScopeURL() + "/files/" + id + ".mp4?expires=" + strconv.FormatInt(time.Now().Add(s.mediaTTL()).Unix(), 10)
+		usage = map[string]any{"duration": t.duration, "video_count": 1}
+	}
+	if t != nil {
+		t.polls++
+	}
+	writeJSON(w, map[string]any{"request_id": reqID, "output": out, "usage": usage})
+	return true
+}
+
+func dashscopeError(w http.ResponseWriter, status int, code, msg, reqID string) {
+	writeStatusJSON(w, status, map[string]any{"code": code, "message": msg, "request_id": reqID})
+}
+
+func writeStatusJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
