@@ -242,17 +242,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		if resp := x.videoHeaders(method, path, auth, contentType); resp != nil {
 			return resp
 		}
-		if n, err := strconv.ParseInt(contentLength, 10, 64); err == nil && n > ir.MaxBodyBytes {
-			return x.fail(errTooLarge)
-		}
-		if h.GetEndOfStream() {
-			return x.fail(errNoBody)
-		}
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-				HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: strip},
-			}},
-		}, ModeOverride: chatMode}
+		return x.readBody(h, contentLength, strip)
 	}
 	if path != chatPath {
 		return x.fail(apiErr(http.StatusNotFound, "not_found",
@@ -268,7 +258,12 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	if e := checkContentType(contentType); e != nil {
 		return x.fail(e)
 	}
-	// Refused before a byte of the body is buffered when the client declares its size.
+	return x.readBody(h, contentLength, strip)
+}
+
+// readBody asks Envoy for the request body (buffered), removing the client's internal headers;
+// a body over the limit is refused before a byte is buffered when the client declares its size.
+func (x *exchange) readBody(h *extprocv3.HttpHeaders, contentLength string, strip []string) *extprocv3.ProcessingResponse {
 	if n, err := strconv.ParseInt(contentLength, 10, 64); err == nil && n > ir.MaxBodyBytes {
 		return x.fail(errTooLarge)
 	}
