@@ -9,6 +9,7 @@ require (
 	github.com/fsnotify/fsnotify v1.9.0 // config file watch (viper's own dependency, used directly for debouncing)
 	github.com/go-json-experiment/json v1.27.2 // encoding/json/v2's tokenizer (stable in Go 1.27's standard library): validates chat bodies in one pass without copying base64 images
 	github.com/go-viper/mapstructure/v2 v2.4.0 // viper's decoder: strict decode hooks and its typed errors, said in config terms
+	github.com/golang-jwt/jwt/v5 v5.3.1 // Kling signs with an HS256 JWT the caller makes
 	github.com/spf13/viper v1.21.0 // config: file, TOLLWAY_* environment overrides
 	github.com/tsenart/vegeta/v12 v12.13.0 // make bench: fixed-rate load generation
 	go.etcd.io/bbolt v1.5.0 // the store

@@ -70,8 +70,12 @@ type Provider struct {
 	// APIKeyRef is the credential as written in config ("${OPENAI_API_KEY}"); the resolved secret
 	// is never written to disk.
 	APIKeyRef string `json:"api_key_ref,omitempty"`
-	CAFile    string `json:"ca_file,omitempty"`
-	Source    Source `json:"source"`
+	// AccessKeyRef and SecretKeyRef are Kling's key pair as written in config (references
+	// only, like APIKeyRef).
+	AccessKeyRef string `json:"access_key_ref,omitempty"`
+	SecretKeyRef string `json:"secret_key_ref,omitempty"`
+	CAFile       string `json:"ca_file,omitempty"`
+	Source       Source `json:"source"`
 }
 
 // ModelProvider maps a catalog model to one provider's model name.

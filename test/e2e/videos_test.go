@@ -306,3 +306,47 @@ models:
 		t.Fatalf("catalog entry %v", models)
 	}
 }
+
+// TestKlingVideoTask: a V3 task through Envoy with the key pair from the environment: Kling
+// checks the gateway's JWT, runs the model named in model_name, and the task completes and is
+// billed on Kling's durations; a Kling provider whose key pair is missing cannot take traffic.
+func TestKlingVideoTask(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{KlingAccessKey: "ak-test", KlingSecretKey: "sk-test-secret"})
+	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
+providers:
+  - {name: kling, type: kling, base_url: %s, access_key: "${KLING_AK}", secret_key: "${KLING_SK}"}
+models:
+  - id: kling-2
+    family: V3
+    providers: [{provider: kling, model: kling-v2-master}]
+    pricing: {request: "0", duration: "0.07"}
+`, fake.KlingURL()), "KLING_AK=ak-test", "KLING_SK=sk-test-secret")
+	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	if code, obj := g.do("POST", key, "/videos", `{"model":"kling-2","prompt":"a fox","duration":5}`); code != 400 {
+		t.Fatalf("numeric duration: %d %v", code, obj)
+	}
+	code, obj := g.do("POST", key, "/videos", `{"model":"kling-2","prompt":"a fox","duration":"10","mode":"pro"}`)
+	id, _ := obj["id"].(string)
+	if code != 200 || id == "" {
+		t.Fatalf("create: %d %v", code, obj)
+	}
+	if m := fake.KlingModels(); len(m) != 1 || m[0] != "kling-v2-master" {
+		t.Fatalf("Kling ran %v", m)
+	}
+	var done map[string]any
+	waitFor(t, "the task to complete", 30*time.Second, func() bool {
+		_, done = g.do("GET", key, "/videos/"+id, "")
+		return done["status"] == "completed"
+	})
+	if done["cost"] != "0.7" || done["provider_status"] != "succeed" {
+		t.Fatalf("completed %v", done)
+	}
+	for _, r := range fake.Requests() {
+		if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ey") {
+			t.Fatalf("Kling got %q", r.Header.Get("Authorization"))
+		}
+	}
+}

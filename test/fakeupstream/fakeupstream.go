@@ -41,6 +41,8 @@ type Options struct {
 	Hold <-chan struct{}
 	// MediaURLTTL is how long a media task's download URL works (default 1 h).
 	MediaURLTTL time.Duration
+	// KlingAccessKey and KlingSecretKey are the key pair the Kling API checks JWTs against.
+	KlingAccessKey, KlingSecretKey string
 }
 
 // Recorded is one request as the server received it.
@@ -93,6 +95,7 @@ type Server struct {
 	seq atomic.Uint64  // ids for completions, tool calls and request ids
 	mm  minimaxState   // MiniMax video tasks
 	ds  dashscopeState // DashScope video tasks
+	kl  klingState     // Kling video tasks
 
 	mu       sync.Mutex
 	closed   bool

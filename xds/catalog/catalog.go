@@ -18,6 +18,8 @@ type Env struct {
 	// Secret resolves a provider's credential; "" means it did not resolve (the provider then
 	// cannot take traffic). nil resolves nothing.
 	Secret func(p store.Provider) string
+	// KeyPair resolves Kling's access and secret keys the same way; nil resolves nothing.
+	KeyPair func(p store.Provider) (access, secret string)
 	// SystemCA is the CA bundle that verifies https providers without their own ca_file.
 	SystemCA string
 	// CheckFile reports whether a configured ca_file can be read; nil uses os.Stat.
@@ -41,7 +43,7 @@ func Build(public string, cat store.Catalog, env Env) (*ir.Gateway, error) {
 	g := &ir.Gateway{Listener: l}
 	var errs []error
 	for _, sp := range cat.Providers {
-		p := ir.Provider{Name: sp.Name, Type: sp.Type, NeedsKey: sp.APIKeyRef != ""}
+		p := ir.Provider{Name: sp.Name, Type: sp.Type, NeedsKey: sp.APIKeyRef != "" || sp.AccessKeyRef != "" || sp.SecretKeyRef != ""}
 		if sp.Type == ir.ProviderTypeDemo {
 			if err := demoProvider(&p, sp, env.Demo); err != nil {
 				errs = append(errs, err)
@@ -62,6 +64,15 @@ func Build(public string, cat store.Catalog, env Env) (*ir.Gateway, error) {
 		}
 		if env.Secret != nil {
 			p.APIKey = env.Secret(sp)
+		}
+		if env.KeyPair != nil {
+			p.AccessKey, p.SecretKey = env.KeyPair(sp)
+		}
+		switch {
+		case sp.Type == ir.ProviderTypeKling && (sp.AccessKeyRef == "" || sp.SecretKeyRef == "" || sp.APIKeyRef != ""):
+			errs = append(errs, fmt.Errorf("provider %q: type kling takes access_key and secret_key (the gateway signs a JWT with them), not api_key: %w", sp.Name, ir.ErrInvalid))
+		case sp.Type != ir.ProviderTypeKling && (sp.AccessKeyRef != "" || sp.SecretKeyRef != ""):
+			errs = append(errs, fmt.Errorf("provider %q: access_key and secret_key are for type kling; type %s takes api_key: %w", sp.Name, sp.Type, ir.ErrInvalid))
 		}
 		g.Providers = append(g.Providers, p)
 	}

@@ -151,3 +151,37 @@ func TestDemoProvider(t *testing.T) {
 		t.Errorf("endpoint failure: %v", err)
 	}
 }
+
+// TestKlingKeyPair: a Kling provider takes access_key and secret_key (not api_key) and is
+// ready only when both resolve; other types refuse a key pair; a media model shows video.
+func TestKlingKeyPair(t *testing.T) {
+	pair := map[string][2]string{"kling": {"ak", "sk"}}
+	e := catalog.Env{SystemCA: "/ca.pem", KeyPair: func(p store.Provider) (string, string) { return pair[p.Name][0], pair[p.Name][1] }}
+	cat := store.Catalog{
+		Providers: []store.Provider{{Name: "kling", Type: ir.ProviderTypeKling, BaseURL: "https://api-singapore.klingai.com", AccessKeyRef: "${AK}", SecretKeyRef: "${SK}"}},
+		Models:    []store.Model{{ID: "kling-2", Family: "V3", Providers: []store.ModelProvider{{Provider: "kling", Model: "kling-v2-master"}}}},
+	}
+	g, err := catalog.Build("127.0.0.1:8080", cat, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := g.Providers[0]; !p.Ready() || p.AccessKey != "ak" || p.SecretKey != "sk" {
+		t.Fatalf("provider %+v ready %v", p, p.Ready())
+	}
+	if m := g.Models[0]; strings.Join(m.OutputModalities, ",") != "video" || strings.Join(m.SupportedFeatures, ",") != "video_generation" {
+		t.Fatalf("model %+v", m)
+	}
+	pair["kling"] = [2]string{"ak", ""}
+	if g, _ := catalog.Build("127.0.0.1:8080", cat, e); g.Providers[0].Ready() {
+		t.Fatal("ready without its secret key")
+	}
+	bad := cat
+	bad.Providers = []store.Provider{{Name: "kling", Type: ir.ProviderTypeKling, BaseURL: "https://k.example", APIKeyRef: "${K}"}}
+	if _, err := catalog.Build("127.0.0.1:8080", bad, e); err == nil || !strings.Contains(err.Error(), "takes access_key and secret_key") {
+		t.Fatalf("kling with api_key: %v", err)
+	}
+	bad.Providers = []store.Provider{{Name: "kling", Type: ir.ProviderTypeMiniMax, BaseURL: "https://k.example", AccessKeyRef: "${K}"}}
+	if _, err := catalog.Build("127.0.0.1:8080", bad, e); err == nil || !strings.Contains(err.Error(), "access_key and secret_key are for type kling") {
+		t.Fatalf("minimax with a key pair: %v", err)
+	}
+}

@@ -109,7 +109,12 @@ func (p *Provider) SpeaksOpenAI() bool {
 }
 
 // Ready reports whether the provider has what it needs to take traffic.
-func (p *Provider) Ready() bool { return !p.NeedsKey || p.APIKey != "" }
+func (p *Provider) Ready() bool {
+	if p.Type == ProviderTypeKling {
+		return p.AccessKey != "" && p.SecretKey != ""
+	}
+	return !p.NeedsKey || p.APIKey != ""
+}
 
 // Model is a catalog entry with its providers in preference order.
 type Model struct {
@@ -141,7 +146,7 @@ type Target struct {
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // knownTypes are the provider types ext_proc has an adapter for, in the order messages list them.
-var knownTypes = []string{ProviderTypeOpenAI, ProviderTypeAnthropic, ProviderTypeGemini, ProviderTypeDemo, ProviderTypeMiniMax, ProviderTypeDashScope}
+var knownTypes = []string{ProviderTypeOpenAI, ProviderTypeAnthropic, ProviderTypeGemini, ProviderTypeDemo, ProviderTypeMiniMax, ProviderTypeDashScope, ProviderTypeKling}
 
 // MediaFamily is what a media model family needs and shows.
 type MediaFamily struct {
@@ -155,6 +160,7 @@ type MediaFamily struct {
 // MediaFamilies are the media families the gateway serves (spec 4.3).
 var MediaFamilies = map[string]MediaFamily{
 	"V1": {ProviderType: ProviderTypeMiniMax, Output: "video", Input: []string{"text", "image"}, Feature: "video_generation"},
+	"V3": {ProviderType: ProviderTypeKling, Output: "video", Input: []string{"text"}, Feature: "video_generation"},
 	"V2": {ProviderType: ProviderTypeDashScope, Variants: []string{"t2v", "i2v"}, Output: "video", Input: []string{"text", "image"}, Feature: "video_generation"},
 }
 

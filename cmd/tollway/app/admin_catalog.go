@@ -28,8 +28,10 @@ func decodeProvider(name string, raw []byte) (store.Provider, error) {
 		return p, err
 	}
 	errs := recordIdentity("name", name, p.Name, p.Source)
-	if p.APIKeyRef != "" && !envRef.MatchString(p.APIKeyRef) {
-		errs = append(errs, faultf("api_key_ref", "must name an environment variable of the gateway, like ${OPENAI_API_KEY}; secrets are never stored"))
+	for field, ref := range map[string]string{"api_key_ref": p.APIKeyRef, "access_key_ref": p.AccessKeyRef, "secret_key_ref": p.SecretKeyRef} {
+		if ref != "" && !envRef.MatchString(ref) {
+			errs = append(errs, faultf(field, "must name an environment variable of the gateway, like ${OPENAI_API_KEY}; secrets are never stored"))
+		}
 	}
 	p.Name, p.Source = name, store.SourceAdmin
 	return p, errors.Join(errs...)

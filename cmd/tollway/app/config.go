@@ -78,7 +78,10 @@ type ProviderConfig struct {
 	Type    string `mapstructure:"type"`
 	BaseURL string `mapstructure:"base_url"`
 	APIKey  string `mapstructure:"api_key"`
-	CAFile  string `mapstructure:"ca_file"` // PEM bundle for https base URLs; default: the system bundle
+	// AccessKey and SecretKey are Kling's credential pair (type kling), in place of api_key.
+	AccessKey string `mapstructure:"access_key"`
+	SecretKey string `mapstructure:"secret_key"`
+	CAFile    string `mapstructure:"ca_file"` // PEM bundle for https base URLs; default: the system bundle
 }
 
 // RouteConfig is one entry of routes: (id route:<slug of name>).
@@ -300,7 +303,8 @@ func (c *Config) catalog() (store.Catalog, error) {
 	var cat store.Catalog
 	var errs []error
 	for _, p := range c.Providers {
-		cat.Providers = append(cat.Providers, store.Provider{Name: p.Name, Type: p.Type, BaseURL: p.BaseURL, APIKeyRef: storeRef(p.APIKey), CAFile: p.CAFile})
+		cat.Providers = append(cat.Providers, store.Provider{Name: p.Name, Type: p.Type, BaseURL: p.BaseURL, APIKeyRef: storeRef(p.APIKey), CAFile: p.CAFile,
+			AccessKeyRef: storeRef(p.AccessKey), SecretKeyRef: storeRef(p.SecretKey)})
 	}
 	for _, m := range c.Models {
 		pricing, err := ir.ParsePricing(m.Pricing)
@@ -333,6 +337,12 @@ func (c *Config) inlineSecrets() map[string]string {
 	for _, p := range c.Providers {
 		if p.APIKey != "" && !envRef.MatchString(p.APIKey) {
 			out[p.Name] = p.APIKey
+		}
+		if p.AccessKey != "" && !envRef.MatchString(p.AccessKey) {
+			out[p.Name+"/access_key"] = p.AccessKey
+		}
+		if p.SecretKey != "" && !envRef.MatchString(p.SecretKey) {
+			out[p.Name+"/secret_key"] = p.SecretKey
 		}
 	}
 	return out
@@ -367,6 +377,19 @@ func (c *Config) buildEnv(demo func() (string, error)) catalog.Env {
 				return s
 			}
 			return "" // an inline secret whose config is gone stays unresolved, never used as a literal
+		},
+		KeyPair: func(p store.Provider) (string, string) {
+			one := func(field, ref string) string {
+				if s, ok := inline[p.Name+"/"+field]; ok {
+					return s
+				}
+				if envRef.MatchString(ref) {
+					s, _ := resolveSecret(ref)
+					return s
+				}
+				return ""
+			}
+			return one("access_key", p.AccessKeyRef), one("secret_key", p.SecretKeyRef)
 		},
 	}
 }

@@ -1,0 +1,265 @@
+package provider
+
+// kling is family V3 (spec 4.3): Kling text-to-video. The provider's base_url is its API host
+// root (https://api-singapore.klingai.com). Kling authenticates with a JWT the caller signs:
+// HS256 over {iss: access key, exp: now+30 min, nbf: now-5 s} with the secret key, cached per
+// provider until 5 minutes before it expires. A task is created with POST
+// /v1/videos/text2video and queried with GET /v1/videos/text2video/{id}. Kling reads the model
+// from model_name (a plain model field would be ignored: it would run kling-v1), and duration
+// is a string. Errors carry a numeric code in an envelope {code, message, request_id, data}.
+//
+// Fields are the spec's: prompt, cfg_scale, mode, duration, aspect_ratio (plus Kling's
+// negative_prompt); the spec shows no image field for V3, so image-to-video is not offered.
+// Allowed values (the spec shows none) are Kling's: cfg_scale 0 to 1, mode std or pro,
+// duration "5" or "10", aspect_ratio 16:9, 9:16 or 1:1. Other fields are refused with the list.
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+type kling struct{}
+
+func init() { RegisterTask(ir.ProviderTypeKling, kling{}) }
+
+var (
+	klingFields  = []string{"prompt", "negative_prompt", "cfg_scale", "mode", "duration", "aspect_ratio"}
+	klingRatios  = []string{"16:9", "9:16", "1:1"}
+	klingModes   = []string{"std", "pro"}
+	klingSeconds = []string{"5", "10"}
+)
+
+// klingResultLife is how long Kling keeps a generated video (it clears them after 30 days).
+const klingResultLife = 30 * 24 * time.Hour
+
+func (kling) Validate(m *ir.Model, req Request) (TaskRequest, error) {
+	if err := onlyFields("V3", req, klingFields); err != nil {
+		return TaskRequest{}, err
+	}
+	prompt, _, err := stringOf(req, "prompt")
+	if err != nil {
+		return TaskRequest{}, err
+	}
+	if prompt == "" {
+		return TaskRequest{}, fmt.Errorf("%w: prompt is required (V3 is text-to-video)", ErrBadRequest)
+	}
+	if n := len([]rune(prompt)); n > 2500 {
+		return TaskRequest{}, fmt.Errorf("%w: prompt is %d characters; Kling takes at most 2500", ErrBadRequest, n)
+	}
+	if _, _, err := stringOf(req, "negative_prompt"); err != nil {
+		return TaskRequest{}, err
+	}
+	if raw := rawField(req, "cfg_scale"); raw != nil {
+		v, err := decimal.NewFromString(string(raw))
+		if err != nil || v.IsNegative() || v.GreaterThan(decimal.NewFromInt(1)) {
+			return TaskRequest{}, fmt.Errorf("%w: cfg_scale %s is not allowed: a number from 0 to 1", ErrBadRequest, clipText(string(raw)))
+		}
+	}
+	for field, allowed := range map[string][]string{"mode": klingModes, "aspect_ratio": klingRatios} {
+		v, ok, err := stringOf(req, field)
+		if err != nil {
+			return TaskRequest{}, err
+		}
+		if ok && !slices.Contains(allowed, v) {
+			return TaskRequest{}, fmt.Errorf("%w: %s %q is not allowed: use %s", ErrBadRequest, field, clipText(v), joinOr(allowed))
+		}
+	}
+	dur := "5"
+	if raw := rawField(req, "duration"); raw != nil {
+		if json.Unmarshal(raw, &dur) != nil {
+			return TaskRequest{}, fmt.Errorf(`%w: duration must be a string for V3: "5" or "10", not %s`, ErrBadRequest, clipText(string(raw)))
+		}
+		if !slices.Contains(klingSeconds, dur) {
+			return TaskRequest{}, fmt.Errorf(`%w: duration %q is not allowed: use "5" or "10"`, ErrBadRequest, clipText(dur))
+		}
+	}
+	secs, _ := strconv.ParseInt(dur, 10, 64)
+	cb, _, err := stringOf(req, "callback_url")
+	return TaskRequest{MaxSeconds: secs, CallbackURL: cb}, err
+}
+
+func joinOr(vs []string) string {
+	if len(vs) < 2 {
+		return strings.Join(vs, "")
+	}
+	out := vs[0]
+	for _, v := range vs[1 : len(vs)-1] {
+		out += ", " + v
+	}
+	return out + " or " + vs[len(vs)-1]
+}
+
+func (kling) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
+	out := Request{"model_name": mustJSON(model)}
+	for _, f := range klingFields {
+		if v := rawField(req, f); v != nil {
+			out[f] = v
+		}
+	}
+	h, err := klingHeaders(p)
+	if err != nil {
+		return nil, err
+	}
+	return &Upstream{Path: "/v1/videos/text2video", Body: out.Encode(), Headers: h}, nil
+}
+
+func klingHeaders(p *ir.Provider) (map[string]string, error) {
+	tok, err := klingTokens.get(p.AccessKey, p.SecretKey, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("kling: sign the request: %w", err)
+	}
+	return bearer(tok), nil
+}
+
+// klingJWT caches one signed token per key pair until 5 minutes before it expires.
+type klingJWT struct {
+	mu     sync.Mutex
+	tokens map[string]cachedToken
+}
+
+type cachedToken struct {
+	token   string
+	renewAt time.Time
+}
+
+var klingTokens = &klingJWT{tokens: map[string]cachedToken{}}
+
+const (
+	klingTokenLife  = 30 * time.Minute
+	klingTokenRenew = 5 * time.Minute
+)
+
+func (c *klingJWT) get(access, secret string, now time.Time) (string, error) {
+	if access == "" || secret == "" {
+		return "", fmt.Errorf("the provider has no access_key and secret_key")
+	}
+	key := access + "\x00" + secret
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.tokens[key]; ok && now.Before(t.renewAt) {
+		return t.token, nil
+	}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
+		Issuer:    access,
+		ExpiresAt: jwt.NewNumericDate(now.Add(klingTokenLife)),
+		NotBefore: jwt.NewNumericDate(now.Add(-5 * time.Second)),
+	}).SignedString([]byte(secret))
+	if err != nil {
+		return "", err
+	}
+	if len(c.tokens) > 1024 {
+		clear(c.tokens) // key pairs come from config: a bound, never reached in practice
+	}
+	c.tokens[key] = cachedToken{token: tok, renewAt: now.Add(klingTokenLife - klingTokenRenew)}
+	return tok, nil
+}
+
+// klingEnvelope is every Kling answer.
+type klingEnvelope struct {
+	Code    *int   `json:"code"`
+	Message string `json:"message"`
+	Data    struct {
+		TaskID        string `json:"task_id"`
+		TaskStatus    string `json:"task_status"`
+		TaskStatusMsg string `json:"task_status_msg"`
+		TaskResult    struct {
+			Videos []struct {
+				URL      string `json:"url"`
+				Duration string `json:"duration"`
+			} `json:"videos"`
+		} `json:"task_result"`
+	} `json:"data"`
+}
+
+func (e klingEnvelope) failure(status int) error {
+	if status == http.StatusOK && e.Code != nil && *e.Code == 0 {
+		return nil
+	}
+	c := -1
+	if e.Code != nil {
+		c = *e.Code
+	}
+	code := httpCode(status)
+	switch {
+	case c >= 1000 && c < 1100:
+		code = "provider_auth_failed"
+	case c >= 1100 && c < 1200:
+		code = "provider_balance"
+	case c >= 1200 && c < 1300:
+		code = "invalid_request"
+	case c == 1301:
+		code = "content_filter"
+	case c >= 1302 && c < 1400:
+		code = "provider_rate_limited"
+	}
+	return &TaskError{Code: code, Message: fmt.Sprintf("Kling HTTP %d code %d: %s", status, c, e.Message)}
+}
+
+func (kling) Created(status int, body []byte) (string, error) {
+	var e klingEnvelope
+	if err := json.Unmarshal(body, &e); err != nil && status == http.StatusOK {
+		return "", fmt.Errorf("Kling's create answer is not JSON")
+	}
+	if err := e.failure(status); err != nil {
+		return "", err
+	}
+	if e.Data.TaskID == "" {
+		return "", &TaskError{Code: "upstream_error", Message: "Kling accepted the task without a task_id"}
+	}
+	return e.Data.TaskID, nil
+}
+
+func (kling) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
+	h, err := klingHeaders(p)
+	if err != nil {
+		return nil, err
+	}
+	return &Upstream{Method: http.MethodGet, Path: "/v1/videos/text2video/" + url.PathEscape(id), Headers: h}, nil
+}
+
+func (kling) Queried(status int, body []byte) (TaskState, error) {
+	var e klingEnvelope
+	if err := json.Unmarshal(body, &e); err != nil && status == http.StatusOK {
+		return TaskState{}, fmt.Errorf("Kling's task answer is not JSON")
+	}
+	if err := e.failure(status); err != nil {
+		return TaskState{}, err
+	}
+	st := TaskState{FamilyStatus: e.Data.TaskStatus}
+	switch e.Data.TaskStatus {
+	case "submitted":
+		st.Status = TaskQueued
+	case "processing":
+		st.Status = TaskInProgress
+	case "succeed":
+		st.Status = TaskCompleted
+		for _, v := range e.Data.TaskResult.Videos {
+			secs, _ := decimal.NewFromString(v.Duration)
+			st.Videos = append(st.Videos, TaskVideo{URL: v.URL, Seconds: secs, ExpiresAt: time.Now().Add(klingResultLife)})
+		}
+		if len(st.Videos) == 0 {
+			return TaskState{}, fmt.Errorf("Kling reported succeed without a video")
+		}
+	case "failed":
+		st.Status = TaskFailed
+		st.Error = &TaskError{Code: "generation_failed", Message: cmp.Or(e.Data.TaskStatusMsg, "Kling could not generate the video")}
+	default:
+		return TaskState{}, fmt.Errorf("Kling reported an unknown task_status %q", clipText(e.Data.TaskStatus))
+	}
+	return st, nil
+}
+
+func (kling) Followed(*TaskState, int, []byte) error { return nil }
