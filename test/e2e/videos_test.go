@@ -350,3 +350,36 @@ models:
 		}
 	}
 }
+
+// TestOpenAINodeSDKVideos: the official Node SDK's videos.create and videos.retrieve against a
+// V1 model, to completion, and its errors.
+func TestOpenAINodeSDKVideos(t *testing.T) {
+	dir := os.Getenv("TOLLWAY_NODE_DIR")
+	if dir == "" {
+		dir = filepath.Join(repoRoot, "test", "clients", "node")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
+		t.Fatalf("the Node SDK client is not installed (%v): run `make clients`", err)
+	}
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
+providers:
+  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: hailuo-02
+    family: V1
+    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
+    pricing: {request: "0.05", duration: "0.045"}
+`, fake.MiniMaxURL()), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "node", "5"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("node", "--test", "videos-sdk.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TOLLWAY_BASE_URL="+g.BaseURL, "TOLLWAY_API_KEY="+g.newKey("node"), "TOLLWAY_MODEL=hailuo-02")
+	out, err := cmd.CombinedOutput()
+	t.Logf("node --test:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "# pass 2") || !strings.Contains(string(out), "# fail 0") {
+		t.Fatalf("OpenAI Node SDK videos suite failed: %v", err)
+	}
+}
