@@ -154,15 +154,7 @@ models:
 func TestVideoTaskSurvivesRestart(t *testing.T) {
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	dir := t.TempDir()
-	body := fmt.Sprintf(`billing: {enabled: true}
-providers:
-  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
-models:
-  - id: hailuo-02
-    family: V1
-    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
-    pricing: {request: "0.05", duration: "0.045"}
-`, fake.MiniMaxURL())
+	body := v1Config(fake)
 	g := startGatewayIn(t, dir, body, "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "acme", "1"); err != nil {
 		t.Fatal(err)
@@ -201,15 +193,7 @@ func TestOpenAIPythonSDKVideos(t *testing.T) {
 		t.Fatalf("the Python SDK client is not installed (%v): run `make clients`", err)
 	}
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
-	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
-providers:
-  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
-models:
-  - id: hailuo-02
-    family: V1
-    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
-    pricing: {request: "0.05", duration: "0.045"}
-`, fake.MiniMaxURL()), "FAKE_PROVIDER_KEY="+providerKey)
+	g := startGateway(t, v1Config(fake), "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "py", "5"); err != nil {
 		t.Fatal(err)
 	}
@@ -362,15 +346,7 @@ func TestOpenAINodeSDKVideos(t *testing.T) {
 		t.Fatalf("the Node SDK client is not installed (%v): run `make clients`", err)
 	}
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
-	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
-providers:
-  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
-models:
-  - id: hailuo-02
-    family: V1
-    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
-    pricing: {request: "0.05", duration: "0.045"}
-`, fake.MiniMaxURL()), "FAKE_PROVIDER_KEY="+providerKey)
+	g := startGateway(t, v1Config(fake), "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "node", "5"); err != nil {
 		t.Fatal(err)
 	}
@@ -382,4 +358,18 @@ models:
 	if err != nil || !strings.Contains(string(out), "# pass 2") || !strings.Contains(string(out), "# fail 0") {
 		t.Fatalf("OpenAI Node SDK videos suite failed: %v", err)
 	}
+}
+
+// v1Config is a billed gateway with one V1 (MiniMax) video model on fake, priced $0.05 a
+// request and $0.045 a second.
+func v1Config(fake *fakeupstream.Server) string {
+	return fmt.Sprintf(`billing: {enabled: true}
+providers:
+  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: hailuo-02
+    family: V1
+    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
+    pricing: {request: "0.05", duration: "0.045"}
+`, fake.MiniMaxURL())
 }
