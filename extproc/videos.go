@@ -28,8 +28,13 @@ import (
 
 const videosPath = "/v1/videos"
 
-// taskTimeout bounds a create or a refresh the client waits for.
-const taskTimeout = 60 * time.Second
+// Provider calls made while a client waits must end inside Envoy's ext_proc message timeout
+// (5 s), or Envoy fails the request closed: a create gets 4 s over all its attempts; a refresh
+// on GET gets 3 s, after which the stored state is answered (the poller keeps refreshing).
+const (
+	createTimeout  = 4 * time.Second
+	refreshTimeout = 3 * time.Second
+)
 
 // Tasks is what the server needs to serve media tasks.
 type Tasks struct {
@@ -69,7 +74,7 @@ func (x *exchange) videoHeaders(method, path, auth, contentType string) *extproc
 	if method != http.MethodGet || id == "" || strings.Contains(id, "/") {
 		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET %s/{id}", clip(method), clip(path), videosPath))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), taskTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
 	defer cancel()
 	t, err := x.s.tasks.Service.Get(ctx, x.key.Account, id)
 	if err != nil {
@@ -150,7 +155,7 @@ func (x *exchange) videoBody(raw []byte) *extprocv3.ProcessingResponse {
 		}
 		hold = h
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), taskTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
 	defer cancel()
 	t, err := x.s.tasks.Service.Create(ctx, tasks.NewTask{
 		Kind: "video", Account: x.key.Account, KeyID: x.key.ID, RequestID: x.requestID,
