@@ -78,7 +78,7 @@ func label(path string) string {
 	return path
 }
 
-var allScenarios = []string{"latency", "settle", "store", "fallback"}
+var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -113,6 +113,8 @@ type options struct {
 	settleWait     time.Duration
 	storeProducers int
 	storeDuration  time.Duration
+	openTasks      int
+	callbacks      int
 }
 
 func (o *options) has(scenario string) bool { return slices.Contains(o.scenarios, scenario) }
@@ -127,8 +129,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","),
-		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process)")
+		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), fallback, tasks (media task poller and callbacks, in process)")
 	fs.IntVar(&o.rate, "rate", 500, "latency: requests per second, fixed (open model)")
+	fs.IntVar(&o.openTasks, "tasks", 10000, "tasks: open media tasks one poll round goes over")
+	fs.IntVar(&o.callbacks, "callbacks", 5000, "tasks: callbacks delivered from the outbox")
 	fs.DurationVar(&o.duration, "duration", 8*time.Second, "latency: measured duration of each scenario (path x mode)")
 	// Short alternating rounds cancel the machine's drift: with 2 rounds, two identical gateways
 	// measured up to 170 us apart at p50; with 8 rounds of 1s, within 20 us.
@@ -421,6 +425,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		reportStore(stdout, sr)
 		if sr.err != nil {
 			bad = append(bad, "store: "+sr.err.Error())
+		}
+	}
+
+	if o.has("tasks") {
+		fmt.Fprintf(stderr, "bench: tasks: %d open tasks, %d callbacks ...\n", o.openTasks, o.callbacks)
+		if err := runTasks(ctx, filepath.Join(dir, "tasks"), o.openTasks, o.callbacks, stdout); err != nil {
+			bad = append(bad, err.Error())
 		}
 	}
 
