@@ -473,7 +473,7 @@ func TestConfigChanges(t *testing.T) {
 
 // TestProviderDown: a provider that refuses connections gives a 503 in the spec's shape.
 func TestProviderDown(t *testing.T) {
-	g := startGateway(t, catalog("http://"+freeAddr(t)+"/v1"), "FAKE_PROVIDER_KEY="+providerKey)
+	g := startGateway(t, catalog("http://"+deadAddr+"/v1"), "FAKE_PROVIDER_KEY="+providerKey)
 	e := wantError(t, g.chat(context.Background(), g.newKey("acme"), `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`), 503, "upstream_unavailable")
 	t.Log(e.Error.Message)
 }

@@ -46,7 +46,7 @@ func TestUnreachableProviderIsUpstreamUnavailable(t *testing.T) {
 	key := g.newKey("acme")
 	fake.Script(fakeupstream.Fault{Reset: true})
 	wantError(t, g.chat(context.Background(), key, hiBody), 503, translator.CodeUpstreamUnavailable)
-	refused := startGateway(t, catalog("http://"+freeAddr(t)+"/v1"), "FAKE_PROVIDER_KEY="+providerKey)
+	refused := startGateway(t, catalog("http://"+deadAddr+"/v1"), "FAKE_PROVIDER_KEY="+providerKey)
 	wantError(t, refused.chat(context.Background(), refused.newKey("acme"), hiBody), 503, translator.CodeUpstreamUnavailable)
 }
 

@@ -64,6 +64,11 @@ func TestMain(m *testing.M) {
 }
 
 // freeAddr returns a loopback host:port that was free a moment ago.
+// deadAddr is where a provider that is down lives: nothing listens on port 1 and no test can
+// be given it, unlike a free port, which another test's server may take before the gateway
+// connects (and answer with its own key's 401).
+const deadAddr = "127.0.0.1:1"
+
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	addr, err := harness.FreeAddr()

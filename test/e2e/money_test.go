@@ -54,7 +54,7 @@ func startPriced(t *testing.T, opts fakeupstream.Options) (*gateway, *fakeupstre
 	t.Helper()
 	opts.APIKey = providerKey
 	fake := fakeupstream.Start(t, opts)
-	g := startGateway(t, pricedCatalog(fake.URL(), "http://"+freeAddr(t)+"/v1"), "FAKE_PROVIDER_KEY="+providerKey)
+	g := startGateway(t, pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1"), "FAKE_PROVIDER_KEY="+providerKey)
 	return g, fake
 }
 
@@ -390,7 +390,7 @@ func TestSpendLimitCannotBeOutrun(t *testing.T) {
 func TestKill9UnderLoadKeepsTheBooks(t *testing.T) {
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, NoRecord: true})
 	dir := t.TempDir()
-	body := pricedCatalog(fake.URL(), "http://"+freeAddr(t)+"/v1")
+	body := pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1")
 	start := func() *gateway {
 		hg, err := harness.Start(context.Background(), harness.Options{
 			Bin: tollwayBin, EnvoyBin: envoyBin, Dir: dir, Body: body, Env: []string{"FAKE_PROVIDER_KEY=" + providerKey},

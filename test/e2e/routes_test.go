@@ -53,7 +53,7 @@ routes:
     rule: priority_fallback
     models: [backup]
     status: paused
-`, freeAddr(t), a.URL(), c.URL())
+`, deadAddr, a.URL(), c.URL())
 	g := startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 func TestStoreRetentionAndCompact(t *testing.T) {
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, NoRecord: true})
 	dir := t.TempDir()
-	body := pricedCatalog(fake.URL(), "http://"+freeAddr(t)+"/v1")
+	body := pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1")
 
 	// A store with 40 days of history written before this gateway starts.
 	st, err := store.Open(filepath.Join(dir, "tollway.db"))
