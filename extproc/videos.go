@@ -44,10 +44,12 @@ type Tasks struct {
 	holds         sync.Map // task id -> *billing.Reservation, until the task is billed
 }
 
-// SetTasks turns the video endpoints on; the service's Price and Bill are the server's.
+// SetTasks turns the video endpoints on; the service's Price and Bill are the server's, and
+// it charges accounts when billing is on.
 func (s *Server) SetTasks(t *Tasks) {
 	t.Service.Price = s.taskPrice
 	t.Service.Bill = s.billTask
+	t.Service.Charge = s.billing != nil
 	s.tasks = t
 }
 
@@ -195,8 +197,8 @@ func (s *Server) taskPrice(t *store.Task) decimal.Decimal {
 	return price.Request.Add(price.Duration.Mul(tasks.Seconds(t)))
 }
 
-// billTask settles a task that ended, once: a completed one pays t.Cost (one usage record), a
-// failed one releases its hold.
+// billTask settles the ledger's hold of a task that ended, once: a completed one at t.Cost
+// (whose usage record the store settled with the completion), a failed one released.
 func (s *Server) billTask(t *store.Task) {
 	b := s.billing
 	if b == nil {
@@ -214,8 +216,6 @@ func (s *Server) billTask(t *store.Task) {
 		return
 	}
 	b.Ledger.Settle(hold, t.Cost)
-	b.Record(store.UsageRecord{RequestID: t.RequestID + "." + t.ID, KeyID: t.KeyID, Account: t.Account, Model: t.Model,
-		Provider: t.Provider, Route: t.Route, Cost: t.Cost, Time: b.Now().UTC()})
 }
 
 // formStrings are the task fields that stay strings when a form sends them (a prompt of

@@ -170,11 +170,28 @@ func (s *Store) GetTask(id string) (*Task, error) {
 	return t, err
 }
 
-// UpdateTask changes a task with fn and enqueues the callbacks fn returns, in one durable
-// transaction. fn may run again if the transaction is retried; it must only change t.
-func (s *Store) UpdateTask(id string, fn func(t *Task) ([]Callback, error)) (*Task, error) {
+// TaskChange is what a task update writes beside the task, in the same transaction.
+type TaskChange struct {
+	Callbacks []Callback // announcements of the change, to the outbox
+	// Usage is the bill of a task that completed: settled (record, debit, aggregates, month
+	// spend, exactly once per RequestID) with the task's new state, so no crash can leave a
+	// completed task unbilled or bill it twice.
+	Usage *UsageRecord
+}
+
+// ErrUsageNotSettled: the task was updated but its usage record was refused on its own
+// (invalid, or its account no longer exists); the error says why.
+var ErrUsageNotSettled = errors.New("usage not settled")
+
+// UpdateTask changes a task with fn and writes what fn returns beside it, in one durable
+// transaction. fn may run again if the transaction is retried; it must only change t. A usage
+// record that is wrong in itself does not hold back the task: the task commits and the error
+// wraps ErrUsageNotSettled; any other failure to settle fails the whole update.
+func (s *Store) UpdateTask(id string, fn func(t *Task) (TaskChange, error)) (*Task, error) {
 	var out *Task
+	var usageErr error
 	err := s.db.Update(func(tx *bolt.Tx) error {
+		usageErr = nil
 		v := tx.Bucket(bucketTasks).Get([]byte(id))
 		if v == nil {
 			return ErrTaskNotFound
@@ -183,7 +200,7 @@ func (s *Store) UpdateTask(id string, fn func(t *Task) ([]Callback, error)) (*Ta
 		if err := jsonUnmarshal(v, t); err != nil {
 			return err
 		}
-		cbs, err := fn(t)
+		ch, err := fn(t)
 		if err != nil {
 			return err
 		}
@@ -196,15 +213,33 @@ func (s *Store) UpdateTask(id string, fn func(t *Task) ([]Callback, error)) (*Ta
 		if err := putTask(tx, t); err != nil {
 			return err
 		}
-		for _, c := range cbs {
+		for _, c := range ch.Callbacks {
 			if err := enqueue(tx, c); err != nil {
 				return err
+			}
+		}
+		if ch.Usage != nil {
+			errs := []error{nil}
+			if todo := prepareSettling([]UsageRecord{*ch.Usage}, errs); len(todo) > 0 {
+				if err := settleTx(tx, todo, errs); err != nil {
+					return err
+				}
+			}
+			switch {
+			case errs[0] == nil:
+			case wrongRecord(errs[0]):
+				usageErr = fmt.Errorf("%w: %w", ErrUsageNotSettled, errs[0])
+			default:
+				return errs[0]
 			}
 		}
 		out = t
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, usageErr
 }
 
 // OpenTasks lists up to limit tasks that are not finished, in id order after the id after.

@@ -37,18 +37,18 @@ func TestTaskLifecycleSurvivesRestart(t *testing.T) {
 	if err != nil || len(open) != 2 {
 		t.Fatalf("open %d %v", len(open), err)
 	}
-	_, err = s.UpdateTask(a.ID, func(x *Task) ([]Callback, error) {
+	_, err = s.UpdateTask(a.ID, func(x *Task) (TaskChange, error) {
 		x.Status, x.Cost, x.Settled = "completed", decimal.RequireFromString("0.27"), true
 		x.Videos = []TaskVideo{{URL: "https://cdn/x.mp4", Seconds: decimal.RequireFromString("6")}}
-		return []Callback{{TaskID: x.ID, Account: x.Account, URL: x.CallbackURL, Body: []byte(`{"status":"completed"}`)}}, nil
+		return TaskChange{Callbacks: []Callback{{TaskID: x.ID, Account: x.Account, URL: x.CallbackURL, Body: []byte(`{"status":"completed"}`)}}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
-	if _, err := s.UpdateTask(b.ID, func(x *Task) ([]Callback, error) {
+	if _, err := s.UpdateTask(b.ID, func(x *Task) (TaskChange, error) {
 		x.Status = "failed"
-		return []Callback{{TaskID: x.ID, URL: x.CallbackURL, Body: []byte("{}")}}, boom
+		return TaskChange{Callbacks: []Callback{{TaskID: x.ID, URL: x.CallbackURL, Body: []byte("{}")}}}, boom
 	}); !errors.Is(err, boom) {
 		t.Fatalf("failed update: %v", err)
 	}
@@ -114,10 +114,60 @@ func TestTaskRecordsAreBounded(t *testing.T) {
 	}
 	x = newTask("video")
 	_ = s.PutTask(x)
-	if _, err := s.UpdateTask(x.ID, func(t *Task) ([]Callback, error) {
+	if _, err := s.UpdateTask(x.ID, func(t *Task) (TaskChange, error) {
 		t.Videos = []TaskVideo{{URL: strings.Repeat("u", 5000)}}
-		return nil, nil
+		return TaskChange{}, nil
 	}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("long video URL: %v", err)
+	}
+}
+
+// TestTaskUsageSettlesWithTheTask: a task update that carries a usage record settles it in the
+// same transaction, once per request id; a record for an account that does not exist leaves
+// the task updated and says so with ErrUsageNotSettled; an update that fails writes neither.
+func TestTaskUsageSettlesWithTheTask(t *testing.T) {
+	s, _ := openTemp(t)
+	if _, err := s.CreateAccount("acme", decimal.RequireFromString("5")); err != nil {
+		t.Fatal(err)
+	}
+	x := newTask("video")
+	if err := s.PutTask(x); err != nil {
+		t.Fatal(err)
+	}
+	bill := func(account string) *UsageRecord {
+		return &UsageRecord{RequestID: "req." + x.ID, KeyID: "k1", Account: account, Model: "hailuo-02", Provider: "hailuo", Cost: decimal.RequireFromString("0.27")}
+	}
+	boom := errors.New("boom")
+	if _, err := s.UpdateTask(x.ID, func(t *Task) (TaskChange, error) {
+		t.Status = "completed"
+		return TaskChange{Usage: bill("acme")}, boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("failing update: %v", err)
+	}
+	for i := 0; i < 2; i++ { // settled once however often it is sent
+		got, err := s.UpdateTask(x.ID, func(t *Task) (TaskChange, error) {
+			t.Status, t.Cost, t.Settled = "completed", decimal.RequireFromString("0.27"), true
+			return TaskChange{Usage: bill("acme")}, nil
+		})
+		if err != nil || got.Status != "completed" {
+			t.Fatalf("update %d: %+v %v", i, got, err)
+		}
+	}
+	a, _ := s.GetAccount("acme")
+	recs, _ := s.UsageRecords(UsageFilter{}, 10)
+	if !a.Balance.Equal(decimal.RequireFromString("4.73")) || len(recs) != 1 {
+		t.Fatalf("balance %s, %d records", a.Balance, len(recs))
+	}
+	y := newTask("video")
+	_ = s.PutTask(y)
+	got, err := s.UpdateTask(y.ID, func(t *Task) (TaskChange, error) {
+		t.Status = "completed"
+		return TaskChange{Usage: &UsageRecord{RequestID: "req." + y.ID, KeyID: "k1", Account: "gone", Model: "m", Provider: "p", Cost: decimal.RequireFromString("1")}}, nil
+	})
+	if !errors.Is(err, ErrUsageNotSettled) || !errors.Is(err, ErrNotFound) || got == nil || got.Status != "completed" {
+		t.Fatalf("gone account: %+v %v", got, err)
+	}
+	if stored, _ := s.GetTask(y.ID); stored.Status != "completed" {
+		t.Fatalf("task not stored: %+v", stored)
 	}
 }

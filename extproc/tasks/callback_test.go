@@ -106,9 +106,9 @@ func TestDelivererRetriesUntilDelivered(t *testing.T) {
 	if err := st.PutTask(task); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.UpdateTask(task.ID, func(x *store.Task) ([]store.Callback, error) {
+	if _, err := st.UpdateTask(task.ID, func(x *store.Task) (store.TaskChange, error) {
 		x.Status = "completed"
-		return []store.Callback{{TaskID: x.ID, Account: "acme", URL: srv.URL, Body: []byte(`{"status":"completed"}`)}}, nil
+		return store.TaskChange{Callbacks: []store.Callback{{TaskID: x.ID, Account: "acme", URL: srv.URL, Body: []byte(`{"status":"completed"}`)}}}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -30,10 +30,14 @@ type Service struct {
 	Log     *slog.Logger
 	Now     func() time.Time
 	Catalog func() Catalog
-	// Price is what a completed task costs (nil: nothing is billed).
+	// Price is what a completed task costs (nil: nothing is priced or billed).
 	Price func(t *store.Task) decimal.Decimal
-	// Bill settles a task that ended, after it was stored: completed with t.Cost set, or
-	// failed (its hold released).
+	// Charge debits a completed task's cost from its account: its usage record is settled in
+	// the transaction that stores the completion, so a crash can neither lose nor repeat it.
+	// Off (billing disabled), the cost is shown and nothing is debited.
+	Charge bool
+	// Bill tells the in-memory ledger that a task ended, after the store committed it:
+	// completed with t.Cost set (its hold settled at that cost), or failed (its hold released).
 	Bill func(t *store.Task)
 	// RefreshEvery is the least time between two provider queries of one task.
 	RefreshEvery time.Duration
@@ -169,37 +173,53 @@ func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, erro
 	p, m := cat.Provider(t.Provider), cat.Model(t.Model)
 	st, err := s.query(ctx, p, m, t)
 	now := s.Now()
-	var ended *store.Task
-	out, uerr := s.Store.UpdateTask(t.ID, func(r *store.Task) ([]store.Callback, error) {
+	var ended bool
+	out, uerr := s.Store.UpdateTask(t.ID, func(r *store.Task) (store.TaskChange, error) {
+		ended = false
+		var ch store.TaskChange
 		r.RefreshedAt = now
 		if err != nil {
 			r.PollFailures++
 			r.NextPollAt = now.Add(backoff(r.PollFailures))
-			return nil, nil
+			return ch, nil
 		}
 		r.PollFailures = 0
 		r.NextPollAt = now.Add(s.RefreshEvery)
 		before := r.Status
 		apply(r, st, now)
 		if r.Terminal() && before != r.Status {
-			ended = r
+			ended = true
 			if r.Status == string(provider.TaskCompleted) && s.Price != nil {
 				r.Cost, r.Settled = s.Price(r), true
+				if s.Charge {
+					ch.Usage = usageOf(r, now)
+				}
 			}
 		}
-		if r.Status == before || r.CallbackURL == "" {
-			return nil, nil
+		if r.Status != before && r.CallbackURL != "" {
+			body, _ := json.Marshal(ObjectOf(r, now))
+			ch.Callbacks = []store.Callback{{TaskID: r.ID, Account: r.Account, URL: r.CallbackURL, Body: body}}
 		}
-		body, _ := json.Marshal(ObjectOf(r, now))
-		return []store.Callback{{TaskID: r.ID, Account: r.Account, URL: r.CallbackURL, Body: body}}, nil
+		return ch, nil
 	})
+	if errors.Is(uerr, store.ErrUsageNotSettled) {
+		s.Log.Error("TASK NOT BILLED: its usage record was refused", "task", t.ID, "account", t.Account, "error", uerr)
+		uerr = nil
+	}
 	if uerr != nil {
 		return t, uerr
 	}
-	if ended != nil && s.Bill != nil {
+	if ended && s.Bill != nil {
 		s.Bill(out)
 	}
 	return out, err
+}
+
+// usageOf is the bill of a completed task: one usage record, under an id that makes settling
+// it idempotent.
+func usageOf(t *store.Task, now time.Time) *store.UsageRecord {
+	return &store.UsageRecord{RequestID: t.RequestID + "." + t.ID, KeyID: t.KeyID, Account: t.Account, Model: t.Model,
+		Provider: t.Provider, Route: t.Route, Cost: t.Cost, Time: now.UTC()}
 }
 
 func (s *Service) query(ctx context.Context, p *ir.Provider, m *ir.Model, t *store.Task) (provider.TaskState, error) {

@@ -216,3 +216,56 @@ func TestPollerCompletesTasksNobodyAsksFor(t *testing.T) {
 		t.Fatalf("open %d billed %v", len(open), *billed)
 	}
 }
+
+// TestCompletionCommitsItsBill: the completion of a task and its usage record commit in one
+// transaction. The gateway dying right after that commit (here: Bill, the in-memory step that
+// follows it, never runs) leaves the task billed exactly once in the store, and refreshing
+// again bills nothing more.
+func TestCompletionCommitsItsBill(t *testing.T) {
+	s, _ := newService(t)
+	s.Charge = true
+	s.Bill = func(*store.Task) {} // the process is gone before the ledger hears of it
+	if _, err := s.Store.CreateAccount("acme", decimal.RequireFromString("10")); err != nil {
+		t.Fatal(err)
+	}
+	task, err := s.newTask(t, "a fox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := s.Refresh(context.Background(), task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := s.Store.UsageRecords(store.UsageFilter{Account: "acme"}, 10)
+	if err != nil || len(recs) != 1 || !recs[0].Cost.Equal(decimal.RequireFromString("0.4")) || recs[0].RequestID != task.RequestID+"."+task.ID {
+		t.Fatalf("usage records %+v %v", recs, err)
+	}
+	a, err := s.Store.GetAccount("acme")
+	if err != nil || !a.Balance.Equal(decimal.RequireFromString("9.6")) {
+		t.Fatalf("balance %s %v", a.Balance, err)
+	}
+}
+
+// TestCompletionOfAGoneAccount: an account deleted while its task ran cannot be debited; the
+// task still completes (nothing is lost) and the refusal is logged.
+func TestCompletionOfAGoneAccount(t *testing.T) {
+	s, billed := newService(t)
+	s.Charge = true
+	task, err := s.newTask(t, "a fox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *store.Task
+	for i := 0; i < 3; i++ {
+		if got, err = s.Refresh(context.Background(), task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got.Status != "completed" || len(*billed) != 1 {
+		t.Fatalf("task %+v billed %v", got, *billed)
+	}
+	if recs, _ := s.Store.UsageRecords(store.UsageFilter{}, 10); len(recs) != 0 {
+		t.Fatalf("records for a missing account: %+v", recs)
+	}
+}

@@ -81,7 +81,7 @@ func runTasks(ctx context.Context, dir string, n, callbacks int, w io.Writer) er
 	// Make every task due, then one poll round.
 	open, _ := st.OpenTasks(n+1, "")
 	for _, t := range open {
-		_, _ = st.UpdateTask(t.ID, func(x *store.Task) ([]store.Callback, error) { x.NextPollAt = time.Time{}; return nil, nil })
+		_, _ = st.UpdateTask(t.ID, func(x *store.Task) (store.TaskChange, error) { x.NextPollAt = time.Time{}; return store.TaskChange{}, nil })
 	}
 	cpu0, t0 := cpuNow(), time.Now()
 	svc.RefreshEvery = time.Nanosecond
@@ -124,12 +124,12 @@ func runTasks(ctx context.Context, dir string, n, callbacks int, w io.Writer) er
 	body := []byte(`{"id":"video_X","object":"video","status":"completed","progress":100}`)
 	for i := 0; i < callbacks; i += 100 {
 		t := open[(i/100)%len(open)]
-		_, err := st.UpdateTask(t.ID, func(x *store.Task) ([]store.Callback, error) {
+		_, err := st.UpdateTask(t.ID, func(x *store.Task) (store.TaskChange, error) {
 			cbs := make([]store.Callback, 0, 100)
 			for j := 0; j < 100 && i+j < callbacks; j++ {
 				cbs = append(cbs, store.Callback{TaskID: x.ID, Account: "acme", URL: recv.URL, Body: body})
 			}
-			return cbs, nil
+			return store.TaskChange{Callbacks: cbs}, nil
 		})
 		if err != nil {
 			return err
