@@ -81,7 +81,10 @@ func runTasks(ctx context.Context, dir string, n, callbacks int, w io.Writer) er
 	// Make every task due, then one poll round.
 	open, _ := st.OpenTasks(n+1, "")
 	for _, t := range open {
-		_, _ = st.UpdateTask(t.ID, func(x *store.Task) (store.TaskChange, error) { x.NextPollAt = time.Time{}; return store.TaskChange{}, nil })
+		_, _ = st.UpdateTask(t.ID, func(x *store.Task) (store.TaskChange, error) {
+			x.NextPollAt = time.Time{}
+			return store.TaskChange{}, nil
+		})
 	}
 	cpu0, t0 := cpuNow(), time.Now()
 	svc.RefreshEvery = time.Nanosecond
