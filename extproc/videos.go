@@ -11,7 +11,6 @@ import (
 	"errors"
 	"mime"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +39,7 @@ const (
 type Tasks struct {
 	Service *tasks.Service
 	// CallbackAllow lists the private addresses callbacks may reach (callbacks.allow_private).
-	CallbackAllow []netip.Prefix
+	CallbackAllow *tasks.AllowList
 	holds         sync.Map // task id -> *billing.Reservation, until the task is billed
 }
 
@@ -143,7 +142,7 @@ func (x *exchange) videoBody(raw []byte) *extprocv3.ProcessingResponse {
 		return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%s", strings.TrimPrefix(err.Error(), provider.ErrBadRequest.Error()+": ")))
 	}
 	if tr.CallbackURL != "" {
-		if err := tasks.CheckCallbackURL(context.Background(), tr.CallbackURL, x.s.tasks.CallbackAllow, nil); err != nil {
+		if err := tasks.CheckCallbackURL(context.Background(), tr.CallbackURL, x.s.tasks.CallbackAllow.Prefixes(), nil); err != nil {
 			return x.fail(apiErr(http.StatusBadRequest, "invalid_callback_url", "%v", err))
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -113,15 +114,40 @@ func CheckCallbackURL(ctx context.Context, raw string, allow []netip.Prefix, r R
 	return nil
 }
 
+// AllowList is callbacks.allow_private as configured now: a reload replaces it, and the next
+// check (a creation, a delivery's connection) reads the new list.
+type AllowList struct{ p atomic.Pointer[[]netip.Prefix] }
+
+// NewAllowList makes a list holding p.
+func NewAllowList(p []netip.Prefix) *AllowList {
+	a := &AllowList{}
+	a.Set(p)
+	return a
+}
+
+// Set replaces the list.
+func (a *AllowList) Set(p []netip.Prefix) { a.p.Store(&p) }
+
+// Prefixes is the list now; a nil list allows nothing private.
+func (a *AllowList) Prefixes() []netip.Prefix {
+	if a == nil {
+		return nil
+	}
+	if p := a.p.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // NewCallbackClient is the client deliveries use: every connection's address is checked again
 // (DNS rebinding), redirects are not followed, and a delivery takes at most 10 s.
-func NewCallbackClient(allow []netip.Prefix) *http.Client {
+func NewCallbackClient(allow *AllowList) *http.Client {
 	d := &net.Dialer{Timeout: 5 * time.Second, Control: func(network, address string, _ syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
 			return fmt.Errorf("callback: address %q: %w", address, err)
 		}
-		if why := forbidden(ap.Addr(), allow); why != "" {
+		if why := forbidden(ap.Addr(), allow.Prefixes()); why != "" {
 			return fmt.Errorf("callback: refusing to connect to %s (%s)", ap.Addr(), why)
 		}
 		return nil

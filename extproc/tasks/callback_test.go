@@ -112,7 +112,7 @@ func TestDelivererRetriesUntilDelivered(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	d := &Deliverer{Store: st, Client: NewCallbackClient([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}),
+	d := &Deliverer{Store: st, Client: NewCallbackClient(NewAllowList([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})),
 		Log: slog.New(slog.DiscardHandler), Now: time.Now, Base: time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -132,5 +132,22 @@ func TestDelivererRetriesUntilDelivered(t *testing.T) {
 	strict := NewCallbackClient(nil)
 	if _, err := strict.Post(srv.URL, "application/json", strings.NewReader("{}")); err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Fatalf("loopback receiver without allow-list: %v", err)
+	}
+	// A reload replaces the list: the same client follows it at its next connection.
+	list := NewAllowList(nil)
+	live := NewCallbackClient(list)
+	live.Transport.(*http.Transport).DisableKeepAlives = true
+	if _, err := live.Post(srv.URL, "application/json", strings.NewReader("{}")); err == nil {
+		t.Fatal("delivered to loopback before the list allowed it")
+	}
+	list.Set([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
+	resp, err := live.Post(srv.URL, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatalf("after the list allowed it: %v", err)
+	}
+	resp.Body.Close()
+	list.Set(nil)
+	if _, err := live.Post(srv.URL, "application/json", strings.NewReader("{}")); err == nil {
+		t.Fatal("delivered to loopback after the list was emptied")
 	}
 }

@@ -373,3 +373,55 @@ models:
     pricing: {request: "0.05", duration: "0.045"}
 `, fake.MiniMaxURL())
 }
+
+// TestCallbackAllowListFollowsReload: callbacks.allow_private is read again on reload: a
+// loopback callback_url refused at creation before the reload is accepted after it, and its
+// deliveries (checked again at every connection) reach the receiver.
+func TestCallbackAllowListFollowsReload(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	var delivered sync.WaitGroup
+	delivered.Add(1)
+	var once sync.Once
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(delivered.Done)
+	}))
+	defer hook.Close()
+	base := fmt.Sprintf(`providers:
+  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: hailuo-02
+    family: V1
+    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
+    pricing: {request: "0.05", duration: "0.045"}
+`, fake.MiniMaxURL())
+	g := startGateway(t, base, "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	create := `{"model":"hailuo-02","prompt":"a fox","callback_url":"` + hook.URL + `/v"}`
+	if code, obj := g.do("POST", key, "/videos", create); code != 400 || obj["error"].(map[string]any)["code"] != "invalid_callback_url" {
+		t.Fatalf("loopback callback before allow_private: %d %v", code, obj)
+	}
+	written, err := os.ReadFile(g.CfgPath) // the harness's listen: section and ours
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(g.CfgPath, append([]byte("callbacks: {allow_private: [127.0.0.1]}\n"), written...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := g.adminJSON("POST", "/admin/v1/reload", nil); code != 200 {
+		t.Fatalf("reload: %d %v", code, out)
+	}
+	code, obj := g.do("POST", key, "/videos", create)
+	if code != 200 {
+		t.Fatalf("loopback callback after allow_private: %d %v", code, obj)
+	}
+	done := make(chan struct{})
+	go func() { delivered.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no callback delivered to the newly allowed address")
+	}
+}

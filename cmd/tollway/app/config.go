@@ -222,6 +222,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("store.usage_retention_days is %d: give a number of days, e.g. 35, or 0 to keep usage records for good", c.Store.UsageRetentionDays))
 	}
 	errs = append(errs, c.checkValues()...)
+	if _, err := c.callbackAllow(); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := c.catalogIR(); err != nil {
 		errs = append(errs, err)
 	}

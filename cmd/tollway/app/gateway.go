@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/catalog"
@@ -33,6 +34,8 @@ type gateway struct {
 
 	// internal is Envoy's loopback listener for the gateway's own task requests.
 	internal *ir.Listener
+	// callbacks is callbacks.allow_private, replaced when a configuration is applied.
+	callbacks *tasks.AllowList
 
 	mu     sync.Mutex
 	cfg    *Config
@@ -84,6 +87,9 @@ func (g *gateway) applyConfig(ctx context.Context, c *Config) error {
 			g.log.Error("could not undo a rejected configuration", "error", rerr)
 		}
 		return err
+	}
+	if allow, err := c.callbackAllow(); err == nil && g.callbacks != nil { // Validate checked it
+		g.callbacks.Set(allow)
 	}
 	return nil
 }

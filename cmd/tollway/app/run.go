@@ -99,11 +99,12 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	allow, err := cfg.callbackAllow()
+	allowed, err := cfg.callbackAllow()
 	if err != nil {
 		return err
 	}
-	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv, internal: internal}
+	allow := tasks.NewAllowList(allowed)
+	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv, internal: internal, callbacks: allow}
 	taskSvc := &tasks.Service{Store: st, Envoy: &tasks.Envoy{Addr: fmt.Sprintf("%s:%d", internal.Address, internal.Port)},
 		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second}
 	ext.SetTasks(&extproc.Tasks{Service: taskSvc, CallbackAllow: allow})
