@@ -116,7 +116,9 @@ func CheckCallbackURL(ctx context.Context, raw string, allow []netip.Prefix, r R
 
 // AllowList is callbacks.allow_private as configured now: a reload replaces it, and the next
 // check (a creation, a delivery's connection) reads the new list.
-type AllowList struct{ p atomic.Pointer[[]netip.Prefix] }
+type AllowList struct {
+	p atomic.Pointer[[]netip.Prefix]
+}
 
 // NewAllowList makes a list holding p.
 func NewAllowList(p []netip.Prefix) *AllowList {

@@ -138,7 +138,7 @@ func runTasks(ctx context.Context, dir string, n, callbacks int, w io.Writer) er
 			return err
 		}
 	}
-	d := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}),
+	d := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient(tasks.NewAllowList([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})),
 		Log: slog.New(slog.DiscardHandler), Now: time.Now}
 	dctx, dcancel := context.WithCancel(ctx)
 	t1, cpu1 := time.Now(), cpuNow()
