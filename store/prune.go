@@ -70,6 +70,9 @@ func (s *Store) PruneUsage(before time.Time, limit int) (PruneResult, error) {
 type PruneOptions struct {
 	// Retention is how long raw usage records are kept; 0 keeps them for good (no pruning).
 	Retention time.Duration
+	// TaskRetention is how long finished media tasks are kept after they ended; 0 keeps them
+	// for good.
+	TaskRetention time.Duration
 	// Every is the time between passes (default an hour); a pass also runs at start.
 	Every time.Duration
 	// Chunk is how many records one transaction deletes (default PruneChunk).
@@ -82,7 +85,7 @@ type PruneOptions struct {
 // StartPruning prunes in the background until the returned stop is called (it waits for the
 // pass under way to stop between two transactions).
 func (s *Store) StartPruning(o PruneOptions) (stop func()) {
-	if o.Retention <= 0 {
+	if o.Retention <= 0 && o.TaskRetention <= 0 {
 		return func() {}
 	}
 	if o.Every <= 0 {
@@ -119,16 +122,25 @@ func (s *Store) StartPruning(o PruneOptions) (stop func()) {
 // leaves the writer lock free for at least as long as it held it, so settlement keeps at least
 // half of the store's time however much there is to prune.
 func (s *Store) prunePass(ctx context.Context, o PruneOptions) {
-	cutoff := o.Now().Add(-o.Retention)
+	if o.Retention > 0 {
+		pruneAll(ctx, o, "usage records", o.Now().Add(-o.Retention), s.PruneUsage)
+	}
+	if o.TaskRetention > 0 {
+		pruneAll(ctx, o, "finished tasks", o.Now().Add(-o.TaskRetention), s.PruneTasks)
+	}
+}
+
+// pruneAll runs prune a chunk at a time until nothing before cutoff is left.
+func pruneAll(ctx context.Context, o PruneOptions, what string, cutoff time.Time, prune func(time.Time, int) (PruneResult, error)) {
 	start := time.Now()
 	var total int
 	var longest time.Duration
 	for ctx.Err() == nil {
-		res, err := s.PruneUsage(cutoff, o.Chunk)
+		res, err := prune(cutoff, o.Chunk)
 		total += res.Deleted
 		longest = max(longest, res.Held)
 		if err != nil {
-			o.Log.Error("pruning usage records failed; trying again at the next pass", "error", err)
+			o.Log.Error("pruning "+what+" failed; trying again at the next pass", "error", err)
 			break
 		}
 		if res.Deleted < o.Chunk {
@@ -140,7 +152,7 @@ func (s *Store) prunePass(ctx context.Context, o PruneOptions) {
 		}
 	}
 	if total > 0 {
-		o.Log.Info("pruned usage records", "deleted", total, "older_than", cutoff.UTC().Format(time.RFC3339),
+		o.Log.Info("pruned "+what, "deleted", total, "older_than", cutoff.UTC().Format(time.RFC3339),
 			"took", time.Since(start).Round(time.Millisecond), "longest_transaction", longest.Round(time.Microsecond))
 	}
 }

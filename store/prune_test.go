@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -166,8 +167,13 @@ func TestStartPruning(t *testing.T) {
 	mustAccount(t, s, "acme", "1000")
 	now := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 	settleSpread(t, s, now.Add(-40*24*time.Hour), 40*24*time.Hour, 400, 50) // 10 a day
-	var logs bytes.Buffer                                                   // read only after stop, which waits for the pruner
-	stop := s.StartPruning(PruneOptions{Retention: 35 * 24 * time.Hour, Chunk: 7, Every: time.Hour,
+	task := newTask("video")
+	task.Status, task.CompletedAt = "failed", now.Add(-31*24*time.Hour)
+	if err := s.PutTask(task); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer // read only after stop, which waits for the pruner
+	stop := s.StartPruning(PruneOptions{Retention: 35 * 24 * time.Hour, TaskRetention: 30 * 24 * time.Hour, Chunk: 7, Every: time.Hour,
 		Now: func() time.Time { return now }, Log: slogTo(&logs)})
 	deadline := time.Now().Add(10 * time.Second)
 	for count(t, s) > 350 {
@@ -182,6 +188,9 @@ func TestStartPruning(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "pruned usage records") || !strings.Contains(logs.String(), "deleted=50") {
 		t.Errorf("no log of the pass: %q", logs.String())
+	}
+	if _, err := s.GetTask(task.ID); !errors.Is(err, ErrTaskNotFound) || !strings.Contains(logs.String(), "pruned finished tasks") {
+		t.Errorf("finished task past its window: %v; log %q", err, logs.String())
 	}
 	// Retention 0 keeps everything.
 	s.StartPruning(PruneOptions{Now: func() time.Time { return now.Add(1000 * 24 * time.Hour) }})()

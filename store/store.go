@@ -53,6 +53,10 @@ var allBuckets = [][]byte{
 	bucketAccounts, bucketUsage, bucketUsageByRequest, bucketUsageAgg, bucketSpendMonth, bucketUsageRoute,
 }
 
+// bucketFill builds a bucket that indexes older ones when a file written before it existed is
+// opened (in the transaction that creates it).
+var bucketFill = map[string]func(tx *bolt.Tx) error{}
+
 // Source says who wrote a record: the config file owns its records and replaces them on reload;
 // records written through the admin API survive reloads.
 type Source string
@@ -141,8 +145,14 @@ func Open(path string) (*Store, error) {
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {
+			fresh := tx.Bucket(b) == nil
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
+			}
+			if fill := bucketFill[string(b)]; fresh && fill != nil {
+				if err := fill(tx); err != nil {
+					return err
+				}
 			}
 		}
 		return nil

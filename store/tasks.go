@@ -5,6 +5,7 @@ package store
 // announces it commit in one transaction, so a restart loses neither.
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base32"
 	"errors"
@@ -19,12 +20,14 @@ import (
 var (
 	bucketTasks     = []byte("tasks")
 	bucketTasksOpen = []byte("tasks_open") // ids of tasks not yet completed or failed
+	bucketTasksDone = []byte("tasks_done") // finished tasks by completion time ‖ id, for retention
 	bucketOutbox    = []byte("callback_outbox")
 	bucketSecrets   = []byte("callback_secrets") // account -> its callback signing secret
 )
 
 func init() {
-	allBuckets = append(allBuckets, bucketTasks, bucketTasksOpen, bucketOutbox, bucketSecrets)
+	allBuckets = append(allBuckets, bucketTasks, bucketTasksOpen, bucketTasksDone, bucketOutbox, bucketSecrets)
+	bucketFill[string(bucketTasksDone)] = indexDoneTasks
 }
 
 // Task is one media generation task.
@@ -151,9 +154,86 @@ func putTask(tx *bolt.Tx, t *Task) error {
 		return err
 	}
 	if t.Terminal() {
+		if err := tx.Bucket(bucketTasksDone).Put(doneKey(t), nil); err != nil {
+			return err
+		}
 		return tx.Bucket(bucketTasksOpen).Delete([]byte(t.ID))
 	}
 	return tx.Bucket(bucketTasksOpen).Put([]byte(t.ID), nil)
+}
+
+// doneKey orders finished tasks by when they ended (their update time if no completion time
+// was recorded), so retention reads only what it deletes.
+func doneKey(t *Task) []byte {
+	at := t.CompletedAt
+	if at.IsZero() {
+		at = t.UpdatedAt
+	}
+	return usageKey(at, t.ID)
+}
+
+// indexDoneTasks indexes the finished tasks of a file written before tasks_done existed.
+func indexDoneTasks(tx *bolt.Tx) error {
+	done := tx.Bucket(bucketTasksDone)
+	return tx.Bucket(bucketTasks).ForEach(func(_, v []byte) error {
+		var t Task
+		if jsonUnmarshal(v, &t) != nil || !t.Terminal() {
+			return nil // unreadable rows stay where they are; open tasks are not due
+		}
+		return done.Put(doneKey(&t), nil)
+	})
+}
+
+// PruneTasks deletes, in one transaction, up to limit finished tasks that ended before before,
+// with what they left in the outbox. Fewer than limit deleted means none is left.
+func (s *Store) PruneTasks(before time.Time, limit int) (PruneResult, error) {
+	var res PruneResult
+	var start time.Time
+	end := usageKey(before, "")
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		start = time.Now()
+		done, tasks := tx.Bucket(bucketTasksDone), tx.Bucket(bucketTasks)
+		var old [][]byte
+		c := done.Cursor()
+		for k, _ := c.First(); k != nil && bytes.Compare(k, end) < 0 && len(old) < limit; k, _ = c.Next() {
+			old = append(old, bytes.Clone(k))
+		}
+		gone := map[string]bool{}
+		for _, k := range old {
+			id := k[8:]
+			if err := done.Delete(k); err != nil {
+				return err
+			}
+			if err := tasks.Delete(id); err != nil {
+				return err
+			}
+			gone[string(id)] = true
+		}
+		res.Deleted = len(old)
+		if len(gone) == 0 {
+			return nil
+		}
+		// Callbacks give up within a day, so a task kept at least a day leaves none behind; a
+		// shorter window must not leave deliveries of tasks that are gone.
+		var stale [][]byte
+		oc := tx.Bucket(bucketOutbox).Cursor()
+		for k, v := oc.First(); k != nil; k, v = oc.Next() {
+			var cb Callback
+			if jsonUnmarshal(v, &cb) == nil && gone[cb.TaskID] {
+				stale = append(stale, bytes.Clone(k))
+			}
+		}
+		for _, k := range stale {
+			if err := tx.Bucket(bucketOutbox).Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if !start.IsZero() {
+		res.Held = time.Since(start)
+	}
+	return res, err
 }
 
 // GetTask reads a task; ErrTaskNotFound when there is none.

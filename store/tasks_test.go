@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+	bolt "go.etcd.io/bbolt"
 )
 
 func newTask(kind string) *Task {
@@ -169,5 +170,65 @@ func TestTaskUsageSettlesWithTheTask(t *testing.T) {
 	}
 	if stored, _ := s.GetTask(y.ID); stored.Status != "completed" {
 		t.Fatalf("task not stored: %+v", stored)
+	}
+}
+
+// TestFinishedTasksArePruned: finished tasks older than the window go (with deliveries still in
+// the outbox for them), running and recent ones stay; a file written before the finished-task
+// index existed gets it built when opened, so its old tasks are pruned too.
+func TestFinishedTasksArePruned(t *testing.T) {
+	s, path := openTemp(t)
+	now := time.Now().UTC()
+	finish := func(age time.Duration, status string) *Task {
+		x := newTask("video")
+		x.Status, x.CompletedAt, x.UpdatedAt = status, now.Add(-age), now.Add(-age)
+		if err := s.PutTask(x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	old, oldFailed, recent := finish(40*24*time.Hour, "completed"), finish(31*24*time.Hour, "failed"), finish(2*24*time.Hour, "completed")
+	running := newTask("video")
+	running.CreatedAt = now.Add(-60 * 24 * time.Hour)
+	if err := s.PutTask(running); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateTask(old.ID, func(x *Task) (TaskChange, error) {
+		return TaskChange{Callbacks: []Callback{{TaskID: x.ID, Account: x.Account, URL: x.CallbackURL, Body: []byte("{}")}}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// An older file: no finished-task index. Reopening builds it.
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketTasksDone) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.PruneTasks(now.Add(-30*24*time.Hour), 1)
+	if err != nil || res.Deleted != 1 {
+		t.Fatalf("first chunk: %+v %v", res, err)
+	}
+	if res, err = s.PruneTasks(now.Add(-30*24*time.Hour), 10); err != nil || res.Deleted != 1 {
+		t.Fatalf("second chunk: %+v %v", res, err)
+	}
+	for _, gone := range []*Task{old, oldFailed} {
+		if _, err := s.GetTask(gone.ID); !errors.Is(err, ErrTaskNotFound) {
+			t.Errorf("task %s kept: %v", gone.Status, err)
+		}
+	}
+	for _, kept := range []*Task{recent, running} {
+		if _, err := s.GetTask(kept.ID); err != nil {
+			t.Errorf("task %s (%s) pruned: %v", kept.ID, kept.Status, err)
+		}
+	}
+	if due, _ := s.DueCallbacks(now.Add(time.Hour), 10); len(due) != 0 {
+		t.Errorf("deliveries of pruned tasks left: %+v", due)
+	}
+	if open, _ := s.OpenTasks(10, ""); len(open) != 1 || open[0].ID != running.ID {
+		t.Errorf("open tasks %+v", open)
 	}
 }

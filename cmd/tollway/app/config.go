@@ -36,6 +36,9 @@ type Config struct {
 		Path string `mapstructure:"path"`
 		// UsageRetentionDays is how long raw usage records are kept; 0 keeps them for good.
 		UsageRetentionDays int `mapstructure:"usage_retention_days"`
+		// TaskRetentionDays is how long finished media tasks are kept after they ended; 0 keeps
+		// them for good.
+		TaskRetentionDays int `mapstructure:"task_retention_days"`
 	} `mapstructure:"store"`
 	Envoy struct {
 		Bin          string        `mapstructure:"bin"`
@@ -125,6 +128,7 @@ var defaults = map[string]any{
 	"listen.admin":                   "127.0.0.1:9090",
 	"store.path":                     "data/tollway.db",
 	"store.usage_retention_days":     35,
+	"store.task_retention_days":      30,
 	"envoy.bin":                      "",
 	"envoy.log_level":                "warning",
 	"envoy.drain_timeout":            "10s",
@@ -220,6 +224,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.UsageRetentionDays < 0 || c.Store.UsageRetentionDays > 36500 {
 		errs = append(errs, fmt.Errorf("store.usage_retention_days is %d: give a number of days, e.g. 35, or 0 to keep usage records for good", c.Store.UsageRetentionDays))
+	}
+	if c.Store.TaskRetentionDays < 0 || c.Store.TaskRetentionDays > 36500 {
+		errs = append(errs, fmt.Errorf("store.task_retention_days is %d: give a number of days, e.g. 30, or 0 to keep finished tasks for good", c.Store.TaskRetentionDays))
 	}
 	errs = append(errs, c.checkValues()...)
 	if _, err := c.callbackAllow(); err != nil {

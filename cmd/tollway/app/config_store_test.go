@@ -31,10 +31,18 @@ func TestStoreRetentionConfig(t *testing.T) {
 		t.Errorf("environment override: %+v, %v", c, err)
 	}
 	t.Setenv("TOLLWAY_STORE_USAGE_RETENTION_DAYS", "")
-	for _, bad := range []string{"-1", "36501", "forever"} {
-		_, err := LoadConfig(writeConfig(t, base+"store: {path: data/t.db, usage_retention_days: "+bad+"}\n"))
-		if err == nil || !strings.Contains(err.Error(), "usage_retention_days") {
-			t.Errorf("usage_retention_days %s: %v, want an error naming the key", bad, err)
+	for _, key := range []string{"usage_retention_days", "task_retention_days"} {
+		for _, bad := range []string{"-1", "36501", "forever"} {
+			_, err := LoadConfig(writeConfig(t, base+"store: {path: data/t.db, "+key+": "+bad+"}\n"))
+			if err == nil || !strings.Contains(err.Error(), key) {
+				t.Errorf("%s %s: %v, want an error naming the key", key, bad, err)
+			}
 		}
+	}
+	if c.Store.TaskRetentionDays != 30 {
+		t.Errorf("default task retention %d days, want 30", c.Store.TaskRetentionDays)
+	}
+	if c, err := LoadConfig(writeConfig(t, base+"store: {path: data/t.db, task_retention_days: 0}\n")); err != nil || c.Store.TaskRetentionDays != 0 {
+		t.Errorf("task_retention_days 0: %+v %v", c, err)
 	}
 }

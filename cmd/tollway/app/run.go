@@ -49,7 +49,11 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer st.Close()
-	stopPruning := st.StartPruning(store.PruneOptions{Retention: time.Duration(cfg.Store.UsageRetentionDays) * 24 * time.Hour, Log: log.With("component", "store")})
+	stopPruning := st.StartPruning(store.PruneOptions{
+		Retention:     time.Duration(cfg.Store.UsageRetentionDays) * 24 * time.Hour,
+		TaskRetention: time.Duration(cfg.Store.TaskRetentionDays) * 24 * time.Hour,
+		Log:           log.With("component", "store"),
+	})
 	defer stopPruning()
 
 	// Sockets and the bootstrap live in a private directory; unix sockets need no ports, so
