@@ -59,9 +59,6 @@ type Task struct {
 	CreatedAt        time.Time       `json:"created_at"`
 	UpdatedAt        time.Time       `json:"updated_at"`
 	CompletedAt      time.Time       `json:"completed_at"`
-	RefreshedAt      time.Time       `json:"refreshed_at"`
-	NextPollAt       time.Time       `json:"next_poll_at"`
-	PollFailures     int             `json:"poll_failures"`
 }
 
 // TaskVideo is one produced video.

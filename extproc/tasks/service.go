@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -43,6 +44,8 @@ type Service struct {
 	RefreshEvery time.Duration
 
 	refreshing sync.Map // task id -> struct{}: one refresh of a task at a time
+	sched      schedule
+	queries    atomic.Int64
 }
 
 // Kind of failure, mapped to an HTTP status at the boundary (extproc).
@@ -121,13 +124,14 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			Model: in.Model.ID, Family: in.Model.Family, Variant: in.Model.Variant, Route: in.Route,
 			Provider: a.Provider.Name, ProviderTaskID: id, Status: string(provider.TaskQueued),
 			Hold: in.Hold, CallbackURL: in.Request.CallbackURL, RequestedSeconds: in.Request.MaxSeconds,
-			CreatedAt: now, UpdatedAt: now, NextPollAt: now.Add(s.RefreshEvery),
+			CreatedAt: now, UpdatedAt: now,
 		}
 		if err := s.Store.PutTask(t); err != nil {
 			// The provider runs a task nobody can see: say so loudly, bill nothing.
 			s.Log.Error("TASK NOT RECORDED: the provider accepted it but the store failed", "provider", a.Provider.Name, "provider_task_id", id, "error", err)
 			return nil, &Error{Kind: KindInternal, Code: "internal_error", Message: "the task could not be recorded; it was not charged; retry"}
 		}
+		s.sched.track(t.ID, now, now.Add(s.RefreshEvery))
 		return t, nil
 	}
 	return nil, &Error{Kind: KindUnavailable, Code: "upstream_unavailable", Message: "no provider accepted the task: " + joinReasons(reasons)}
@@ -145,7 +149,7 @@ func joinReasons(r []string) string {
 }
 
 // Get returns account's task id, refreshed from the provider when it is still running and was
-// not refreshed lately. Another account's task is not found.
+// not queried lately. Another account's task is not found.
 func (s *Service) Get(ctx context.Context, account, id string) (*store.Task, error) {
 	t, err := s.Store.GetTask(id)
 	if err != nil && !errors.Is(err, store.ErrTaskNotFound) {
@@ -154,7 +158,7 @@ func (s *Service) Get(ctx context.Context, account, id string) (*store.Task, err
 	if t == nil || t.Account != account {
 		return nil, &Error{Kind: KindNotFound, Code: "not_found", Message: fmt.Sprintf("no task %q for this API key's account", clip(id))}
 	}
-	if !t.Terminal() && s.Now().Sub(t.RefreshedAt) >= s.RefreshEvery {
+	if !t.Terminal() && s.Now().Sub(s.sched.lastQuery(t.ID)) >= s.RefreshEvery {
 		if nt, err := s.Refresh(ctx, t); err == nil {
 			t = nt
 		} // a failed refresh answers from the store: the poller tries again
@@ -162,8 +166,35 @@ func (s *Service) Get(ctx context.Context, account, id string) (*store.Task, err
 	return t, nil
 }
 
+// Resume schedules every running task of the store for a query now (at start: the schedule
+// lives in memory). It returns how many there are.
+func (s *Service) Resume() (int, error) {
+	n, after, now := 0, "", s.Now()
+	for {
+		open, err := s.Store.OpenTasks(500, after)
+		if err != nil {
+			return n, err
+		}
+		for _, t := range open {
+			after = t.ID
+			s.sched.track(t.ID, t.CreatedAt, now)
+			n++
+		}
+		if len(open) < 500 {
+			return n, nil
+		}
+	}
+}
+
+// Running is the number of tasks the poller is following.
+func (s *Service) Running() int { return s.sched.size() }
+
+// Queries is how many provider queries the service has made.
+func (s *Service) Queries() int64 { return s.queries.Load() }
+
 // Refresh queries the provider for t and stores what changed, with the callback of a status
-// change in the same transaction; a task that ended is billed.
+// change in the same transaction; a task that ended is billed. A query that changes nothing
+// writes nothing.
 func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, error) {
 	if _, busy := s.refreshing.LoadOrStore(t.ID, struct{}{}); busy {
 		return t, nil
@@ -171,20 +202,20 @@ func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, erro
 	defer s.refreshing.Delete(t.ID)
 	cat := s.Catalog()
 	p, m := cat.Provider(t.Provider), cat.Model(t.Model)
+	s.queries.Add(1)
 	st, err := s.query(ctx, p, m, t)
 	now := s.Now()
+	s.sched.queried(t.ID, now, err == nil, s.RefreshEvery)
+	if err != nil {
+		return t, err
+	}
+	if probe := *t; !apply(&probe, st, now) {
+		return t, nil
+	}
 	var ended bool
 	out, uerr := s.Store.UpdateTask(t.ID, func(r *store.Task) (store.TaskChange, error) {
 		ended = false
 		var ch store.TaskChange
-		r.RefreshedAt = now
-		if err != nil {
-			r.PollFailures++
-			r.NextPollAt = now.Add(backoff(r.PollFailures))
-			return ch, nil
-		}
-		r.PollFailures = 0
-		r.NextPollAt = now.Add(s.RefreshEvery)
 		before := r.Status
 		apply(r, st, now)
 		if r.Terminal() && before != r.Status {
@@ -209,10 +240,13 @@ func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, erro
 	if uerr != nil {
 		return t, uerr
 	}
+	if out.Terminal() {
+		s.sched.forget(t.ID)
+	}
 	if ended && s.Bill != nil {
 		s.Bill(out)
 	}
-	return out, err
+	return out, nil
 }
 
 // usageOf is the bill of a completed task: one usage record, under an id that makes settling
@@ -257,15 +291,6 @@ func (s *Service) query(ctx context.Context, p *ir.Provider, m *ir.Model, t *sto
 	return st, nil
 }
 
-// backoff spaces the queries of a task whose provider fails: 5 s doubling to 10 min.
-func backoff(failures int) time.Duration {
-	d := 5 * time.Second
-	for i := 1; i < failures && d < 10*time.Minute; i++ {
-		d *= 2
-	}
-	return min(d, 10*time.Minute)
-}
-
 func clip(s string) string {
 	if len(s) > 80 {
 		return s[:80] + "..."
@@ -273,13 +298,13 @@ func clip(s string) string {
 	return s
 }
 
-// apply records a provider's view of a task.
-func apply(r *store.Task, st provider.TaskState, now time.Time) {
+// apply records a provider's view of a task and reports whether it changed anything.
+func apply(r *store.Task, st provider.TaskState, now time.Time) bool {
+	was, _ := json.Marshal(r)
 	r.Status, r.FamilyStatus = string(st.Status), st.FamilyStatus
 	r.Progress = progressOf(st.Status, st.Progress)
-	r.UpdatedAt = now
 	if len(st.Videos) > 0 {
-		r.Videos = r.Videos[:0]
+		r.Videos = make([]store.TaskVideo, 0, len(st.Videos)) // never the caller's array
 		for _, v := range st.Videos {
 			r.Videos = append(r.Videos, store.TaskVideo{URL: v.URL, ExpiresAt: v.ExpiresAt, Seconds: v.Seconds, Width: v.Width, Height: v.Height})
 		}
@@ -293,6 +318,11 @@ func apply(r *store.Task, st provider.TaskState, now time.Time) {
 	if st.Status.Terminal() && r.CompletedAt.IsZero() {
 		r.CompletedAt = now
 	}
+	if is, _ := json.Marshal(r); string(is) == string(was) {
+		return false
+	}
+	r.UpdatedAt = now
+	return true
 }
 
 // Seconds is what a finished task produced: the provider's usage when it reports it, else the
@@ -344,7 +374,8 @@ func ObjectOf(t *store.Task, now time.Time) Object {
 }
 
 // Poll advances every running task in the background, so tasks complete (and their callbacks
-// go out) without anybody asking: due tasks are refreshed with at most workers at a time.
+// go out) without anybody asking: every tick, the tasks due (see interval) are queried with at
+// most workers at a time.
 func (s *Service) Poll(ctx context.Context, every time.Duration, workers int) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -357,37 +388,30 @@ func (s *Service) Poll(ctx context.Context, every time.Duration, workers int) {
 			return
 		case <-tick.C:
 		}
-		now := s.Now()
-		after := ""
-		for {
-			open, err := s.Store.OpenTasks(500, after)
-			if err != nil {
-				s.Log.Error("task poller: the store failed", "error", err)
-				break
+		for _, id := range s.sched.due(s.Now()) {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
 			}
-			for i := range open {
-				t := open[i]
-				after = t.ID
-				if t.NextPollAt.After(now) {
-					continue
-				}
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				t, err := s.Store.GetTask(id)
+				if err != nil || t.Terminal() {
+					if !errors.Is(err, store.ErrTaskNotFound) && err != nil {
+						s.Log.Error("task poller: the store failed", "task", id, "error", err)
+						s.sched.queried(id, s.Now(), false, s.RefreshEvery)
+						return
+					}
+					s.sched.forget(id) // gone or ended elsewhere
 					return
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-					defer cancel()
-					_, _ = s.Refresh(rctx, &t)
-				}()
-			}
-			if len(open) < 500 {
-				break
-			}
+				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				_, _ = s.Refresh(rctx, t)
+			}()
 		}
 	}
 }

@@ -92,6 +92,8 @@ func fakeEnvoy(t *testing.T) (*Envoy, *atomic.Int32) {
 			w.WriteHeader(503)
 		case r.URL.Path == "/create" && strings.Contains(string(body), "forbidden"):
 			w.Write([]byte(`{"code":"content_filter"}`))
+		case r.URL.Path == "/create" && strings.Contains(string(body), "slow"):
+			w.Write([]byte(`{"task_id":"slow-` + fmt.Sprint(time.Now().UnixNano()) + `"}`))
 		case r.URL.Path == "/create":
 			w.Write([]byte(`{"task_id":"t-` + fmt.Sprint(time.Now().UnixNano()) + `"}`))
 		case strings.HasPrefix(r.URL.Path, "/query/"):
@@ -100,7 +102,7 @@ func fakeEnvoy(t *testing.T) (*Envoy, *atomic.Int32) {
 			polls[r.URL.Path]++
 			n := polls[r.URL.Path]
 			mu.Unlock()
-			if n < 2 {
+			if n < 2 || (strings.Contains(r.URL.Path, "/slow-") && n < 5) {
 				w.Write([]byte(`{"status":"in_progress"}`))
 			} else {
 				w.Write([]byte(`{"status":"completed","url":"https://cdn.example/v.mp4"}`))
@@ -267,5 +269,88 @@ func TestCompletionOfAGoneAccount(t *testing.T) {
 	}
 	if recs, _ := s.Store.UsageRecords(store.UsageFilter{}, 10); len(recs) != 0 {
 		t.Fatalf("records for a missing account: %+v", recs)
+	}
+}
+
+// TestQueriesThatChangeNothingWriteNothing: a running task queried again with the same answer
+// leaves its record untouched (no transaction, no fsync); the schedule in memory still moves,
+// so a GET inside RefreshEvery answers from the store without a query.
+func TestQueriesThatChangeNothingWriteNothing(t *testing.T) {
+	s, _ := newService(t)
+	s.RefreshEvery = time.Hour
+	task, err := s.newTask(t, "slow fox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Refresh(context.Background(), task)
+	if err != nil || first.Status != "in_progress" {
+		t.Fatalf("first query: %+v %v", first, err)
+	}
+	for i := 0; i < 2; i++ {
+		again, err := s.Refresh(context.Background(), first)
+		if err != nil || again.Status != "in_progress" {
+			t.Fatalf("query %d: %+v %v", i, again, err)
+		}
+	}
+	stored, _ := s.Store.GetTask(task.ID)
+	if !stored.UpdatedAt.Equal(first.UpdatedAt) {
+		t.Fatalf("an unchanged query rewrote the task: updated %s, then %s", first.UpdatedAt, stored.UpdatedAt)
+	}
+	before := s.Queries()
+	if _, err := s.Get(context.Background(), "acme", task.ID); err != nil || s.Queries() != before {
+		t.Fatalf("GET inside RefreshEvery queried the provider: %v, %d queries", err, s.Queries()-before)
+	}
+}
+
+// TestResumeSchedulesRunningTasks: a service started over a store (a restart) follows every
+// running task of it, due at once, and forgets them as they end.
+func TestResumeSchedulesRunningTasks(t *testing.T) {
+	s, _ := newService(t)
+	for _, p := range []string{"a fox", "a hare"} {
+		if _, err := s.newTask(t, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := &Service{Store: s.Store, Envoy: s.Envoy, Log: s.Log, Now: time.Now, Catalog: s.Catalog, RefreshEvery: time.Hour}
+	if n, err := again.Resume(); n != 2 || err != nil || again.Running() != 2 {
+		t.Fatalf("resume: %d %v, running %d", n, err, again.Running())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go again.Poll(ctx, 5*time.Millisecond, 2)
+	// Each task needs two queries (in_progress, then completed); the second is made due at once
+	// rather than an hour later.
+	for again.Running() > 0 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+		again.sched.mu.Lock()
+		for _, p := range again.sched.tasks {
+			p.next = time.Time{}
+		}
+		again.sched.mu.Unlock()
+	}
+	if again.Running() != 0 {
+		t.Fatalf("%d tasks still followed", again.Running())
+	}
+	open, _ := s.Store.OpenTasks(10, "")
+	if len(open) != 0 {
+		t.Fatalf("open tasks left: %d", len(open))
+	}
+}
+
+// TestPollingInterval: young tasks are queried every RefreshEvery, older ones at a tenth of
+// their age up to 15 s; failing providers back off from 5 s to 10 min.
+func TestPollingInterval(t *testing.T) {
+	for _, c := range []struct{ age, want time.Duration }{
+		{0, 3 * time.Second}, {20 * time.Second, 3 * time.Second}, {60 * time.Second, 6 * time.Second},
+		{10 * time.Minute, 15 * time.Second}, {3 * time.Hour, 15 * time.Second},
+	} {
+		if got := interval(c.age, 3*time.Second); got != c.want {
+			t.Errorf("interval at age %s = %s, want %s", c.age, got, c.want)
+		}
+	}
+	for f, want := range map[int]time.Duration{1: 5 * time.Second, 2: 10 * time.Second, 7: 320 * time.Second, 8: 10 * time.Minute, 50: 10 * time.Minute} {
+		if got := backoff(f); got != want {
+			t.Errorf("backoff(%d) = %s, want %s", f, got, want)
+		}
 	}
 }

@@ -117,9 +117,15 @@ func (r *result) errRate() float64 {
 // attackChat sends non-streaming chat completions at a fixed rate (vegeta's open model: a
 // request starts on schedule whether or not earlier ones have finished).
 func attackChat(ctx context.Context, t *target, body []byte, rate int, dur time.Duration) *result {
+	return attackPost(ctx, t, "/chat/completions", body, `"chat.completion"`, rate, dur)
+}
+
+// attackPost sends POSTs of body to path at a fixed rate; a 2xx answer counts when its body
+// contains want.
+func attackPost(ctx context.Context, t *target, path string, body []byte, want string, rate int, dur time.Duration) *result {
 	atk := vegeta.NewAttacker(vegeta.Client(t.client), vegeta.MaxBody(1<<20))
 	defer context.AfterFunc(ctx, func() { atk.Stop() })()
-	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodPost, URL: t.baseURL + "/chat/completions", Body: body, Header: t.header()})
+	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodPost, URL: t.baseURL + path, Body: body, Header: t.header()})
 	r := &result{lat: make([]time.Duration, 0, rate*int(dur.Seconds()+1))}
 	var m vegeta.Metrics
 	for res := range atk.Attack(tr, vegeta.Rate{Freq: rate, Per: time.Second}, dur, t.name) {
@@ -130,8 +136,8 @@ func attackChat(ctx context.Context, t *target, body []byte, rate int, dur time.
 			r.fail(cmpStr(res.Error, fmt.Sprintf("status %d", res.Code)))
 		case res.Error != "":
 			r.fail(res.Error)
-		case !bytes.Contains(res.Body, []byte(`"chat.completion"`)):
-			r.fail("200 without a chat.completion body")
+		case !bytes.Contains(res.Body, []byte(want)):
+			r.fail("2xx without " + want + " in its body")
 		default:
 			r.lat = append(r.lat, res.Latency)
 		}

@@ -115,6 +115,7 @@ type options struct {
 	storeDuration  time.Duration
 	openTasks      int
 	callbacks      int
+	taskRate       int
 }
 
 func (o *options) has(scenario string) bool { return slices.Contains(o.scenarios, scenario) }
@@ -133,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.rate, "rate", 500, "latency: requests per second, fixed (open model)")
 	fs.IntVar(&o.openTasks, "tasks", 10000, "tasks: open media tasks one poll round goes over")
 	fs.IntVar(&o.callbacks, "callbacks", 5000, "tasks: callbacks delivered from the outbox")
+	fs.IntVar(&o.taskRate, "task-rate", 50, "tasks: video task creations per second, through Tollway and directly")
 	fs.DurationVar(&o.duration, "duration", 8*time.Second, "latency: measured duration of each scenario (path x mode)")
 	// Short alternating rounds cancel the machine's drift: with 2 rounds, two identical gateways
 	// measured up to 170 us apart at p50; with 8 rounds of 1s, within 20 us.
@@ -176,6 +178,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.rate <= 0 || o.duration < time.Second || o.warmup < 0 || o.maxInFlight <= 0 || o.rounds < 1 || o.duration/time.Duration(max(1, o.rounds)) < time.Second {
 		return nil, errors.New("need -rate > 0, -duration >= 1s, -rounds >= 1 with -duration/-rounds >= 1s, -warmup >= 0, -max-inflight > 0")
 	}
+	if o.taskRate <= 0 {
+		return nil, errors.New("need -task-rate > 0")
+	}
 	if o.settleRate <= 0 || o.moneyRate <= 0 || o.settleDuration < time.Second || o.settleWait < time.Second || o.storeProducers <= 0 || o.storeDuration < time.Second {
 		return nil, errors.New("need -settle-rate > 0, -settle-duration >= 1s, -settle-wait >= 1s, -store-producers > 0, -store-duration >= 1s")
 	}
@@ -209,7 +214,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.has("settle") && !slices.Contains(paths, pathTollway) {
 		paths = append(paths, pathTollway)
 	}
-	if len(paths) > 0 {
+	if len(paths) > 0 || o.has("tasks") || o.has("fallback") {
 		if o.envoyBin, err = envoy.FindBinary(o.envoyBin); err != nil {
 			return err
 		}
@@ -431,6 +436,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.has("tasks") {
 		fmt.Fprintf(stderr, "bench: tasks: %d open tasks, %d callbacks ...\n", o.openTasks, o.callbacks)
 		if err := runTasks(ctx, filepath.Join(dir, "tasks"), o.openTasks, o.callbacks, stdout); err != nil {
+			bad = append(bad, err.Error())
+		}
+		if err := runTaskCreate(ctx, o, dir, stdout, stderr); err != nil {
 			bad = append(bad, err.Error())
 		}
 	}

@@ -112,7 +112,10 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	taskSvc := &tasks.Service{Store: st, Envoy: &tasks.Envoy{Addr: fmt.Sprintf("%s:%d", internal.Address, internal.Port)},
 		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second}
 	ext.SetTasks(&extproc.Tasks{Service: taskSvc, CallbackAllow: allow})
-	if n, err := ext.RestoreTaskHolds(st); err != nil {
+	if _, err := ext.RestoreTaskHolds(st); err != nil {
+		return fmt.Errorf("running tasks: %w", err)
+	}
+	if n, err := taskSvc.Resume(); err != nil {
 		return fmt.Errorf("running tasks: %w", err)
 	} else if n > 0 {
 		log.Info("running tasks resumed", "tasks", n)

@@ -1,0 +1,120 @@
+package tasks
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// schedule is when each running task is queried next, in memory: the poller reads it every
+// tick without touching the store, and a query that changes nothing writes nothing. A restart
+// loses it on purpose: every running task is then due at once (Resume).
+type schedule struct {
+	mu    sync.Mutex
+	tasks map[string]*polling
+}
+
+// polling is one running task's place in the schedule.
+type polling struct {
+	created  time.Time
+	next     time.Time // the poller queries it at or after next
+	last     time.Time // the last query (a GET refreshes only when it is older than RefreshEvery)
+	failures int       // queries in a row that failed (backoff)
+}
+
+// track adds a running task, due at next.
+func (s *schedule) track(id string, created, next time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tasks == nil {
+		s.tasks = map[string]*polling{}
+	}
+	if _, ok := s.tasks[id]; !ok {
+		s.tasks[id] = &polling{created: created, next: next}
+	}
+}
+
+// forget removes a task that ended.
+func (s *schedule) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.tasks, id)
+}
+
+// lastQuery is when the task was last queried (zero: never, or not running here).
+func (s *schedule) lastQuery(id string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.tasks[id]; p != nil {
+		return p.last
+	}
+	return time.Time{}
+}
+
+// queried records a query's outcome: the next one is due after backoff on failure, else after
+// the task's polling interval.
+func (s *schedule) queried(id string, now time.Time, ok bool, every time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.tasks[id]
+	if p == nil {
+		return
+	}
+	p.last = now
+	if !ok {
+		p.failures++
+		p.next = now.Add(backoff(p.failures))
+		return
+	}
+	p.failures = 0
+	p.next = now.Add(interval(now.Sub(p.created), every))
+}
+
+// due lists the tasks due at now, the longest overdue first.
+func (s *schedule) due(now time.Time) []string {
+	s.mu.Lock()
+	type item struct {
+		id string
+		at time.Time
+	}
+	var out []item
+	for id, p := range s.tasks {
+		if !p.next.After(now) {
+			out = append(out, item{id, p.next})
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
+	ids := make([]string, len(out))
+	for i, it := range out {
+		ids[i] = it.id
+	}
+	return ids
+}
+
+// size is the number of running tasks.
+func (s *schedule) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.tasks)
+}
+
+// maxInterval bounds the time between two background queries of a running task: a callback
+// arrives at most this late after the provider finished.
+const maxInterval = 15 * time.Second
+
+// interval spaces the background queries of a task of age age: every (RefreshEvery) while it
+// is young, then a tenth of its age, at most maxInterval. Videos take minutes; querying a
+// five-minute task every 3 s would cost five times the queries for nothing.
+func interval(age, every time.Duration) time.Duration {
+	return max(every, min(age/10, maxInterval))
+}
+
+// backoff spaces the queries of a task whose provider fails: 5 s doubling to 10 min.
+func backoff(failures int) time.Duration {
+	d := 5 * time.Second
+	for i := 1; i < failures && d < 10*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 10*time.Minute)
+}
