@@ -119,8 +119,11 @@ type exchange struct {
 	// the request's x-request-id into every response), and refused at the next message.
 	deferred *APIError
 
-	video       bool   // POST /v1/videos: the body creates a task
+	media       string // POST /v1/videos or /v1/images: the body creates a task of this kind
 	contentType string // the request's, for a form body
+	// send sends Envoy a message before the answer to the one being handled (a timeout
+	// override); nil outside a stream.
+	send func(*extprocv3.ProcessingResponse) error
 }
 
 // served records which attempt answered ("<provider>/<catalog model>"); the model's prices bill it.
@@ -140,7 +143,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok && len(md.Get(ir.PhaseMetadata)) > 0 && md.Get(ir.PhaseMetadata)[0] == ir.PhaseUpstream {
 		return s.processAttempt(stream)
 	}
-	x := &exchange{s: s, rt: s.runtime.Load()}
+	x := &exchange{s: s, rt: s.runtime.Load(), send: stream.Send}
 	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
 	// released: a request that got an answer is billed, from an estimate if need be.
 	defer x.finish()
@@ -238,8 +241,8 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		}
 		return x.reply(http.StatusOK, body)
 	}
-	if path == videosPath || strings.HasPrefix(path, videosPath+"/") {
-		if resp := x.videoHeaders(method, path, auth, contentType); resp != nil {
+	if kind := mediaKind(path); kind != "" {
+		if resp := x.mediaHeaders(kind, method, path, auth, contentType); resp != nil {
 			return resp
 		}
 		return x.readBody(h, contentLength, strip)
@@ -327,8 +330,8 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if len(b.GetBody()) > ir.MaxBodyBytes {
 		return x.fail(errTooLarge) // sent without a content-length (chunked)
 	}
-	if x.video {
-		return x.videoBody(b.GetBody())
+	if x.media != "" {
+		return x.mediaBody(b.GetBody())
 	}
 	plan, e := x.rt.planChat(b.GetBody())
 	if e != nil {

@@ -39,11 +39,7 @@ func (s *Store) PruneUsage(before time.Time, limit int) (PruneResult, error) {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		start = time.Now()
 		usage, byReq := tx.Bucket(bucketUsage), tx.Bucket(bucketUsageByRequest)
-		var old [][]byte
-		c := usage.Cursor()
-		for k, _ := c.First(); k != nil && bytes.Compare(k, end) < 0 && len(old) < limit; k, _ = c.Next() {
-			old = append(old, bytes.Clone(k))
-		}
+		old := keysBefore(usage, end, limit)
 		for _, k := range old {
 			if err := usage.Delete(k); err != nil {
 				return err
@@ -66,6 +62,16 @@ func (s *Store) PruneUsage(before time.Time, limit int) (PruneResult, error) {
 	return res, err
 }
 
+// keysBefore lists up to limit keys of b that sort before end, from the first.
+func keysBefore(b *bolt.Bucket, end []byte, limit int) [][]byte {
+	var out [][]byte
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && bytes.Compare(k, end) < 0 && len(out) < limit; k, _ = c.Next() {
+		out = append(out, bytes.Clone(k))
+	}
+	return out
+}
+
 // PruneOptions configure background pruning.
 type PruneOptions struct {
 	// Retention is how long raw usage records are kept; 0 keeps them for good (no pruning).
@@ -85,9 +91,7 @@ type PruneOptions struct {
 // StartPruning prunes in the background until the returned stop is called (it waits for the
 // pass under way to stop between two transactions).
 func (s *Store) StartPruning(o PruneOptions) (stop func()) {
-	if o.Retention <= 0 && o.TaskRetention <= 0 {
-		return func() {}
-	}
+
 	if o.Every <= 0 {
 		o.Every = time.Hour
 	}
@@ -128,6 +132,7 @@ func (s *Store) prunePass(ctx context.Context, o PruneOptions) {
 	if o.TaskRetention > 0 {
 		pruneAll(ctx, o, "finished tasks", o.Now().Add(-o.TaskRetention), s.PruneTasks)
 	}
+	pruneAll(ctx, o, "expired images", o.Now(), s.PruneImages) // kept until their own expiry
 }
 
 // pruneAll runs prune a chunk at a time until nothing before cutoff is left.

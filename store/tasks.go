@@ -19,14 +19,15 @@ import (
 
 var (
 	bucketTasks     = []byte("tasks")
-	bucketTasksOpen = []byte("tasks_open") // ids of tasks not yet completed or failed
-	bucketTasksDone = []byte("tasks_done") // finished tasks by completion time ‖ id, for retention
+	bucketTasksOpen = []byte("tasks_open")  // ids of tasks not yet completed or failed
+	bucketTasksDone = []byte("tasks_done")  // finished tasks by completion time ‖ id, for retention
+	bucketImages    = []byte("task_images") // images a provider sent inline, by expiry ‖ task id ‖ index
 	bucketOutbox    = []byte("callback_outbox")
 	bucketSecrets   = []byte("callback_secrets") // account -> its callback signing secret
 )
 
 func init() {
-	allBuckets = append(allBuckets, bucketTasks, bucketTasksOpen, bucketTasksDone, bucketOutbox, bucketSecrets)
+	allBuckets = append(allBuckets, bucketTasks, bucketTasksOpen, bucketTasksDone, bucketImages, bucketOutbox, bucketSecrets)
 	bucketFill[string(bucketTasksDone)] = indexDoneTasks
 }
 
@@ -47,7 +48,15 @@ type Task struct {
 	FamilyStatus   string          `json:"family_status,omitempty"`
 	Progress       int             `json:"progress"`
 	Videos         []TaskVideo     `json:"videos,omitempty"`
+	Images         []TaskImage     `json:"images,omitempty"`
+	Text           string          `json:"text,omitempty"` // what the model wrote beside its images
 	BilledSeconds  decimal.Decimal `json:"billed_seconds"` // the provider's usage, when it reports one
+	// BilledImages is the provider's image count (usage), when it reports one.
+	BilledImages int64 `json:"billed_images,omitempty"`
+	// PromptTokens and CompletionTokens are the provider's token usage, for families also
+	// billed by tokens (I3).
+	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
+	CompletionTokens int64 `json:"completion_tokens,omitempty"`
 	// RequestedSeconds is the duration asked for: what is billed when the provider reports
 	// neither usage nor the videos' durations (MiniMax).
 	RequestedSeconds int64           `json:"requested_seconds"`
@@ -68,6 +77,21 @@ type TaskVideo struct {
 	Seconds   decimal.Decimal `json:"seconds"`
 	Width     int             `json:"width,omitempty"`
 	Height    int             `json:"height,omitempty"`
+}
+
+// TaskImage is one produced image: a provider's URL, or the image itself (Blob), kept until
+// ExpiresAt.
+type TaskImage struct {
+	URL       string    `json:"url,omitempty"`
+	MIMEType  string    `json:"mime_type,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Width     int       `json:"width,omitempty"`
+	Height    int       `json:"height,omitempty"`
+	// Blob is where the image's bytes are kept when the provider sent them (not a URL); set
+	// by the store when the task is written with Data.
+	Blob string `json:"blob,omitempty"`
+	// Data is the image's bytes: written with the task, read back by GetTask (nil once expired).
+	Data []byte `json:"-"`
 }
 
 // TaskError is why a task failed.
@@ -98,6 +122,9 @@ const (
 	maxTaskURL     = 4096
 	maxTaskText    = 4096
 	maxTaskVideos  = 16
+	maxTaskImages  = 16
+	maxImageBytes  = 64 << 20
+	maxModelText   = 256 << 10 // text a model returned beside its images
 	maxCallbackLen = 1 << 20
 )
 
@@ -119,8 +146,10 @@ func (t *Task) check() error {
 		return fmt.Errorf("task id %q", t.ID)
 	case t.Account == "" || t.Model == "" || t.Provider == "" || t.ProviderTaskID == "" || len(t.ProviderTaskID) > 256:
 		return fmt.Errorf("task %s lacks its account, model, provider or provider task id", t.ID)
-	case len(t.CallbackURL) > maxTaskURL || len(t.Videos) > maxTaskVideos:
-		return fmt.Errorf("task %s: callback URL or video list too long", t.ID)
+	case len(t.CallbackURL) > maxTaskURL || len(t.Videos) > maxTaskVideos || len(t.Images) > maxTaskImages:
+		return fmt.Errorf("task %s: callback URL, video or image list too long", t.ID)
+	case len(t.Text) > maxModelText:
+		return fmt.Errorf("task %s: the model's text is over %d bytes", t.ID, maxModelText)
 	case t.Error != nil && (len(t.Error.Message) > maxTaskText || len(t.Error.Code) > 128):
 		return fmt.Errorf("task %s: error text too long", t.ID)
 	}
@@ -129,24 +158,79 @@ func (t *Task) check() error {
 			return fmt.Errorf("task %s: a video URL is over %d bytes", t.ID, maxTaskURL)
 		}
 	}
+	for _, im := range t.Images {
+		if len(im.URL) > maxTaskURL || len(im.MIMEType) > 128 || len(im.Data) > maxImageBytes {
+			return fmt.Errorf("task %s: an image URL, type or size is over its bound (%d bytes of URL, %d MiB)", t.ID, maxTaskURL, maxImageBytes>>20)
+		}
+	}
 	return nil
 }
 
 // PutTask records a new task durably (the transaction is committed and synced when it
 // returns).
-func (s *Store) PutTask(t *Task) error {
+func (s *Store) PutTask(t *Task) error { return s.PutTaskChange(t, TaskChange{}) }
+
+// PutTaskChange records a new task with what ch writes beside it (a task that finished at
+// creation: its callback and its bill), in one durable transaction; errors as UpdateTask.
+func (s *Store) PutTaskChange(t *Task, ch TaskChange) error {
 	if err := t.check(); err != nil {
 		return errorOf(ErrInvalid, "store: %v", err)
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	var usageErr error
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketTasks).Get([]byte(t.ID)) != nil {
 			return errorOf(ErrExists, "store: task %s exists", t.ID)
 		}
-		return putTask(tx, t)
+		if err := putTask(tx, t); err != nil {
+			return err
+		}
+		var err error
+		usageErr, err = writeChange(tx, ch)
+		return err
 	})
+	if err != nil {
+		return err
+	}
+	return usageErr
+}
+
+// writeChange writes what a task change carries beside the task. A usage record wrong in
+// itself comes back as usageErr (the transaction may commit); any other failure as err.
+func writeChange(tx *bolt.Tx, ch TaskChange) (usageErr, err error) {
+	for _, c := range ch.Callbacks {
+		if err := enqueue(tx, c); err != nil {
+			return nil, err
+		}
+	}
+	if ch.Usage == nil {
+		return nil, nil
+	}
+	errs := []error{nil}
+	if todo := prepareSettling([]UsageRecord{*ch.Usage}, errs); len(todo) > 0 {
+		if err := settleTx(tx, todo, errs); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case errs[0] == nil:
+		return nil, nil
+	case wrongRecord(errs[0]):
+		return fmt.Errorf("%w: %w", ErrUsageNotSettled, errs[0]), nil
+	}
+	return nil, errs[0]
 }
 
 func putTask(tx *bolt.Tx, t *Task) error {
+	for i := range t.Images {
+		im := &t.Images[i]
+		if im.Data == nil || im.Blob != "" {
+			continue
+		}
+		im.Blob = string(usageKey(im.ExpiresAt, fmt.Sprintf("%s/%d", t.ID, i)))
+		if err := tx.Bucket(bucketImages).Put([]byte(im.Blob), im.Data); err != nil {
+			return err
+		}
+	}
 	if err := putJSON(tx.Bucket(bucketTasks), t.ID, t); err != nil {
 		return err
 	}
@@ -190,14 +274,20 @@ func (s *Store) PruneTasks(before time.Time, limit int) (PruneResult, error) {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		start = time.Now()
 		done, tasks := tx.Bucket(bucketTasksDone), tx.Bucket(bucketTasks)
-		var old [][]byte
-		c := done.Cursor()
-		for k, _ := c.First(); k != nil && bytes.Compare(k, end) < 0 && len(old) < limit; k, _ = c.Next() {
-			old = append(old, bytes.Clone(k))
-		}
+		old := keysBefore(done, end, limit)
 		gone := map[string]bool{}
 		for _, k := range old {
 			id := k[8:]
+			var t Task
+			if v := tasks.Get(id); v != nil && jsonUnmarshal(v, &t) == nil {
+				for _, im := range t.Images {
+					if im.Blob != "" {
+						if err := tx.Bucket(bucketImages).Delete([]byte(im.Blob)); err != nil {
+							return err
+						}
+					}
+				}
+			}
 			if err := done.Delete(k); err != nil {
 				return err
 			}
@@ -233,7 +323,8 @@ func (s *Store) PruneTasks(before time.Time, limit int) (PruneResult, error) {
 	return res, err
 }
 
-// GetTask reads a task; ErrTaskNotFound when there is none.
+// GetTask reads a task with the bytes of its images that are still kept; ErrTaskNotFound when
+// there is none.
 func (s *Store) GetTask(id string) (*Task, error) {
 	var t *Task
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -242,9 +333,40 @@ func (s *Store) GetTask(id string) (*Task, error) {
 			return ErrTaskNotFound
 		}
 		t = &Task{}
-		return jsonUnmarshal(v, t)
+		if err := jsonUnmarshal(v, t); err != nil {
+			return err
+		}
+		for i := range t.Images {
+			if b := t.Images[i].Blob; b != "" {
+				t.Images[i].Data = bytes.Clone(tx.Bucket(bucketImages).Get([]byte(b))) // nil once pruned
+			}
+		}
+		return nil
 	})
 	return t, err
+}
+
+// PruneImages deletes, in one transaction, up to limit kept images that expired before before.
+// Their tasks stay: the object then says the image expired.
+func (s *Store) PruneImages(before time.Time, limit int) (PruneResult, error) {
+	var res PruneResult
+	var start time.Time
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		start = time.Now()
+		b := tx.Bucket(bucketImages)
+		old := keysBefore(b, usageKey(before, ""), limit)
+		for _, k := range old {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		res.Deleted = len(old)
+		return nil
+	})
+	if !start.IsZero() {
+		res.Held = time.Since(start)
+	}
+	return res, err
 }
 
 // TaskChange is what a task update writes beside the task, in the same transaction.
@@ -290,25 +412,8 @@ func (s *Store) UpdateTask(id string, fn func(t *Task) (TaskChange, error)) (*Ta
 		if err := putTask(tx, t); err != nil {
 			return err
 		}
-		for _, c := range ch.Callbacks {
-			if err := enqueue(tx, c); err != nil {
-				return err
-			}
-		}
-		if ch.Usage != nil {
-			errs := []error{nil}
-			if todo := prepareSettling([]UsageRecord{*ch.Usage}, errs); len(todo) > 0 {
-				if err := settleTx(tx, todo, errs); err != nil {
-					return err
-				}
-			}
-			switch {
-			case errs[0] == nil:
-			case wrongRecord(errs[0]):
-				usageErr = fmt.Errorf("%w: %w", ErrUsageNotSettled, errs[0])
-			default:
-				return errs[0]
-			}
+		if usageErr, err = writeChange(tx, ch); err != nil {
+			return err
 		}
 		out = t
 		return nil

@@ -29,7 +29,7 @@ import (
 
 type dashscope struct{}
 
-func init() { RegisterTask(ir.ProviderTypeDashScope, dashscope{}) }
+func init() { RegisterTask("V2", dashscope{}) }
 
 var (
 	dashscopeRatios      = []string{"16:9", "9:16", "1:1", "4:3", "3:4", "4:5", "5:4", "9:21", "21:9"}
@@ -152,7 +152,7 @@ func (e dashscopeError) failure(status int) error {
 	return &TaskError{Code: code, Message: fmt.Sprintf("DashScope HTTP %d %s: %s", status, e.Code, e.Message)}
 }
 
-func (dashscope) Created(status int, body []byte) (string, error) {
+func (dashscope) Created(status int, body []byte) (Created, error) {
 	var a struct {
 		dashscopeError
 		Output struct {
@@ -161,12 +161,12 @@ func (dashscope) Created(status int, body []byte) (string, error) {
 	}
 	_ = json.Unmarshal(body, &a)
 	if status != http.StatusOK {
-		return "", a.failure(status)
+		return Created{}, a.failure(status)
 	}
 	if a.Output.TaskID == "" {
-		return "", &TaskError{Code: "upstream_error", Message: "DashScope accepted the task without a task_id"}
+		return Created{}, &TaskError{Code: "upstream_error", Message: "DashScope accepted the task without a task_id"}
 	}
-	return a.Output.TaskID, nil
+	return Created{TaskID: a.Output.TaskID}, nil
 }
 
 func (dashscope) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {

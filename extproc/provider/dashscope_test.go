@@ -54,8 +54,8 @@ func TestDashScopeAnswers(t *testing.T) {
 		string(up.Body) != `{"input":{"prompt":"a fox"},"model":"wan2.2-t2v-plus"}` {
 		t.Fatalf("create %+v %s %v", up, up.Body, err)
 	}
-	if id, err := (dashscope{}).Created(200, []byte(`{"output":{"task_status":"PENDING","task_id":"0385dc79"},"request_id":"4909100c"}`)); err != nil || id != "0385dc79" {
-		t.Fatalf("created %q %v", id, err)
+	if id, err := (dashscope{}).Created(200, []byte(`{"output":{"task_status":"PENDING","task_id":"0385dc79"},"request_id":"4909100c"}`)); err != nil || id.TaskID != "0385dc79" {
+		t.Fatalf("created %+v %v", id, err)
 	}
 	var te *TaskError
 	if _, err := (dashscope{}).Created(400, []byte(`{"code":"DataInspectionFailed","message":"Input data may contain inappropriate content.","request_id":"x"}`)); !errors.As(err, &te) || te.Code != "content_filter" {

@@ -33,7 +33,7 @@ import (
 
 type kling struct{}
 
-func init() { RegisterTask(ir.ProviderTypeKling, kling{}) }
+func init() { RegisterTask("V3", kling{}) }
 
 var (
 	klingFields  = []string{"prompt", "negative_prompt", "cfg_scale", "mode", "duration", "aspect_ratio"}
@@ -208,18 +208,18 @@ func (e klingEnvelope) failure(status int) error {
 	return &TaskError{Code: code, Message: fmt.Sprintf("Kling HTTP %d code %d: %s", status, c, e.Message)}
 }
 
-func (kling) Created(status int, body []byte) (string, error) {
+func (kling) Created(status int, body []byte) (Created, error) {
 	var e klingEnvelope
 	if err := json.Unmarshal(body, &e); err != nil && status == http.StatusOK {
-		return "", fmt.Errorf("Kling's create answer is not JSON")
+		return Created{}, fmt.Errorf("Kling's create answer is not JSON")
 	}
 	if err := e.failure(status); err != nil {
-		return "", err
+		return Created{}, err
 	}
 	if e.Data.TaskID == "" {
-		return "", &TaskError{Code: "upstream_error", Message: "Kling accepted the task without a task_id"}
+		return Created{}, &TaskError{Code: "upstream_error", Message: "Kling accepted the task without a task_id"}
 	}
-	return e.Data.TaskID, nil
+	return Created{TaskID: e.Data.TaskID}, nil
 }
 
 func (kling) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {

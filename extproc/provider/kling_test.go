@@ -69,8 +69,8 @@ func TestKlingSignsAndRenames(t *testing.T) {
 
 // TestKlingAnswers: the envelope's numeric codes, statuses, and durations as strings.
 func TestKlingAnswers(t *testing.T) {
-	if id, err := (kling{}).Created(200, []byte(`{"code":0,"message":"SUCCEED","request_id":"r","data":{"task_id":"786","task_status":"submitted"}}`)); err != nil || id != "786" {
-		t.Fatalf("created %q %v", id, err)
+	if id, err := (kling{}).Created(200, []byte(`{"code":0,"message":"SUCCEED","request_id":"r","data":{"task_id":"786","task_status":"submitted"}}`)); err != nil || id.TaskID != "786" {
+		t.Fatalf("created %+v %v", id, err)
 	}
 	var te *TaskError
 	for body, want := range map[string]string{

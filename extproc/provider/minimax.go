@@ -24,7 +24,7 @@ import (
 
 type minimax struct{}
 
-func init() { RegisterTask(ir.ProviderTypeMiniMax, minimax{}) }
+func init() { RegisterTask("V1", minimax{}) }
 
 var minimaxFields = []string{"prompt", "first_frame_image", "prompt_optimizer", "fast_pretreatment", "duration", "resolution", "aigc_watermark"}
 
@@ -143,21 +143,21 @@ func httpCode(status int) string {
 	return "upstream_error"
 }
 
-func (minimax) Created(status int, body []byte) (string, error) {
+func (minimax) Created(status int, body []byte) (Created, error) {
 	var a struct {
 		minimaxBase
 		TaskID string `json:"task_id"`
 	}
 	if err := json.Unmarshal(body, &a); err != nil && status == http.StatusOK {
-		return "", fmt.Errorf("MiniMax's create answer is not JSON")
+		return Created{}, fmt.Errorf("MiniMax's create answer is not JSON")
 	}
 	if err := a.failure(status); err != nil {
-		return "", err
+		return Created{}, err
 	}
 	if a.TaskID == "" {
-		return "", &TaskError{Code: "upstream_error", Message: "MiniMax accepted the task without a task_id"}
+		return Created{}, &TaskError{Code: "upstream_error", Message: "MiniMax accepted the task without a task_id"}
 	}
-	return a.TaskID, nil
+	return Created{TaskID: a.TaskID}, nil
 }
 
 func (minimax) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {

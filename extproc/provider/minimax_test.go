@@ -77,8 +77,8 @@ func TestMiniMaxAnswers(t *testing.T) {
 		string(up.Body) != `{"duration":6,"model":"MiniMax-Hailuo-02","prompt":"a fox"}` {
 		t.Fatalf("create %+v %s %v", up, up.Body, err)
 	}
-	if id, err := (minimax{}).Created(200, []byte(`{"task_id":"106916112212032","base_resp":{"status_code":0,"status_msg":"success"}}`)); err != nil || id != "106916112212032" {
-		t.Fatalf("created %q %v", id, err)
+	if id, err := (minimax{}).Created(200, []byte(`{"task_id":"106916112212032","base_resp":{"status_code":0,"status_msg":"success"}}`)); err != nil || id.TaskID != "106916112212032" {
+		t.Fatalf("created %+v %v", id, err)
 	}
 	var te *TaskError
 	if _, err := (minimax{}).Created(200, []byte(`{"task_id":"","base_resp":{"status_code":1026,"status_msg":"input new_sensitive"}}`)); !errors.As(err, &te) || te.Code != "content_filter" {

@@ -9,11 +9,18 @@ import (
 )
 
 func TestForKnownAndUnknown(t *testing.T) {
-	for _, kind := range ir.ProviderTypes() { // every type a configuration may name has an adapter
-		a, err := For(kind)
-		ta, terr := TaskFor(kind)
-		if (err != nil || a == nil) && (terr != nil || ta == nil) {
-			t.Fatalf("type %q has neither a chat nor a task adapter: %v, %v", kind, err, terr)
+	// Every type a configuration may name has a chat adapter or serves a media family, and every
+	// media family has its task adapter.
+	media := map[string]bool{}
+	for fam, f := range ir.MediaFamilies {
+		media[f.ProviderType] = true
+		if ta, err := TaskFor(fam); err != nil || ta == nil {
+			t.Errorf("family %s has no task adapter: %v", fam, err)
+		}
+	}
+	for _, kind := range ir.ProviderTypes() {
+		if a, err := For(kind); (err != nil || a == nil) && !media[kind] {
+			t.Errorf("type %q has neither a chat adapter nor a media family: %v", kind, err)
 		}
 	}
 	_, err := For("cohere")

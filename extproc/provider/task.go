@@ -1,8 +1,9 @@
 package provider
 
-// Asynchronous generation tasks (spec 4.3 videos; images next): the client creates a task, the
-// gateway creates it at the provider, then queries it until it ends. Each provider family is
-// one adapter file (minimax.go: V1, dashscope.go: V2, kling.go: V3) behind TaskAdapter; the
+// Generation tasks (spec 4.3 videos, 4.4 images): the client creates a task, the gateway
+// creates it at the provider, then queries it until it ends; a provider that answers at once
+// (Gemini images) gives the finished task in its create answer. Each provider family is one
+// adapter file behind TaskAdapter (minimax.go: V1, dashscope.go: V2, kling.go: V3, ...); the
 // lifecycle around it (task record, polling, callbacks, billing) lives elsewhere and never
 // reads a provider's shapes.
 
@@ -28,10 +29,16 @@ const (
 // Terminal reports whether the status never changes again.
 func (s TaskStatus) Terminal() bool { return s == TaskCompleted || s == TaskFailed }
 
-// TaskRequest is what the gateway needs to know of a validated create request.
+// TaskRequest is what the gateway needs to know of a validated create request: the bounds of
+// what it can cost (the hold) and where its callbacks go.
 type TaskRequest struct {
-	// MaxSeconds is the longest video the request allows (the hold is sized from it).
+	// MaxSeconds is the longest video the request allows.
 	MaxSeconds int64
+	// MaxImages is the most images the request can produce.
+	MaxImages int64
+	// PromptTokens and MaxOutputTokens bound the tokens of a family billed by tokens too (I3):
+	// a strict bound of the prompt, and the output the model may produce besides its images.
+	PromptTokens, MaxOutputTokens int64
 	// CallbackURL is the client's callback_url, if any (the gateway delivers callbacks itself;
 	// adapters never pass it to the provider).
 	CallbackURL string
@@ -43,14 +50,40 @@ type TaskState struct {
 	FamilyStatus string // the provider's own status word, for debugging (e.g. "Queueing", "RUNNING")
 	Progress     int    // 0-100 when the provider says; else derived from Status
 	Videos       []TaskVideo
+	Images       []TaskImage
+	Text         string     // text the model wrote beside its images (I3), if any
 	Error        *TaskError // set when Status is failed
 	// BilledSeconds is the duration the provider reports it produced (usage), if it does;
 	// zero: bill from the videos' durations.
 	BilledSeconds decimal.Decimal
+	// BilledImages is the number of images the provider reports it produced (usage), if it
+	// does; zero: count Images.
+	BilledImages int64
+	// PromptTokens and CompletionTokens are the tokens the provider reports (I3), billed at the
+	// model's token prices; CompletionTokens counts text, not the images (billed per image).
+	PromptTokens, CompletionTokens int64
 	// Follow, when set, is one more request needed to complete the state (MiniMax: the file
 	// retrieve that turns a file id into a download URL); its answer goes to Followed. Without
 	// headers of its own it carries the query's.
 	Follow *Upstream
+}
+
+// TaskImage is one produced image: a provider's URL (until ExpiresAt), or the image itself when
+// the provider answers with its bytes (the gateway keeps them until ExpiresAt).
+type TaskImage struct {
+	URL       string
+	Data      []byte // the decoded image
+	MIMEType  string
+	ExpiresAt time.Time // zero: the adapter documents its default
+	Width     int
+	Height    int
+}
+
+// Created is what a create answer says.
+type Created struct {
+	TaskID string // the provider's task id ("" for a provider that answered at once)
+	// Done is the finished task when the provider answered at once (its state is terminal).
+	Done *TaskState
 }
 
 // TaskVideo is one produced video.
@@ -71,15 +104,16 @@ type TaskError struct {
 // TaskAdapter builds and reads one provider family's task requests. Upstream.Method says
 // GET for queries; Upstream.Path is below the provider's base path.
 type TaskAdapter interface {
-	// Validate checks the client's create body against the family's rules (spec 4.3, 8)
+	// Validate checks the client's create body against the family's rules (spec 4.3, 4.4, 8)
 	// before any upstream call. Errors wrap ErrBadRequest and name the field, the value and
 	// what is allowed.
 	Validate(m *ir.Model, req Request) (TaskRequest, error)
 	// Create builds the provider's create request; model is the provider's model name.
 	Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error)
-	// Created reads the answer to Create: the provider's task id, or an error (a *TaskError
-	// when the provider refused the task, e.g. MiniMax's non-zero base_resp in an HTTP 200).
-	Created(status int, body []byte) (taskID string, err error)
+	// Created reads the answer to Create: the provider's task id (or the finished task), or an
+	// error (a *TaskError when the provider refused the task, e.g. MiniMax's non-zero base_resp
+	// in an HTTP 200).
+	Created(status int, body []byte) (Created, error)
 	// Query builds the status request of the provider's task id.
 	Query(p *ir.Provider, m *ir.Model, taskID string) (*Upstream, error)
 	// Queried reads the answer to Query.
@@ -92,15 +126,15 @@ func (e *TaskError) Error() string { return e.Code + ": " + e.Message }
 
 var taskAdapters = map[string]TaskAdapter{}
 
-// RegisterTask makes a the task adapter of provider type kind: each family file registers
-// itself; tests register stand-ins.
-func RegisterTask(kind string, a TaskAdapter) { taskAdapters[kind] = a }
+// RegisterTask makes a the task adapter of media family (V1, I2, ...): each family file
+// registers itself; tests register stand-ins.
+func RegisterTask(family string, a TaskAdapter) { taskAdapters[family] = a }
 
-// TaskFor returns the task adapter of a provider type.
-func TaskFor(kind string) (TaskAdapter, error) {
-	a, ok := taskAdapters[kind]
+// TaskFor returns the task adapter of a media family.
+func TaskFor(family string) (TaskAdapter, error) {
+	a, ok := taskAdapters[family]
 	if !ok {
-		return nil, fmt.Errorf("provider: no task adapter for type %q", kind)
+		return nil, fmt.Errorf("provider: no task adapter for family %q", family)
 	}
 	return a, nil
 }

@@ -5,10 +5,12 @@
 package tasks
 
 import (
+	"encoding/base64"
 	"strconv"
 	"time"
 
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/store"
 )
 
 // Object is a task as clients see it: at creation, from GET /v1/{videos,images}/{id}, and in
@@ -45,6 +47,9 @@ type ObjectError struct {
 // Result is what a completed task produced.
 type Result struct {
 	Videos []Video `json:"videos,omitempty"`
+	Images []Image `json:"images,omitempty"`
+	// Text is what the model wrote beside its images (I3 with responseModalities TEXT).
+	Text string `json:"text,omitempty"`
 }
 
 // Video is one produced video. Once its URL has expired the URL is withheld (a dead link helps
@@ -54,6 +59,19 @@ type Video struct {
 	ExpiresAt *int64 `json:"expires_at"`
 	Expired   bool   `json:"expired,omitempty"`
 	Seconds   string `json:"seconds,omitempty"`
+	Width     int    `json:"width,omitempty"`
+	Height    int    `json:"height,omitempty"`
+}
+
+// Image is one produced image: a provider's URL, or (when the provider sent the image itself)
+// the image as b64_json, as OpenAI's image API names it. Callbacks carry no b64_json: the
+// image is fetched with GET. Once expired, neither is given and Expired says so.
+type Image struct {
+	URL       string `json:"url,omitempty"`
+	B64JSON   string `json:"b64_json,omitempty"`
+	MIMEType  string `json:"mime_type,omitempty"`
+	ExpiresAt *int64 `json:"expires_at"`
+	Expired   bool   `json:"expired,omitempty"`
 	Width     int    `json:"width,omitempty"`
 	Height    int    `json:"height,omitempty"`
 }
@@ -72,9 +90,61 @@ func progressOf(st provider.TaskStatus, reported int) int {
 	return 0
 }
 
+// ObjectOf renders a task for its client as of now. Images are given inline (b64_json) when
+// the task was read with their bytes (GetTask), never in callbacks.
+func ObjectOf(t *store.Task, now time.Time) Object {
+	o := Object{
+		ID: t.ID, Object: t.Kind, Model: t.Model, Status: t.Status, Progress: t.Progress,
+		CreatedAt: t.CreatedAt.Unix(), Provider: t.Provider, ProviderStatus: t.FamilyStatus,
+	}
+	if !t.CompletedAt.IsZero() {
+		at := t.CompletedAt.Unix()
+		o.CompletedAt = &at
+	}
+	if t.Error != nil {
+		o.Error = &ObjectError{Code: t.Error.Code, Message: t.Error.Message}
+	}
+	var res Result
+	if len(t.Videos) > 0 {
+		res.Videos, o.ExpiresAt = videosOf(t.Videos, now)
+		o.Size = size(t.Videos)
+	}
+	if len(t.Images) > 0 {
+		var first *int64
+		res.Images, first = imagesOf(t.Images, now)
+		if o.ExpiresAt == nil || (first != nil && *first < *o.ExpiresAt) {
+			o.ExpiresAt = first
+		}
+	}
+	res.Text = t.Text
+	if len(res.Videos) > 0 || len(res.Images) > 0 || res.Text != "" {
+		o.Result = &res
+	}
+	if s := Seconds(t); s.IsPositive() {
+		o.Seconds = s.String()
+	}
+	if t.Settled {
+		c := t.Cost.String()
+		o.Cost = &c
+	}
+	return o
+}
+
+// expiry renders at as expires_at and reports whether it has passed; first keeps the earliest.
+func expiry(at time.Time, now time.Time, first **int64) (*int64, bool) {
+	if at.IsZero() {
+		return nil, false
+	}
+	u := at.Unix()
+	if *first == nil || u < **first {
+		*first = &u
+	}
+	return &u, !now.Before(at)
+}
+
 // videosOf renders the produced videos as of now: expired URLs are withheld. It returns the
 // earliest expiry, which is the object's expires_at.
-func videosOf(vs []provider.TaskVideo, now time.Time) ([]Video, *int64) {
+func videosOf(vs []store.TaskVideo, now time.Time) ([]Video, *int64) {
 	var out []Video
 	var first *int64
 	for _, v := range vs {
@@ -82,22 +152,34 @@ func videosOf(vs []provider.TaskVideo, now time.Time) ([]Video, *int64) {
 		if !v.Seconds.IsZero() {
 			o.Seconds = v.Seconds.String()
 		}
-		if !v.ExpiresAt.IsZero() {
-			at := v.ExpiresAt.Unix()
-			o.ExpiresAt = &at
-			if first == nil || at < *first {
-				first = &at
-			}
-			if !now.Before(v.ExpiresAt) {
-				o.URL, o.Expired = "", true
-			}
+		if o.ExpiresAt, o.Expired = expiry(v.ExpiresAt, now, &first); o.Expired {
+			o.URL = ""
 		}
 		out = append(out, o)
 	}
 	return out, first
 }
 
-func size(vs []provider.TaskVideo) string {
+// imagesOf renders the produced images as of now, like videosOf; an image kept by the gateway
+// whose bytes are gone (pruned) is expired too.
+func imagesOf(ims []store.TaskImage, now time.Time) ([]Image, *int64) {
+	var out []Image
+	var first *int64
+	for _, im := range ims {
+		o := Image{URL: im.URL, MIMEType: im.MIMEType, Width: im.Width, Height: im.Height}
+		if im.Data != nil {
+			o.B64JSON = base64.StdEncoding.EncodeToString(im.Data)
+		}
+		o.ExpiresAt, o.Expired = expiry(im.ExpiresAt, now, &first)
+		if o.Expired {
+			o.URL, o.B64JSON = "", ""
+		}
+		out = append(out, o)
+	}
+	return out, first
+}
+
+func size(vs []store.TaskVideo) string {
 	if len(vs) == 0 || vs[0].Width == 0 || vs[0].Height == 0 {
 		return ""
 	}

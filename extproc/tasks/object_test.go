@@ -12,6 +12,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -19,7 +20,7 @@ import (
 // the video says it expired, and expires_at is the earliest expiry.
 func TestExpiredURLsAreWithheld(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	vs := []provider.TaskVideo{
+	vs := []store.TaskVideo{
 		{URL: "https://cdn.example/a.mp4", ExpiresAt: now.Add(time.Hour), Seconds: decimal.RequireFromString("6"), Width: 1920, Height: 1080},
 		{URL: "https://cdn.example/b.mp4", ExpiresAt: now.Add(-time.Second)},
 	}

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,8 +32,11 @@ type Service struct {
 	Log     *slog.Logger
 	Now     func() time.Time
 	Catalog func() Catalog
-	// Price is what a completed task costs (nil: nothing is priced or billed).
+	// Price is what a finished task costs (nil: nothing is priced or billed): a completed one
+	// what it produced, a failed one what its provider billed anyway (I3: its tokens), if any.
 	Price func(t *store.Task) decimal.Decimal
+	// ImageLife is how long images a provider sent inline (not as URLs) are kept (default 24 h).
+	ImageLife time.Duration
 	// Charge debits a completed task's cost from its account: its usage record is settled in
 	// the transaction that stores the completion, so a crash can neither lose nor repeat it.
 	// Off (billing disabled), the cost is shown and nothing is debited.
@@ -90,7 +94,7 @@ type NewTask struct {
 func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 	var reasons []string
 	for _, a := range in.Attempts {
-		ad, err := provider.TaskFor(a.Provider.Type)
+		ad, err := provider.TaskFor(in.Model.Family)
 		if err != nil {
 			return nil, err
 		}
@@ -106,7 +110,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			reasons = append(reasons, err.Error())
 			continue
 		}
-		id, err := ad.Created(ans.Status, ans.Body)
+		created, err := ad.Created(ans.Status, ans.Body)
 		var te *provider.TaskError
 		switch {
 		case err == nil:
@@ -122,16 +126,28 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 		t := &store.Task{
 			ID: store.NewTaskID(in.Kind), Kind: in.Kind, Account: in.Account, KeyID: in.KeyID, RequestID: in.RequestID,
 			Model: in.Model.ID, Family: in.Model.Family, Variant: in.Model.Variant, Route: in.Route,
-			Provider: a.Provider.Name, ProviderTaskID: id, Status: string(provider.TaskQueued),
+			Provider: a.Provider.Name, ProviderTaskID: cmp.Or(created.TaskID, "-"), Status: string(provider.TaskQueued),
 			Hold: in.Hold, CallbackURL: in.Request.CallbackURL, RequestedSeconds: in.Request.MaxSeconds,
 			CreatedAt: now, UpdatedAt: now,
 		}
-		if err := s.Store.PutTask(t); err != nil {
+		var ch store.TaskChange
+		if created.Done != nil { // the provider answered at once: the task is born finished
+			s.apply(t, *created.Done, now)
+			ch, _ = s.changeOf(t, "", now)
+		}
+		err = s.Store.PutTaskChange(t, ch)
+		if errors.Is(err, store.ErrUsageNotSettled) {
+			s.Log.Error("TASK NOT BILLED: its usage record was refused", "task", t.ID, "account", t.Account, "error", err)
+			err = nil
+		}
+		if err != nil {
 			// The provider runs a task nobody can see: say so loudly, bill nothing.
-			s.Log.Error("TASK NOT RECORDED: the provider accepted it but the store failed", "provider", a.Provider.Name, "provider_task_id", id, "error", err)
+			s.Log.Error("TASK NOT RECORDED: the provider accepted it but the store failed", "provider", a.Provider.Name, "provider_task_id", created.TaskID, "error", err)
 			return nil, &Error{Kind: KindInternal, Code: "internal_error", Message: "the task could not be recorded; it was not charged; retry"}
 		}
-		s.sched.track(t.ID, now, now.Add(s.RefreshEvery))
+		if !t.Terminal() {
+			s.sched.track(t.ID, now, now.Add(s.RefreshEvery))
+		}
 		return t, nil
 	}
 	return nil, &Error{Kind: KindUnavailable, Code: "upstream_unavailable", Message: "no provider accepted the task: " + joinReasons(reasons)}
@@ -209,28 +225,15 @@ func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, erro
 	if err != nil {
 		return t, err
 	}
-	if probe := *t; !apply(&probe, st, now) {
+	if probe := *t; !s.apply(&probe, st, now) {
 		return t, nil
 	}
 	var ended bool
 	out, uerr := s.Store.UpdateTask(t.ID, func(r *store.Task) (store.TaskChange, error) {
-		ended = false
-		var ch store.TaskChange
 		before := r.Status
-		apply(r, st, now)
-		if r.Terminal() && before != r.Status {
-			ended = true
-			if r.Status == string(provider.TaskCompleted) && s.Price != nil {
-				r.Cost, r.Settled = s.Price(r), true
-				if s.Charge {
-					ch.Usage = usageOf(r, now)
-				}
-			}
-		}
-		if r.Status != before && r.CallbackURL != "" {
-			body, _ := json.Marshal(ObjectOf(r, now))
-			ch.Callbacks = []store.Callback{{TaskID: r.ID, Account: r.Account, URL: r.CallbackURL, Body: body}}
-		}
+		s.apply(r, st, now)
+		var ch store.TaskChange
+		ch, ended = s.changeOf(r, before, now)
 		return ch, nil
 	})
 	if errors.Is(uerr, store.ErrUsageNotSettled) {
@@ -249,18 +252,41 @@ func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, erro
 	return out, nil
 }
 
+// changeOf is what a task's change from status before writes beside it: the callback of a
+// status change, and when the task just ended its price and (billing on) its usage record. It
+// reports whether the task just ended.
+func (s *Service) changeOf(r *store.Task, before string, now time.Time) (ch store.TaskChange, ended bool) {
+	if r.Terminal() && before != r.Status {
+		ended = true
+		if s.Price != nil {
+			r.Cost = s.Price(r)
+			// A failed task is billed only what its provider charged anyway (I3's tokens).
+			r.Settled = r.Status == string(provider.TaskCompleted) || r.Cost.IsPositive()
+			if s.Charge && r.Settled {
+				ch.Usage = usageOf(r, now)
+			}
+		}
+	}
+	if r.Status != before && r.CallbackURL != "" {
+		body, _ := json.Marshal(ObjectOf(r, now))
+		ch.Callbacks = []store.Callback{{TaskID: r.ID, Account: r.Account, URL: r.CallbackURL, Body: body}}
+	}
+	return ch, ended
+}
+
 // usageOf is the bill of a completed task: one usage record, under an id that makes settling
 // it idempotent.
 func usageOf(t *store.Task, now time.Time) *store.UsageRecord {
 	return &store.UsageRecord{RequestID: t.RequestID + "." + t.ID, KeyID: t.KeyID, Account: t.Account, Model: t.Model,
-		Provider: t.Provider, Route: t.Route, Cost: t.Cost, Time: now.UTC()}
+		Provider: t.Provider, Route: t.Route, PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens,
+		Cost: t.Cost, Time: now.UTC()}
 }
 
 func (s *Service) query(ctx context.Context, p *ir.Provider, m *ir.Model, t *store.Task) (provider.TaskState, error) {
 	if p == nil || m == nil {
 		return provider.TaskState{}, fmt.Errorf("provider %q or model %q is no longer configured", t.Provider, t.Model)
 	}
-	ad, err := provider.TaskFor(p.Type)
+	ad, err := provider.TaskFor(m.Family)
 	if err != nil {
 		return provider.TaskState{}, err
 	}
@@ -299,7 +325,7 @@ func clip(s string) string {
 }
 
 // apply records a provider's view of a task and reports whether it changed anything.
-func apply(r *store.Task, st provider.TaskState, now time.Time) bool {
+func (s *Service) apply(r *store.Task, st provider.TaskState, now time.Time) bool {
 	was, _ := json.Marshal(r)
 	r.Status, r.FamilyStatus = string(st.Status), st.FamilyStatus
 	r.Progress = progressOf(st.Status, st.Progress)
@@ -309,8 +335,27 @@ func apply(r *store.Task, st provider.TaskState, now time.Time) bool {
 			r.Videos = append(r.Videos, store.TaskVideo{URL: v.URL, ExpiresAt: v.ExpiresAt, Seconds: v.Seconds, Width: v.Width, Height: v.Height})
 		}
 	}
+	if len(st.Images) > 0 {
+		r.Images = make([]store.TaskImage, 0, len(st.Images))
+		for _, im := range st.Images {
+			exp := im.ExpiresAt
+			if exp.IsZero() && im.Data != nil {
+				exp = now.Add(cmp.Or(s.ImageLife, DefaultImageLife))
+			}
+			r.Images = append(r.Images, store.TaskImage{URL: im.URL, Data: im.Data, MIMEType: im.MIMEType, ExpiresAt: exp, Width: im.Width, Height: im.Height})
+		}
+	}
+	if st.Text != "" {
+		r.Text = st.Text
+	}
 	if st.BilledSeconds.IsPositive() {
 		r.BilledSeconds = st.BilledSeconds
+	}
+	if st.BilledImages > 0 {
+		r.BilledImages = st.BilledImages
+	}
+	if st.PromptTokens > 0 || st.CompletionTokens > 0 {
+		r.PromptTokens, r.CompletionTokens = max(st.PromptTokens, 0), max(st.CompletionTokens, 0)
 	}
 	if st.Error != nil {
 		r.Error = &store.TaskError{Code: st.Error.Code, Message: st.Error.Message}
@@ -323,6 +368,21 @@ func apply(r *store.Task, st provider.TaskState, now time.Time) bool {
 	}
 	r.UpdatedAt = now
 	return true
+}
+
+// DefaultImageLife is how long the gateway keeps images a provider sent inline.
+const DefaultImageLife = 24 * time.Hour
+
+// Images is how many images a finished task produced: the provider's count when it reports
+// one, else the images it returned.
+func Images(t *store.Task) int64 {
+	if t.BilledImages > 0 {
+		return t.BilledImages
+	}
+	if t.Status != string(provider.TaskCompleted) {
+		return 0
+	}
+	return int64(len(t.Images))
 }
 
 // Seconds is what a finished task produced: the provider's usage when it reports it, else the
@@ -339,38 +399,6 @@ func Seconds(t *store.Task) decimal.Decimal {
 		return decimal.NewFromInt(t.RequestedSeconds)
 	}
 	return sum
-}
-
-// ObjectOf renders a task for its client as of now.
-func ObjectOf(t *store.Task, now time.Time) Object {
-	o := Object{
-		ID: t.ID, Object: t.Kind, Model: t.Model, Status: t.Status, Progress: t.Progress,
-		CreatedAt: t.CreatedAt.Unix(), Provider: t.Provider, ProviderStatus: t.FamilyStatus,
-	}
-	if !t.CompletedAt.IsZero() {
-		at := t.CompletedAt.Unix()
-		o.CompletedAt = &at
-	}
-	if t.Error != nil {
-		o.Error = &ObjectError{Code: t.Error.Code, Message: t.Error.Message}
-	}
-	vs := make([]provider.TaskVideo, len(t.Videos))
-	for i, v := range t.Videos {
-		vs[i] = provider.TaskVideo{URL: v.URL, ExpiresAt: v.ExpiresAt, Seconds: v.Seconds, Width: v.Width, Height: v.Height}
-	}
-	if len(vs) > 0 {
-		videos, first := videosOf(vs, now)
-		o.Result, o.ExpiresAt = &Result{Videos: videos}, first
-		o.Size = size(vs)
-	}
-	if s := Seconds(t); s.IsPositive() {
-		o.Seconds = s.String()
-	}
-	if t.Settled {
-		c := t.Cost.String()
-		o.Cost = &c
-	}
-	return o
 }
 
 // Poll advances every running task in the background, so tasks complete (and their callbacks

@@ -33,7 +33,7 @@ func (standIn) Validate(*ir.Model, provider.Request) (provider.TaskRequest, erro
 func (standIn) Create(p *ir.Provider, m *ir.Model, model string, req provider.Request) (*provider.Upstream, error) {
 	return &provider.Upstream{Path: "/create", Body: []byte(`{"model":"` + model + `","prompt":` + string(req["prompt"]) + `}`)}, nil
 }
-func (standIn) Created(status int, body []byte) (string, error) {
+func (standIn) Created(status int, body []byte) (provider.Created, error) {
 	var a struct {
 		TaskID string `json:"task_id"`
 		Code   string `json:"code"`
@@ -41,11 +41,11 @@ func (standIn) Created(status int, body []byte) (string, error) {
 	_ = json.Unmarshal(body, &a)
 	switch {
 	case a.Code != "":
-		return "", &provider.TaskError{Code: a.Code, Message: "refused"}
+		return provider.Created{}, &provider.TaskError{Code: a.Code, Message: "refused"}
 	case status != 200 || a.TaskID == "":
-		return "", fmt.Errorf("HTTP %d", status)
+		return provider.Created{}, fmt.Errorf("HTTP %d", status)
 	}
-	return a.TaskID, nil
+	return provider.Created{TaskID: a.TaskID}, nil
 }
 func (standIn) Query(p *ir.Provider, m *ir.Model, id string) (*provider.Upstream, error) {
 	return &provider.Upstream{Method: "GET", Path: "/query/" + id}, nil
@@ -125,7 +125,7 @@ func newService(t *testing.T) (*Service, *[]string) {
 	cat := catalog{ps: map[string]*ir.Provider{
 		"down": {Name: "down", Type: "standin", Host: "down.example", Port: 443, TLS: true},
 		"up":   {Name: "up", Type: "standin", Host: "up.example", Port: 443, TLS: true},
-	}, m: &ir.Model{ID: "clip", Family: "V1"}}
+	}, m: &ir.Model{ID: "clip", Family: "standin"}}
 	var mu sync.Mutex
 	billed := &[]string{}
 	s := &Service{Store: st, Envoy: e, Log: slog.New(slog.DiscardHandler), Now: time.Now,

@@ -386,15 +386,7 @@ func TestCallbackAllowListFollowsReload(t *testing.T) {
 		once.Do(delivered.Done)
 	}))
 	defer hook.Close()
-	base := fmt.Sprintf(`providers:
-  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
-models:
-  - id: hailuo-02
-    family: V1
-    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
-    pricing: {request: "0.05", duration: "0.045"}
-`, fake.MiniMaxURL())
-	g := startGateway(t, base, "FAKE_PROVIDER_KEY="+providerKey)
+	g := startGateway(t, v1Config(fake), "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
 		t.Fatal(err)
 	}
@@ -423,5 +415,23 @@ models:
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("no callback delivered to the newly allowed address")
+	}
+}
+
+// TestSlowCreateOutlastsTheMessageTimeout: a provider that takes longer to accept a task than
+// Envoy's ext_proc message timeout (5 s) does not fail the create: ext_proc extends that
+// timeout for the create (override_message_timeout).
+func TestSlowCreateOutlastsTheMessageTimeout(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, v1Config(fake), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	fake.Script(fakeupstream.Fault{Delay: 7 * time.Second})
+	start := time.Now()
+	code, obj := g.do("POST", key, "/videos", `{"model":"hailuo-02","prompt":"a slow fox"}`)
+	if code != 200 || obj["status"] != "queued" || time.Since(start) < 7*time.Second {
+		t.Fatalf("slow create: %d %v after %s", code, obj, time.Since(start))
 	}
 }

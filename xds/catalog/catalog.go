@@ -85,7 +85,7 @@ func Build(public string, cat store.Catalog, env Env) (*ir.Gateway, error) {
 		}
 		if f, ok := ir.MediaFamilies[sm.Family]; ok {
 			// What the catalog says of a media model unless the config says otherwise.
-			m.OutputModalities = orDefault(sm.OutputModalities, f.Output)
+			m.OutputModalities = orDefault(sm.OutputModalities, f.Output...)
 			in := f.Input
 			if sm.Variant == "t2v" {
 				in = []string{"text"} // text-to-video takes no image

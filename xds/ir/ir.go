@@ -19,18 +19,22 @@ import (
 
 // Names shared by the translator, the bootstrap and the ext_proc server.
 const (
-	ListenerName          = "public"
-	InternalListenerName  = "internal"
-	RouteConfigName       = "public"
-	ExtProcCluster        = "tollway_extproc"
-	XDSCluster            = "tollway_xds"
-	ProviderHeader        = "x-tollway-provider" // a response header: the provider that answered
-	ClusterPrefix         = "provider."
-	MaxBodyBytes          = 32 << 20 // spec: base64 images up to 20 MB, with room for JSON around them
-	BufferLimitBytes      = MaxBodyBytes + 8<<20
-	ProviderTypeOpenAI    = "openai"
-	ProviderTypeAnthropic = "anthropic"
-	ProviderTypeGemini    = "gemini"
+	ListenerName         = "public"
+	InternalListenerName = "internal"
+	RouteConfigName      = "public"
+	ExtProcCluster       = "tollway_extproc"
+	XDSCluster           = "tollway_xds"
+	ProviderHeader       = "x-tollway-provider" // a response header: the provider that answered
+	ClusterPrefix        = "provider."
+	MaxBodyBytes         = 32 << 20 // spec: base64 images up to 20 MB, with room for JSON around them
+	BufferLimitBytes     = MaxBodyBytes + 8<<20
+	// MaxExtProcMessageTimeout is the longest ext_proc may ask Envoy to wait for one answer
+	// (override_message_timeout): a media create that the provider answers with the finished
+	// image takes tens of seconds.
+	MaxExtProcMessageTimeout = 3 * time.Minute
+	ProviderTypeOpenAI       = "openai"
+	ProviderTypeAnthropic    = "anthropic"
+	ProviderTypeGemini       = "gemini"
 	// ProviderTypeDemo is the offline demo model (package demo), which `tollway run` serves
 	// in-process; the provider's endpoint is that server's, never a configured URL.
 	ProviderTypeDemo = "demo"
@@ -152,17 +156,32 @@ var knownTypes = []string{ProviderTypeOpenAI, ProviderTypeAnthropic, ProviderTyp
 type MediaFamily struct {
 	ProviderType string   // the provider type that serves it
 	Variants     []string // the variants a model must name one of (none: no variant)
-	Output       string   // the catalog's output modality
+	Kind         string   // the task it makes: "video" (POST /v1/videos) or "image" (POST /v1/images)
+	Output       []string // the catalog's output modalities
 	Input        []string // the catalog's input modalities
 	Feature      string   // the catalog's supported feature
 }
 
-// MediaFamilies are the media families the gateway serves (spec 4.3).
+// Task kinds: the endpoint a family's tasks are created at, and the object they are.
+const (
+	KindVideo = "video"
+	KindImage = "image"
+)
+
+// MediaFamilies are the media families the gateway serves (spec 4.3, 4.4).
 var MediaFamilies = map[string]MediaFamily{
-	"V1": {ProviderType: ProviderTypeMiniMax, Output: "video", Input: []string{"text", "image"}, Feature: "video_generation"},
-	"V3": {ProviderType: ProviderTypeKling, Output: "video", Input: []string{"text"}, Feature: "video_generation"},
-	"V2": {ProviderType: ProviderTypeDashScope, Variants: []string{"t2v", "i2v"}, Output: "video", Input: []string{"text", "image"}, Feature: "video_generation"},
+	"V1":  {ProviderType: ProviderTypeMiniMax, Kind: KindVideo, Output: []string{"video"}, Input: []string{"text", "image"}, Feature: "video_generation"},
+	"V3":  {ProviderType: ProviderTypeKling, Kind: KindVideo, Output: []string{"video"}, Input: []string{"text"}, Feature: "video_generation"},
+	"V2":  {ProviderType: ProviderTypeDashScope, Kind: KindVideo, Variants: []string{"t2v", "i2v"}, Output: []string{"video"}, Input: []string{"text", "image"}, Feature: "video_generation"},
+	"I1":  {ProviderType: ProviderTypeKling, Kind: KindImage, Output: []string{"image"}, Input: []string{"text"}, Feature: "image_generation"},
+	"I2":  {ProviderType: ProviderTypeDashScope, Kind: KindImage, Variants: []string{"standard", "pro"}, Output: []string{"image"}, Input: []string{"text", "image"}, Feature: "image_generation"},
+	"I2b": {ProviderType: ProviderTypeDashScope, Kind: KindImage, Variants: []string{"standard", "pro"}, Output: []string{"image"}, Input: []string{"text", "image"}, Feature: "image_generation"},
+	"I3":  {ProviderType: ProviderTypeGemini, Kind: KindImage, Variants: []string{"pro", "flash-3.1", "flash-2.5"}, Output: []string{"image", "text"}, Input: []string{"text", "image"}, Feature: "image_generation"},
 }
+
+// mediaOnlyTypes are the provider types that serve media families and no chat (a Gemini
+// provider serves both).
+var mediaOnlyTypes = []string{ProviderTypeMiniMax, ProviderTypeDashScope, ProviderTypeKling}
 
 // ProviderTypes lists the provider types a configuration may name.
 func ProviderTypes() []string { return slices.Clone(knownTypes) }
@@ -320,11 +339,4 @@ func (g *Gateway) checkFamily(m Model) error {
 	return nil
 }
 
-func isMediaType(typ string) bool {
-	for _, f := range MediaFamilies {
-		if f.ProviderType == typ {
-			return true
-		}
-	}
-	return false
-}
+func isMediaType(typ string) bool { return slices.Contains(mediaOnlyTypes, typ) }

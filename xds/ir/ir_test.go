@@ -141,7 +141,7 @@ func TestValidateRejects(t *testing.T) {
 		{"empty name", func(g *Gateway) { g.Providers[0].Name = "" }, []string{`provider ""`}},
 		{"name too long", func(g *Gateway) { g.Providers[0].Name = strings.Repeat("a", 64) }, []string{"max 63"}},
 		{"duplicate provider", func(g *Gateway) { g.Providers[1].Name = "openai" }, []string{`provider "openai": defined twice`}},
-		{"unknown family", func(g *Gateway) { g.Models[0].Family = "V9" }, []string{`family "V9" is unknown (supported: V1, V2, V3)`}},
+		{"unknown family", func(g *Gateway) { g.Models[0].Family = "V9" }, []string{`family "V9" is unknown (supported: I1, I2, I2b, I3, V1, V2, V3)`}},
 		{"variant without family", func(g *Gateway) { g.Models[0].Variant = "t2v" }, []string{`variant "t2v" needs a family`}},
 		{"media family on a chat provider", func(g *Gateway) { g.Models[0].Family = "V1" }, []string{`family V1 is served by providers of type minimax`}},
 		{"chat model on a media provider", func(g *Gateway) { g.Providers[1].Type = ProviderTypeMiniMax }, []string{`serves media models only: give the model its family`}},

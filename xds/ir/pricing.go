@@ -381,6 +381,25 @@ func (p Pricing) WorstCase(promptTokens, maxCompletion int64) decimal.Decimal {
 	return decimal.Max(none, p.Cost(u))
 }
 
+// TaskCost prices a finished media task: Cost (tokens, images, the request) plus duration for
+// every second of video produced.
+func (p Pricing) TaskCost(u Usage, seconds decimal.Decimal) decimal.Decimal {
+	if seconds.IsNegative() {
+		seconds = decimal.Zero
+	}
+	return p.Cost(u).Add(p.TierFor(max(u.PromptTokens, 0)).Duration.Mul(seconds))
+}
+
+// TaskWorstCase is the most a media task can cost before it runs: WorstCase of its tokens
+// (zero for families not billed by tokens), every image it may produce and the longest video
+// it may last.
+func (p Pricing) TaskWorstCase(promptTokens, maxCompletion, maxImages, maxSeconds int64) decimal.Decimal {
+	t := p.TierFor(promptTokens)
+	return p.WorstCase(promptTokens, maxCompletion).
+		Add(t.Image.Mul(decimal.NewFromInt(max(maxImages, 0)))).
+		Add(t.Duration.Mul(decimal.NewFromInt(max(maxSeconds, 0))))
+}
+
 // IsFree reports whether every price of every tier is zero.
 func (p Pricing) IsFree() bool {
 	for _, t := range p.Tiers {

@@ -137,6 +137,8 @@ func extProc() *extprocv3.ExternalProcessor {
 		},
 		AllowModeOverride: true,
 		MessageTimeout:    durationpb.New(ExtProcMessageTimeout),
+		// ext_proc may extend one message's timeout up to this (a media task's create).
+		MaxMessageTimeout: durationpb.New(ir.MaxExtProcMessageTimeout),
 	}
 }
 
@@ -159,6 +161,7 @@ func UpstreamExtProc() *extprocv3.ExternalProcessor {
 	p := extProc()
 	p.GrpcService.InitialMetadata = []*corev3.HeaderValue{{Key: ir.PhaseMetadata, Value: ir.PhaseUpstream}}
 	p.RequestAttributes = []string{"xds.upstream_host_metadata"}
+	p.MaxMessageTimeout = nil // attempts never extend their timeout
 	p.MutationRules = &mutationrulesv3.HeaderMutationRules{AllowAllRouting: wrapperspb.Bool(true), AllowEnvoy: wrapperspb.Bool(true)}
 	return p
 }

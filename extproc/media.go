@@ -1,9 +1,9 @@
 package extproc
 
-// Video tasks at the edge (spec 4.3): POST /v1/videos creates a task, GET /v1/videos/{id}
-// reads it. Both are answered by ext_proc itself: creation and queries reach the provider
-// through Envoy's internal listener (extproc/tasks), never through the client's connection,
-// because the provider's task outlives the request.
+// Media tasks at the edge (spec 4.3, 4.4): POST /v1/videos and POST /v1/images create a task,
+// GET /v1/{videos,images}/{id} reads it. Both are answered by ext_proc itself: creation and
+// queries reach the provider through Envoy's internal listener (extproc/tasks), never through
+// the client's connection, because the provider's task outlives the request.
 
 import (
 	"context"
@@ -16,8 +16,9 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/shopspring/decimal"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/shopspring/decimal"
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/extproc/tasks"
@@ -25,13 +26,27 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-const videosPath = "/v1/videos"
+// mediaPaths are the task endpoints, by the kind of task they create.
+var mediaPaths = map[string]string{ir.KindVideo: "/v1/videos", ir.KindImage: "/v1/images"}
+
+// mediaKind is the kind of task path's endpoint serves ("" when it is not a media path).
+func mediaKind(path string) string {
+	for kind, p := range mediaPaths {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return kind
+		}
+	}
+	return ""
+}
 
 // Provider calls made while a client waits must end inside Envoy's ext_proc message timeout
-// (5 s), or Envoy fails the request closed: a create gets 4 s over all its attempts; a refresh
-// on GET gets 3 s, after which the stored state is answered (the poller keeps refreshing).
+// (5 s), or Envoy fails the request closed. A create extends that timeout once, by
+// override_message_timeout (Envoy allows up to ir.MaxExtProcMessageTimeout), to createTimeout
+// over all its attempts: providers that answer at once with the finished image (Gemini) take
+// tens of seconds. A refresh on GET gets refreshTimeout, after which the stored state is
+// answered (the poller keeps refreshing).
 const (
-	createTimeout  = 4 * time.Second
+	createTimeout  = 150 * time.Second
 	refreshTimeout = 3 * time.Second
 )
 
@@ -43,7 +58,7 @@ type Tasks struct {
 	holds         sync.Map // task id -> *billing.Reservation, until the task is billed
 }
 
-// SetTasks turns the video endpoints on; the service's Price and Bill are the server's, and
+// SetTasks turns the media endpoints on; the service's Price and Bill are the server's, and
 // it charges accounts when billing is on.
 func (s *Server) SetTasks(t *Tasks) {
 	t.Service.Price = s.taskPrice
@@ -52,32 +67,36 @@ func (s *Server) SetTasks(t *Tasks) {
 	s.tasks = t
 }
 
-// videoHeaders admits a request to the video endpoints; it returns nil to go on to the body.
-func (x *exchange) videoHeaders(method, path, auth, contentType string) *extprocv3.ProcessingResponse {
+// mediaHeaders admits a request to the media endpoints; it returns nil to go on to the body.
+func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *extprocv3.ProcessingResponse {
+	base := mediaPaths[kind]
 	if x.s.tasks == nil {
-		return x.fail(apiErr(http.StatusNotFound, "not_found", "video tasks are not enabled on this gateway"))
+		return x.fail(apiErr(http.StatusNotFound, "not_found", "%s tasks are not enabled on this gateway", kind))
 	}
 	if e := x.authenticate(auth); e != nil {
 		return x.fail(e)
 	}
-	if path == videosPath {
+	if path == base {
 		if method != http.MethodPost {
-			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use POST to create a video task", clip(method), videosPath))
+			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use POST to create a%s %s task", clip(method), base, article(kind), kind))
 		}
 		if mt, _, err := mime.ParseMediaType(contentType); contentType != "" && (err != nil || (mt != "application/json" && mt != "multipart/form-data")) {
 			return x.fail(apiErr(http.StatusUnsupportedMediaType, "unsupported_media_type",
 				"content-type %s is not supported: send JSON (application/json) or a form (multipart/form-data)", clip(contentType)))
 		}
-		x.video, x.contentType = true, contentType
+		x.media, x.contentType = kind, contentType
 		return nil
 	}
-	id := strings.TrimPrefix(path, videosPath+"/")
+	id := strings.TrimPrefix(path, base+"/")
 	if method != http.MethodGet || id == "" || strings.Contains(id, "/") {
-		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET %s/{id}", clip(method), clip(path), videosPath))
+		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET %s/{id}", clip(method), clip(path), base))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
 	defer cancel()
 	t, err := x.s.tasks.Service.Get(ctx, x.key.Account, id)
+	if err == nil && t.Kind != kind {
+		err = &tasks.Error{Kind: tasks.KindNotFound, Code: "not_found", Message: "no " + kind + " task " + clip(id) + "; it is a " + t.Kind + " task: GET " + mediaPaths[t.Kind] + "/" + clip(id)}
+	}
 	if err != nil {
 		return x.fail(taskAPIError(err))
 	}
@@ -85,9 +104,16 @@ func (x *exchange) videoHeaders(method, path, auth, contentType string) *extproc
 	return x.reply(http.StatusOK, body)
 }
 
-// videoBody creates a task from the request body and answers with its object.
-func (x *exchange) videoBody(raw []byte) *extprocv3.ProcessingResponse {
-	rt := x.rt
+func article(kind string) string {
+	if kind == ir.KindImage {
+		return "n"
+	}
+	return ""
+}
+
+// mediaBody creates a task from the request body and answers with its object.
+func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
+	rt, kind := x.rt, x.media
 	if mt, _, _ := mime.ParseMediaType(x.contentType); mt == "multipart/form-data" {
 		var err error
 		if raw, err = formBody(x.contentType, raw); err != nil {
@@ -100,11 +126,17 @@ func (x *exchange) videoBody(raw []byte) *extprocv3.ProcessingResponse {
 	}
 	var modelID string
 	if json.Unmarshal(req["model"], &modelID) != nil || modelID == "" {
-		return x.fail(apiErr(http.StatusBadRequest, "missing_model", "model is required: a video model id from GET /v1/models"))
+		return x.fail(apiErr(http.StatusBadRequest, "missing_model", "model is required: a%s %s model id from GET /v1/models", article(kind), kind))
 	}
 	m := rt.models[modelID]
-	if m == nil || m.Family == "" || !strings.HasPrefix(m.Family, "V") {
-		return x.fail(apiErr(http.StatusBadRequest, "model_not_found", "model %q is not a video model of the catalog; GET /v1/models lists them (output_modalities video)", clip(modelID)))
+	if m == nil || ir.MediaFamilies[m.Family].Kind != kind {
+		hint := ""
+		if m != nil && ir.MediaFamilies[m.Family].Kind != "" {
+			hint = "; it is a" + article(ir.MediaFamilies[m.Family].Kind) + " " + ir.MediaFamilies[m.Family].Kind + " model: POST " + mediaPaths[ir.MediaFamilies[m.Family].Kind]
+		} else if m != nil {
+			hint = "; it is a chat model: POST /v1/chat/completions"
+		}
+		return x.fail(apiErr(http.StatusBadRequest, "model_not_found", "model %q is not a%s %s model of the catalog%s; GET /v1/models lists them (output_modalities %s)", clip(modelID), article(kind), kind, hint, kind))
 	}
 	if !x.key.allows(m.ID) {
 		return x.fail(apiErr(http.StatusForbidden, "model_not_allowed", "this API key may not use model %q", m.ID))
@@ -119,19 +151,19 @@ func (x *exchange) videoBody(raw []byte) *extprocv3.ProcessingResponse {
 		}
 		pin = route.Provider
 	}
+	adapter, err := provider.TaskFor(m.Family)
+	if err != nil {
+		return x.fail(rt.unavailable(m))
+	}
 	var attempts []tasks.Attempt
-	var adapter provider.TaskAdapter
 	for _, t := range m.Targets {
 		p := rt.providers[t.Provider]
 		if p == nil || (pin != "" && pin != p.Name) || !p.Ready() || x.s.refusals.has(p.Name) {
 			continue
 		}
-		if adapter == nil {
-			adapter, _ = provider.TaskFor(p.Type)
-		}
 		attempts = append(attempts, tasks.Attempt{Provider: p, Model: t.Model})
 	}
-	if len(attempts) == 0 || adapter == nil {
+	if len(attempts) == 0 {
 		if pin != "" {
 			return x.fail(apiErr(http.StatusBadRequest, "provider_not_available", "provider %q does not serve model %q or cannot take traffic; remove route.provider or choose another", clip(pin), m.ID))
 		}
@@ -146,20 +178,30 @@ func (x *exchange) videoBody(raw []byte) *extprocv3.ProcessingResponse {
 			return x.fail(apiErr(http.StatusBadRequest, "invalid_callback_url", "%v", err))
 		}
 	}
-	price := m.Pricing.TierFor(0).Price
-	worst := price.Request.Add(price.Duration.Mul(decimal.NewFromInt(tr.MaxSeconds)))
+	worst := m.Pricing.TaskWorstCase(tr.PromptTokens, tr.MaxOutputTokens, tr.MaxImages, tr.MaxSeconds)
 	var hold *billing.Reservation
 	if b := x.s.billing; b != nil {
+		fix := "ask for a shorter duration"
+		if kind == ir.KindImage {
+			fix = "ask for fewer images"
+		}
 		h, err := b.Ledger.Reserve(x.key.Account, x.key.ID, x.key.MonthlyLimit, worst, b.Now())
-		if e := x.holdRefused(err, worst, "ask for a shorter duration"); e != nil {
+		if e := x.holdRefused(err, worst, fix); e != nil {
 			return x.fail(e)
 		}
 		hold = h
 	}
+	// Envoy would fail the request closed after its message timeout: a create may take longer.
+	if err := x.extendTimeout(createTimeout + 5*time.Second); err != nil {
+		if hold != nil {
+			x.s.billing.Ledger.Release(hold)
+		}
+		return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry"))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
 	defer cancel()
 	t, err := x.s.tasks.Service.Create(ctx, tasks.NewTask{
-		Kind: "video", Account: x.key.Account, KeyID: x.key.ID, RequestID: x.requestID,
+		Kind: kind, Account: x.key.Account, KeyID: x.key.ID, RequestID: x.requestID,
 		Model: &m.Model, Attempts: attempts, Body: req, Request: tr, Hold: worst,
 	})
 	if err != nil {
@@ -170,9 +212,20 @@ func (x *exchange) videoBody(raw []byte) *extprocv3.ProcessingResponse {
 	}
 	if hold != nil {
 		x.s.tasks.holds.Store(t.ID, hold)
+		if t.Terminal() { // the provider answered with the finished task
+			x.s.billTask(t)
+		}
 	}
 	body, _ := json.Marshal(tasks.ObjectOf(t, time.Now()))
 	return x.reply(http.StatusOK, body)
+}
+
+// extendTimeout tells Envoy to wait up to d for the answer to the message being handled.
+func (x *exchange) extendTimeout(d time.Duration) error {
+	if x.send == nil {
+		return nil
+	}
+	return x.send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(min(d, ir.MaxExtProcMessageTimeout))})
 }
 
 // taskAPIError maps the task service's failures to the spec's errors, at the boundary.
@@ -185,15 +238,22 @@ func taskAPIError(err error) *APIError {
 	return apiErr(status, te.Code, "%s", te.Message)
 }
 
-// taskPrice is what a completed task costs: the request price plus the duration price for
-// every second produced, at the model's first tier (tiers count prompt tokens).
+// taskPrice is what a finished task costs. Completed: the request price, the duration price
+// for every second produced, the image price for every image, and the token prices for the
+// tokens the provider reports (I3), at the tier of its prompt tokens. Failed: only the tokens
+// the provider reports it used anyway (Gemini bills a prompt that produced no image).
 func (s *Server) taskPrice(t *store.Task) decimal.Decimal {
 	m := s.runtime.Load().models[t.Model]
 	if m == nil {
 		return decimal.Zero
 	}
-	price := m.Pricing.TierFor(0).Price
-	return price.Request.Add(price.Duration.Mul(tasks.Seconds(t)))
+	u := ir.Usage{PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens}
+	if t.Status != string(provider.TaskCompleted) {
+		tier := m.Pricing.TierFor(u.PromptTokens)
+		return tier.Prompt.Mul(decimal.NewFromInt(u.PromptTokens)).Add(tier.Completion.Mul(decimal.NewFromInt(u.CompletionTokens)))
+	}
+	u.Images = tasks.Images(t)
+	return m.Pricing.TaskCost(u, tasks.Seconds(t))
 }
 
 // billTask settles the ledger's hold of a task that ended, once: a completed one at t.Cost
@@ -210,7 +270,7 @@ func (s *Server) billTask(t *store.Task) {
 		s.log.Error("TASK NOT BILLED: its account is gone", "task", t.ID, "account", t.Account)
 		return
 	}
-	if t.Status != string(provider.TaskCompleted) {
+	if !t.Settled {
 		b.Ledger.Release(hold)
 		return
 	}
