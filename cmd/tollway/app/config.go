@@ -39,6 +39,9 @@ type Config struct {
 		// TaskRetentionDays is how long finished media tasks are kept after they ended; 0 keeps
 		// them for good.
 		TaskRetentionDays int `mapstructure:"task_retention_days"`
+		// ImageRetentionHours is how long images a provider sent inline (Gemini) are kept
+		// for GET; URLs from providers expire on the provider's own schedule.
+		ImageRetentionHours int `mapstructure:"image_retention_hours"`
 	} `mapstructure:"store"`
 	Envoy struct {
 		Bin          string        `mapstructure:"bin"`
@@ -129,6 +132,7 @@ var defaults = map[string]any{
 	"store.path":                     "data/tollway.db",
 	"store.usage_retention_days":     35,
 	"store.task_retention_days":      30,
+	"store.image_retention_hours":    24,
 	"envoy.bin":                      "",
 	"envoy.log_level":                "warning",
 	"envoy.drain_timeout":            "10s",
@@ -224,6 +228,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.UsageRetentionDays < 0 || c.Store.UsageRetentionDays > 36500 {
 		errs = append(errs, fmt.Errorf("store.usage_retention_days is %d: give a number of days, e.g. 35, or 0 to keep usage records for good", c.Store.UsageRetentionDays))
+	}
+	if c.Store.ImageRetentionHours < 1 || c.Store.ImageRetentionHours > 24*366 {
+		errs = append(errs, fmt.Errorf("store.image_retention_hours is %d: give a number of hours from 1 to 8784, e.g. 24", c.Store.ImageRetentionHours))
 	}
 	if c.Store.TaskRetentionDays < 0 || c.Store.TaskRetentionDays > 36500 {
 		errs = append(errs, fmt.Errorf("store.task_retention_days is %d: give a number of days, e.g. 30, or 0 to keep finished tasks for good", c.Store.TaskRetentionDays))

@@ -39,6 +39,14 @@ func TestStoreRetentionConfig(t *testing.T) {
 			}
 		}
 	}
+	for _, bad := range []string{"0", "-1", "8785", "forever"} {
+		if _, err := LoadConfig(writeConfig(t, base+"store: {path: data/t.db, image_retention_hours: "+bad+"}\n")); err == nil || !strings.Contains(err.Error(), "image_retention_hours") {
+			t.Errorf("image_retention_hours %s: %v, want an error naming the key", bad, err)
+		}
+	}
+	if c.Store.ImageRetentionHours != 24 {
+		t.Errorf("default image retention %d hours, want 24", c.Store.ImageRetentionHours)
+	}
 	if c.Store.TaskRetentionDays != 30 {
 		t.Errorf("default task retention %d days, want 30", c.Store.TaskRetentionDays)
 	}

@@ -110,7 +110,8 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	allow := tasks.NewAllowList(allowed)
 	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv, internal: internal, callbacks: allow}
 	taskSvc := &tasks.Service{Store: st, Envoy: &tasks.Envoy{Addr: fmt.Sprintf("%s:%d", internal.Address, internal.Port)},
-		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second}
+		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second,
+		ImageLife: time.Duration(cfg.Store.ImageRetentionHours) * time.Hour}
 	ext.SetTasks(&extproc.Tasks{Service: taskSvc, CallbackAllow: allow})
 	if _, err := ext.RestoreTaskHolds(st); err != nil {
 		return fmt.Errorf("running tasks: %w", err)
