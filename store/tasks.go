@@ -10,6 +10,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -226,7 +227,7 @@ func putTask(tx *bolt.Tx, t *Task) error {
 		if im.Data == nil || im.Blob != "" {
 			continue
 		}
-		im.Blob = string(usageKey(im.ExpiresAt, fmt.Sprintf("%s/%d", t.ID, i)))
+		im.Blob = imageKey(im.ExpiresAt) + "/" + t.ID + "/" + strconv.Itoa(i)
 		if err := tx.Bucket(bucketImages).Put([]byte(im.Blob), im.Data); err != nil {
 			return err
 		}
@@ -346,6 +347,12 @@ func (s *Store) GetTask(id string) (*Task, error) {
 	return t, err
 }
 
+// imageKey starts a kept image's key: its expiry as 16 hex digits of unix nanoseconds, so keys
+// sort by expiry and stay text (the key is also the task record's Blob, a JSON string).
+func imageKey(expires time.Time) string {
+	return fmt.Sprintf("%016x", uint64(max(expires.UnixNano(), 0)))
+}
+
 // PruneImages deletes, in one transaction, up to limit kept images that expired before before.
 // Their tasks stay: the object then says the image expired.
 func (s *Store) PruneImages(before time.Time, limit int) (PruneResult, error) {
@@ -354,7 +361,7 @@ func (s *Store) PruneImages(before time.Time, limit int) (PruneResult, error) {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		start = time.Now()
 		b := tx.Bucket(bucketImages)
-		old := keysBefore(b, usageKey(before, ""), limit)
+		old := keysBefore(b, []byte(imageKey(before)), limit)
 		for _, k := range old {
 			if err := b.Delete(k); err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -268,7 +269,14 @@ func (s *Service) changeOf(r *store.Task, before string, now time.Time) (ch stor
 		}
 	}
 	if r.Status != before && r.CallbackURL != "" {
-		body, _ := json.Marshal(ObjectOf(r, now))
+		// Callbacks carry no image bytes (megabytes each, and a receiver may log bodies): the
+		// client fetches them with GET while they are kept.
+		bare := *r
+		bare.Images = slices.Clone(r.Images)
+		for i := range bare.Images {
+			bare.Images[i].Data = nil
+		}
+		body, _ := json.Marshal(ObjectOf(&bare, now))
 		ch.Callbacks = []store.Callback{{TaskID: r.ID, Account: r.Account, URL: r.CallbackURL, Body: body}}
 	}
 	return ch, ended

@@ -92,6 +92,8 @@ func fakeEnvoy(t *testing.T) (*Envoy, *atomic.Int32) {
 			w.WriteHeader(503)
 		case r.URL.Path == "/create" && strings.Contains(string(body), "forbidden"):
 			w.Write([]byte(`{"code":"content_filter"}`))
+		case r.URL.Path == "/create" && strings.Contains(string(body), "blocked"):
+			w.Write([]byte(`{"task_id":"blocked-` + fmt.Sprint(time.Now().UnixNano()) + `"}`))
 		case r.URL.Path == "/create" && strings.Contains(string(body), "slow"):
 			w.Write([]byte(`{"task_id":"slow-` + fmt.Sprint(time.Now().UnixNano()) + `"}`))
 		case r.URL.Path == "/create":
@@ -352,5 +354,95 @@ func TestPollingInterval(t *testing.T) {
 		if got := backoff(f); got != want {
 			t.Errorf("backoff(%d) = %s, want %s", f, got, want)
 		}
+	}
+}
+
+// syncStandIn answers a create with the finished task (as Gemini does): a PNG's bytes inline,
+// or, for a prompt with "blocked", a failed task whose tokens the provider billed anyway.
+type syncStandIn struct{ standIn }
+
+func (syncStandIn) Created(status int, body []byte) (provider.Created, error) {
+	if status != 200 {
+		return provider.Created{}, fmt.Errorf("HTTP %d", status)
+	}
+	if strings.Contains(string(body), "blocked") {
+		return provider.Created{Done: &provider.TaskState{Status: provider.TaskFailed, FamilyStatus: "SAFETY",
+			Error: &provider.TaskError{Code: "content_filter", Message: "blocked"}, PromptTokens: 10}}, nil
+	}
+	return provider.Created{Done: &provider.TaskState{Status: provider.TaskCompleted, FamilyStatus: "STOP", Text: "here",
+		Images: []provider.TaskImage{{Data: []byte("\x89PNG fake"), MIMEType: "image/png", Width: 2, Height: 2}},
+		PromptTokens: 10, CompletionTokens: 3}}, nil
+}
+
+func init() { provider.RegisterTask("syncstandin", syncStandIn{}) }
+
+// TestTaskFinishedAtCreation: a provider that answers with the finished task gives a task born
+// completed: stored with its image bytes (read back by GetTask, rendered as b64_json, withheld
+// once expired), billed in the same transaction, its callback enqueued, never polled. A task
+// born failed is billed only the tokens the provider reported, no images.
+func TestTaskFinishedAtCreation(t *testing.T) {
+	s, billed := newService(t)
+	s.Charge, s.ImageLife = true, time.Hour
+	cat := s.Catalog().(catalog)
+	cat.m = &ir.Model{ID: "clip", Family: "syncstandin"}
+	s.Catalog = func() Catalog { return cat }
+	s.Price = func(t *store.Task) decimal.Decimal {
+		cost := decimal.NewFromInt(t.PromptTokens).Mul(decimal.RequireFromString("0.001"))
+		if t.Status == "completed" {
+			cost = cost.Add(decimal.NewFromInt(Images(t)).Mul(decimal.RequireFromString("0.04")))
+		}
+		return cost
+	}
+	if _, err := s.Store.CreateAccount("acme", decimal.RequireFromString("1")); err != nil {
+		t.Fatal(err)
+	}
+	create := func(prompt string) *store.Task {
+		task, err := s.Create(context.Background(), NewTask{Kind: "image", Account: "acme", KeyID: "k1", Model: cat.m,
+			Attempts: []Attempt{{Provider: cat.Provider("up"), Model: "img-1"}},
+			Body:     provider.Request{"prompt": json.RawMessage(`"` + prompt + `"`)},
+			Request:  provider.TaskRequest{MaxImages: 1, CallbackURL: "https://hooks.example.com/i"}, Hold: decimal.RequireFromString("0.1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+	done := create("a fox")
+	if done.Status != "completed" || s.Running() != 0 || !done.Cost.Equal(decimal.RequireFromString("0.05")) {
+		t.Fatalf("born completed: %+v, running %d", done, s.Running())
+	}
+	got, err := s.Get(context.Background(), "acme", done.ID)
+	if err != nil || len(got.Images) != 1 || string(got.Images[0].Data) != "\x89PNG fake" {
+		t.Fatalf("read back: %+v %v", got, err)
+	}
+	o := ObjectOf(got, time.Now())
+	if o.Result == nil || o.Result.Text != "here" || o.Result.Images[0].B64JSON != "iVBORyBmYWtl" || o.Cost == nil || *o.Cost != "0.05" {
+		t.Fatalf("object %+v", o.Result)
+	}
+	if later := ObjectOf(got, time.Now().Add(2*time.Hour)); later.Result.Images[0].B64JSON != "" || !later.Result.Images[0].Expired {
+		t.Fatalf("after its expiry %+v", later.Result.Images[0])
+	}
+	failed := create("blocked fox")
+	if failed.Status != "failed" || failed.Error.Code != "content_filter" || !failed.Cost.Equal(decimal.RequireFromString("0.01")) || !failed.Settled {
+		t.Fatalf("born failed: %+v", failed)
+	}
+	recs, _ := s.Store.UsageRecords(store.UsageFilter{Account: "acme"}, 10)
+	a, _ := s.Store.GetAccount("acme")
+	if len(recs) != 2 || !a.Balance.Equal(decimal.RequireFromString("0.94")) || recs[0].PromptTokens != 10 {
+		t.Fatalf("records %+v balance %s", recs, a.Balance)
+	}
+	due, _ := s.Store.DueCallbacks(time.Now(), 10)
+	if len(due) != 2 || strings.Contains(string(due[0].Body), "b64_json") {
+		t.Fatalf("callbacks (no inline bytes in them): %d %s", len(due), due[0].Body)
+	}
+	if len(*billed) != 0 { // Bill is the caller's for a task born finished (it holds the hold)
+		t.Fatalf("billed by the service: %v", *billed)
+	}
+	// The kept bytes go when they expire; the task stays and says so.
+	if res, err := s.Store.PruneImages(time.Now().Add(2*time.Hour), 10); err != nil || res.Deleted != 1 {
+		t.Fatalf("prune images: %+v %v", res, err)
+	}
+	got, _ = s.Store.GetTask(done.ID)
+	if got.Images[0].Data != nil || !ObjectOf(got, time.Now().Add(2*time.Hour)).Result.Images[0].Expired {
+		t.Fatalf("after pruning %+v", got.Images[0])
 	}
 }
