@@ -370,7 +370,7 @@ func (syncStandIn) Created(status int, body []byte) (provider.Created, error) {
 			Error: &provider.TaskError{Code: "content_filter", Message: "blocked"}, PromptTokens: 10}}, nil
 	}
 	return provider.Created{Done: &provider.TaskState{Status: provider.TaskCompleted, FamilyStatus: "STOP", Text: "here",
-		Images: []provider.TaskImage{{Data: []byte("\x89PNG fake"), MIMEType: "image/png", Width: 2, Height: 2}},
+		Images:       []provider.TaskImage{{Data: []byte("\x89PNG fake"), MIMEType: "image/png", Width: 2, Height: 2}},
 		PromptTokens: 10, CompletionTokens: 3}}, nil
 }
 
