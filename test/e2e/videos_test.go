@@ -435,3 +435,36 @@ func TestSlowCreateOutlastsTheMessageTimeout(t *testing.T) {
 		t.Fatalf("slow create: %d %v after %s", code, obj, time.Since(start))
 	}
 }
+
+// TestMediaEndpointsMatchTheModelKind: a video model at /v1/images and a chat model at
+// /v1/videos are refused with the endpoint to use; a video task is not found under /v1/images.
+func TestMediaEndpointsMatchTheModelKind(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	cfg := strings.Replace(v1Config(fake), "models:\n", fmt.Sprintf(`  - {name: chat, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: chatty
+    providers: [{provider: chat, model: fake-llama-3}]
+`, fake.URL()), 1)
+	g := startGateway(t, cfg, "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	for _, c := range []struct{ path, body, want string }{
+		{"/images", `{"model":"hailuo-02","prompt":"a fox"}`, "POST /v1/videos"},
+		{"/videos", `{"model":"chatty","prompt":"a fox"}`, "POST /v1/chat/completions"},
+	} {
+		code, obj := g.do("POST", key, c.path, c.body)
+		e, _ := obj["error"].(map[string]any)
+		if code != 400 || e["code"] != "model_not_found" || !strings.Contains(fmt.Sprint(e["message"]), c.want) {
+			t.Errorf("POST %s %s: %d %v, want a 400 naming %s", c.path, c.body, code, obj, c.want)
+		}
+	}
+	code, obj := g.do("POST", key, "/videos", `{"model":"hailuo-02","prompt":"a fox"}`)
+	if code != 200 {
+		t.Fatalf("create: %d %v", code, obj)
+	}
+	if code, obj := g.do("GET", key, "/images/"+obj["id"].(string), ""); code != 404 || !strings.Contains(fmt.Sprint(obj["error"]), "GET /v1/videos/") {
+		t.Fatalf("a video under /v1/images: %d %v", code, obj)
+	}
+}
