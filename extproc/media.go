@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"mime"
 	"net/http"
 	"strings"
@@ -16,9 +17,9 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/shopspring/decimal"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/shopspring/decimal"
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/extproc/tasks"
@@ -130,11 +131,16 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	}
 	m := rt.models[modelID]
 	if m == nil || ir.MediaFamilies[m.Family].Kind != kind {
-		hint := ""
-		if m != nil && ir.MediaFamilies[m.Family].Kind != "" {
-			hint = "; it is a" + article(ir.MediaFamilies[m.Family].Kind) + " " + ir.MediaFamilies[m.Family].Kind + " model: POST " + mediaPaths[ir.MediaFamilies[m.Family].Kind]
-		} else if m != nil {
-			hint = "; it is a chat model: POST /v1/chat/completions"
+		hint, other := "", ""
+		if m != nil {
+			other = ir.MediaFamilies[m.Family].Kind
+		}
+		switch {
+		case m == nil:
+		case other != "":
+			hint = fmt.Sprintf("; it is a%s %s model: POST %s", article(other), other, mediaPaths[other])
+		default:
+			hint = "; it is a chat model: POST " + chatPath
 		}
 		return x.fail(apiErr(http.StatusBadRequest, "model_not_found", "model %q is not a%s %s model of the catalog%s; GET /v1/models lists them (output_modalities %s)", clip(modelID), article(kind), kind, hint, kind))
 	}
