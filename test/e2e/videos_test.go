@@ -453,6 +453,7 @@ models:
 	for _, c := range []struct{ path, body, want string }{
 		{"/images", `{"model":"hailuo-02","prompt":"a fox"}`, "POST /v1/videos"},
 		{"/videos", `{"model":"chatty","prompt":"a fox"}`, "POST /v1/chat/completions"},
+		{"/images", `{"model":"nope","prompt":"a fox"}`, "GET /v1/models"},
 	} {
 		code, obj := g.do("POST", key, c.path, c.body)
 		e, _ := obj["error"].(map[string]any)
