@@ -7,11 +7,13 @@ package provider
 // /v1/videos/text2video and queried with GET /v1/videos/text2video/{id}. Kling reads the model
 // from model_name (a plain model field would be ignored: it would run kling-v1), and duration
 // is a string. Errors carry a numeric code in an envelope {code, message, request_id, data}.
+// The signing, the envelope and the V3 field checks are shared with I1 (kling_image.go).
 //
 // Fields are the spec's: prompt, cfg_scale, mode, duration, aspect_ratio (plus Kling's
 // negative_prompt); the spec shows no image field for V3, so image-to-video is not offered.
-// Allowed values (the spec shows none) are Kling's: cfg_scale 0 to 1, mode std or pro,
-// duration "5" or "10", aspect_ratio 16:9, 9:16 or 1:1. Other fields are refused with the list.
+// Allowed values (the spec shows none) are Kling's: prompt and negative_prompt up to 2500
+// characters, cfg_scale 0 to 1, mode std or pro, duration "5" or "10", aspect_ratio 16:9, 9:16
+// or 1:1. Other fields are refused with the list.
 
 import (
 	"cmp"
@@ -49,46 +51,76 @@ func (kling) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 	if err := onlyFields("V3", req, klingFields); err != nil {
 		return TaskRequest{}, err
 	}
-	prompt, _, err := stringOf(req, "prompt")
-	if err != nil {
+	if err := klingPrompts(req, "V3 is text-to-video"); err != nil {
 		return TaskRequest{}, err
 	}
-	if prompt == "" {
-		return TaskRequest{}, fmt.Errorf("%w: prompt is required (V3 is text-to-video)", ErrBadRequest)
-	}
-	if n := len([]rune(prompt)); n > 2500 {
-		return TaskRequest{}, fmt.Errorf("%w: prompt is %d characters; Kling takes at most 2500", ErrBadRequest, n)
-	}
-	if _, _, err := stringOf(req, "negative_prompt"); err != nil {
+	if err := klingVideoParams("V3", req, klingRatios); err != nil {
 		return TaskRequest{}, err
-	}
-	if raw := rawField(req, "cfg_scale"); raw != nil {
-		v, err := decimal.NewFromString(string(raw))
-		if err != nil || v.IsNegative() || v.GreaterThan(decimal.NewFromInt(1)) {
-			return TaskRequest{}, fmt.Errorf("%w: cfg_scale %s is not allowed: a number from 0 to 1", ErrBadRequest, clipText(string(raw)))
-		}
-	}
-	for field, allowed := range map[string][]string{"mode": klingModes, "aspect_ratio": klingRatios} {
-		v, ok, err := stringOf(req, field)
-		if err != nil {
-			return TaskRequest{}, err
-		}
-		if ok && !slices.Contains(allowed, v) {
-			return TaskRequest{}, fmt.Errorf("%w: %s %q is not allowed: use %s", ErrBadRequest, field, clipText(v), joinOr(allowed))
-		}
 	}
 	dur := "5"
 	if raw := rawField(req, "duration"); raw != nil {
-		if json.Unmarshal(raw, &dur) != nil {
-			return TaskRequest{}, fmt.Errorf(`%w: duration must be a string for V3: "5" or "10", not %s`, ErrBadRequest, clipText(string(raw)))
-		}
-		if !slices.Contains(klingSeconds, dur) {
-			return TaskRequest{}, fmt.Errorf(`%w: duration %q is not allowed: use "5" or "10"`, ErrBadRequest, clipText(dur))
-		}
+		_ = json.Unmarshal(raw, &dur) // klingVideoParams checked it
 	}
 	secs, _ := strconv.ParseInt(dur, 10, 64)
 	cb, _, err := stringOf(req, "callback_url")
 	return TaskRequest{MaxSeconds: secs, CallbackURL: cb}, err
+}
+
+// klingPrompts checks prompt (required: why says what the family makes) and negative_prompt,
+// each up to 2500 characters, as Kling takes them.
+func klingPrompts(req Request, why string) error {
+	prompt, _, err := stringOf(req, "prompt")
+	if err != nil {
+		return err
+	}
+	if prompt == "" {
+		return fmt.Errorf("%w: prompt is required (%s)", ErrBadRequest, why)
+	}
+	if n := len([]rune(prompt)); n > 2500 {
+		return fmt.Errorf("%w: prompt is %d characters; Kling takes at most 2500", ErrBadRequest, n)
+	}
+	neg, _, err := stringOf(req, "negative_prompt")
+	if err != nil {
+		return err
+	}
+	if n := len([]rune(neg)); n > 2500 {
+		return fmt.Errorf("%w: negative_prompt is %d characters; Kling takes at most 2500", ErrBadRequest, n)
+	}
+	return nil
+}
+
+// klingVideoParams checks the fields V3 defines and I1 shares (spec 4.3, 4.4) with Kling's
+// video values: cfg_scale 0 to 1, mode std or pro, duration the string "5" or "10", and
+// aspect_ratio one of ratios (the family's own list).
+func klingVideoParams(family string, req Request, ratios []string) error {
+	if raw := rawField(req, "cfg_scale"); raw != nil {
+		v, err := decimal.NewFromString(string(raw))
+		if err != nil || v.IsNegative() || v.GreaterThan(decimal.NewFromInt(1)) {
+			return fmt.Errorf("%w: cfg_scale %s is not allowed: a number from 0 to 1", ErrBadRequest, clipText(string(raw)))
+		}
+	}
+	for _, c := range []struct {
+		field   string
+		allowed []string
+	}{{"mode", klingModes}, {"aspect_ratio", ratios}} {
+		v, ok, err := stringOf(req, c.field)
+		if err != nil {
+			return err
+		}
+		if ok && !slices.Contains(c.allowed, v) {
+			return fmt.Errorf("%w: %s %q is not allowed: use %s", ErrBadRequest, c.field, clipText(v), joinOr(c.allowed))
+		}
+	}
+	if raw := rawField(req, "duration"); raw != nil {
+		var dur string
+		if json.Unmarshal(raw, &dur) != nil {
+			return fmt.Errorf(`%w: duration must be a string for %s: "5" or "10", not %s`, ErrBadRequest, family, clipText(string(raw)))
+		}
+		if !slices.Contains(klingSeconds, dur) {
+			return fmt.Errorf(`%w: duration %q is not allowed: use "5" or "10"`, ErrBadRequest, clipText(dur))
+		}
+	}
+	return nil
 }
 
 func joinOr(vs []string) string {
@@ -180,6 +212,10 @@ type klingEnvelope struct {
 				URL      string `json:"url"`
 				Duration string `json:"duration"`
 			} `json:"videos"`
+			Images []struct {
+				Index int    `json:"index"`
+				URL   string `json:"url"`
+			} `json:"images"`
 		} `json:"task_result"`
 	} `json:"data"`
 }
@@ -231,12 +267,29 @@ func (kling) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
 }
 
 func (kling) Queried(status int, body []byte) (TaskState, error) {
+	e, st, err := klingQueried(status, body, "video")
+	if err != nil || st.Status != TaskCompleted {
+		return st, err
+	}
+	for _, v := range e.Data.TaskResult.Videos {
+		secs, _ := decimal.NewFromString(v.Duration)
+		st.Videos = append(st.Videos, TaskVideo{URL: v.URL, Seconds: secs, ExpiresAt: time.Now().Add(klingResultLife)})
+	}
+	if len(st.Videos) == 0 {
+		return TaskState{}, fmt.Errorf("Kling reported succeed without a video")
+	}
+	return st, nil
+}
+
+// klingQueried reads a task answer's envelope and maps its status; the caller adds the
+// results of a succeed (what names them in messages: video, image).
+func klingQueried(status int, body []byte, what string) (klingEnvelope, TaskState, error) {
 	var e klingEnvelope
 	if err := json.Unmarshal(body, &e); err != nil && status == http.StatusOK {
-		return TaskState{}, fmt.Errorf("Kling's task answer is not JSON")
+		return e, TaskState{}, fmt.Errorf("Kling's task answer is not JSON")
 	}
 	if err := e.failure(status); err != nil {
-		return TaskState{}, err
+		return e, TaskState{}, err
 	}
 	st := TaskState{FamilyStatus: e.Data.TaskStatus}
 	switch e.Data.TaskStatus {
@@ -246,20 +299,13 @@ func (kling) Queried(status int, body []byte) (TaskState, error) {
 		st.Status = TaskInProgress
 	case "succeed":
 		st.Status = TaskCompleted
-		for _, v := range e.Data.TaskResult.Videos {
-			secs, _ := decimal.NewFromString(v.Duration)
-			st.Videos = append(st.Videos, TaskVideo{URL: v.URL, Seconds: secs, ExpiresAt: time.Now().Add(klingResultLife)})
-		}
-		if len(st.Videos) == 0 {
-			return TaskState{}, fmt.Errorf("Kling reported succeed without a video")
-		}
 	case "failed":
 		st.Status = TaskFailed
-		st.Error = &TaskError{Code: "generation_failed", Message: cmp.Or(e.Data.TaskStatusMsg, "Kling could not generate the video")}
+		st.Error = &TaskError{Code: "generation_failed", Message: cmp.Or(e.Data.TaskStatusMsg, "Kling could not generate the "+what)}
 	default:
-		return TaskState{}, fmt.Errorf("Kling reported an unknown task_status %q", clipText(e.Data.TaskStatus))
+		return e, TaskState{}, fmt.Errorf("Kling reported an unknown task_status %q", clipText(e.Data.TaskStatus))
 	}
-	return st, nil
+	return e, st, nil
 }
 
 func (kling) Followed(*TaskState, int, []byte) error { return nil }

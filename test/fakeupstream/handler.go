@@ -30,7 +30,10 @@ func (s *Server) handler() http.Handler {
 			return
 		}
 		w.Header().Set("X-Request-Id", "req_fake"+s.nextID())
-		if s.anthropicRoute(w, r, body) || s.geminiRoute(w, r, body) || s.minimaxRoute(w, r, body) || s.dashscopeRoute(w, r, body) || s.klingRoute(w, r, body) {
+		if s.anthropicRoute(w, r, body) || s.geminiRoute(w, r, body) || s.minimaxRoute(w, r, body) ||
+			s.dashscopeImageRoute(w, r, body) || // before the video route: it claims its own task ids
+			s.klingImageRoute(w, r, body) ||
+			s.dashscopeRoute(w, r, body) || s.klingRoute(w, r, body) {
 			return // native APIs check their own credentials
 		}
 		if s.opts.APIKey != "" {

@@ -1,0 +1,273 @@
+package provider
+
+// dashscopeImage is families I2 (Qwen-Image) and I2b (Wan 2.7 image) of spec 4.4, on Alibaba
+// Model Studio (DashScope, type dashscope, base_url the API host root as for V2), each in two
+// variants, standard and pro (configured for example as qwen-image-plus / qwen-image-max and
+// wan2.7-image / wan2.7-image-pro). Both take the spec's body: input.messages (one user
+// message whose content is {text} and {image} parts) and parameters.
+//
+// Endpoints, by what DashScope offers each model:
+//   - I2 standard (qwen-image-plus and qwen-image are the only Qwen-Image models with an
+//     asynchronous API): POST /api/v1/services/aigc/text2image/image-synthesis with
+//     X-DashScope-Async: enable, then GET /api/v1/tasks/{id}. That API takes input.prompt, not
+//     messages, so the text part becomes input.prompt; parameters pass as they are. It takes
+//     no image: a standard request with an image part goes the synchronous way below.
+//   - I2 pro (qwen-image-max answers only synchronously) and I2 requests with an image part:
+//     POST /api/v1/services/aigc/multimodal-generation/generation, which answers with the
+//     finished images; the task is created already completed (Created.Done).
+//   - I2b, both variants: POST /api/v1/services/aigc/image-generation/generation with
+//     X-DashScope-Async: enable (the same messages body), then GET /api/v1/tasks/{id}.
+//
+// Results: SUCCEEDED tasks list their images in output.results[].url (text2image) or
+// output.choices[].message.content[].image (the messages APIs); usage.image_count is billed.
+// DashScope keeps results 24 h: a URL expires at its signature's expiry when it carries one
+// (OSS: Expires, or x-oss-date + x-oss-expires), else 24 h after the task ended. Statuses and
+// errors are read as for V2 (dashscope.go); a FAILED task refused by content inspection is
+// failed with content_filter.
+//
+// The rules a request is checked against before any provider call are in
+// dashscope_image_rules.go.
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+type dashscopeImage struct{ family string }
+
+// dashscopeImageSubpath is where DashScope's generation APIs live.
+const dashscopeImageSubpath = "/api/v1/services/aigc/"
+
+func init() {
+	RegisterTask("I2", dashscopeImage{family: "I2"})
+	RegisterTask("I2b", dashscopeImage{family: "I2b"})
+}
+
+func (d dashscopeImage) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
+	h := bearer(p.APIKey)
+	out := Request{"model": mustJSON(model), "input": rawField(req, "input")}
+	if v := rawField(req, "parameters"); v != nil {
+		out["parameters"] = v
+	}
+	path := "image-generation/generation"
+	if d.family == "I2" {
+		prompt, images, err := messageOf(req)
+		if err != nil {
+			return nil, err
+		}
+		if m.Variant != "standard" || images {
+			return &Upstream{Path: dashscopeImageSubpath + "multimodal-generation/generation", Body: out.Encode(), Headers: h}, nil
+		}
+		out["input"], _ = json.Marshal(map[string]string{"prompt": prompt})
+		path = "text2image/image-synthesis"
+	}
+	h["x-dashscope-async"] = "enable"
+	return &Upstream{Path: dashscopeImageSubpath + path, Body: out.Encode(), Headers: h}, nil
+}
+
+// messageOf reads the prompt of a validated request's one message and whether it carries an
+// image part; image values are seen, not copied.
+func messageOf(req Request) (prompt string, images bool, err error) {
+	var in struct {
+		Messages []struct {
+			Content []struct {
+				Text  *string  `json:"text"`
+				Image *present `json:"image"`
+			} `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(rawField(req, "input"), &in) != nil || len(in.Messages) != 1 {
+		return "", false, fmt.Errorf("%w: input.messages must be one user message", ErrBadRequest)
+	}
+	for _, part := range in.Messages[0].Content {
+		if part.Text != nil {
+			prompt = *part.Text
+		}
+		images = images || part.Image != nil
+	}
+	return prompt, images, nil
+}
+
+// present records that a JSON value is there without keeping it.
+type present struct{}
+
+func (*present) UnmarshalJSON([]byte) error { return nil }
+
+// dsImageResult is where DashScope's image APIs put their images: output.results[] (text2image)
+// or output.choices[].message.content[] (the messages APIs), with usage.
+type dsImageResult struct {
+	Results []struct {
+		URL     string `json:"url"`
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"results"`
+	Choices []struct {
+		FinishReason string `json:"finish_reason"`
+		Message      struct {
+			Content []struct {
+				Image string `json:"image"`
+			} `json:"content"`
+		} `json:"message"`
+	} `json:"choices"`
+}
+
+type dsImageUsage struct {
+	ImageCount int64  `json:"image_count"`
+	Width      int    `json:"width"`
+	Height     int    `json:"height"`
+	Size       string `json:"size"`
+}
+
+// done is the finished state of a task whose result is r, ended at end.
+func (r dsImageResult) done(u dsImageUsage, end time.Time, status string) TaskState {
+	w, h := u.Width, u.Height
+	if mt := sizeRE.FindStringSubmatch(u.Size); mt != nil && w == 0 {
+		w, _ = strconv.Atoi(mt[1])
+		h, _ = strconv.Atoi(mt[2])
+	}
+	var urls []string
+	why := ""
+	for _, x := range r.Results {
+		if x.URL != "" {
+			urls = append(urls, x.URL)
+		} else if why == "" && x.Code != "" {
+			why = x.Code + ": " + x.Message
+		}
+	}
+	for _, c := range r.Choices {
+		for _, part := range c.Message.Content {
+			if part.Image != "" {
+				urls = append(urls, part.Image)
+			}
+		}
+		if why == "" && c.FinishReason != "" && c.FinishReason != "stop" {
+			why = "finish_reason " + c.FinishReason
+		}
+	}
+	st := TaskState{Status: TaskCompleted, FamilyStatus: status, BilledImages: max(u.ImageCount, 0)}
+	for _, raw := range urls {
+		st.Images = append(st.Images, TaskImage{URL: raw, MIMEType: imageMIME(raw), ExpiresAt: resultExpiry(raw, end), Width: w, Height: h})
+	}
+	if len(st.Images) == 0 {
+		st.Status, st.BilledImages = TaskFailed, 0
+		st.Error = &TaskError{Code: "no_image", Message: "DashScope returned no image" + strings.TrimSuffix(" ("+why+")", " ()")}
+	}
+	return st
+}
+
+// resultExpiry is when a DashScope result URL stops working: the expiry its OSS signature
+// carries (Expires, or x-oss-date + x-oss-expires), else 24 h after the task ended.
+func resultExpiry(raw string, end time.Time) time.Time {
+	if u, err := url.Parse(raw); err == nil {
+		q := u.Query()
+		if s, err := strconv.ParseInt(q.Get("Expires"), 10, 64); err == nil && s > 0 {
+			return time.Unix(s, 0)
+		}
+		if at, err := time.Parse("20060102T150405Z", q.Get("x-oss-date")); err == nil {
+			if s, err := strconv.ParseInt(q.Get("x-oss-expires"), 10, 64); err == nil && s > 0 {
+				return at.Add(time.Duration(s) * time.Second)
+			}
+		}
+	}
+	return end.Add(dashscopeResultLife)
+}
+
+func imageMIME(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	p := strings.ToLower(u.Path)
+	for ext, t := range map[string]string{".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp"} {
+		if strings.HasSuffix(p, ext) {
+			return t
+		}
+	}
+	return ""
+}
+
+// Created reads a create answer: a task id (the asynchronous APIs) or the finished images (the
+// synchronous one).
+func (d dashscopeImage) Created(status int, body []byte) (Created, error) {
+	var a struct {
+		dashscopeError
+		Output struct {
+			TaskID string `json:"task_id"`
+			dsImageResult
+		} `json:"output"`
+		Usage dsImageUsage `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil && status == http.StatusOK {
+		return Created{}, fmt.Errorf("DashScope's create answer is not JSON")
+	}
+	switch {
+	case status != http.StatusOK:
+		return Created{}, a.failure(status)
+	case a.Output.TaskID != "":
+		return Created{TaskID: a.Output.TaskID}, nil
+	case len(a.Output.Choices) > 0 || len(a.Output.Results) > 0:
+		st := a.Output.dsImageResult.done(a.Usage, time.Now(), "SUCCEEDED")
+		return Created{Done: &st}, nil
+	}
+	return Created{}, &TaskError{Code: "upstream_error", Message: "DashScope answered without a task_id or an image"}
+}
+
+func (d dashscopeImage) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
+	return dashscope{}.Query(p, m, id)
+}
+
+func (d dashscopeImage) Queried(status int, body []byte) (TaskState, error) {
+	var a struct {
+		dashscopeError
+		Output struct {
+			Status  string `json:"task_status"`
+			EndTime string `json:"end_time"`
+			Code    string `json:"code"`
+			Message string `json:"message"`
+			dsImageResult
+		} `json:"output"`
+		Usage dsImageUsage `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil && status == http.StatusOK {
+		return TaskState{}, fmt.Errorf("DashScope's task answer is not JSON")
+	}
+	if status != http.StatusOK {
+		return TaskState{}, a.failure(status)
+	}
+	st := TaskState{FamilyStatus: a.Output.Status}
+	switch a.Output.Status {
+	case "PENDING":
+		st.Status = TaskQueued
+	case "RUNNING":
+		st.Status = TaskInProgress
+	case "SUCCEEDED":
+		end, err := time.Parse("2006-01-02 15:04:05.000", a.Output.EndTime)
+		if err != nil {
+			end = time.Now()
+		}
+		return a.Output.dsImageResult.done(a.Usage, end, a.Output.Status), nil
+	case "FAILED", "CANCELED":
+		code := strings.ToLower(a.Output.Code)
+		if a.Output.Code == "DataInspectionFailed" || strings.HasPrefix(a.Output.Code, "DataInspection") {
+			code = "content_filter"
+		}
+		st.Status = TaskFailed
+		st.Error = &TaskError{Code: cmp.Or(code, "generation_failed"), Message: cmp.Or(a.Output.Message, "DashScope reported "+a.Output.Status)}
+	case "UNKNOWN":
+		st.Status = TaskFailed
+		st.Error = &TaskError{Code: "task_expired_or_unknown", Message: "DashScope no longer knows the task (results are kept 24 h)"}
+	default:
+		return TaskState{}, fmt.Errorf("DashScope reported an unknown task_status %q", clipText(a.Output.Status))
+	}
+	return st, nil
+}
+
+func (dashscopeImage) Followed(*TaskState, int, []byte) error { return nil }

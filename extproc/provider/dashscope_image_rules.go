@@ -1,0 +1,419 @@
+package provider
+
+// The rules of families I2 and I2b (dashscope_image.go), checked before any provider call
+// (spec 4.4, 8; where the spec is silent, DashScope's documented limits). Each refusal names
+// the field's path, its value and what is allowed.
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image"
+	_ "image/gif" // input image formats DashScope takes besides JPEG, PNG and WebP
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/shopspring/decimal"
+	_ "golang.org/x/image/bmp"
+	_ "golang.org/x/image/tiff"
+
+	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// dsImageFamily is what differs between I2 and I2b.
+type dsImageFamily struct {
+	name       string   // as messages say it
+	params     []string // the parameters it takes
+	maxImages  int      // image parts a request may carry
+	imageRules inputImageRules
+}
+
+var dsImageFamilies = map[string]dsImageFamily{
+	// Qwen-Image-Edit's input limits: up to 3 images, each 384 to 3072 px a side, up to 10 MB.
+	"I2": {name: "I2 (Qwen-Image)", params: []string{"n", "size", "seed", "watermark", "negative_prompt", "prompt_extend"}, maxImages: 3,
+		imageRules: inputImageRules{maxBytes: 10 << 20, minSide: 384, maxSide: 3072,
+			formats: []string{"jpeg", "png", "bmp", "tiff", "webp", "gif"}, formatNames: "JPG, JPEG, PNG, BMP, TIFF, WebP or GIF"}},
+	// Wan 2.7 image's: up to 9 images, each 240 to 8000 px a side, aspect 1:8 to 8:1, up to 20 MB.
+	"I2b": {name: "I2b (Wan image)", params: []string{"n", "size", "seed", "watermark", "enable_sequential", "thinking_mode", "color_palette"}, maxImages: 9,
+		imageRules: inputImageRules{maxBytes: 20 << 20, minSide: 240, maxSide: 8000, maxAspect: 8,
+			formats: []string{"jpeg", "png", "bmp", "webp"}, formatNames: "JPG, JPEG, PNG, BMP or WebP"}},
+}
+
+const (
+	qwenMaxPromptTokens  = 1300 // spec 8, counted with the gateway's o200k tokenizer
+	wanMaxPromptChars    = 5000 // spec 8
+	qwenMaxNegativeChars = 500  // DashScope's limit on negative_prompt
+	wanMaxImages         = 4    // spec 8: n without enable_sequential ...
+	wanMaxSequential     = 12   // ... and with it (DashScope's default n for a set)
+	wanMinPixels         = 768 * 768
+	wanMaxPixels         = 2048 * 2048
+	wanMaxPixelsTextPro  = 4096 * 4096 // the pro variant's text-to-image (4K), not sets
+	maxSeed              = 2147483647
+)
+
+// qwenSizes are the sizes qwen-image-max and qwen-image-plus take (16:9, 4:3, 1:1, 3:4, 9:16).
+var qwenSizes = []string{"1664*928", "1472*1104", "1328*1328", "1104*1472", "928*1664"}
+
+var (
+	sizeRE  = regexp.MustCompile(`^([1-9][0-9]{0,4})\*([1-9][0-9]{0,4})$`)
+	hexRE   = regexp.MustCompile(`^#[0-9A-Fa-f]{6}$`)
+	ratioRE = regexp.MustCompile(`^([0-9]{1,3}(\.[0-9]{1,2})?)%$`)
+)
+
+// dsImageAsk is what validation learns of a request that the rest needs.
+type dsImageAsk struct {
+	prompt string
+	images int
+}
+
+func (d dashscopeImage) Validate(m *ir.Model, req Request) (TaskRequest, error) {
+	f := dsImageFamilies[d.family]
+	if err := onlyFields(d.family, req, []string{"input", "parameters"}); err != nil {
+		return TaskRequest{}, err
+	}
+	ask, err := d.input(f, rawField(req, "input"))
+	if err != nil {
+		return TaskRequest{}, err
+	}
+	n, err := d.parameters(f, m, rawField(req, "parameters"), ask)
+	if err != nil {
+		return TaskRequest{}, err
+	}
+	cb, _, err := stringOf(req, "callback_url")
+	return TaskRequest{MaxImages: n, CallbackURL: cb}, err
+}
+
+// input checks input.messages: exactly one user message whose content is one text part and up
+// to the family's number of image parts.
+func (d dashscopeImage) input(f dsImageFamily, raw json.RawMessage) (dsImageAsk, error) {
+	shape := "input.messages: [{role: user, content: [{text: ...}, {image: ...}]}]"
+	if raw == nil {
+		return dsImageAsk{}, fmt.Errorf("%w: input is required: %s", ErrBadRequest, shape)
+	}
+	in, err := objectOf("input", raw, []string{"messages"})
+	if err != nil {
+		return dsImageAsk{}, err
+	}
+	var msgs []json.RawMessage
+	if mr := member(in, "messages"); mr == nil || json.Unmarshal(mr, &msgs) != nil || len(msgs) != 1 {
+		return dsImageAsk{}, fmt.Errorf("%w: input.messages must be an array of exactly one user message, not %s: %s", ErrBadRequest, clipText(string(member(in, "messages"))), shape)
+	}
+	msg, err := objectOf("input.messages[0]", msgs[0], []string{"role", "content"})
+	if err != nil {
+		return dsImageAsk{}, err
+	}
+	var role string
+	if json.Unmarshal(member(msg, "role"), &role) != nil || role != "user" {
+		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].role %s is not allowed: the one message is the user's (\"user\")", ErrBadRequest, clipText(string(cmpRaw(member(msg, "role")))))
+	}
+	var parts []json.RawMessage
+	if json.Unmarshal(member(msg, "content"), &parts) != nil || len(parts) == 0 {
+		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].content must be a non-empty array of {text} and {image} parts", ErrBadRequest)
+	}
+	var ask dsImageAsk
+	texts := 0
+	for i, pr := range parts {
+		field := fmt.Sprintf("input.messages[0].content[%d]", i)
+		part, err := objectOf(field, pr, []string{"text", "image"})
+		if err != nil {
+			return dsImageAsk{}, err
+		}
+		tr, ir := member(part, "text"), member(part, "image")
+		if len(part) != 1 || (tr == nil) == (ir == nil) {
+			return dsImageAsk{}, fmt.Errorf("%w: %s must be {\"text\": \"...\"} or {\"image\": \"...\"}, one key with a value", ErrBadRequest, field)
+		}
+		if tr != nil {
+			if json.Unmarshal(tr, &ask.prompt) != nil {
+				return dsImageAsk{}, fmt.Errorf("%w: %s.text must be a string", ErrBadRequest, field)
+			}
+			if err := d.prompt(field+".text", ask.prompt); err != nil {
+				return dsImageAsk{}, err
+			}
+			texts++
+			continue
+		}
+		var img string
+		if json.Unmarshal(ir, &img) != nil {
+			return dsImageAsk{}, fmt.Errorf("%w: %s.image must be a string: an https URL or a base64 data URL", ErrBadRequest, field)
+		}
+		if err := checkInputImage(field+".image", img, f.imageRules); err != nil {
+			return dsImageAsk{}, err
+		}
+		ask.images++
+	}
+	if texts != 1 {
+		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].content has %d text parts; DashScope takes exactly one (the prompt)", ErrBadRequest, texts)
+	}
+	if ask.images > f.maxImages {
+		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].content has %d image parts; %s takes at most %d", ErrBadRequest, ask.images, f.name, f.maxImages)
+	}
+	return ask, nil
+}
+
+// prompt checks the text part against the family's length limit: I2 in tokens (spec 8:
+// 1300), counted with the gateway's o200k tokenizer as DashScope's own is not public; I2b in
+// characters (5000).
+func (d dashscopeImage) prompt(field, text string) error {
+	if strings.TrimSpace(text) == "" {
+		return fmt.Errorf("%w: %s is empty: the prompt is required", ErrBadRequest, field)
+	}
+	if d.family == "I2b" {
+		if n := len([]rune(text)); n > wanMaxPromptChars {
+			return fmt.Errorf("%w: %s is %d characters; I2b takes at most %d", ErrBadRequest, field, n, wanMaxPromptChars)
+		}
+		return nil
+	}
+	// No o200k token is longer than 128 bytes: a longer text is over the limit, uncounted.
+	if len(text) > qwenMaxPromptTokens*128 {
+		return fmt.Errorf("%w: %s is %d bytes, over I2's %d tokens (o200k tokenizer)", ErrBadRequest, field, len(text), qwenMaxPromptTokens)
+	}
+	if n := billing.CountText(text); n > qwenMaxPromptTokens {
+		return fmt.Errorf("%w: %s is %d tokens (o200k tokenizer); I2 takes at most %d", ErrBadRequest, field, n, qwenMaxPromptTokens)
+	}
+	return nil
+}
+
+// parameters checks the family's parameters and returns the most images the request can make.
+func (d dashscopeImage) parameters(f dsImageFamily, m *ir.Model, raw json.RawMessage, ask dsImageAsk) (int64, error) {
+	if raw == nil {
+		raw = json.RawMessage(`{}`)
+	}
+	p, err := objectOf("parameters", raw, nil)
+	if err != nil {
+		return 0, err
+	}
+	for k := range p {
+		if slices.Contains(f.params, k) {
+			continue
+		}
+		for fam, other := range dsImageFamilies {
+			if fam != d.family && slices.Contains(other.params, k) {
+				return 0, fmt.Errorf("%w: parameters.%s is for %s only; %s takes %s", ErrBadRequest, clipText(k), other.name, f.name, strings.Join(f.params, ", "))
+			}
+		}
+		return 0, fmt.Errorf("%w: parameters does not take field %q; %s takes %s", ErrBadRequest, clipText(k), f.name, strings.Join(f.params, ", "))
+	}
+	for _, b := range []string{"watermark", "prompt_extend", "enable_sequential", "thinking_mode"} {
+		if v := member(p, b); v != nil && string(v) != "true" && string(v) != "false" {
+			return 0, fmt.Errorf("%w: parameters.%s must be true or false, not %s", ErrBadRequest, b, clipText(string(v)))
+		}
+	}
+	if v := member(p, "seed"); v != nil {
+		var seed int64
+		if json.Unmarshal(v, &seed) != nil || seed < 0 || seed > maxSeed {
+			return 0, fmt.Errorf("%w: parameters.seed %s is out of range: an integer from 0 to %d", ErrBadRequest, clipText(string(v)), maxSeed)
+		}
+	}
+	if v := member(p, "negative_prompt"); v != nil {
+		var neg string
+		if json.Unmarshal(v, &neg) != nil {
+			return 0, fmt.Errorf("%w: parameters.negative_prompt must be a string", ErrBadRequest)
+		}
+		if n := len([]rune(neg)); n > qwenMaxNegativeChars {
+			return 0, fmt.Errorf("%w: parameters.negative_prompt is %d characters; DashScope takes at most %d", ErrBadRequest, n, qwenMaxNegativeChars)
+		}
+	}
+	n, hasN := int64(1), member(p, "n") != nil
+	if hasN && json.Unmarshal(member(p, "n"), &n) != nil {
+		return 0, fmt.Errorf("%w: parameters.n must be an integer, not %s", ErrBadRequest, clipText(string(member(p, "n"))))
+	}
+	var size string
+	if v := member(p, "size"); v != nil && json.Unmarshal(v, &size) != nil {
+		return 0, fmt.Errorf("%w: parameters.size must be a string such as %q, not %s", ErrBadRequest, map[string]string{"I2": "1328*1328", "I2b": "2K"}[d.family], clipText(string(v)))
+	}
+	if d.family == "I2" {
+		if n != 1 {
+			return 0, fmt.Errorf("%w: parameters.n %d is not allowed: I2 (Qwen-Image) makes one image a request; use 1", ErrBadRequest, n)
+		}
+		if size != "" && !slices.Contains(qwenSizes, size) {
+			return 0, fmt.Errorf("%w: parameters.size %q is not allowed: I2 takes %s", ErrBadRequest, clipText(size), joinOr(qwenSizes))
+		}
+		return 1, nil
+	}
+	seq := string(member(p, "enable_sequential")) == "true"
+	switch {
+	case seq && member(p, "thinking_mode") != nil:
+		return 0, fmt.Errorf("%w: parameters.thinking_mode applies only when enable_sequential is false; remove one of them", ErrBadRequest)
+	case seq && member(p, "color_palette") != nil:
+		return 0, fmt.Errorf("%w: parameters.color_palette applies only when enable_sequential is false; remove one of them", ErrBadRequest)
+	case seq && !hasN:
+		n = wanMaxSequential // DashScope's default for a set
+	case seq && (n < 1 || n > wanMaxSequential):
+		return 0, fmt.Errorf("%w: parameters.n %d is out of range: 1 to %d with enable_sequential", ErrBadRequest, n, wanMaxSequential)
+	case !seq && (n < 1 || n > wanMaxImages):
+		return 0, fmt.Errorf("%w: parameters.n %d is out of range: 1 to %d (1 to %d with enable_sequential: true)", ErrBadRequest, n, wanMaxImages, wanMaxSequential)
+	}
+	if err := wanSize(m, size, ask.images > 0, seq); err != nil {
+		return 0, err
+	}
+	if v := member(p, "color_palette"); v != nil {
+		if err := colorPalette(v); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// wanSize checks I2b's size: 1K or 2K; 4K for the pro variant's text-to-image (no image part;
+// DashScope makes no 4K sets); or W*H within DashScope's pixel limits: 768*768 to 2048*2048
+// pixels (to 4096*4096 where 4K is allowed), aspect 1:8 to 8:1.
+func wanSize(m *ir.Model, size string, hasImage, seq bool) error {
+	big := m.Variant == "pro" && !hasImage && !seq
+	why := ""
+	switch {
+	case m.Variant != "pro":
+		why = "4K is for the pro variant; " + m.ID + " is the standard variant"
+	case hasImage:
+		why = "4K is for text-to-image; this request has an image part"
+	case seq:
+		why = "DashScope makes no 4K image sets (enable_sequential)"
+	}
+	switch size {
+	case "", "1K", "2K":
+		return nil
+	case "4K":
+		if big {
+			return nil
+		}
+		return fmt.Errorf("%w: parameters.size \"4K\" is not allowed: %s; use 1K, 2K or W*H", ErrBadRequest, why)
+	}
+	mt := sizeRE.FindStringSubmatch(size)
+	if mt == nil {
+		return fmt.Errorf("%w: parameters.size %q is not allowed: use 1K, 2K, 4K (pro text-to-image) or <width>*<height> such as 1920*1080", ErrBadRequest, clipText(size))
+	}
+	w, _ := strconv.ParseInt(mt[1], 10, 64)
+	h, _ := strconv.ParseInt(mt[2], 10, 64)
+	most, mostName := int64(wanMaxPixels), "2048*2048"
+	if big {
+		most, mostName = wanMaxPixelsTextPro, "4096*4096"
+	}
+	if px := w * h; px < wanMinPixels || px > most {
+		return fmt.Errorf("%w: parameters.size %q is %d pixels; I2b takes 768*768 to %s", ErrBadRequest, size, px, mostName)
+	}
+	if w > 8*h || h > 8*w {
+		return fmt.Errorf("%w: parameters.size %q is out of range: its aspect ratio must be between 1:8 and 8:1", ErrBadRequest, size)
+	}
+	return nil
+}
+
+// colorPalette checks I2b's color_palette: 3 to 10 {hex, ratio} entries, hex #RRGGBB, ratios
+// percentages with up to two decimals ("25.00%") that sum to exactly 100.00%, in decimal.
+func colorPalette(raw json.RawMessage) error {
+	var entries []json.RawMessage
+	if json.Unmarshal(raw, &entries) != nil {
+		return fmt.Errorf("%w: parameters.color_palette must be an array of {hex, ratio}", ErrBadRequest)
+	}
+	if len(entries) < 3 || len(entries) > 10 {
+		return fmt.Errorf("%w: parameters.color_palette has %d colors; it takes 3 to 10", ErrBadRequest, len(entries))
+	}
+	sum := decimal.Zero
+	for i, er := range entries {
+		field := fmt.Sprintf("parameters.color_palette[%d]", i)
+		e, err := objectOf(field, er, []string{"hex", "ratio"})
+		if err != nil {
+			return err
+		}
+		var hex, ratio string
+		if json.Unmarshal(member(e, "hex"), &hex) != nil || !hexRE.MatchString(hex) {
+			return fmt.Errorf("%w: %s.hex %s is not allowed: a color as #RRGGBB, such as \"#1A2B3C\"", ErrBadRequest, field, clipText(string(cmpRaw(member(e, "hex")))))
+		}
+		mt := []string(nil)
+		if json.Unmarshal(member(e, "ratio"), &ratio) == nil {
+			mt = ratioRE.FindStringSubmatch(ratio)
+		}
+		if mt == nil {
+			return fmt.Errorf("%w: %s.ratio %s is not allowed: a percentage with up to two decimals, such as \"25.00%%\"", ErrBadRequest, field, clipText(string(cmpRaw(member(e, "ratio")))))
+		}
+		v := decimal.RequireFromString(mt[1])
+		if !v.IsPositive() || v.GreaterThan(decimal.NewFromInt(100)) {
+			return fmt.Errorf("%w: %s.ratio %q is out of range: above 0%% and at most 100%%", ErrBadRequest, field, ratio)
+		}
+		sum = sum.Add(v)
+	}
+	if !sum.Equal(decimal.NewFromInt(100)) {
+		return fmt.Errorf("%w: parameters.color_palette ratios sum to %s%%; they must sum to exactly 100.00%%", ErrBadRequest, sum.StringFixed(2))
+	}
+	return nil
+}
+
+// inputImageRules are a provider's limits on an input image.
+type inputImageRules struct {
+	maxBytes         int // decoded size limit
+	minSide, maxSide int // width and height each within, inclusive
+	maxAspect        int // the long side at most this many times the short one (0: no bound)
+	formats          []string
+	formatNames      string
+}
+
+// checkInputImage validates an input image as checkFrame does a first frame: an https URL (the
+// provider fetches it) or a base64 data URL whose decoded header, not its declared type, gives
+// the format and the size.
+func checkInputImage(field, v string, r inputImageRules) error {
+	if strings.HasPrefix(v, "https://") {
+		if len(v) > 4096 {
+			return fmt.Errorf("%w: %s URL is over 4096 bytes", ErrBadRequest, field)
+		}
+		return nil
+	}
+	_, data, ok := parseDataURL(v)
+	if !ok {
+		return fmt.Errorf("%w: %s must be an https URL or a base64 data URL (data:image/png;base64,...), not %q", ErrBadRequest, field, clipText(v))
+	}
+	if base64.StdEncoding.DecodedLen(len(data)) > r.maxBytes+3 {
+		return fmt.Errorf("%w: %s is over %d MB decoded", ErrBadRequest, field, r.maxBytes>>20)
+	}
+	raw, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return fmt.Errorf("%w: %s is not valid base64", ErrBadRequest, field)
+	}
+	if len(raw) > r.maxBytes {
+		return fmt.Errorf("%w: %s is %d bytes decoded; it must be at most %d MB", ErrBadRequest, field, len(raw), r.maxBytes>>20)
+	}
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(raw))
+	if err != nil || !slices.Contains(r.formats, format) {
+		return fmt.Errorf("%w: %s is not a %s image (its bytes say %q)", ErrBadRequest, field, r.formatNames, cmp.Or(format, "unknown"))
+	}
+	w, h := cfg.Width, cfg.Height
+	if min(w, h) < r.minSide || max(w, h) > r.maxSide {
+		return fmt.Errorf("%w: %s is %dx%d; its width and height must each be %d to %d px", ErrBadRequest, field, w, h, r.minSide, r.maxSide)
+	}
+	if r.maxAspect > 0 && (w > r.maxAspect*h || h > r.maxAspect*w) {
+		return fmt.Errorf("%w: %s is %dx%d; its aspect ratio must be between 1:%d and %d:1", ErrBadRequest, field, w, h, r.maxAspect, r.maxAspect)
+	}
+	return nil
+}
+
+// objectOf decodes field's JSON object, refusing keys outside known (nil: any key).
+func objectOf(field string, raw json.RawMessage, known []string) (map[string]json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if raw = bytes.TrimSpace(raw); len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &obj) != nil {
+		return nil, fmt.Errorf("%w: %s must be an object, not %s", ErrBadRequest, field, clipText(string(cmpRaw(raw))))
+	}
+	for k := range obj {
+		if known != nil && !slices.Contains(known, k) {
+			return nil, fmt.Errorf("%w: %s does not take field %q; it takes %s", ErrBadRequest, field, clipText(k), strings.Join(known, ", "))
+		}
+	}
+	return obj, nil
+}
+
+// member is an object's field, nil when absent or null.
+func member(obj map[string]json.RawMessage, key string) json.RawMessage {
+	v := bytes.TrimSpace(obj[key])
+	if len(v) == 0 || string(v) == "null" {
+		return nil
+	}
+	return v
+}
+
+func cmpRaw(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 {
+		return json.RawMessage("null")
+	}
+	return v
+}
