@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -116,9 +117,16 @@ func article(kind string) string {
 func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	rt, kind := x.rt, x.media
 	if mt, _, _ := mime.ParseMediaType(x.contentType); mt == "multipart/form-data" {
+		form := raw
 		var err error
-		if raw, err = formBody(x.contentType, raw); err != nil {
+		if raw, err = formBody(x.contentType, form, nil); err != nil {
 			return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%v", err))
+		}
+		// The model's family may keep more fields as strings: read the form again with them.
+		if more := familyStrings(rt, raw); len(more) > 0 {
+			if raw, err = formBody(x.contentType, form, more); err != nil {
+				return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%v", err))
+			}
 		}
 	}
 	req, err := provider.ParseRequest(raw)
@@ -292,9 +300,27 @@ var formStrings = map[string]bool{
 	"input.media.type": true, "input.media.url": true, "parameters.resolution": true, "parameters.ratio": true,
 }
 
-// formBody reads a multipart create request (as the OpenAI SDKs send videos.create) into JSON.
-func formBody(contentType string, raw []byte) ([]byte, error) {
-	return tasks.FormToJSON(contentType, raw, ir.MaxBodyBytes, func(path string) bool { return formStrings[path] })
+// formBody reads a multipart create request (as the OpenAI SDKs send videos.create) into JSON,
+// keeping formStrings and more as strings.
+func formBody(contentType string, raw []byte, more []string) ([]byte, error) {
+	return tasks.FormToJSON(contentType, raw, ir.MaxBodyBytes, func(path string) bool {
+		return formStrings[path] || slices.Contains(more, path)
+	})
+}
+
+// familyStrings are the string fields of the family of body's model beyond formStrings.
+func familyStrings(rt *Runtime, body []byte) []string {
+	var b struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(body, &b) != nil || rt.models[b.Model] == nil {
+		return nil
+	}
+	a, err := provider.TaskFor(rt.models[b.Model].Family)
+	if fs, ok := a.(provider.FormStrings); err == nil && ok {
+		return fs.FormStrings()
+	}
+	return nil
 }
 
 // TaskCatalog is the configuration tasks run under now.

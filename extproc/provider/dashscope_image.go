@@ -271,3 +271,8 @@ func (d dashscopeImage) Queried(status int, body []byte) (TaskState, error) {
 }
 
 func (dashscopeImage) Followed(*TaskState, int, []byte) error { return nil }
+
+func (dashscopeImage) FormStrings() []string {
+	return []string{"input.messages.role", "input.messages.content.text", "input.messages.content.image",
+		"parameters.size", "parameters.negative_prompt", "parameters.color_palette.hex", "parameters.color_palette.ratio"}
+}

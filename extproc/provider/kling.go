@@ -123,6 +123,8 @@ func klingVideoParams(family string, req Request, ratios []string) error {
 	return nil
 }
 
+func (kling) FormStrings() []string { return []string{"duration"} }
+
 func joinOr(vs []string) string {
 	if len(vs) < 2 {
 		return strings.Join(vs, "")

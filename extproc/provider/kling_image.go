@@ -69,6 +69,8 @@ func (klingImage) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 	return TaskRequest{MaxImages: n, CallbackURL: cb}, err
 }
 
+func (klingImage) FormStrings() []string { return []string{"duration"} }
+
 func (klingImage) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
 	out := Request{"model_name": mustJSON(model)}
 	for _, f := range klingImageSent {

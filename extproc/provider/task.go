@@ -122,6 +122,11 @@ type TaskAdapter interface {
 	Followed(st *TaskState, status int, body []byte) error
 }
 
+// FormStrings is implemented by task adapters with string fields that a multipart form, which
+// carries only text, could be read as numbers or booleans beyond the common ones (Kling's
+// duration "5"): their paths, dot-joined without array indexes.
+type FormStrings interface{ FormStrings() []string }
+
 func (e *TaskError) Error() string { return e.Code + ": " + e.Message }
 
 var taskAdapters = map[string]TaskAdapter{}

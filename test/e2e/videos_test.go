@@ -218,24 +218,7 @@ models:
     providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
 `, fake.MiniMaxURL()), "FAKE_PROVIDER_KEY="+providerKey)
 	key := g.newKey("acme")
-	var b strings.Builder
-	w := multipart.NewWriter(&b)
-	for k, v := range map[string]string{"model": "hailuo-02", "prompt": "42", "duration": "10", "resolution": "768P", "prompt_optimizer": "false"} {
-		_ = w.WriteField(k, v)
-	}
-	w.Close()
-	req, _ := http.NewRequest("POST", g.BaseURL+"/videos", strings.NewReader(b.String()))
-	req.Header.Set("content-type", w.FormDataContentType())
-	req.Header.Set("authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `"status":"queued"`) {
-		t.Fatalf("form create: %d %s", resp.StatusCode, body)
-	}
+	g.postForm(key, "/videos", map[string]string{"model": "hailuo-02", "prompt": "42", "duration": "10", "resolution": "768P", "prompt_optimizer": "false"})
 	var sent map[string]any
 	for _, r := range fake.Requests() {
 		if r.Path == "/v1/video_generation" {
@@ -244,6 +227,30 @@ models:
 	}
 	if sent["prompt"] != "42" || sent["duration"] != float64(10) || sent["prompt_optimizer"] != false || sent["model"] != "MiniMax-Hailuo-02" {
 		t.Fatalf("MiniMax got %v", sent)
+	}
+}
+
+// postForm creates a task from a multipart form, as the OpenAI SDKs send videos.create, and
+// fails the test unless it is queued.
+func (g *gateway) postForm(key, path string, fields map[string]string) {
+	g.t.Helper()
+	var b strings.Builder
+	w := multipart.NewWriter(&b)
+	for k, v := range fields {
+		_ = w.WriteField(k, v)
+	}
+	w.Close()
+	req, _ := http.NewRequest("POST", g.BaseURL+path, strings.NewReader(b.String()))
+	req.Header.Set("content-type", w.FormDataContentType())
+	req.Header.Set("authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"status":"queued"`) {
+		g.t.Fatalf("form create %v: %d %s", fields, resp.StatusCode, body)
 	}
 }
 
@@ -467,5 +474,28 @@ models:
 	}
 	if code, obj := g.do("GET", key, "/images/"+obj["id"].(string), ""); code != 404 || !strings.Contains(fmt.Sprint(obj["error"]), "GET /v1/videos/") {
 		t.Fatalf("a video under /v1/images: %d %v", code, obj)
+	}
+}
+
+// TestKlingVideoFormKeepsDurationAString: a form carries only text; a V3 form's duration "5"
+// stays the string Kling requires (its family says so) instead of being read as a number.
+func TestKlingVideoFormKeepsDurationAString(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{KlingAccessKey: "ak-test", KlingSecretKey: "sk-test-secret"})
+	g := startGateway(t, fmt.Sprintf(`providers:
+  - {name: kling, type: kling, base_url: %s, access_key: "${KLING_AK}", secret_key: "${KLING_SK}"}
+models:
+  - id: kling-2
+    family: V3
+    providers: [{provider: kling, model: kling-v2-master}]
+`, fake.KlingURL()), "KLING_AK=ak-test", "KLING_SK=sk-test-secret")
+	g.postForm(g.newKey("acme"), "/videos", map[string]string{"model": "kling-2", "prompt": "7", "duration": "5", "cfg_scale": "0.5"})
+	var sent map[string]any
+	for _, r := range fake.Requests() {
+		if r.Path == "/v1/videos/text2video" {
+			_ = json.Unmarshal(r.Body, &sent)
+		}
+	}
+	if sent["duration"] != "5" || sent["prompt"] != "7" || sent["cfg_scale"] != 0.5 {
+		t.Fatalf("Kling got %v", sent)
 	}
 }
