@@ -97,15 +97,8 @@ func (klingImage) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, erro
 	return &Upstream{Method: http.MethodGet, Path: "/v1/images/generations/" + url.PathEscape(id), Headers: h}, nil
 }
 
-// klingUnknownTask is Kling's code for a resource that does not exist (here: the task id).
-const klingUnknownTask = 1203
-
 func (klingImage) Queried(status int, body []byte) (TaskState, error) {
 	e, st, err := klingQueried(status, body, "image")
-	if status == http.StatusNotFound && e.Code != nil && *e.Code == klingUnknownTask {
-		return TaskState{Status: TaskFailed, FamilyStatus: "not found", Error: &TaskError{Code: "task_expired_or_unknown",
-			Message: "Kling no longer knows the task (it keeps results 30 days): " + e.Message}}, nil
-	}
 	if err != nil || st.Status != TaskCompleted {
 		return st, err
 	}
