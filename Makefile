@@ -17,6 +17,7 @@ endif
 VENV          := $(TOOLS)/venv
 PYTHON        := $(VENV)/bin/python
 NODE_CLIENTS  := $(CURDIR)/test/clients/node
+X402_BED      := $(CURDIR)/test/x402
 
 export TOLLWAY_ENVOY_BIN := $(ENVOY_BIN)
 export TOLLWAY_PYTHON    := $(PYTHON)
@@ -44,10 +45,14 @@ $(PYTHON): test/clients/python/requirements.txt
 	@touch $(PYTHON)
 
 .PHONY: clients
-clients: $(PYTHON) $(NODE_CLIENTS)/node_modules/.installed ## Install the Python and Node SDK test clients
+clients: $(PYTHON) $(NODE_CLIENTS)/node_modules/.installed $(X402_BED)/node_modules/.installed ## Install the Python and Node SDK test clients and the x402 test bed (chain, facilitator, reference clients)
 
 $(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+$(X402_BED)/node_modules/.installed: $(X402_BED)/package.json $(X402_BED)/package-lock.json
+	cd $(X402_BED) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 .PHONY: deps

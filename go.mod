@@ -6,6 +6,7 @@ go 1.26.0
 require (
 	github.com/envoyproxy/go-control-plane v0.14.0 // xDS snapshot cache and ADS server
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0 // Envoy API types with their protoc-gen-validate rules (ValidateAll)
+	github.com/ethereum/go-ethereum v1.17.5 // x402: EIP-712 hashing (signer/core/apitypes) and secp256k1 recovery (crypto) to verify payment credentials locally; v1.17.5 is the newest that moves no other pin
 	github.com/fsnotify/fsnotify v1.9.0 // config file watch (viper's own dependency, used directly for debouncing)
 	github.com/go-json-experiment/json v1.27.2 // encoding/json/v2's tokenizer (stable in Go 1.27's standard library): validates chat bodies in one pass without copying base64 images
 	github.com/go-viper/mapstructure/v2 v2.4.0 // viper's decoder: strict decode hooks and its typed errors, said in config terms
@@ -33,11 +34,18 @@ require (
 
 require (
 	cel.dev/expr v0.25.3 // indirect
+	github.com/ProjectZKM/Ziren/crates/go-runtime/zkvm_runtime v0.0.0-20251001021608-1fe7b43fc4d6 // indirect
+	github.com/bits-and-blooms/bitset v1.20.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
+	github.com/consensys/gnark-crypto v0.18.1 // indirect
+	github.com/crate-crypto/go-eth-kzg v1.5.0 // indirect
+	github.com/decred/dcrd/dcrec/secp256k1/v4 v4.0.1 // indirect
 	github.com/dlclark/regexp2 v1.10.0 // indirect
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
+	github.com/ethereum/c-kzg-4844/v2 v2.1.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/holiman/uint256 v1.3.2 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
@@ -50,6 +58,7 @@ require (
 	github.com/spf13/cast v1.10.0 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/subosito/gotenv v1.6.0 // indirect
+	github.com/supranational/blst v0.3.16 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
