@@ -133,6 +133,7 @@ func (s *Store) prunePass(ctx context.Context, o PruneOptions) {
 		pruneAll(ctx, o, "finished tasks", o.Now().Add(-o.TaskRetention), s.PruneTasks)
 	}
 	pruneAll(ctx, o, "expired images", o.Now(), s.PruneImages) // kept until their own expiry
+	pruneAll(ctx, o, "used payment credentials", o.Now(), s.PruneCredentials) // past the time they could be replayed
 }
 
 // pruneAll runs prune a chunk at a time until nothing before cutoff is left.
