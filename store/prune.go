@@ -132,7 +132,7 @@ func (s *Store) prunePass(ctx context.Context, o PruneOptions) {
 	if o.TaskRetention > 0 {
 		pruneAll(ctx, o, "finished tasks", o.Now().Add(-o.TaskRetention), s.PruneTasks)
 	}
-	pruneAll(ctx, o, "expired images", o.Now(), s.PruneImages) // kept until their own expiry
+	pruneAll(ctx, o, "expired images", o.Now(), s.PruneImages)                // kept until their own expiry
 	pruneAll(ctx, o, "used payment credentials", o.Now(), s.PruneCredentials) // past the time they could be replayed
 }
 
