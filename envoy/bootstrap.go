@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
@@ -65,10 +66,12 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 	}
 	grpcCluster := func(name string, ep Endpoint, streams uint32) *clusterv3.Cluster {
 		return &clusterv3.Cluster{
-			Name:                          name,
-			ConnectTimeout:                durationpb.New(time.Second),
-			ClusterDiscoveryType:          &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
-			PerConnectionBufferLimitBytes: nil,
+			Name:                 name,
+			ConnectTimeout:       durationpb.New(time.Second),
+			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+			// ext_proc messages carry whole bodies (a translated answer with a 4 MB image is
+			// over 5 MB): with Envoy's 1 MiB default, Envoy 1.40 crashes on answers over it.
+			PerConnectionBufferLimitBytes: wrapperspb.UInt32(2 * ir.BufferLimitBytes),
 			// Every gRPC stream counts as one request for as long as it is open.
 			CircuitBreakers:               translator.CircuitBreakers(streams),
 			TypedExtensionProtocolOptions: map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": h2},

@@ -116,6 +116,11 @@ func article(kind string) string {
 // mediaBody creates a task from the request body and answers with its object.
 func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	rt, kind := x.rt, x.media
+	// Envoy would fail the request closed after its message timeout: reading a large body, its
+	// checks and the create (a synchronous provider takes tens of seconds) may take longer.
+	if err := x.extendTimeout(createTimeout + 10*time.Second); err != nil {
+		return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry"))
+	}
 	if mt, _, _ := mime.ParseMediaType(x.contentType); mt == "multipart/form-data" {
 		form := raw
 		var err error
@@ -204,13 +209,6 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 			return x.fail(e)
 		}
 		hold = h
-	}
-	// Envoy would fail the request closed after its message timeout: a create may take longer.
-	if err := x.extendTimeout(createTimeout + 5*time.Second); err != nil {
-		if hold != nil {
-			x.s.billing.Ledger.Release(hold)
-		}
-		return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry"))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
 	defer cancel()

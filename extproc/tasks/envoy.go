@@ -17,8 +17,9 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// maxAnswer bounds a provider's task answer: they are small JSON envelopes.
-const maxAnswer = 4 << 20
+// maxAnswer bounds a provider's task answer: small JSON envelopes, except Gemini's (I3), which
+// carry the images in base64 (a 4 MB image is 5.6 MB; 48 MiB holds eight).
+const maxAnswer = 48 << 20
 
 // Envoy sends task requests to providers through Envoy's internal listener.
 type Envoy struct {
@@ -74,7 +75,9 @@ func (e *Envoy) Do(ctx context.Context, p *ir.Provider, up *provider.Upstream) (
 }
 
 var defaultClient = &http.Client{
-	Timeout: 30 * time.Second,
+	// Each call's context carries its deadline (a create 150 s, a refresh 3 s, a poll 30 s);
+	// this only stops a call made without one.
+	Timeout: 3 * time.Minute,
 	// A provider's redirect is not followed: the internal listener only knows provider
 	// clusters, and a redirect elsewhere would leave Envoy.
 	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

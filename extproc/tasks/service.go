@@ -113,10 +113,15 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 		}
 		created, err := ad.Created(ans.Status, ans.Body)
 		var te *provider.TaskError
+		// The adapter's reading of a refusal comes first: Gemini answers a bad key with a 400,
+		// which is the gateway's credential, not the client's request.
 		switch {
 		case err == nil:
 		case errors.As(err, &te) && (te.Code == "invalid_request" || te.Code == "content_filter"):
 			return nil, &Error{Kind: KindBadRequest, Code: te.Code, Message: fmt.Sprintf("provider %s refused the task: %s", a.Provider.Name, te.Message)}
+		case te != nil:
+			reasons = append(reasons, fmt.Sprintf("provider %s: %v", a.Provider.Name, err))
+			continue
 		case ans.Status == http.StatusBadRequest || ans.Status == http.StatusUnprocessableEntity:
 			return nil, &Error{Kind: KindBadRequest, Code: "invalid_request", Message: fmt.Sprintf("provider %s refused the task: %v", a.Provider.Name, err)}
 		default:

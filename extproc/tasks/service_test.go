@@ -90,6 +90,9 @@ func fakeEnvoy(t *testing.T) (*Envoy, *atomic.Int32) {
 		switch {
 		case cluster == ir.ClusterPrefix+"down":
 			w.WriteHeader(503)
+		case cluster == ir.ClusterPrefix+"badkey": // a refused credential, in a 400 (as Gemini does)
+			w.WriteHeader(400)
+			w.Write([]byte(`{"code":"provider_auth_failed"}`))
 		case r.URL.Path == "/create" && strings.Contains(string(body), "forbidden"):
 			w.Write([]byte(`{"code":"content_filter"}`))
 		case r.URL.Path == "/create" && strings.Contains(string(body), "blocked"):
@@ -444,5 +447,20 @@ func TestTaskFinishedAtCreation(t *testing.T) {
 	got, _ = s.Store.GetTask(done.ID)
 	if got.Images[0].Data != nil || !ObjectOf(got, time.Now().Add(2*time.Hour)).Result.Images[0].Expired {
 		t.Fatalf("after pruning %+v", got.Images[0])
+	}
+}
+
+// TestRefusedCredentialInA400FallsBack: a provider that refuses the gateway's credential with
+// a 400 (Gemini's API_KEY_INVALID), which its adapter reads as provider_auth_failed, passes the
+// task to the next provider instead of blaming the client's request.
+func TestRefusedCredentialInA400FallsBack(t *testing.T) {
+	s, _ := newService(t)
+	cat := s.Catalog().(catalog)
+	cat.ps["badkey"] = &ir.Provider{Name: "badkey", Type: "standin", Host: "bad.example", Port: 443, TLS: true}
+	task, err := s.Create(context.Background(), NewTask{Kind: "video", Account: "acme", KeyID: "k1", Model: cat.m,
+		Attempts: []Attempt{{Provider: cat.Provider("badkey"), Model: "c-1"}, {Provider: cat.Provider("up"), Model: "c-1"}},
+		Body:     provider.Request{"prompt": json.RawMessage(`"a fox"`)}, Request: provider.TaskRequest{MaxSeconds: 6}})
+	if err != nil || task.Provider != "up" {
+		t.Fatalf("create: %+v %v", task, err)
 	}
 }

@@ -7,7 +7,6 @@ package translator
 
 import (
 	"fmt"
-	"time"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -15,12 +14,15 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// taskTimeout bounds one task request: they are short JSON calls.
-const taskTimeout = 60 * time.Second
+// taskTimeout bounds one task request. Most are short JSON calls, but a provider that answers a
+// create with the finished image (Gemini) takes up to a minute or two; the gateway's own
+// deadline per call (create, refresh, poll) is what governs.
+const taskTimeout = ir.MaxExtProcMessageTimeout
 
 func internalListener(g *ir.Gateway) (*listenerv3.Listener, error) {
 	vh := &routev3.VirtualHost{Name: ir.InternalListenerName, Domains: []string{"*"}}
@@ -64,6 +66,9 @@ func internalListener(g *ir.Gateway) (*listenerv3.Listener, error) {
 	return &listenerv3.Listener{
 		Name:    ir.InternalListenerName,
 		Address: socketAddress(g.Internal.Address, g.Internal.Port),
+		// A create carries up to a 32 MiB body (a 20 MB image in base64), which the per-attempt
+		// filter buffers: Envoy's 1 MiB default would answer 413.
+		PerConnectionBufferLimitBytes: wrapperspb.UInt32(ir.BufferLimitBytes),
 		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
 			Name: wellknown.HTTPConnectionManager, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcmAny},
 		}}}},
