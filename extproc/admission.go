@@ -9,6 +9,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -57,7 +58,16 @@ func (x *exchange) admit(body []byte) *APIError {
 			asked = 0 // some provider would not see the client's cap: it cannot bound the cost
 		}
 		out := outputCap(m, asked, x.promptEstimate) * max(x.plan.answers, 1)
-		if w := m.Pricing.WorstCase(x.promptEstimate, out); w.GreaterThan(worst) {
+		w := m.Pricing.WorstCase(x.promptEstimate, out)
+		if m.Family == chatImageFamily {
+			// An image model's answer is bounded by Gemini's own output limit when nothing
+			// smaller caps it, and holds as many images as that budget pays for.
+			if asked <= 0 && m.MaxOutputLength <= 0 {
+				out = provider.GeminiImageMaxOutput
+			}
+			w = m.Pricing.TaskWorstCase(x.promptEstimate, out, provider.GeminiImagesBound(m.Variant, "", out), 0)
+		}
+		if w.GreaterThan(worst) {
 			worst = w
 		}
 	}

@@ -82,7 +82,10 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	modelID, mode, pin := req.model, req.routeMode, req.routeProvider
 	if strings.HasPrefix(modelID, ir.RoutePrefix) {
 		// The route chooses models and providers itself: route.provider is ignored.
-		return plan, rt.planRoute(plan, modelID, mode)
+		if e := rt.planRoute(plan, modelID, mode); e != nil {
+			return plan, e
+		}
+		return plan, plan.mediaRules()
 	}
 	m, ok := rt.models[modelID]
 	if !ok {
@@ -90,6 +93,9 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 			"model %q is not in the catalog; GET /v1/models lists the model ids you can use", clip(modelID))
 	}
 	plan.model, plan.models = m, []*model{m}
+	if e := plan.mediaRules(); e != nil {
+		return nil, e
+	}
 	if pin != "" {
 		return plan, rt.planPinned(plan, pin)
 	}
@@ -99,6 +105,29 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	}
 	plan.cluster, plan.attempts = ir.ModelChainCluster(m.ID), len(ch)
 	return plan, nil
+}
+
+// chatImageFamily is the media family whose models also answer chat completions (spec 4.1
+// rule 5): Gemini's image models, with their images in the message (provider.GeminiImageChat).
+const chatImageFamily = "I3"
+
+// mediaRules refuses, before any hold, what the plan's media models cannot do here: a video
+// model, or an image model of another family, has its own endpoint; an I3 answer carries its
+// images whole, so it is not streamed (a stream would only hold them back to its end).
+func (p *chatPlan) mediaRules() *APIError {
+	for _, m := range p.models {
+		f, media := ir.MediaFamilies[m.Family]
+		switch {
+		case !media:
+		case m.Family != chatImageFamily:
+			return apiErr(http.StatusBadRequest, "model_not_found",
+				"model %q is a%s %s model, not a chat model: create its tasks with POST %s", m.ID, article(f.Kind), f.Kind, mediaPaths[f.Kind])
+		case p.stream:
+			return apiErr(http.StatusBadRequest, "invalid_request",
+				"stream is not supported for image model %q: its answer carries whole images; send stream false (or leave it out)", m.ID)
+		}
+	}
+	return nil
 }
 
 func (rt *Runtime) planRoute(plan *chatPlan, id, mode string) *APIError {
@@ -208,6 +237,10 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 		if _, e := requestUsage(req); e != nil {
 			return nil, nil, errors.New(e.Message)
 		}
+	}
+	if m.Family == chatImageFamily {
+		up, err := provider.GeminiImageChat(p, &m.Model, target, req)
+		return up, removed, err
 	}
 	adapter, err := provider.For(p.Type)
 	if err != nil {

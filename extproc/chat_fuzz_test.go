@@ -34,6 +34,7 @@ func fuzzGateway() *ir.Gateway {
 			{Provider: "openai", Model: "gpt-4o"},
 		}, SupportedParameters: []string{"temperature", "top_p", "max_tokens", "max_completion_tokens", "tools", "tool_choice", "stop"}},
 		ir.Model{ID: "flash", Targets: []ir.Target{{Provider: "gemini", Model: "models/gemini-2.5-flash"}}},
+		ir.Model{ID: "nb", Family: "I3", Variant: "flash-2.5", Targets: []ir.Target{{Provider: "gemini", Model: "gemini-2.5-flash-image"}}},
 	)
 	g.Routes = []ir.Route{
 		{Name: "chain", ID: "route:chain", Rule: ir.RulePriorityFallback, Models: []string{"broken", "claude", "flash", "gpt"}, Status: ir.RouteActive},
@@ -68,7 +69,7 @@ func FuzzPlanChat(f *testing.F) {
 		if err := json.Unmarshal(b, &req); err != nil {
 			f.Fatal(err)
 		}
-		for _, m := range []string{`"claude"`, `"route:chain"`, `"route:modes"`, `"gpt"`, `"flash"`} {
+		for _, m := range []string{`"claude"`, `"route:chain"`, `"route:modes"`, `"gpt"`, `"flash"`, `"nb"`} {
 			req["model"] = json.RawMessage(m)
 			seed, _ := json.Marshal(req)
 			f.Add(seed)

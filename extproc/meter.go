@@ -4,6 +4,7 @@ package extproc
 
 import (
 	"bytes"
+	"strings"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -45,7 +46,7 @@ type completionText struct {
 
 // messageText is an answer's message, or a stream's delta of one.
 type messageText struct {
-	Content   *string `json:"content"`
+	Content   *messageContent `json:"content"`
 	ToolCalls []struct {
 		Function struct {
 			Name      string `json:"name"`
@@ -59,7 +60,7 @@ func (m *messageText) appendText(b *bytes.Buffer) {
 		return
 	}
 	if m.Content != nil {
-		b.WriteString(*m.Content)
+		b.WriteString(m.Content.text)
 	}
 	for _, tc := range m.ToolCalls {
 		b.WriteString(tc.Function.Name)
@@ -74,10 +75,63 @@ func (c *completionText) appendText(b *bytes.Buffer) {
 	}
 }
 
+// images counts the image parts of the answer's messages.
+func (c *completionText) images() int64 {
+	var n int64
+	for _, ch := range c.Choices {
+		for _, m := range []*messageText{ch.Message, ch.Delta} {
+			if m != nil && m.Content != nil {
+				n += m.Content.images
+			}
+		}
+	}
+	return n
+}
+
+// messageContent is a message's content: a string, or an array of parts (an image model's
+// answer: text and image_url parts, see provider.GeminiImageChat). Its text is kept for an
+// estimate and its images counted, each billed at the model's image price; an image's data
+// URL is skipped, not copied.
+type messageContent struct {
+	text   string
+	images int64
+}
+
+func (c *messageContent) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	switch dec.PeekKind() {
+	case '"':
+		tok, err := dec.ReadToken()
+		c.text = tok.String()
+		return err
+	case '[':
+	default:
+		return dec.SkipValue()
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.UnmarshalDecode(dec, &parts); err != nil {
+		return err
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		switch p.Type {
+		case "text":
+			b.WriteString(p.Text)
+		case "image_url":
+			c.images++
+		}
+	}
+	c.text = b.String()
+	return nil
+}
+
 // meter follows one answer to find what it cost: the provider's usage when it reports it, a
 // token count of what was sent when it does not (cut streams, disconnects).
 type meter struct {
 	usage  *upstreamUsage
+	images int64        // image parts of a whole answer, billed per image
 	text   bytes.Buffer // completion text of a whole answer, for the estimate
 	events []byte       // a stream's content events, undecoded until an estimate needs them
 	// estimate, once made, is the answer's usage: a stream that got an estimated usage chunk is
@@ -92,6 +146,7 @@ func (m *meter) body(b []byte) {
 		return
 	}
 	m.usage = c.Usage
+	m.images = c.images()
 	c.appendText(&m.text)
 }
 
@@ -155,7 +210,9 @@ func isUsageOnly(data []byte) bool {
 // result is the usage to bill and whether it is an estimate.
 func (m *meter) result(promptTokens func() int64) (ir.Usage, bool) {
 	if m.usage != nil {
-		return m.usage.billing(), false
+		u := m.usage.billing()
+		u.Images = m.images
+		return u, false
 	}
 	if m.estimate == nil {
 		// No usage: count what was sent (stream events kept raw until now).
@@ -166,7 +223,7 @@ func (m *meter) result(promptTokens func() int64) (ir.Usage, bool) {
 			}
 		}
 		m.events = nil
-		m.estimate = &ir.Usage{PromptTokens: promptTokens(), CompletionTokens: int64(billing.CountText(m.text.String()))}
+		m.estimate = &ir.Usage{PromptTokens: promptTokens(), CompletionTokens: int64(billing.CountText(m.text.String())), Images: m.images}
 	}
 	return *m.estimate, true
 }

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"encoding/hex"
+	"slices"
 	"sort"
 
 	"github.com/shopspring/decimal"
@@ -176,6 +177,9 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 			rules = append(rules, r)
 		}
 		cm.sampling = samplingParameters(rules)
+		if m.Family == chatImageFamily { // an image model refuses tools and the like by name
+			cm.sampling = slices.DeleteFunc(cm.sampling, func(f string) bool { return !slices.Contains(provider.GeminiImageChatParameters, f) })
+		}
 		rt.models[m.ID] = cm
 		rt.modelIDs = append(rt.modelIDs, m.ID)
 	}

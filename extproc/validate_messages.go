@@ -148,7 +148,11 @@ func (m *message) check(path string) error {
 	allowed := partTypes[m.role]
 	for j, t := range m.parts {
 		if !slices.Contains(allowed, t) {
-			return invalid(fmt.Sprintf("%s.content[%d].type", path, j), "%q is not allowed in %s messages; use %s", t, m.role, quoteList(allowed))
+			hint := ""
+			if m.role == "assistant" && t == "image_url" {
+				hint = " (to edit an image a model made, send it back in a user message)"
+			}
+			return invalid(fmt.Sprintf("%s.content[%d].type", path, j), "%q is not allowed in %s messages; use %s%s", t, m.role, quoteList(allowed), hint)
 		}
 	}
 	return nil

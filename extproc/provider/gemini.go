@@ -55,7 +55,11 @@ import (
 //     top_logprobs (Gemini's logprobs come back in another shape), parallel_tool_calls,
 //     service_tier, store, metadata, modalities, audio, prediction, web_search_options,
 //     functions, function_call.
-type gemini struct{}
+type gemini struct {
+	// images: the request is for an image model (family I3, see GeminiImageChat), which takes
+	// text and image parts and no tools.
+	images bool
+}
 
 func init() { register(ir.ProviderTypeGemini, gemini{}) }
 
@@ -119,7 +123,8 @@ type gemToolOutput struct {
 }
 
 type gemTool struct {
-	FunctionDeclarations []gemFunctionDecl `json:"functionDeclarations"`
+	FunctionDeclarations []gemFunctionDecl `json:"functionDeclarations,omitempty"`
+	GoogleSearch         *struct{}         `json:"googleSearch,omitempty"` // grounding (image models, I3)
 }
 
 type gemFunctionDecl struct {
@@ -148,107 +153,29 @@ type gemGenConfig struct {
 	ResponseMimeType   string             `json:"responseMimeType,omitempty"`
 	ResponseJSONSchema json.RawMessage    `json:"responseJsonSchema,omitempty"`
 	ThinkingConfig     *gemThinkingConfig `json:"thinkingConfig,omitempty"`
+	// Image models (family I3): which parts the answer may hold, and the images' shape.
+	ResponseModalities []string        `json:"responseModalities,omitempty"`
+	ImageConfig        *gemImageConfig `json:"imageConfig,omitempty"`
 }
 
 type gemThinkingConfig struct {
 	ThinkingBudget int64 `json:"thinkingBudget"` // 0 turns thinking off
 }
 
-func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
-	var out gemRequest
-	msgs, err := decodeMessages(req)
+func (g gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
+	out, removed, err := g.request(model, req)
 	if err != nil {
-		return nil, fmt.Errorf("gemini: %w", err)
+		return nil, err
 	}
-	var system []string
-	removed := removals{}
-	callNames := map[string]string{} // tool call id -> function name, from earlier assistant turns
-	for i, m := range msgs {
-		switch m.Role {
-		case "system", "developer":
-			s, err := contentText(m.Content, i)
-			if err != nil {
-				return nil, fmt.Errorf("gemini: %w", err)
-			}
-			if s != "" {
-				system = append(system, s)
-			}
-			removed.message(m, nil)
-		case "user", "assistant":
-			parts, err := gemParts(m, i, removed)
-			if err != nil {
-				return nil, fmt.Errorf("gemini: %w", err)
-			}
-			role := "user"
-			if m.Role == "assistant" {
-				role = "model"
-				for _, tc := range m.ToolCalls {
-					callNames[tc.ID] = tc.Function.Name // a later turn reusing an id wins
-				}
-			}
-			out.Contents = appendGemTurn(out.Contents, role, parts)
-		case "tool":
-			name, ok := callNames[m.ToolCallID]
-			if !ok {
-				return nil, fmt.Errorf("gemini: %w: messages[%d]: tool_call_id %q answers no earlier assistant tool call", ErrBadRequest, i, m.ToolCallID)
-			}
-			s, err := contentText(m.Content, i)
-			if err != nil {
-				return nil, fmt.Errorf("gemini: %w", err)
-			}
-			removed.message(m, nil)
-			out.Contents = appendGemTurn(out.Contents, "user", []gemPart{{FunctionResponse: &gemFunctionResponse{Name: name, Response: gemToolOutput{s}}}})
-		default:
-			return nil, fmt.Errorf("gemini: %w: messages[%d] has role %q", ErrBadRequest, i, m.Role)
-		}
-	}
-	if out.Contents == nil {
-		out.Contents = []gemContent{} // Gemini's own error is clearer than a missing field
-	}
-	if geminiChecksSignatures(model) {
-		signFirstCalls(out.Contents)
-	}
-	if len(system) > 0 {
-		out.SystemInstruction = &gemContent{Parts: []gemPart{{Text: strings.Join(system, "\n\n")}}}
-	}
-
-	tools, err := decodeTools(req)
-	if err != nil {
-		return nil, fmt.Errorf("gemini: %w", err)
-	}
-	if len(tools) > 0 {
-		decls := make([]gemFunctionDecl, len(tools))
-		for i, t := range tools {
-			if t.Strict {
-				removed[removedStrict] = true // Gemini has no strict mode: the schema guides only
-			}
-			decls[i] = gemFunctionDecl{Name: t.Name, Description: t.Description, ParametersJSONSchema: t.Parameters}
-			if bytes.Equal(t.Parameters, emptySchema) {
-				decls[i].ParametersJSONSchema = nil // Gemini's way to declare no parameters
-			}
-		}
-		out.Tools = []gemTool{{FunctionDeclarations: decls}}
-		choice, err := decodeToolChoice(req)
-		if err != nil {
-			return nil, fmt.Errorf("gemini: %w", err)
-		}
-		mode := map[string]string{"auto": "AUTO", "none": "NONE", "required": "ANY", "function": "ANY"}[choice.Mode]
-		if mode != "" {
-			out.ToolConfig = &gemToolConfig{gemFunctionCallingConfig{Mode: mode}}
-			if choice.Name != "" {
-				out.ToolConfig.FunctionCallingConfig.AllowedFunctionNames = []string{choice.Name}
-			}
-		}
-	}
-
-	if out.GenerationConfig, err = geminiGeneration(req); err != nil {
-		return nil, fmt.Errorf("gemini: %w", err)
-	}
-
 	stream, err := boolField(req, "stream")
 	if err != nil {
 		return nil, fmt.Errorf("gemini: %w", err)
 	}
+	return geminiUpstream(p, model, out, stream, newGeminiResponse(model), removed)
+}
+
+// geminiUpstream encodes a generateContent request for model, streamed or not.
+func geminiUpstream(p *ir.Provider, model string, out *gemRequest, stream bool, resp *geminiResponse, removed removals) (*Upstream, error) {
 	upPath := "/models/" + url.PathEscape(strings.TrimPrefix(model, "models/"))
 	if stream {
 		upPath += ":streamGenerateContent?alt=sse"
@@ -267,9 +194,112 @@ func (gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
 			"authorization":  "", // the client's gateway key must not reach Google
 			"content-type":   "application/json",
 		},
-		Response: newGeminiResponse(model),
+		Response: resp,
 		Removed:  removed.list(),
 	}, nil
+}
+
+// request maps the OpenAI chat request to generateContent (see the type's comment).
+func (g gemini) request(model string, req Request) (*gemRequest, removals, error) {
+	var out gemRequest
+	msgs, err := decodeMessages(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gemini: %w", err)
+	}
+	var system []string
+	removed := removals{}
+	callNames := map[string]string{} // tool call id -> function name, from earlier assistant turns
+	for i, m := range msgs {
+		switch m.Role {
+		case "system", "developer":
+			s, err := contentText(m.Content, i)
+			if err != nil {
+				return nil, nil, fmt.Errorf("gemini: %w", err)
+			}
+			if s != "" {
+				system = append(system, s)
+			}
+			removed.message(m, nil)
+		case "user", "assistant":
+			if g.images && len(m.ToolCalls) > 0 {
+				return nil, nil, fmt.Errorf("gemini: %w: messages[%d].tool_calls: image model %s takes no tools; send text and image_url parts", ErrBadRequest, i, model)
+			}
+			parts, err := gemParts(m, i, removed, g.images)
+			if err != nil {
+				return nil, nil, fmt.Errorf("gemini: %w", err)
+			}
+			role := "user"
+			if m.Role == "assistant" {
+				role = "model"
+				for _, tc := range m.ToolCalls {
+					callNames[tc.ID] = tc.Function.Name // a later turn reusing an id wins
+				}
+			}
+			out.Contents = appendGemTurn(out.Contents, role, parts)
+		case "tool":
+			if g.images {
+				return nil, nil, fmt.Errorf("gemini: %w: messages[%d]: image model %s takes no tools, so no tool messages", ErrBadRequest, i, model)
+			}
+			name, ok := callNames[m.ToolCallID]
+			if !ok {
+				return nil, nil, fmt.Errorf("gemini: %w: messages[%d]: tool_call_id %q answers no earlier assistant tool call", ErrBadRequest, i, m.ToolCallID)
+			}
+			s, err := contentText(m.Content, i)
+			if err != nil {
+				return nil, nil, fmt.Errorf("gemini: %w", err)
+			}
+			removed.message(m, nil)
+			out.Contents = appendGemTurn(out.Contents, "user", []gemPart{{FunctionResponse: &gemFunctionResponse{Name: name, Response: gemToolOutput{s}}}})
+		default:
+			return nil, nil, fmt.Errorf("gemini: %w: messages[%d] has role %q", ErrBadRequest, i, m.Role)
+		}
+	}
+	if out.Contents == nil {
+		out.Contents = []gemContent{} // Gemini's own error is clearer than a missing field
+	}
+	if geminiChecksSignatures(model) {
+		signFirstCalls(out.Contents)
+	}
+	if len(system) > 0 {
+		out.SystemInstruction = &gemContent{Parts: []gemPart{{Text: strings.Join(system, "\n\n")}}}
+	}
+
+	tools, err := decodeTools(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gemini: %w", err)
+	}
+	if g.images && len(tools) > 0 {
+		return nil, nil, fmt.Errorf("gemini: %w: tools: image model %s takes no function tools; remove tools and tool_choice", ErrBadRequest, model)
+	}
+	if len(tools) > 0 {
+		decls := make([]gemFunctionDecl, len(tools))
+		for i, t := range tools {
+			if t.Strict {
+				removed[removedStrict] = true // Gemini has no strict mode: the schema guides only
+			}
+			decls[i] = gemFunctionDecl{Name: t.Name, Description: t.Description, ParametersJSONSchema: t.Parameters}
+			if bytes.Equal(t.Parameters, emptySchema) {
+				decls[i].ParametersJSONSchema = nil // Gemini's way to declare no parameters
+			}
+		}
+		out.Tools = []gemTool{{FunctionDeclarations: decls}}
+		choice, err := decodeToolChoice(req)
+		if err != nil {
+			return nil, nil, fmt.Errorf("gemini: %w", err)
+		}
+		mode := map[string]string{"auto": "AUTO", "none": "NONE", "required": "ANY", "function": "ANY"}[choice.Mode]
+		if mode != "" {
+			out.ToolConfig = &gemToolConfig{gemFunctionCallingConfig{Mode: mode}}
+			if choice.Name != "" {
+				out.ToolConfig.FunctionCallingConfig.AllowedFunctionNames = []string{choice.Name}
+			}
+		}
+	}
+
+	if out.GenerationConfig, err = geminiGeneration(req); err != nil {
+		return nil, nil, fmt.Errorf("gemini: %w", err)
+	}
+	return &out, removed, nil
 }
 
 // geminiMaxStop is how many stop sequences Gemini takes.
@@ -342,8 +372,9 @@ func geminiThinking(req Request) (*gemThinkingConfig, error) {
 }
 
 // gemParts converts a user or assistant message into parts: its content parts in order, then
-// (assistant) one functionCall per tool call. Empty text is left out.
-func gemParts(m chatMessage, i int, removed removals) ([]gemPart, error) {
+// (assistant) one functionCall per tool call. Empty text is left out. An image model
+// (imagesOnly) takes text and image parts only.
+func gemParts(m chatMessage, i int, removed removals, imagesOnly bool) ([]gemPart, error) {
 	cparts, err := contentParts(m.Content, i)
 	if err != nil {
 		return nil, err
@@ -351,6 +382,9 @@ func gemParts(m chatMessage, i int, removed removals) ([]gemPart, error) {
 	removed.message(m, cparts)
 	var parts []gemPart
 	for _, cp := range cparts {
+		if imagesOnly && cp.Type != "text" && cp.Type != "image_url" && cp.Type != "refusal" {
+			return nil, fmt.Errorf("%w: messages[%d]: content part type %q is not supported by image models; send text and image_url parts", ErrBadRequest, i, cp.Type)
+		}
 		switch cp.Type {
 		case "text", "refusal":
 			if t := cp.text(); t != "" {
@@ -361,6 +395,9 @@ func gemParts(m chatMessage, i int, removed removals) ([]gemPart, error) {
 			if mt, data, ok := parseDataURL(u); ok {
 				if mt, err = imageMediaType(mt, "Gemini", gemImageTypes, i); err != nil {
 					return nil, err
+				}
+				if n := base64Size(data); imagesOnly && n > geminiInlineMax {
+					return nil, fmt.Errorf("%w: messages[%d]: an image_url is %d bytes decoded; image models take images of at most 20 MiB (%d bytes)", ErrBadRequest, i, n, geminiInlineMax)
 				}
 				parts = append(parts, gemPart{InlineData: &gemBlob{MimeType: mt, Data: data}})
 			} else if isHTTPURL(u) {
@@ -541,7 +578,7 @@ func geminiFinish(reason string, calls bool) string {
 		}
 	case "MAX_TOKENS":
 		return "length"
-	case "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY":
+	case "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION":
 		return "content_filter"
 	}
 	return "stop"
@@ -554,6 +591,12 @@ type gemUsage struct {
 	CachedContentTokenCount int64 `json:"cachedContentTokenCount"`
 	ThoughtsTokenCount      int64 `json:"thoughtsTokenCount"`
 	ToolUsePromptTokenCount int64 `json:"toolUsePromptTokenCount"`
+	// CandidatesTokensDetails splits candidatesTokenCount by modality (TEXT, IMAGE, ...):
+	// image models bill their images apart from their text.
+	CandidatesTokensDetails []struct {
+		Modality   string `json:"modality"`
+		TokenCount int64  `json:"tokenCount"`
+	} `json:"candidatesTokensDetails"`
 }
 
 // chat reports Gemini usage the OpenAI way: thinking is billed as output, so it counts as
@@ -623,6 +666,9 @@ type geminiResponse struct {
 	pending *pendingCall
 	usage   *gemUsage // the latest usageMetadata; the last event has the totals
 	done    bool      // [DONE] or an error went out: the rest is ignored
+	// images: the answer of an image model (family I3), whose content is an array of text and
+	// image parts (see imageBody).
+	images bool
 }
 
 func newGeminiResponse(model string) *geminiResponse {
@@ -630,6 +676,9 @@ func newGeminiResponse(model string) *geminiResponse {
 }
 
 func (r *geminiResponse) Body(b []byte) ([]byte, error) {
+	if r.images {
+		return r.imageBody(b)
+	}
 	var a gemAnswer
 	if err := json.Unmarshal(b, &a); err != nil {
 		return nil, fmt.Errorf("gemini: the answer is not a GenerateContentResponse (%s)", jsonMismatch("answer", err))
@@ -930,6 +979,10 @@ const maxStreamedIndex = 10000
 // RefusesCredential: Gemini answers a bad API key with 400 INVALID_ARGUMENT (reason
 // API_KEY_INVALID) and a missing one with 403 PERMISSION_DENIED.
 func (r *geminiResponse) RefusesCredential(status int, body []byte) bool {
+	return geminiRefusesCredential(status, body)
+}
+
+func geminiRefusesCredential(status int, body []byte) bool {
 	switch status {
 	case http.StatusBadRequest:
 		return bytes.Contains(body, []byte("API_KEY_INVALID")) || bytes.Contains(body, []byte("API key not valid"))

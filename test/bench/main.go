@@ -441,6 +441,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := runTaskCreate(ctx, o, dir, stdout, stderr); err != nil {
 			bad = append(bad, err.Error())
 		}
+		if err := runImageCreate(ctx, o, dir, stdout, stderr); err != nil {
+			bad = append(bad, err.Error())
+		}
 	}
 
 	if o.has("fallback") {

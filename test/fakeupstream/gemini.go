@@ -43,6 +43,9 @@ func (s *Server) geminiRoute(w http.ResponseWriter, r *http.Request, body []byte
 		}
 	}
 	model, method, _ := strings.Cut(rest, ":")
+	if s.geminiImageRoute(w, r, body, model, method) { // image models: gemini_image.go
+		return true
+	}
 	switch {
 	case r.Method != http.MethodPost || (method != "generateContent" && method != "streamGenerateContent"):
 		writeGeminiError(w, http.StatusNotFound, "Method not found.")
