@@ -37,7 +37,7 @@ const defaultOutputCap = 4096
 // limit, in one atomic step, so concurrent requests cannot spend past either.
 func (x *exchange) admit(body []byte) *APIError {
 	b := x.s.billing
-	if b != nil || x.plan.clientUsage {
+	if b != nil || x.plan.clientUsage || x.pay != nil {
 		// A cheap strict bound of the prompt, added up while the request was validated; the
 		// tokenizer only runs when usage has to be estimated (see promptTokens): for a bill, or
 		// for a client that asked for usage from a provider that reported none.
@@ -46,9 +46,25 @@ func (x *exchange) admit(body []byte) *APIError {
 			x.body = body
 		}
 	}
-	if b == nil {
+	if b == nil && x.pay == nil {
 		return nil
 	}
+	worst := x.worstCase()
+	if x.pay != nil {
+		// Paid through x402: the payment covers it, not the account's credits.
+		return x.payAdmit(worst)
+	}
+	hold, err := b.Ledger.Reserve(x.key.Account, x.key.ID, x.key.MonthlyLimit, worst, b.Now())
+	if e := x.holdRefused(err, worst, "lower max_tokens"); e != nil {
+		return e
+	}
+	x.hold = hold
+	return nil
+}
+
+// worstCase is the most the planned request can cost: what a keyed request holds, and what an
+// x402 endpoint without a price quotes.
+func (x *exchange) worstCase() decimal.Decimal {
 	// Any model of the chain may answer: hold for the most expensive. With n, each of the n
 	// answers may be as long as the cap.
 	worst := decimal.Zero
@@ -71,12 +87,7 @@ func (x *exchange) admit(body []byte) *APIError {
 			worst = w
 		}
 	}
-	hold, err := b.Ledger.Reserve(x.key.Account, x.key.ID, x.key.MonthlyLimit, worst, b.Now())
-	if e := x.holdRefused(err, worst, "lower max_tokens"); e != nil {
-		return e
-	}
-	x.hold = hold
-	return nil
+	return worst
 }
 
 // holdRefused says why the ledger refused a hold of worst for the request's key (nil: it did
@@ -162,6 +173,7 @@ func (x *exchange) release() {
 // from what was sent; if not, nothing was delivered and the hold is released.
 func (x *exchange) finish() {
 	if x.responded && x.status < 400 {
+		_ = x.paidSettle() // a paid stream cut before its end settles what was sent
 		x.settle()
 		return
 	}

@@ -33,6 +33,9 @@ type answer struct {
 	promptTokens func() int64
 	last         []byte // the last content event's data: the id and created of an added chunk
 
+	// beforeDone, when set, adds events just before [DONE] (a paid stream's settlement).
+	beforeDone func() []byte
+
 	// How the stream ended so far: a stream whose body ends with none of these was cut short
 	// by its provider, and the client must not take it for a whole answer.
 	sawFinish, sawDone, sawError bool
@@ -74,6 +77,9 @@ func (a *answer) chunk(b []byte, end bool) (out []byte, changed bool) {
 				a.sawDone = true
 				if a.promptTokens != nil && a.meter != nil && a.meter.usage == nil {
 					out = a.appendEstimatedUsage(out)
+				}
+				if a.beforeDone != nil {
+					out = append(out, a.beforeDone()...)
 				}
 			}
 			out = append(out, ev...) // [DONE], comments, keep-alives

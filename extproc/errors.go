@@ -15,6 +15,8 @@ type APIError struct {
 	Status  int
 	Code    string
 	Message string
+	// Headers go on the answer besides the body (a 402's PAYMENT-REQUIRED).
+	Headers map[string]string
 }
 
 func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }

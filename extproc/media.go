@@ -75,8 +75,10 @@ func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *e
 	if x.s.tasks == nil {
 		return x.fail(apiErr(http.StatusNotFound, "not_found", "%s tasks are not enabled on this gateway", kind))
 	}
-	if e := x.authenticate(auth); e != nil {
-		return x.fail(e)
+	if x.key == nil { // a paid endpoint (payment.go) has settled who the caller is
+		if e := x.authenticate(auth); e != nil {
+			return x.fail(e)
+		}
 	}
 	if path == base {
 		if method != http.MethodPost {
@@ -199,7 +201,12 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	}
 	worst := m.Pricing.TaskWorstCase(tr.PromptTokens, tr.MaxOutputTokens, tr.MaxImages, tr.MaxSeconds)
 	var hold *billing.Reservation
-	if b := x.s.billing; b != nil {
+	if x.pay != nil {
+		// Paid through x402: the payment covers it, never the account's credits.
+		if e := x.payAdmit(worst); e != nil {
+			return x.fail(e)
+		}
+	} else if b := x.s.billing; b != nil {
 		fix := "ask for a shorter duration"
 		if kind == ir.KindImage {
 			fix = "ask for fewer images"
@@ -214,7 +221,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	defer cancel()
 	t, err := x.s.tasks.Service.Create(ctx, tasks.NewTask{
 		Kind: kind, Account: x.key.Account, KeyID: x.key.ID, RequestID: x.requestID,
-		Model: &m.Model, Attempts: attempts, Body: req, Request: tr, Hold: worst,
+		Model: &m.Model, Attempts: attempts, Body: req, Request: tr, Hold: worst, Paid: x.pay != nil,
 	})
 	if err != nil {
 		if hold != nil {
@@ -229,14 +236,18 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		}
 	}
 	body, _ := json.Marshal(tasks.ObjectOf(t, time.Now()))
+	if x.pay != nil {
+		return x.payTask(t, worst, body)
+	}
 	return x.reply(http.StatusOK, body)
 }
 
 // extendTimeout tells Envoy to wait up to d for the answer to the message being handled.
 func (x *exchange) extendTimeout(d time.Duration) error {
-	if x.send == nil {
-		return nil
+	if x.send == nil || x.extended == x.msgs {
+		return nil // Envoy takes one override per message
 	}
+	x.extended = x.msgs
 	return x.send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(min(d, ir.MaxExtProcMessageTimeout))})
 }
 
@@ -272,7 +283,7 @@ func (s *Server) taskPrice(t *store.Task) decimal.Decimal {
 // (whose usage record the store settled with the completion), a failed one released.
 func (s *Server) billTask(t *store.Task) {
 	b := s.billing
-	if b == nil {
+	if b == nil || t.Paid { // a paid task was settled through x402 when it was created
 		return
 	}
 	var hold *billing.Reservation

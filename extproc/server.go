@@ -6,6 +6,7 @@ package extproc
 import (
 	"errors"
 	"io"
+	"maps"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -42,6 +43,7 @@ type Server struct {
 	// refusals are providers whose last answer refused the gateway's credential.
 	refusals refusals
 	tasks    *Tasks // nil: the media task endpoints are off
+	payments atomic.Pointer[Payments] // nil: no paid endpoints
 }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go.
@@ -124,6 +126,11 @@ type exchange struct {
 	// send sends Envoy a message before the answer to the one being handled (a timeout
 	// override); nil outside a stream.
 	send func(*extprocv3.ProcessingResponse) error
+	// msgs counts Envoy's messages; extended is the one whose timeout was extended (Envoy takes
+	// one override per message).
+	msgs, extended int
+
+	pay *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
 }
 
 // served records which attempt answered ("<provider>/<catalog model>"); the model's prices bill it.
@@ -148,6 +155,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	// released: a request that got an answer is billed, from an estimate if need be.
 	defer x.finish()
 	return serve(stream, func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+		x.msgs++
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			return x.requestHeaders(r.RequestHeaders), nil
@@ -187,7 +195,7 @@ func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle func(*extpro
 }
 
 func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	var method, path, auth, contentType, contentLength string
+	var method, path, auth, contentType, contentLength, paySig string
 	// A client must not choose the cluster, claim who answered, or steer Envoy (retries,
 	// timeouts): internal headers it sent are removed before anything reads them.
 	strip := []string{ir.ClusterHeader, ir.ModelHeader, ir.ServedHeader}
@@ -205,6 +213,9 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 			contentLength = headerValue(hv)
 		case k == "x-request-id":
 			x.requestID = headerValue(hv)
+		case k == headerPaymentSignature: // read here, never forwarded
+			paySig = headerValue(hv)
+			strip = append(strip, k)
 		case clientInternalHeader(k):
 			strip = append(strip, k)
 		}
@@ -240,6 +251,9 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 			return x.fail(e)
 		}
 		return x.reply(http.StatusOK, body)
+	}
+	if rest, ok := strings.CutPrefix(path, payPrefix); ok {
+		return x.paidHeaders(rest, method, auth, contentType, contentLength, paySig, h, strip)
 	}
 	if kind := mediaKind(path); kind != "" {
 		if resp := x.mediaHeaders(kind, method, path, auth, contentType); resp != nil {
@@ -354,6 +368,9 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if plan.pinned != "" {
 		set = append(set, setHeader(ir.ModelHeader, plan.model.ID))
 	}
+	if x.pay != nil {
+		set = append(set, setHeader(":path", chatPath)) // routed as the business API it runs
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
@@ -426,8 +443,8 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	default:
 		var m *meter
 		x.streaming = isEventStream(h)
-		if x.hold != nil || (x.streaming && x.plan.clientUsage) {
-			m = &x.meter // for the bill, or for a usage chunk the provider may not send
+		if x.hold != nil || x.pay != nil || (x.streaming && x.plan.clientUsage) {
+			m = &x.meter // for the bill or the payment, or for a usage chunk the provider may not send
 		}
 		x.answer = newAnswer(x.plan.model.ID, m, x.plan.stream && !x.plan.clientUsage)
 		x.answer.requestID = x.requestID
@@ -439,6 +456,11 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 			mode = extprocv3filter.ProcessingMode_STREAMED
 		}
 		resp.ModeOverride = withResponseBody(mode)
+		if x.pay != nil {
+			if r := x.payOnAnswer(common); r != nil {
+				return r
+			}
+		}
 	}
 	return resp
 }
@@ -525,6 +547,17 @@ func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespon
 		}
 	}
 	if b.GetEndOfStream() {
+		if x.pay != nil && !x.streaming {
+			// A whole answer's upto payment settles now, its header still unsent; a failed
+			// settlement withholds the answer.
+			if err := x.paidSettle(); err != nil {
+				return x.replaceAnswer(common, x.settlementFailed(err))
+			}
+			if common.HeaderMutation == nil {
+				common.HeaderMutation = &extprocv3.HeaderMutation{}
+			}
+			common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, setHeader(headerPaymentResponse, x.pay.header))
+		}
 		x.settle()
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
@@ -535,7 +568,16 @@ func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespon
 // fail answers the client directly with e in the spec's error shape.
 func (x *exchange) fail(e *APIError) *extprocv3.ProcessingResponse {
 	x.release()
-	return x.immediate(e.Status, e.Body(x.requestID), ir.ErrorCodeDetailsPrefix+e.Code)
+	resp := x.immediate(e.Status, e.Body(x.requestID), ir.ErrorCodeDetailsPrefix+e.Code)
+	addHeaders(resp.GetImmediateResponse().Headers, e.Headers)
+	return resp
+}
+
+// addHeaders sets hs on a header mutation, in a stable order.
+func addHeaders(m *extprocv3.HeaderMutation, hs map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(hs)) {
+		m.SetHeaders = append(m.SetHeaders, setHeader(k, hs[k]))
+	}
 }
 
 // reply answers the client directly with a JSON body.

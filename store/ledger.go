@@ -67,6 +67,9 @@ func (s *Store) CreateAccount(id string, credits decimal.Decimal) (Account, erro
 	if err := validAccountID(id); err != nil {
 		return Account{}, err
 	}
+	if strings.HasPrefix(id, PaidAccountPrefix) {
+		return Account{}, errorOf(ErrInvalid, "account id %q: ids starting with %q are the gateway's own (requests paid through x402 without a key); choose another", ShortID(id), PaidAccountPrefix)
+	}
 	if credits.Sign() < 0 {
 		return Account{}, errorOf(ErrInvalid, "account %q: credits %s are negative", id, credits)
 	}
@@ -89,6 +92,9 @@ func (s *Store) CreateAccount(id string, credits decimal.Decimal) (Account, erro
 func (s *Store) EnsureAccount(id string) (a Account, created bool, err error) {
 	if err := validAccountID(id); err != nil {
 		return Account{}, false, err
+	}
+	if strings.HasPrefix(id, PaidAccountPrefix) {
+		return Account{}, false, errorOf(ErrInvalid, "account id %q: ids starting with %q are the gateway's own (requests paid through x402 without a key); choose another", ShortID(id), PaidAccountPrefix)
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAccounts)

@@ -113,12 +113,15 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error) error {
 		// Every shared row the record folds into is read before its own rows are written: a
 		// damaged row (one that does not decode) fails the records that touch it, not the
 		// transaction, so it cannot hold up other accounts' records.
+		// A paid request (x402) debits no credits: its account (a key's, or the endpoint's
+		// x402.<slug>, which has no row) and the key's month spend stay as they are.
+		paid := rec.Payment != nil
 		a, err := accounts.row(rec.Account, false)
-		if err != nil {
+		if err != nil && !paid {
 			errs[st.at] = err
 			continue
 		}
-		if a == nil {
+		if a == nil && !paid {
 			errs[st.at] = errorOf(ErrNotFound, "settle %q: account %q: not found", ShortID(rec.RequestID), rec.Account)
 			continue
 		}
@@ -134,10 +137,12 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error) error {
 				continue
 			}
 		}
-		sp, err := spends.row(st.spKey, true)
-		if err != nil {
-			errs[st.at] = err
-			continue
+		var sp *decimal.Decimal
+		if !paid {
+			if sp, err = spends.row(st.spKey, true); err != nil {
+				errs[st.at] = err
+				continue
+			}
 		}
 		if err := putUsage(usage, byReq, st.uKey, st.reqKey, st.value); err != nil {
 			var undo *undoError
@@ -147,12 +152,14 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error) error {
 			errs[st.at] = err
 			continue
 		}
-		a.Balance = a.Balance.Sub(rec.Cost)
 		ag.Add(st.add)
 		if rt != nil {
 			rt.Add(st.add)
 		}
-		*sp = sp.Add(rec.Cost)
+		if !paid {
+			a.Balance = a.Balance.Sub(rec.Cost)
+			*sp = sp.Add(rec.Cost)
+		}
 	}
 	return errors.Join(accounts.flush(), aggs.flush(), routes.flush(), spends.flush())
 }

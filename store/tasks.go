@@ -65,6 +65,9 @@ type Task struct {
 	Hold             decimal.Decimal `json:"hold"` // held at creation, so a restart can hold it again
 	Cost             decimal.Decimal `json:"cost"`
 	Settled          bool            `json:"settled"`
+	// Paid: the task was paid through x402 when it was created; its cost is shown, never
+	// debited from credits.
+	Paid bool `json:"paid,omitempty"`
 	CallbackURL      string          `json:"callback_url,omitempty"`
 	CreatedAt        time.Time       `json:"created_at"`
 	UpdatedAt        time.Time       `json:"updated_at"`

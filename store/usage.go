@@ -38,7 +38,28 @@ type UsageRecord struct {
 	Cost             decimal.Decimal `json:"cost"`
 	Estimated        bool            `json:"estimated"`
 	Time             time.Time       `json:"time"`
+	// Payment is set on a request paid through x402: it was paid by its payer, not from the
+	// account's credits (nothing is debited; Cost is the business cost).
+	Payment *Payment `json:"payment,omitempty"`
 }
+
+// Payment is what an x402 payment settled (spec 4.6).
+type Payment struct {
+	Endpoint string `json:"endpoint"` // the paid endpoint's slug
+	Scheme   string `json:"scheme"`   // exact | upto
+	Network  string `json:"network"`
+	Asset    string `json:"asset"`
+	Payer    string `json:"payer"`
+	// Amount is what was settled, in the asset's atomic units ("0": the credential was burned
+	// locally, no transaction); AmountUSD the same in USD.
+	Amount      string          `json:"amount"`
+	AmountUSD   decimal.Decimal `json:"amount_usd"`
+	Transaction string          `json:"transaction,omitempty"`
+}
+
+// PaidAccountPrefix starts the account of requests paid through x402 without an API key
+// ("x402.<slug>"); no account may be created with it.
+const PaidAccountPrefix = "x402."
 
 // Bounds of a usage record's fields. Every id has room for what real clients and providers
 // send (a request id is the client's x-request-id plus a suffix); past that a record is refused
@@ -122,6 +143,16 @@ func validateUsage(rec *UsageRecord) error {
 	case len(rec.Cost.String()) > maxCostChars:
 		return errorOf(ErrInvalid, "usage record %q: cost %s has more than %d characters", ShortID(rec.RequestID), ShortID(rec.Cost.String()), maxCostChars)
 	}
+	if p := rec.Payment; p != nil {
+		for _, f := range paymentFields {
+			if f != nil && len(*f(p)) > maxNameBytes {
+				return errorOf(ErrInvalid, "usage record %q: a payment field is over %d bytes", ShortID(rec.RequestID), maxNameBytes)
+			}
+		}
+		if p.AmountUSD.Sign() < 0 || p.AmountUSD.GreaterThan(maxCost) || len(p.AmountUSD.String()) > maxCostChars {
+			return errorOf(ErrInvalid, "usage record %q: payment amount %s is out of range", ShortID(rec.RequestID), ShortID(p.AmountUSD.String()))
+		}
+	}
 	// Keys hold unix nanoseconds, which end in 2262.
 	if y := rec.Time.Year(); y < 1970 || y > 2261 {
 		return errorOf(ErrInvalid, "usage record %q: time %v is out of range (1970 to 2261)", ShortID(rec.RequestID), rec.Time)
@@ -138,6 +169,9 @@ type UsageTotals struct {
 	CachedTokens      int64           `json:"cached_tokens"`
 	EstimatedRequests int64           `json:"estimated_requests"`
 	Cost              decimal.Decimal `json:"cost"`
+	// Paid is what x402 payments settled for these requests, in USD (their Cost was not
+	// debited from credits); nil when none was paid.
+	Paid *decimal.Decimal `json:"paid,omitempty"`
 }
 
 // Add adds o to t.
@@ -148,6 +182,13 @@ func (t *UsageTotals) Add(o UsageTotals) {
 	t.CachedTokens += o.CachedTokens
 	t.EstimatedRequests += o.EstimatedRequests
 	t.Cost = t.Cost.Add(o.Cost)
+	if o.Paid != nil {
+		sum := o.Paid.Add(decimal.Zero)
+		if t.Paid != nil {
+			sum = t.Paid.Add(*o.Paid)
+		}
+		t.Paid = &sum
+	}
 }
 
 // totals is one record as totals.
@@ -156,6 +197,10 @@ func (rec *UsageRecord) totals() UsageTotals {
 		CachedTokens: rec.CachedTokens, Cost: rec.Cost}
 	if rec.Estimated {
 		t.EstimatedRequests = 1
+	}
+	if rec.Payment != nil {
+		paid := rec.Payment.AmountUSD
+		t.Paid = &paid
 	}
 	return t
 }
@@ -193,7 +238,17 @@ const (
 	fieldCachedTokens
 	fieldCost
 	fieldEstimated
+	fieldPayment // a nested value: paymentFields
 )
+
+// paymentFields are the field numbers inside fieldPayment, in Payment's order.
+var paymentFields = []func(p *Payment) *string{
+	func(p *Payment) *string { return &p.Endpoint }, func(p *Payment) *string { return &p.Scheme },
+	func(p *Payment) *string { return &p.Network }, func(p *Payment) *string { return &p.Asset },
+	func(p *Payment) *string { return &p.Payer }, func(p *Payment) *string { return &p.Amount },
+	nil, // AmountUSD, a decimal string
+	func(p *Payment) *string { return &p.Transaction },
+}
 
 // stringField and intField map field numbers to the record's fields; nil for other numbers.
 func (rec *UsageRecord) stringField(n protowire.Number) *string {
@@ -243,7 +298,51 @@ func encodeUsage(rec *UsageRecord) []byte {
 	if rec.Estimated {
 		b = protowire.AppendVarint(protowire.AppendTag(b, fieldEstimated, protowire.VarintType), 1)
 	}
+	if p := rec.Payment; p != nil {
+		var pb []byte
+		for i, f := range paymentFields {
+			v := p.AmountUSD.String()
+			if f != nil {
+				v = *f(p)
+			}
+			pb = protowire.AppendString(protowire.AppendTag(pb, protowire.Number(i+1), protowire.BytesType), v)
+		}
+		b = protowire.AppendBytes(protowire.AppendTag(b, fieldPayment, protowire.BytesType), pb)
+	}
 	return b
+}
+
+// decodePayment reads a nested payment value.
+func decodePayment(b []byte) (*Payment, error) {
+	p := &Payment{AmountUSD: decimal.Zero}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+		i := int(num) - 1
+		if typ != protowire.BytesType || i < 0 || i >= len(paymentFields) {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			b = b[n:]
+			continue
+		}
+		s, n := protowire.ConsumeString(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if f := paymentFields[i]; f != nil {
+			*f(p) = s
+		} else if d, err := decimal.NewFromString(s); err == nil {
+			p.AmountUSD = d
+		} else {
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 var errUsageValue = errors.New("malformed usage value")
@@ -282,6 +381,16 @@ func decodeUsage(k, v []byte, rec *UsageRecord) error {
 			} else {
 				rec.Cost = d
 			}
+		case typ == protowire.BytesType && num == fieldPayment:
+			var pb []byte
+			if pb, n = protowire.ConsumeBytes(b); n < 0 {
+				break
+			}
+			p, err := decodePayment(pb)
+			if err != nil {
+				return bad(err)
+			}
+			rec.Payment = p
 		case typ == protowire.VarintType && (rec.intField(num) != nil || num == fieldEstimated):
 			var x uint64
 			if x, n = protowire.ConsumeVarint(b); n < 0 {

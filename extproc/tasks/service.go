@@ -86,6 +86,7 @@ type NewTask struct {
 	Body                                   provider.Request
 	Request                                provider.TaskRequest
 	Hold                                   decimal.Decimal
+	Paid                                   bool // paid through x402: never charged to credits
 }
 
 // Create creates the task at the first provider that accepts it and records it durably
@@ -134,7 +135,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			Model: in.Model.ID, Family: in.Model.Family, Variant: in.Model.Variant, Route: in.Route,
 			Provider: a.Provider.Name, ProviderTaskID: cmp.Or(created.TaskID, "-"), Status: string(provider.TaskQueued),
 			Hold: in.Hold, CallbackURL: in.Request.CallbackURL, RequestedSeconds: in.Request.MaxSeconds,
-			CreatedAt: now, UpdatedAt: now,
+			CreatedAt: now, UpdatedAt: now, Paid: in.Paid,
 		}
 		var ch store.TaskChange
 		if created.Done != nil { // the provider answered at once: the task is born finished
@@ -268,7 +269,7 @@ func (s *Service) changeOf(r *store.Task, before string, now time.Time) (ch stor
 			r.Cost = s.Price(r)
 			// A failed task is billed only what its provider charged anyway (I3's tokens).
 			r.Settled = r.Status == string(provider.TaskCompleted) || r.Cost.IsPositive()
-			if s.Charge && r.Settled {
+			if s.Charge && r.Settled && !r.Paid {
 				ch.Usage = usageOf(r, now)
 			}
 		}

@@ -5,20 +5,15 @@ package x402
 // Go: the facilitator's viem checks the EIP-712 shapes of this package independently.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
-	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollway/tollway/test/harness"
 
 	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/go-json-experiment/json"
@@ -26,97 +21,18 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// bed is testbed.mjs's JSON line.
-type bed struct {
-	Network            string `json:"network"`
-	Asset              string `json:"asset"`
-	AssetName          string `json:"asset_name"`
-	AssetVersion       string `json:"asset_version"`
-	PayerKey           string `json:"payer_key"`
-	PayerAddress       string `json:"payer_address"`
-	PayTo              string `json:"pay_to"`
-	FacilitatorURL     string `json:"facilitator_url"`
-	FacilitatorAddress string `json:"facilitator_address"`
-}
-
-// syncBuffer collects the bed's log (stderr) for failure messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// startBed starts test/x402/testbed.mjs and stops it when the test ends (closing its stdin). It
-// fails, never skips, when Node or the bed is missing, except under -short.
-func startBed(t *testing.T, args ...string) bed {
+// startBed starts the offline test bed and stops it when the test ends. It fails, never skips,
+// when Node or the bed is missing, except under -short.
+func startBed(t *testing.T, args ...string) *harness.Bed {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: the x402 test bed (Node, anvil) is not started")
 	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatal("node is not on PATH: this test needs Node 20 and `cd test/x402 && npm ci` (or go test -short)")
-	}
-	dir, _ := filepath.Abs(filepath.Join("..", "..", "test", "x402"))
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@x402", "core")); err != nil {
-		t.Fatalf("the x402 test bed is not installed: run `cd %s && npm ci` (or go test -short)", dir)
-	}
-	cmd := exec.Command(node, append([]string{"testbed.mjs", "--stdin", "watch"}, args...)...)
-	cmd.Dir = dir
-	var log syncBuffer
-	cmd.Stderr = &log
-	stdin, err := cmd.StdinPipe()
+	b, err := harness.StartBed(args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close() // the bed stops anvil and exits on EOF
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill() // anvil has a parent-death signal
-			<-done
-		}
-	})
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(nil, 1<<20)
-		if sc.Scan() {
-			line <- sc.Text()
-		}
-		close(line)
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	var b bed
-	select {
-	case l, ok := <-line:
-		if !ok || json.Unmarshal([]byte(l), &b) != nil || b.FacilitatorURL == "" {
-			t.Fatalf("the bed did not start (line %q); its log:\n%s", l, log.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the bed was not ready within 60 s; its log:\n%s", log.String())
-	}
+	t.Cleanup(b.Stop)
 	return b
 }
 

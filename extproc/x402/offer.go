@@ -357,6 +357,9 @@ func newOffer(payURL string, e Endpoint) (*Offer, error) {
 	return o, nil
 }
 
+// Decimals is the asset decimals of option i (what converts its atomic amounts to USD).
+func (o *Offer) Decimals(i int) int { return o.options[i].decimals }
+
 // NeedsQuote reports whether Requirements needs the request's worst-case cost (an exact option
 // without a price), so the gateway computes it only then.
 func (o *Offer) NeedsQuote() bool {

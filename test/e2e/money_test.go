@@ -88,6 +88,10 @@ type usageRecord struct {
 	CompletionTokens int64 `json:"completion_tokens"`
 	Cost             decimal.Decimal
 	Estimated        bool
+	Payment          *struct {
+		Endpoint, Scheme, Network, Asset, Payer, Amount, Transaction string
+		AmountUSD                                                    decimal.Decimal `json:"amount_usd"`
+	}
 }
 
 func (g *gateway) records(query string) []usageRecord {

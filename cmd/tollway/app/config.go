@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/tollway/tollway/configs"
+	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/catalog"
 	"github.com/tollway/tollway/xds/ir"
@@ -73,6 +74,8 @@ type Config struct {
 	Providers []ProviderConfig `mapstructure:"providers"`
 	Models    []ModelConfig    `mapstructure:"models"`
 	Routes    []RouteConfig    `mapstructure:"routes"`
+	// X402 lists the pay-per-request endpoints (spec 4.6).
+	X402 x402.Config `mapstructure:"x402"`
 
 	path string // file it came from; "" for an embedded configuration
 	demo bool   // the embedded demo configuration (tollway run --demo)
@@ -239,6 +242,7 @@ func (c *Config) Validate() error {
 	if _, err := c.callbackAllow(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.checkX402()...)
 	if _, err := c.catalogIR(); err != nil {
 		errs = append(errs, err)
 	}

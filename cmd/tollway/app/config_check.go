@@ -62,6 +62,12 @@ func strictValues(from, to reflect.Type, data any) (any, error) {
 		if f, ok := data.(float64); ok && f != float64(int64(f)) {
 			return nil, fmt.Errorf("is %v: write a whole number", f)
 		}
+	case to.Kind() == reflect.String:
+		// A number YAML reads as a float would reach a text field through a float (0.1 is not
+		// exact): prices and the like must be quoted.
+		if f, ok := data.(float64); ok {
+			return nil, fmt.Errorf("is the number %v: quote it (\"%v\") so it is read exactly as written", f, f)
+		}
 	}
 	return data, nil
 }
@@ -180,4 +186,36 @@ func yamlKind(v any) string {
 		return "a mapping"
 	}
 	return "another kind of value"
+}
+
+// payTargets are the business APIs a paid endpoint may run.
+var payTargets = []string{"/v1/chat/completions", "/v1/videos", "/v1/images"}
+
+// checkX402 checks the x402: section beyond its own rules: what it runs must exist here.
+func (c *Config) checkX402() []error {
+	if len(c.X402.Endpoints) == 0 {
+		return nil
+	}
+	var errs []error
+	if err := c.X402.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if !c.Billing.Enabled {
+		errs = append(errs, errors.New("x402.endpoints need billing: {enabled: true}: paid requests are metered, settled and recorded like keyed ones"))
+	}
+	models := map[string]bool{}
+	for _, m := range c.Models {
+		models[m.ID] = true
+	}
+	for i, e := range c.X402.Endpoints {
+		if !slices.Contains(payTargets, e.Target) {
+			errs = append(errs, fmt.Errorf("x402.endpoints[%d].target %q: a paid endpoint runs one of %s", i, e.Target, strings.Join(payTargets, ", ")))
+		}
+		for _, m := range e.Models {
+			if !models[m] {
+				errs = append(errs, fmt.Errorf("x402.endpoints[%d].models: %q is not a model of this configuration", i, m))
+			}
+		}
+	}
+	return errs
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/tasks"
+	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/catalog"
@@ -91,7 +92,21 @@ func (g *gateway) applyConfig(ctx context.Context, c *Config) error {
 	if allow, err := c.callbackAllow(); err == nil && g.callbacks != nil { // Validate checked it
 		g.callbacks.Set(allow)
 	}
+	g.ext.SetPayments(g.payments(c))
 	return nil
+}
+
+// payments compiles the x402: section for ext_proc (nil: no paid endpoints).
+func (g *gateway) payments(c *Config) *extproc.Payments {
+	if len(c.X402.Endpoints) == 0 {
+		return nil
+	}
+	offers, err := c.X402.NewOffers()
+	if err != nil { // Validate checked it
+		g.log.Error("x402 endpoints not served", "error", err)
+		return nil
+	}
+	return &extproc.Payments{Offers: offers, Facilitator: x402.NewFacilitator(c.X402.FacilitatorURL), Claim: g.store.ClaimCredential}
 }
 
 // apply rebuilds from the store (after an admin API change).

@@ -1,0 +1,382 @@
+package extproc
+
+// Pay per request (spec 4.6, 5.7, 7.3): POST {pay_url}/x402/{slug} runs the endpoint's business
+// API (chat completions, videos, images) paid through x402 v2 instead of, or besides, an API
+// key. The request is validated first (an invalid body gets its 400 before any payment is asked
+// for), then priced: no PAYMENT-SIGNATURE is a 402 with PAYMENT-REQUIRED; a credential is
+// matched against this request's offer, verified locally (forgeries never reach the
+// facilitator), recorded as used (bbolt, before the business call: a replay is a 402), verified
+// by the facilitator, and only then does the business call run, routed and metered like a
+// keyed one. It is settled only when it succeeded: exact before the first byte, upto at the end
+// for the cost metered (see the README for streams). The protocol itself is extproc/x402.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/extproc/x402"
+	"github.com/tollway/tollway/store"
+)
+
+// payPrefix starts every paid path: {pay_url}/x402/{slug}.
+const payPrefix = "/x402/"
+
+// The x402 headers as Envoy carries them (lower case; HTTP header names are case-insensitive).
+var (
+	headerPaymentRequired  = strings.ToLower(x402.HeaderPaymentRequired)
+	headerPaymentSignature = strings.ToLower(x402.HeaderPaymentSignature)
+	headerPaymentResponse  = strings.ToLower(x402.HeaderPaymentResponse)
+)
+
+// Payments is the x402 configuration the server runs with; a reload replaces it.
+type Payments struct {
+	Offers      map[string]*x402.Offer // by slug
+	Facilitator *x402.Facilitator
+	// Claim records a credential as used, durably, failing with store.ErrExists when it is.
+	Claim func(key string, until time.Time) error
+}
+
+// SetPayments turns the paid endpoints on (nil: off).
+func (s *Server) SetPayments(p *Payments) { s.payments.Store(p) }
+
+// Timeouts of the facilitator calls a client waits for (Envoy is told to wait for them).
+const (
+	payVerifyTimeout = 15 * time.Second
+	paySettleTimeout = 60 * time.Second
+)
+
+// payState is one paid request's payment.
+type payState struct {
+	slug    string
+	offer   *x402.Offer
+	fac     *x402.Facilitator
+	payload *x402.PaymentPayload // nil: the request carries no PAYMENT-SIGNATURE
+	offered []x402.Requirements  // this request's offer (priced once the body is known)
+	chosen  int                  // the offer the credential matched
+	cred    x402.Credential
+	// settled is the facilitator's settlement (or the local burn of a zero charge); header its
+	// PAYMENT-RESPONSE value. done: nothing is left to settle (settled, failed or refused).
+	settled *x402.SettlementResponse
+	header  string
+	done    bool
+	// recorded: the settled payment's usage record was written.
+	recorded bool
+	// cost is what a settled paid business call cost (its usage record's Cost).
+	cost decimal.Decimal
+}
+
+// paidAccount is the account of requests paid without an API key: the endpoint's own.
+func paidAccount(slug string) string { return store.PaidAccountPrefix + slug }
+
+// paidHeaders admits POST {pay_url}/x402/{slug} (and GET {pay_url}/x402/{slug}/{task id} of a
+// task it created); it returns nil to go on to the body.
+func (x *exchange) paidHeaders(rest, method, auth, contentType, contentLength, sig string, h *extprocv3.HttpHeaders, strip []string) *extprocv3.ProcessingResponse {
+	ps := x.s.payments.Load()
+	slug, taskID, _ := strings.Cut(rest, "/")
+	var offer *x402.Offer
+	if ps != nil {
+		offer = ps.Offers[slug]
+	}
+	if offer == nil {
+		return x.fail(apiErr(http.StatusNotFound, "payment_endpoint_not_found", "no paid endpoint %q; its URL is {pay_url}/x402/{slug} with a slug from the gateway's x402.endpoints", clip(slug)))
+	}
+	ep := offer.Endpoint
+	kind := mediaKind(ep.Target)
+	// A key is needed when the endpoint says so (the payment does not replace it, spec 5.7);
+	// one that is sent must be valid either way.
+	if ep.RequireKey || auth != "" {
+		if e := x.authenticate(auth); e != nil {
+			return x.fail(e)
+		}
+	} else {
+		x.key = &keyInfo{ID: paidAccount(slug), Account: paidAccount(slug)}
+	}
+	if taskID != "" {
+		// Reading a task the endpoint created: its unguessable id is the capability (a client
+		// that paid without a key has nothing else), within the endpoint's own account.
+		if kind == "" || method != http.MethodGet {
+			return x.fail(apiErr(http.StatusNotFound, "not_found", "no endpoint %s %s; paid task endpoints answer GET %s%s/{id}", clip(method), clip(payPrefix+rest), payPrefix, slug))
+		}
+		return x.mediaHeaders(kind, method, mediaPaths[kind]+"/"+taskID, auth, contentType)
+	}
+	if method != http.MethodPost {
+		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s%s is not supported; use POST (it runs POST %s)", clip(method), payPrefix, slug, ep.Target))
+	}
+	x.pay = &payState{slug: slug, offer: offer, fac: ps.Facilitator}
+	if len(ep.Models) > 0 {
+		x.key = x.key.narrowed(ep.Models)
+	}
+	if sig != "" {
+		p, err := x402.DecodePaymentSignature(sig)
+		if err != nil {
+			return x.fail(apiErr(x402.Status(err), x402.Code(err), "%v", err))
+		}
+		x.pay.payload = p
+	}
+	if kind != "" {
+		return x.mediaHeaders(kind, http.MethodPost, mediaPaths[kind], auth, contentType)
+	}
+	if e := checkContentType(contentType); e != nil {
+		return x.fail(e)
+	}
+	return x.readBody(h, contentLength, strip)
+}
+
+// narrowed is k limited to models as well (an endpoint's models: list).
+func (k *keyInfo) narrowed(models []string) *keyInfo {
+	n := *k
+	n.models = map[string]bool{}
+	for _, m := range models {
+		if k.models == nil || k.models[m] {
+			n.models[m] = true
+		}
+	}
+	return &n
+}
+
+// payAdmit prices a validated paid request (worst: its worst-case cost, what a keyed request
+// would hold) and checks its credential; nil means the business call may run. Every refusal
+// before the facilitator's verify is free for the client; a credential refused by the
+// facilitator stays used.
+func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
+	p := x.pay
+	var quote decimal.Decimal
+	if p.offer.NeedsQuote() {
+		quote = worst
+	}
+	offered, err := p.offer.Requirements(quote)
+	if err != nil {
+		return apiErr(http.StatusInternalServerError, "payment_quote_failed", "this request cannot be priced for payment: %v", err)
+	}
+	p.offered = offered
+	if p.payload == nil {
+		return x.paymentRequired("PAYMENT-SIGNATURE header is required", "payment_required", "this endpoint is paid: read the PAYMENT-REQUIRED header, sign one of its options and send the same request again with PAYMENT-SIGNATURE")
+	}
+	i, why := x402.Match(p.payload.Accepted, offered)
+	if i < 0 {
+		return x.paymentRequired(why, "payment_mismatch", "the credential does not match this request's payment requirements: "+why+"; sign one of the options in PAYMENT-REQUIRED")
+	}
+	cred, err := x402.Verify(p.payload, offered[i], time.Now())
+	if err != nil {
+		if x402.Status(err) == http.StatusPaymentRequired {
+			return x.paymentRequired(err.Error(), x402.Code(err), err.Error())
+		}
+		return apiErr(x402.Status(err), x402.Code(err), "%v", err)
+	}
+	claim := x.s.payments.Load().Claim
+	if err := claim(cred.Key(), cred.KeepUntil()); errors.Is(err, store.ErrExists) {
+		return x.paymentRequired("the credential was already used", "payment_already_used", "this credential was already used (a credential pays for one request); sign a new one from PAYMENT-REQUIRED")
+	} else if err != nil {
+		return apiErr(http.StatusInternalServerError, "internal_error", "the payment could not be recorded; nothing was charged; retry")
+	}
+	// From here the credential is used: a refusal below does not free it.
+	if err := x.extendTimeout(payVerifyTimeout + 5*time.Second); err != nil {
+		return apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), payVerifyTimeout)
+	defer cancel()
+	if _, err := p.fac.Verify(ctx, p.payload, offered[i]); err != nil {
+		if errors.Is(err, x402.ErrUnavailable) {
+			return apiErr(http.StatusServiceUnavailable, "facilitator_unavailable", "the payment facilitator cannot be reached, so the request was not run; retry later with a new credential")
+		}
+		return x.paymentRequired(err.Error(), x402.Code(err), err.Error())
+	}
+	p.chosen, p.cred = i, cred
+	return nil
+}
+
+// paymentRequired is a 402 with a fresh PAYMENT-REQUIRED saying why (reason) in its error.
+func (x *exchange) paymentRequired(reason, code, message string) *APIError {
+	h, err := x402.EncodePaymentRequired(x.pay.offer.PaymentRequired(x.pay.offered, reason))
+	if err != nil {
+		return apiErr(http.StatusInternalServerError, "internal_error", "the payment requirements could not be encoded")
+	}
+	e := apiErr(http.StatusPaymentRequired, code, "%s", message)
+	e.Headers = map[string]string{headerPaymentRequired: h, "cache-control": "no-store"}
+	return e
+}
+
+// paySettle settles the business call that cost cost: exact the signed amount, upto the cost
+// (at most the signed cap; zero burns the credential with no transaction). It records the
+// outcome in x.pay and reports a failed settlement.
+func (x *exchange) paySettle(cost decimal.Decimal) error {
+	p := x.pay
+	if p == nil || p.done {
+		return nil
+	}
+	p.done = true
+	req := p.offered[p.chosen]
+	if req.Scheme == x402.SchemeUpto {
+		charge, capped, err := p.offer.Charge(p.chosen, cost)
+		if err != nil {
+			return err
+		}
+		if capped {
+			x.s.log.Warn("x402: the request cost more than the signed cap; settling the cap", "endpoint", p.slug, "cost", cost.String(), "cap", req.Amount)
+		}
+		req = charge
+		if req.Amount == "0" { // nothing to transfer: the credential stays burned locally
+			p.settled = &x402.SettlementResponse{Success: true, Payer: p.cred.Payer, Network: req.Network, Amount: "0"}
+		}
+	}
+	if p.settled == nil {
+		_ = x.extendTimeout(paySettleTimeout + 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), paySettleTimeout)
+		defer cancel()
+		sr, err := p.fac.Settle(ctx, p.payload, req)
+		if err != nil {
+			sr.Success = false
+			if sr.Network == "" {
+				sr.Network = req.Network
+			}
+			p.header, _ = x402.EncodeSettlementResponse(sr)
+			x.s.log.Error("x402: SETTLEMENT FAILED: the business call ran unpaid", "endpoint", p.slug, "payer", p.cred.Payer, "scheme", req.Scheme, "amount", req.Amount, "error", err)
+			return err
+		}
+		if sr.Amount == "" {
+			sr.Amount = req.Amount
+		}
+		p.settled = &sr
+	}
+	p.header, _ = x402.EncodeSettlementResponse(*p.settled)
+	p.cost = cost
+	return nil
+}
+
+// payRecord is the usage record of a settled paid request: the business call's usage, its
+// cost (debited from no credits) and what the payment settled.
+func (x *exchange) payRecord(rec store.UsageRecord) store.UsageRecord {
+	p := x.pay
+	req := p.offered[p.chosen]
+	amount := p.settled.Amount
+	usd := decimal.Zero
+	if a, err := decimal.NewFromString(amount); err == nil {
+		usd = a.Shift(-int32(p.offer.Decimals(p.chosen)))
+	}
+	rec.Payment = &store.Payment{Endpoint: p.slug, Scheme: req.Scheme, Network: req.Network, Asset: req.Asset,
+		Payer: p.cred.Payer, Amount: amount, AmountUSD: usd, Transaction: p.settled.Transaction}
+	return rec
+}
+
+// settlementFailed is the answer to a business call whose settlement failed: 402 with
+// PAYMENT-RESPONSE success:false, and the result withheld.
+func (x *exchange) settlementFailed(err error) *APIError {
+	e := apiErr(http.StatusPaymentRequired, "payment_settlement_failed", "the payment could not be settled (%v), so the result is withheld; sign a new credential from PAYMENT-REQUIRED and retry", err)
+	e.Headers = map[string]string{headerPaymentResponse: x.pay.header, "cache-control": "no-store"}
+	return e
+}
+
+// settlementEvent is the last event of a streamed upto answer, before [DONE]: the settlement,
+// which is known only once the stream's cost is (its headers went out long before). It is shaped
+// as a chunk with no choices, like the usage chunk, so OpenAI clients pass over it.
+func (x *exchange) settlementEvent() []byte {
+	cost, _ := x.paidCost()
+	err := x.paySettle(cost)
+	sr := x.pay.settled
+	if err != nil || sr == nil {
+		sr = &x402.SettlementResponse{Success: false, Network: x.pay.offered[x.pay.chosen].Network, ErrorReason: "settlement_failed"}
+	}
+	ev := fmt.Appendf(nil, `{"id":%q,"object":"chat.completion.chunk","created":%d,"model":%s,"choices":[],"payment_response":`,
+		x.requestID, time.Now().Unix(), x.answer.model)
+	srJSON, _ := json.Marshal(sr)
+	ev = append(ev, srJSON...)
+	ev = append(ev, fmt.Sprintf(`,"payment_response_header":%q}`, x.pay.header)...)
+	return append(append([]byte("data: "), ev...), "\n\n"...)
+}
+
+// paidCost is what the answered paid request cost, from its metered usage.
+func (x *exchange) paidCost() (decimal.Decimal, store.UsageRecord) {
+	usage, estimated := x.meter.result(x.promptTokens)
+	usage = storable(usage)
+	cost := x.plan.model.Pricing.Cost(usage)
+	return cost, store.UsageRecord{
+		RequestID: x.billingID(), KeyID: x.key.ID, Account: x.key.Account, Model: x.plan.model.ID, Provider: x.provider,
+		Route: x.plan.routeID(), PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens,
+		CachedTokens: usage.CachedTokens, Cost: cost, Estimated: estimated,
+	}
+}
+
+// paidSettle ends a paid chat request that got an answer: upto is settled now if it was not
+// (a stream cut before [DONE], a whole answer), and a settled payment leaves its usage record.
+func (x *exchange) paidSettle() error {
+	if x.pay == nil || x.pay.payload == nil || x.pay.offered == nil {
+		return nil
+	}
+	cost, rec := x.paidCost()
+	err := x.paySettle(cost)
+	if x.pay.settled != nil && !x.pay.recorded {
+		x.pay.recorded = true
+		if b := x.s.billing; b != nil {
+			rec.Cost = cost
+			rec.Time = b.Now().UTC()
+			b.Record(x.payRecord(rec))
+		}
+	}
+	return err
+}
+
+
+// payOnAnswer runs when a paid request's business answer begins (status < 400). exact settles
+// now, before the first byte: its PAYMENT-RESPONSE goes on the answer's headers, and a failed
+// settlement answers 402 instead of the result. upto settles at the end: a whole answer at its
+// body's end, a stream just before its [DONE] (settlementEvent).
+func (x *exchange) payOnAnswer(common *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	p := x.pay
+	if p.offered[p.chosen].Scheme == x402.SchemeExact {
+		if err := x.paySettle(decimal.Zero); err != nil {
+			return x.fail(x.settlementFailed(err))
+		}
+		if common.HeaderMutation == nil {
+			common.HeaderMutation = &extprocv3.HeaderMutation{}
+		}
+		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, setHeader(headerPaymentResponse, p.header))
+		return nil
+	}
+	if x.streaming {
+		x.answer.beforeDone = x.settlementEvent
+	}
+	return nil
+}
+
+// replaceAnswer turns a buffered answer, whose headers are still held, into e.
+func (x *exchange) replaceAnswer(common *extprocv3.CommonResponse, e *APIError) *extprocv3.ProcessingResponse {
+	body := e.Body(x.requestID)
+	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+		setHeader(":status", strconv.Itoa(e.Status)), setHeader("content-type", "application/json"),
+		setHeader("content-length", strconv.Itoa(len(body))),
+	}}
+	addHeaders(m, e.Headers)
+	common.HeaderMutation = m
+	common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: common},
+	}}
+}
+
+// payTask settles a paid task once its provider accepted it (its business answer): its cost
+// is known only when it ends, long after any credential expires, so exact settles the signed
+// price and upto the task's worst case (what a keyed request holds), at most the signed cap.
+// A failed settlement answers 402; the provider's task then runs unpaid and unseen (logged).
+func (x *exchange) payTask(t *store.Task, worst decimal.Decimal, body []byte) *extprocv3.ProcessingResponse {
+	if err := x.paySettle(worst); err != nil {
+		x.s.log.Error("x402: a paid task was created but its payment failed", "task", t.ID, "endpoint", x.pay.slug)
+		return x.fail(x.settlementFailed(err))
+	}
+	if b := x.s.billing; b != nil {
+		b.Record(x.payRecord(store.UsageRecord{RequestID: x.requestID + "." + t.ID, KeyID: x.key.ID, Account: x.key.Account,
+			Model: t.Model, Provider: t.Provider, Route: t.Route, Cost: worst, Time: b.Now().UTC()}))
+	}
+	resp := x.reply(http.StatusOK, body)
+	addHeaders(resp.GetImmediateResponse().Headers, map[string]string{headerPaymentResponse: x.pay.header})
+	return resp
+}
