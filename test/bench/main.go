@@ -78,7 +78,7 @@ func label(path string) string {
 	return path
 }
 
-var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks"}
+var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks", "x402"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -116,6 +116,7 @@ type options struct {
 	openTasks      int
 	callbacks      int
 	taskRate       int
+	x402Requests   int
 }
 
 func (o *options) has(scenario string) bool { return slices.Contains(o.scenarios, scenario) }
@@ -135,6 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.openTasks, "tasks", 10000, "tasks: open media tasks one poll round goes over")
 	fs.IntVar(&o.callbacks, "callbacks", 5000, "tasks: callbacks delivered from the outbox")
 	fs.IntVar(&o.taskRate, "task-rate", 50, "tasks: video task creations per second, through Tollway and directly")
+	fs.IntVar(&o.x402Requests, "x402-requests", 40, "x402: keyed, 402 and paid requests measured, one at a time")
 	fs.DurationVar(&o.duration, "duration", 8*time.Second, "latency: measured duration of each scenario (path x mode)")
 	// Short alternating rounds cancel the machine's drift: with 2 rounds, two identical gateways
 	// measured up to 170 us apart at p50; with 8 rounds of 1s, within 20 us.
@@ -214,7 +216,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.has("settle") && !slices.Contains(paths, pathTollway) {
 		paths = append(paths, pathTollway)
 	}
-	if len(paths) > 0 || o.has("tasks") || o.has("fallback") {
+	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") {
 		if o.envoyBin, err = envoy.FindBinary(o.envoyBin); err != nil {
 			return err
 		}
@@ -442,6 +444,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			bad = append(bad, err.Error())
 		}
 		if err := runImageCreate(ctx, o, dir, stdout, stderr); err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
+
+	if o.has("x402") {
+		if err := runX402(ctx, o, dir, stdout, stderr); err != nil {
 			bad = append(bad, err.Error())
 		}
 	}
