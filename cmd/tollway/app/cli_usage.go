@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/tollway/tollway/store"
 )
 
@@ -46,12 +48,20 @@ func cmdUsage(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DAY\tACCOUNT\tKEY\tMODEL\tREQUESTS\tPROMPT\tCOMPLETION\tESTIMATED\tCOST")
+	// PAID is what x402 payments settled (those requests' COST was not taken from credits).
+	fmt.Fprintln(tw, "DAY\tACCOUNT\tKEY\tMODEL\tREQUESTS\tPROMPT\tCOMPLETION\tESTIMATED\tCOST\tPAID")
 	for _, r := range sum.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.Day, r.Account, r.KeyID, r.Model, r.Requests, r.PromptTokens, r.CompletionTokens, r.EstimatedRequests, r.Cost.String())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Day, r.Account, r.KeyID, r.Model, r.Requests, r.PromptTokens, r.CompletionTokens, r.EstimatedRequests, r.Cost.String(), paidCell(r.Paid))
 	}
-	fmt.Fprintf(tw, "TOTAL\t\t\t\t%d\t%d\t%d\t%d\t%s\n", sum.Requests, sum.PromptTokens, sum.CompletionTokens, sum.EstimatedRequests, sum.Cost.String())
+	fmt.Fprintf(tw, "TOTAL\t\t\t\t%d\t%d\t%d\t%d\t%s\t%s\n", sum.Requests, sum.PromptTokens, sum.CompletionTokens, sum.EstimatedRequests, sum.Cost.String(), paidCell(sum.Paid))
 	return tw.Flush()
+}
+
+func paidCell(d *decimal.Decimal) string {
+	if d == nil {
+		return "-"
+	}
+	return d.String()
 }
 
 func isDate(s string) bool {
