@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/tasks"
@@ -106,7 +108,34 @@ func (g *gateway) payments(c *Config) *extproc.Payments {
 		g.log.Error("x402 endpoints not served", "error", err)
 		return nil
 	}
-	return &extproc.Payments{Offers: offers, Facilitator: x402.NewFacilitator(c.X402.FacilitatorURL), Claim: g.store.ClaimCredential}
+	fac := x402.NewFacilitator(c.X402.FacilitatorURL)
+	go g.checkFacilitator(fac, offers)
+	return &extproc.Payments{Offers: offers, Facilitator: fac, Claim: g.store.ClaimCredential}
+}
+
+// checkFacilitator warns when the facilitator cannot settle an option the endpoints offer
+// (a wrong network, or an upto facilitatorAddress that is not its signer): clients would pay
+// with credentials it refuses. A facilitator down now is no error: requests get 503 until it
+// is back.
+func (g *gateway) checkFacilitator(fac *x402.Facilitator, offers map[string]*x402.Offer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sup, err := fac.Supported(ctx)
+	if err != nil {
+		g.log.Warn("x402 facilitator not reachable now; paid requests get 503 facilitator_unavailable until it is", "facilitator", fac.URL, "error", err)
+		return
+	}
+	for slug, o := range offers {
+		offered, err := o.Requirements(decimal.New(1, -2)) // any quote: only scheme, network and extra matter
+		if err != nil {
+			continue
+		}
+		for i, r := range offered {
+			if err := sup.Check(r); err != nil {
+				g.log.Warn("x402 facilitator cannot settle an offered option", "endpoint", slug, "accept", i, "error", err)
+			}
+		}
+	}
 }
 
 // apply rebuilds from the store (after an admin API change).
