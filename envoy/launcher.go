@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -61,6 +63,9 @@ type LaunchConfig struct {
 	// FullLog prints Envoy's multi-line messages whole; otherwise only their first line, since
 	// a rejected resource is logged with its whole protobuf dump (thousands of lines).
 	FullLog bool
+	// AccessLog receives Envoy's stdout as it is: the access log's JSON lines (Envoy logs on
+	// stderr). Nil: stdout goes with the log.
+	AccessLog io.Writer
 }
 
 // Start launches Envoy. Its log goes to logOut line by line, prefixed so it is told apart.
@@ -85,6 +90,9 @@ func Start(log *slog.Logger, c LaunchConfig, logOut io.Writer) (*Process, error)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
+	if c.AccessLog != nil {
+		cmd.Stdout = &lineWriter{out: c.AccessLog}
+	}
 	go forwardLog(pr, logOut, c.FullLog)
 	if err := cmd.Start(); err != nil {
 		pw.Close()
@@ -344,4 +352,29 @@ func (p *Process) ClusterHealth(ctx context.Context) (map[string]bool, error) {
 		health[c.Name] = ok
 	}
 	return health, nil
+}
+
+// lineWriter passes whole lines on, so access log lines from Envoy never interleave with
+// another writer's output mid-line.
+type lineWriter struct {
+	mu  sync.Mutex
+	out io.Writer
+	buf []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if i := bytes.LastIndexByte(w.buf, '\n'); i >= 0 {
+		if _, err := w.out.Write(w.buf[:i+1]); err != nil {
+			return 0, err
+		}
+		w.buf = append(w.buf[:0], w.buf[i+1:]...)
+	}
+	if len(w.buf) > 1<<20 { // a line that long is not a log line: pass it on as it is
+		_, _ = w.out.Write(w.buf)
+		w.buf = w.buf[:0]
+	}
+	return len(p), nil
 }

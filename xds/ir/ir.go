@@ -62,6 +62,15 @@ type Gateway struct {
 	// status queries, file look-ups) reach providers through: a request naming a provider's
 	// cluster in ClusterHeader goes to that cluster, anything else is 404.
 	Internal *Listener `json:"internal,omitempty"`
+	// AccessLog is where Envoy writes one JSON line per request (log.access); zero: stdout.
+	AccessLog AccessLog `json:"accessLog,omitzero"`
+}
+
+// AccessLog is where the access log goes: Envoy's stdout (which Tollway prints on its own
+// stdout) or stderr, a file, or nowhere.
+type AccessLog struct {
+	Off  bool   `json:"off,omitempty"`
+	Path string `json:"path,omitempty"` // a file; "" is stdout, "/dev/stderr" stderr
 }
 
 // Listener is the public HTTP listener ({base_url} = http://Address:Port/v1).

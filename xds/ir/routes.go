@@ -187,7 +187,11 @@ const (
 	// provider in another API: the nested request fields its adapter dropped (comma-separated
 	// paths), merged into x-tollway-removed-params by the router-level ext_proc.
 	AttemptRemovedHeader = "x-tollway-attempt-removed"
-	// MetadataNamespace holds an endpoint's provider and model.
+	// AttemptsHeader is set on the answer by the route: how many attempts Envoy made (the
+	// answering one included), read and removed by the router-level ext_proc.
+	AttemptsHeader = "x-tollway-attempts"
+	// MetadataNamespace holds an endpoint's provider and model, and the dynamic metadata
+	// ext_proc sets on a request for the access log (account, model, tokens, cost...).
 	MetadataNamespace = "tollway"
 	// PhaseMetadata is the gRPC metadata key telling ext_proc which filter a stream comes from.
 	PhaseMetadata = "x-tollway-phase"

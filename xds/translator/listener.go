@@ -29,6 +29,10 @@ func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	logs, err := accessLogs(g.AccessLog)
+	if err != nil {
+		return nil, err
+	}
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: ir.ListenerName,
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
@@ -37,6 +41,7 @@ func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
 			ConfigSource:    adsSource(),
 		}},
 		HttpFilters:                  filters,
+		AccessLog:                    logs,
 		StreamIdleTimeout:            durationpb.New(streamIdle),
 		AlwaysSetRequestIdInResponse: true,
 		// A client's own x-request-id is kept (Envoy would replace it on every external
@@ -139,6 +144,8 @@ func extProc() *extprocv3.ExternalProcessor {
 		MessageTimeout:    durationpb.New(ExtProcMessageTimeout),
 		// ext_proc may extend one message's timeout up to this (a media task's create).
 		MaxMessageTimeout: durationpb.New(ir.MaxExtProcMessageTimeout),
+		// What the access log reads of a request, set by ext_proc.
+		MetadataOptions: &extprocv3.MetadataOptions{ReceivingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{Untyped: []string{ir.MetadataNamespace}}},
 	}
 }
 
@@ -162,6 +169,7 @@ func UpstreamExtProc() *extprocv3.ExternalProcessor {
 	p.GrpcService.InitialMetadata = []*corev3.HeaderValue{{Key: ir.PhaseMetadata, Value: ir.PhaseUpstream}}
 	p.RequestAttributes = []string{"xds.upstream_host_metadata"}
 	p.MaxMessageTimeout = nil // attempts never extend their timeout
+	p.MetadataOptions = nil   // nor write metadata
 	p.MutationRules = &mutationrulesv3.HeaderMutationRules{AllowAllRouting: wrapperspb.Bool(true), AllowEnvoy: wrapperspb.Bool(true)}
 	return p
 }

@@ -124,6 +124,10 @@ func routes(g *ir.Gateway) *routev3.RouteConfiguration {
 				Value: "%UPSTREAM_METADATA(" + ir.MetadataNamespace + ":provider)%/%UPSTREAM_METADATA(" + ir.MetadataNamespace + ":model)%",
 			},
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		}, {
+			// How many attempts Envoy made: ext_proc counts the fallbacks.
+			Header:       &corev3.HeaderValue{Key: ir.AttemptsHeader, Value: "%UPSTREAM_REQUEST_ATTEMPT_COUNT%"},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 		}},
 	}}
 	// ext_proc answers every request it does not route itself; reaching this route means it let

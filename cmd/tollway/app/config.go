@@ -51,6 +51,9 @@ type Config struct {
 	} `mapstructure:"envoy"`
 	Log struct {
 		Level string `mapstructure:"level"`
+		// Access is where Envoy's access log goes: stdout (default), stderr, off, or a file's
+		// absolute path.
+		Access string `mapstructure:"access"`
 	} `mapstructure:"log"`
 	Routing struct {
 		// AttemptTimeout: an attempt silent this long gives way to the next of its chain.
@@ -140,6 +143,7 @@ var defaults = map[string]any{
 	"envoy.log_level":                "warning",
 	"envoy.drain_timeout":            "10s",
 	"log.level":                      "info",
+	"log.access":                     "stdout",
 	"billing.enabled":                true,
 	"admin.token":                    "", // known to viper, so TOLLWAY_ADMIN_TOKEN alone sets it
 	"routing.attempt_timeout":        "60s",

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // envoyLogLevels are the values Envoy's --log-level takes.
@@ -26,6 +29,9 @@ func (c *Config) checkValues() []error {
 	var errs []error
 	if err := new(slog.Level).UnmarshalText([]byte(strings.ToUpper(c.Log.Level))); err != nil {
 		errs = append(errs, fmt.Errorf("log.level is %q: use debug, info, warn or error", c.Log.Level))
+	}
+	if a := c.Log.Access; a != "stdout" && a != "stderr" && a != "off" && !filepath.IsAbs(a) {
+		errs = append(errs, fmt.Errorf("log.access is %q: use stdout, stderr, off, or a file's absolute path", a))
 	}
 	if l := c.Envoy.LogLevel; l != "" && !slices.Contains(envoyLogLevels, l) {
 		errs = append(errs, fmt.Errorf("envoy.log_level is %q: use trace, debug, info, warning, error, critical or off", l))
@@ -218,4 +224,17 @@ func (c *Config) checkX402() []error {
 		}
 	}
 	return errs
+}
+
+// accessLog is log.access as the IR takes it (Validate checked it).
+func (c *Config) accessLog() ir.AccessLog {
+	switch c.Log.Access {
+	case "off":
+		return ir.AccessLog{Off: true}
+	case "stderr":
+		return ir.AccessLog{Path: "/dev/stderr"}
+	case "stdout", "":
+		return ir.AccessLog{}
+	}
+	return ir.AccessLog{Path: c.Log.Access}
 }

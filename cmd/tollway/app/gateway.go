@@ -159,6 +159,7 @@ func (g *gateway) applyLocked(ctx context.Context) error {
 	}
 	gw.AttemptTimeout = g.cfg.Routing.AttemptTimeout
 	gw.Limits = g.cfg.limits()
+	gw.AccessLog = g.cfg.accessLog()
 	gw.Listener.XFFTrustedHops = uint32(g.cfg.Listen.XFFNumTrustedHops)
 	gw.Internal = g.internal
 	res, err := translator.Translate(gw)

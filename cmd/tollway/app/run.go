@@ -203,6 +203,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		LogLevel:      cfg.Envoy.LogLevel,
 		DrainTime:     cfg.Envoy.DrainTimeout,
 		FullLog:       strings.EqualFold(cfg.Log.Level, "debug"),
+		AccessLog:     stdout, // the access log's lines (log.access: stdout); Envoy logs on stderr
 	}, stderr)
 	if err != nil {
 		return err

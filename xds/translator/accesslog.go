@@ -1,0 +1,65 @@
+package translator
+
+// The access log: one JSON line per request, written by Envoy when the request ends. What only
+// ext_proc knows (the account, the key's prefix, the model that answered, tokens, cost, the
+// fallbacks) it sets as dynamic metadata in the tollway namespace, which the line reads; Envoy
+// adds the status and its own timings. Never the key, a prompt or a provider's secret: ext_proc
+// sets none of them, and only these fields are logged.
+
+import (
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// AccessLogFields are the access log's fields, in the tollway namespace, that ext_proc sets.
+var AccessLogFields = []string{"account", "key_prefix", "model", "provider", "route", "code",
+	"prompt_tokens", "completion_tokens", "cost", "estimated", "fallbacks", "endpoint", "payer"}
+
+// accessLogs is the public listener's access log (none when it is off).
+func accessLogs(a ir.AccessLog) ([]*accesslogv3.AccessLog, error) {
+	if a.Off {
+		return nil, nil
+	}
+	fields := map[string]any{
+		"time":        "%START_TIME(%Y-%m-%dT%H:%M:%E3SZ)%",
+		"request_id":  "%REQ(X-REQUEST-ID)%",
+		"method":      "%REQ(:METHOD)%",
+		"path":        "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
+		"status":      "%RESPONSE_CODE%",
+		"ttfb_ms":     "%RESPONSE_DURATION%",
+		"duration_ms": "%DURATION%",
+		"attempts":    "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
+	}
+	for _, f := range AccessLogFields {
+		fields[f] = "%DYNAMIC_METADATA(" + ir.MetadataNamespace + ":" + f + ")%"
+	}
+	format, err := structpb.NewStruct(fields)
+	if err != nil {
+		return nil, err
+	}
+	logFormat := &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: format}}
+	var cfg proto.Message
+	name := "envoy.access_loggers.stdout"
+	switch a.Path {
+	case "":
+		cfg = &streamv3.StdoutAccessLog{AccessLogFormat: &streamv3.StdoutAccessLog_LogFormat{LogFormat: logFormat}}
+	case "/dev/stderr":
+		name = "envoy.access_loggers.stderr"
+		cfg = &streamv3.StderrAccessLog{AccessLogFormat: &streamv3.StderrAccessLog_LogFormat{LogFormat: logFormat}}
+	default:
+		name = "envoy.access_loggers.file"
+		cfg = &filev3.FileAccessLog{Path: a.Path, AccessLogFormat: &filev3.FileAccessLog_LogFormat{LogFormat: logFormat}}
+	}
+	typed, err := anypb.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return []*accesslogv3.AccessLog{{Name: name, ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: typed}}}, nil
+}
