@@ -18,6 +18,7 @@ VENV          := $(TOOLS)/venv
 PYTHON        := $(VENV)/bin/python
 NODE_CLIENTS  := $(CURDIR)/test/clients/node
 X402_BED      := $(CURDIR)/test/x402
+X402_VENV     := $(X402_BED)/.venv
 
 export TOLLWAY_ENVOY_BIN := $(ENVOY_BIN)
 export TOLLWAY_PYTHON    := $(PYTHON)
@@ -44,8 +45,15 @@ $(PYTHON): test/clients/python/requirements.txt
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r test/clients/python/requirements.txt
 	@touch $(PYTHON)
 
+# The x402 bed's venv (test/x402/.venv, where the tests run pay.py): the official Python x402
+# client, pinned in test/x402/requirements.txt.
+$(X402_VENV)/.installed: $(X402_BED)/requirements.txt
+	python3 -m venv $(X402_VENV)
+	$(X402_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(X402_BED)/requirements.txt
+	@touch $@
+
 .PHONY: clients
-clients: $(PYTHON) $(NODE_CLIENTS)/node_modules/.installed $(X402_BED)/node_modules/.installed ## Install the Python and Node SDK test clients and the x402 test bed (chain, facilitator, reference clients)
+clients: $(PYTHON) $(NODE_CLIENTS)/node_modules/.installed $(X402_BED)/node_modules/.installed $(X402_VENV)/.installed ## Install the Python and Node SDK test clients and the x402 test bed (chain, facilitator, reference clients)
 
 $(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error

@@ -124,7 +124,11 @@ func (x *exchange) paidHeaders(rest, method, auth, contentType, contentLength, s
 		x.pay.payload = p
 	}
 	if kind != "" {
-		return x.mediaHeaders(kind, http.MethodPost, mediaPaths[kind], auth, contentType)
+		// nil from mediaHeaders means "go on to the body", as for a keyed create.
+		if resp := x.mediaHeaders(kind, http.MethodPost, mediaPaths[kind], auth, contentType); resp != nil {
+			return resp
+		}
+		return x.readBody(h, contentLength, strip)
 	}
 	if e := checkContentType(contentType); e != nil {
 		return x.fail(e)
@@ -324,7 +328,6 @@ func (x *exchange) paidSettle() error {
 	}
 	return err
 }
-
 
 // payOnAnswer runs when a paid request's business answer begins (status < 400). exact settles
 // now, before the first byte: its PAYMENT-RESPONSE goes on the answer's headers, and a failed

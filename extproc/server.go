@@ -6,8 +6,8 @@ package extproc
 import (
 	"errors"
 	"io"
-	"maps"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -42,7 +42,7 @@ type Server struct {
 	billing *Billing
 	// refusals are providers whose last answer refused the gateway's credential.
 	refusals refusals
-	tasks    *Tasks // nil: the media task endpoints are off
+	tasks    *Tasks                   // nil: the media task endpoints are off
 	payments atomic.Pointer[Payments] // nil: no paid endpoints
 }
 

@@ -67,11 +67,11 @@ type Task struct {
 	Settled          bool            `json:"settled"`
 	// Paid: the task was paid through x402 when it was created; its cost is shown, never
 	// debited from credits.
-	Paid bool `json:"paid,omitempty"`
-	CallbackURL      string          `json:"callback_url,omitempty"`
-	CreatedAt        time.Time       `json:"created_at"`
-	UpdatedAt        time.Time       `json:"updated_at"`
-	CompletedAt      time.Time       `json:"completed_at"`
+	Paid        bool      `json:"paid,omitempty"`
+	CallbackURL string    `json:"callback_url,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	CompletedAt time.Time `json:"completed_at"`
 }
 
 // TaskVideo is one produced video.
