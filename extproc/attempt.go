@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollway/tollway/extproc/provider"
@@ -85,6 +86,12 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 			}
 			return resp, nil
 		case *extprocv3.ProcessingRequest_RequestBody:
+			if len(r.RequestBody.GetBody()) > largeBody {
+				// Rewriting tens of megabytes may outlast the message timeout (as at the router).
+				if err := stream.Send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(largeBodyTimeout)}); err != nil {
+					return nil, err
+				}
+			}
 			resp, err := a.requestBody(r.RequestBody)
 			if errors.Is(err, provider.ErrBadRequest) {
 				// The client's request cannot be said in this provider's API: its fault, a 400.

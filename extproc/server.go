@@ -337,6 +337,13 @@ func (x *exchange) authenticate(auth string) *APIError {
 	return nil
 }
 
+// A chat body over largeBody gets largeBodyTimeout from Envoy to be checked in, instead of
+// its 5 s message timeout.
+const (
+	largeBody        = 1 << 20
+	largeBodyTimeout = 30 * time.Second
+)
+
 func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	if x.deferred != nil {
 		return x.fail(x.deferred) // Envoy sends no body after deferRefusal; should one come anyway
@@ -346,6 +353,13 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	}
 	if x.media != "" {
 		return x.mediaBody(b.GetBody())
+	}
+	if len(b.GetBody()) > largeBody {
+		// Checking tens of megabytes of JSON (an image model's inline images) may outlast
+		// Envoy's message timeout on a busy machine: ask for more, once.
+		if err := x.extendTimeout(largeBodyTimeout); err != nil {
+			return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry"))
+		}
 	}
 	plan, e := x.rt.planChat(b.GetBody())
 	if e != nil {

@@ -168,8 +168,7 @@ func UpstreamExtProc() *extprocv3.ExternalProcessor {
 	p := extProc()
 	p.GrpcService.InitialMetadata = []*corev3.HeaderValue{{Key: ir.PhaseMetadata, Value: ir.PhaseUpstream}}
 	p.RequestAttributes = []string{"xds.upstream_host_metadata"}
-	p.MaxMessageTimeout = nil // attempts never extend their timeout
-	p.MetadataOptions = nil   // nor write metadata
+	p.MetadataOptions = nil // attempts write no metadata
 	p.MutationRules = &mutationrulesv3.HeaderMutationRules{AllowAllRouting: wrapperspb.Bool(true), AllowEnvoy: wrapperspb.Bool(true)}
 	return p
 }
