@@ -75,7 +75,7 @@ func (x *exchange) worstCase() decimal.Decimal {
 		}
 		out := outputCap(m, asked, x.promptEstimate) * max(x.plan.answers, 1)
 		w := m.Pricing.WorstCase(x.promptEstimate, out)
-		if m.Family == chatImageFamily {
+		if m.Family == ir.ChatImageFamily {
 			// An image model's answer is bounded by Gemini's own output limit when nothing
 			// smaller caps it, and holds as many images as that budget pays for.
 			if asked <= 0 && m.MaxOutputLength <= 0 {

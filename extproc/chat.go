@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -107,10 +108,6 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	return plan, nil
 }
 
-// chatImageFamily is the media family whose models also answer chat completions (spec 4.1
-// rule 5): Gemini's image models, with their images in the message (provider.GeminiImageChat).
-const chatImageFamily = "I3"
-
 // mediaRules refuses, before any hold, what the plan's media models cannot do here: a video
 // model, or an image model of another family, has its own endpoint; an I3 answer carries its
 // images whole, so it is not streamed (a stream would only hold them back to its end).
@@ -119,7 +116,7 @@ func (p *chatPlan) mediaRules() *APIError {
 		f, media := ir.MediaFamilies[m.Family]
 		switch {
 		case !media:
-		case m.Family != chatImageFamily:
+		case m.Family != ir.ChatImageFamily:
 			return apiErr(http.StatusBadRequest, "model_not_found",
 				"model %q is a%s %s model, not a chat model: create its tasks with POST %s", m.ID, article(f.Kind), f.Kind, mediaPaths[f.Kind])
 		case p.stream:
@@ -131,38 +128,23 @@ func (p *chatPlan) mediaRules() *APIError {
 }
 
 func (rt *Runtime) planRoute(plan *chatPlan, id, mode string) *APIError {
-	r, ok := rt.routes[id]
-	if !ok {
-		return apiErr(http.StatusBadRequest, "route_not_found",
-			"route %q does not exist; `tollway routes list` shows the routes, GET /v1/models the models", clip(id))
-	}
-	if r.Status != ir.RouteActive {
-		return apiErr(http.StatusConflict, "route_paused",
-			"route %s is paused; resume it (`tollway routes resume %s`) or send another route or model", id, id)
+	r, ids, e := rt.routeModels(id, mode)
+	if e != nil {
+		return e
 	}
 	plan.route = r
-	if r.Rule == ir.RuleModeMapping {
-		if mode == "" {
-			mode = "balanced"
-		}
-		mid, ok := r.Modes[mode]
-		if !ok {
-			return apiErr(http.StatusBadRequest, "invalid_route_mode",
-				"route %s has no %q mode; it maps %s", id, mode, strings.Join(sortedKeys(r.Modes), ", "))
-		}
-		m := rt.models[mid]
-		plan.model, plan.models = m, []*model{m}
-		ch := rt.chains[ir.ModelChainCluster(mid)]
-		if len(ch) == 0 {
-			return rt.unavailable(m)
-		}
-		plan.cluster, plan.attempts = ir.ModelChainCluster(mid), len(ch)
-		return nil
-	}
-	for _, mid := range r.Models {
+	for _, mid := range ids {
 		plan.models = append(plan.models, rt.models[mid])
 	}
 	plan.model = plan.models[0]
+	if r.Rule == ir.RuleModeMapping {
+		ch := rt.chains[ir.ModelChainCluster(plan.model.ID)]
+		if len(ch) == 0 {
+			return rt.unavailable(plan.model)
+		}
+		plan.cluster, plan.attempts = ir.ModelChainCluster(plan.model.ID), len(ch)
+		return nil
+	}
 	ch := rt.chains[ir.RouteChainCluster(r)]
 	if len(ch) == 0 {
 		return apiErr(http.StatusServiceUnavailable, "route_unavailable",
@@ -170,6 +152,31 @@ func (rt *Runtime) planRoute(plan *chatPlan, id, mode string) *APIError {
 	}
 	plan.cluster, plan.attempts = ir.RouteChainCluster(r), len(ch)
 	return nil
+}
+
+// routeModels resolves a route id (any endpoint's model field) to its models in the order
+// they are tried: a priority route's list, or the one model route_mode maps to (balanced
+// when mode is empty).
+func (rt *Runtime) routeModels(id, mode string) (*ir.Route, []string, *APIError) {
+	r, ok := rt.routes[id]
+	if !ok {
+		return nil, nil, apiErr(http.StatusBadRequest, "route_not_found",
+			"route %q does not exist; `tollway routes list` shows the routes, GET /v1/models the models", clip(id))
+	}
+	if r.Status != ir.RouteActive {
+		return nil, nil, apiErr(http.StatusConflict, "route_paused",
+			"route %s is paused; resume it (`tollway routes resume %s`) or send another route or model", id, id)
+	}
+	if r.Rule != ir.RuleModeMapping {
+		return r, r.Models, nil
+	}
+	mode = cmp.Or(mode, "balanced")
+	mid, ok := r.Modes[mode]
+	if !ok {
+		return nil, nil, apiErr(http.StatusBadRequest, "invalid_route_mode",
+			"route %s has no %q mode; it maps %s", id, clip(mode), strings.Join(sortedKeys(r.Modes), ", "))
+	}
+	return r, []string{mid}, nil
 }
 
 func (rt *Runtime) planPinned(plan *chatPlan, pin string) *APIError {
@@ -238,7 +245,7 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 			return nil, nil, errors.New(e.Message)
 		}
 	}
-	if m.Family == chatImageFamily {
+	if m.Family == ir.ChatImageFamily {
 		up, err := provider.GeminiImageChat(p, &m.Model, target, req)
 		return up, removed, err
 	}

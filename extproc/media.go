@@ -6,10 +6,12 @@ package extproc
 // the client's connection, because the provider's task outlives the request.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"mime"
 	"net/http"
 	"slices"
@@ -140,27 +142,12 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	if err != nil {
 		return x.fail(apiErr(http.StatusBadRequest, "invalid_json", "the body must be one JSON object: %v", err))
 	}
-	var modelID string
+	var modelID, mode string
 	if json.Unmarshal(req["model"], &modelID) != nil || modelID == "" {
-		return x.fail(apiErr(http.StatusBadRequest, "missing_model", "model is required: a%s %s model id from GET /v1/models", article(kind), kind))
+		return x.fail(apiErr(http.StatusBadRequest, "missing_model", "model is required: a%s %s model id from GET /v1/models, or a route id route:<name>", article(kind), kind))
 	}
-	m := rt.models[modelID]
-	if m == nil || ir.MediaFamilies[m.Family].Kind != kind {
-		hint, other := "", ""
-		if m != nil {
-			other = ir.MediaFamilies[m.Family].Kind
-		}
-		switch {
-		case m == nil:
-		case other != "":
-			hint = fmt.Sprintf("; it is a%s %s model: POST %s", article(other), other, mediaPaths[other])
-		default:
-			hint = "; it is a chat model: POST " + chatPath
-		}
-		return x.fail(apiErr(http.StatusBadRequest, "model_not_found", "model %q is not a%s %s model of the catalog%s; GET /v1/models lists them (output_modalities %s)", clip(modelID), article(kind), kind, hint, kind))
-	}
-	if !x.key.allows(m.ID) {
-		return x.fail(apiErr(http.StatusForbidden, "model_not_allowed", "this API key may not use model %q", m.ID))
+	if v := req["route_mode"]; v != nil && (json.Unmarshal(v, &mode) != nil || !ir.ValidMode(mode)) {
+		return x.fail(apiErr(http.StatusBadRequest, "invalid_route_mode", "route_mode must be one of %s (balanced when omitted)", strings.Join(ir.Modes, ", ")))
 	}
 	var pin string
 	if r := req["route"]; r != nil {
@@ -172,34 +159,73 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		}
 		pin = route.Provider
 	}
-	adapter, err := provider.TaskFor(m.Family)
-	if err != nil {
-		return x.fail(rt.unavailable(m))
+	models, route, e := rt.mediaModels(kind, modelID, mode)
+	if e != nil {
+		return x.fail(e)
 	}
-	var attempts []tasks.Attempt
-	for _, t := range m.Targets {
-		p := rt.providers[t.Provider]
-		if p == nil || (pin != "" && pin != p.Name) || !p.Ready() || x.s.refusals.has(p.Name) {
+	if route != nil {
+		pin = "" // the route chooses providers itself (spec 4.1 rule 3)
+	}
+	if !x.key.allowsMedia(route, models) {
+		return x.fail(apiErr(http.StatusForbidden, "model_not_allowed", "this API key may not use %s", clip(modelID)))
+	}
+	// The candidates, in order: each model the body is valid for, with its providers that can
+	// take traffic. A route's later model of another family checks the body its own way; one
+	// that refuses it is passed over, and the first refusal is the answer when none takes it.
+	var (
+		attempts []tasks.Attempt
+		refusal  error
+		worst    decimal.Decimal
+		first    *model // the model of the first attempt: the task's, until a fallback moves on
+		tr       provider.TaskRequest
+	)
+	for _, m := range models {
+		adapter, err := provider.TaskFor(m.Family)
+		if err != nil {
 			continue
 		}
-		attempts = append(attempts, tasks.Attempt{Provider: p, Model: t.Model})
-	}
-	if len(attempts) == 0 {
-		if pin != "" {
-			return x.fail(apiErr(http.StatusBadRequest, "provider_not_available", "provider %q does not serve model %q or cannot take traffic; remove route.provider or choose another", clip(pin), m.ID))
+		var ready []tasks.Attempt
+		for _, t := range m.Targets {
+			p := rt.providers[t.Provider]
+			if p == nil || (pin != "" && pin != p.Name) || !p.Ready() || x.s.refusals.has(p.Name) {
+				continue
+			}
+			ready = append(ready, tasks.Attempt{Provider: p, Model: t.Model, Spec: &m.Model})
 		}
-		return x.fail(rt.unavailable(m))
+		if len(ready) == 0 {
+			continue
+		}
+		mtr, err := adapter.Validate(&m.Model, req)
+		if err != nil {
+			refusal = cmp.Or(refusal, err)
+			continue
+		}
+		for i := range ready {
+			ready[i].Request = &mtr
+		}
+		if first == nil {
+			first, tr = m, mtr
+		}
+		worst = decimal.Max(worst, m.Pricing.TaskWorstCase(mtr.PromptTokens, mtr.MaxOutputTokens, mtr.MaxImages, mtr.MaxSeconds))
+		attempts = append(attempts, ready...)
 	}
-	tr, err := adapter.Validate(&m.Model, req)
-	if err != nil {
-		return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%s", strings.TrimPrefix(err.Error(), provider.ErrBadRequest.Error()+": ")))
+	switch {
+	case len(attempts) > 0:
+	case refusal != nil:
+		return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%s", strings.TrimPrefix(refusal.Error(), provider.ErrBadRequest.Error()+": ")))
+	case pin != "":
+		return x.fail(apiErr(http.StatusBadRequest, "provider_not_available", "provider %q does not serve model %q or cannot take traffic; remove route.provider or choose another", clip(pin), models[0].ID))
+	case route != nil:
+		return x.fail(apiErr(http.StatusServiceUnavailable, "route_unavailable", "no model of route %s has a provider that can take traffic; check their providers' credentials", route.ID))
+	default:
+		return x.fail(rt.unavailable(models[0]))
 	}
+	m := first
 	if tr.CallbackURL != "" {
 		if err := tasks.CheckCallbackURL(context.Background(), tr.CallbackURL, x.s.tasks.CallbackAllow.Prefixes(), nil); err != nil {
 			return x.fail(apiErr(http.StatusBadRequest, "invalid_callback_url", "%v", err))
 		}
 	}
-	worst := m.Pricing.TaskWorstCase(tr.PromptTokens, tr.MaxOutputTokens, tr.MaxImages, tr.MaxSeconds)
 	var hold *billing.Reservation
 	if x.pay != nil {
 		// Paid through x402: the payment covers it, never the account's credits.
@@ -220,7 +246,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
 	defer cancel()
 	t, err := x.s.tasks.Service.Create(ctx, tasks.NewTask{
-		Kind: kind, Account: x.key.Account, KeyID: x.key.ID, RequestID: x.requestID,
+		Kind: kind, Account: x.key.Account, KeyID: x.key.ID, RequestID: x.requestID, Route: routeID(route),
 		Model: &m.Model, Attempts: attempts, Body: req, Request: tr, Hold: worst, Paid: x.pay != nil,
 	})
 	if err != nil {
@@ -240,6 +266,52 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		return x.payTask(t, worst, body)
 	}
 	return x.reply(http.StatusOK, body)
+}
+
+// mediaModels resolves a create's model field to the catalog models of this kind it may run, in
+// order: the model itself, or a route's models (a priority route's list, or the one route_mode
+// maps to), with the route.
+func (rt *Runtime) mediaModels(kind, id, mode string) ([]*model, *ir.Route, *APIError) {
+	if strings.HasPrefix(id, ir.RoutePrefix) {
+		r, ids, e := rt.routeModels(id, mode)
+		if e != nil {
+			return nil, nil, e
+		}
+		var out []*model
+		for _, mid := range ids {
+			out = append(out, rt.models[mid])
+		}
+		// A route's models answer one endpoint (ir.Gateway.Validate): the first one says which.
+		if other := out[0].Kind(); other != kind {
+			return nil, nil, apiErr(http.StatusBadRequest, "model_not_found", "route %s serves %s models, not %s models: POST %s", r.ID, other, kind, endpointOf(other))
+		}
+		return out, r, nil
+	}
+	m := rt.models[id]
+	if m == nil || m.Kind() != kind {
+		hint := ""
+		if m != nil {
+			hint = fmt.Sprintf("; it is a%s %s model: POST %s", article(m.Kind()), m.Kind(), endpointOf(m.Kind()))
+		}
+		return nil, nil, apiErr(http.StatusBadRequest, "model_not_found", "model %q is not a%s %s model of the catalog%s; GET /v1/models lists them (output_modalities %s)", clip(id), article(kind), kind, hint, kind)
+	}
+	return []*model{m}, nil, nil
+}
+
+// endpointOf is the endpoint that creates answers of a model kind.
+func endpointOf(kind string) string {
+	if kind == ir.KindChat {
+		return chatPath
+	}
+	return mediaPaths[kind]
+}
+
+// routeID is a task's route: its id, or "" for a model named directly.
+func routeID(r *ir.Route) string {
+	if r == nil {
+		return ""
+	}
+	return r.ID
 }
 
 // extendTimeout tells Envoy to wait up to d for the answer to the message being handled.
@@ -317,19 +389,29 @@ func formBody(contentType string, raw []byte, more []string) ([]byte, error) {
 	})
 }
 
-// familyStrings are the string fields of the family of body's model beyond formStrings.
+// familyStrings are the string fields beyond formStrings of the families body's model (or every
+// model of its route) belongs to.
 func familyStrings(rt *Runtime, body []byte) []string {
 	var b struct {
 		Model string `json:"model"`
 	}
-	if json.Unmarshal(body, &b) != nil || rt.models[b.Model] == nil {
+	if json.Unmarshal(body, &b) != nil {
 		return nil
 	}
-	a, err := provider.TaskFor(rt.models[b.Model].Family)
-	if fs, ok := a.(provider.FormStrings); err == nil && ok {
-		return fs.FormStrings()
+	ids := []string{b.Model}
+	if r := rt.routes[b.Model]; r != nil {
+		ids = slices.Concat(r.Models, slices.Collect(maps.Values(r.Modes)))
 	}
-	return nil
+	var out []string
+	for _, id := range ids {
+		if m := rt.models[id]; m != nil {
+			a, err := provider.TaskFor(m.Family)
+			if fs, ok := a.(provider.FormStrings); err == nil && ok {
+				out = append(out, fs.FormStrings()...)
+			}
+		}
+	}
+	return out
 }
 
 // TaskCatalog is the configuration tasks run under now.

@@ -142,6 +142,11 @@ func (k *keyInfo) allowsPlan(p *chatPlan) bool {
 	return true
 }
 
+// allowsMedia: a media create is allowed when the key lists its route or every model it may run.
+func (k *keyInfo) allowsMedia(r *ir.Route, models []*model) bool {
+	return k.allowsPlan(&chatPlan{route: r, models: models})
+}
+
 // Compile builds a Runtime from the IR and the key records. Revoked keys are left out.
 func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 	rt := &Runtime{
@@ -177,7 +182,7 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 			rules = append(rules, r)
 		}
 		cm.sampling = samplingParameters(rules)
-		if m.Family == chatImageFamily { // an image model refuses tools and the like by name
+		if m.Family == ir.ChatImageFamily { // an image model refuses tools and the like by name
 			cm.sampling = slices.DeleteFunc(cm.sampling, func(f string) bool { return !slices.Contains(provider.GeminiImageChatParameters, f) })
 		}
 		rt.models[m.ID] = cm

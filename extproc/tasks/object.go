@@ -31,6 +31,8 @@ type Object struct {
 	Size        string       `json:"size,omitempty"`    // "WIDTHxHEIGHT" of the first video
 	Result      *Result      `json:"result"`
 	Provider    string       `json:"provider,omitempty"`
+	// Route is the route id the task was created through (model is the route's model that ran).
+	Route string `json:"route,omitempty"`
 	// ProviderStatus is the provider's own status word (Queueing, RUNNING, succeed...), for
 	// debugging; the status table in the README maps it.
 	ProviderStatus string `json:"provider_status,omitempty"`
@@ -95,7 +97,7 @@ func progressOf(st provider.TaskStatus, reported int) int {
 func ObjectOf(t *store.Task, now time.Time) Object {
 	o := Object{
 		ID: t.ID, Object: t.Kind, Model: t.Model, Status: t.Status, Progress: t.Progress,
-		CreatedAt: t.CreatedAt.Unix(), Provider: t.Provider, ProviderStatus: t.FamilyStatus,
+		CreatedAt: t.CreatedAt.Unix(), Provider: t.Provider, Route: t.Route, ProviderStatus: t.FamilyStatus,
 	}
 	if !t.CompletedAt.IsZero() {
 		at := t.CompletedAt.Unix()

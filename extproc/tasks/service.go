@@ -76,6 +76,10 @@ func (e *Error) Error() string { return e.Message }
 type Attempt struct {
 	Provider *ir.Provider
 	Model    string // the provider's model name
+	// Spec and Request are the catalog model this attempt runs and the request as its family
+	// read it; nil: NewTask's (a route falls back across models, each with its own).
+	Spec    *ir.Model
+	Request *provider.TaskRequest
 }
 
 // NewTask is a validated create request.
@@ -96,11 +100,12 @@ type NewTask struct {
 func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 	var reasons []string
 	for _, a := range in.Attempts {
-		ad, err := provider.TaskFor(in.Model.Family)
+		m, req := cmp.Or(a.Spec, in.Model), cmp.Or(a.Request, &in.Request)
+		ad, err := provider.TaskFor(m.Family)
 		if err != nil {
 			return nil, err
 		}
-		up, err := ad.Create(a.Provider, in.Model, a.Model, in.Body)
+		up, err := ad.Create(a.Provider, m, a.Model, in.Body)
 		if err != nil {
 			if errors.Is(err, provider.ErrBadRequest) {
 				return nil, &Error{Kind: KindBadRequest, Code: "invalid_request", Message: err.Error()}
@@ -132,9 +137,9 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 		now := s.Now()
 		t := &store.Task{
 			ID: store.NewTaskID(in.Kind), Kind: in.Kind, Account: in.Account, KeyID: in.KeyID, RequestID: in.RequestID,
-			Model: in.Model.ID, Family: in.Model.Family, Variant: in.Model.Variant, Route: in.Route,
+			Model: m.ID, Family: m.Family, Variant: m.Variant, Route: in.Route,
 			Provider: a.Provider.Name, ProviderTaskID: cmp.Or(created.TaskID, "-"), Status: string(provider.TaskQueued),
-			Hold: in.Hold, CallbackURL: in.Request.CallbackURL, RequestedSeconds: in.Request.MaxSeconds,
+			Hold: in.Hold, CallbackURL: req.CallbackURL, RequestedSeconds: req.MaxSeconds,
 			CreatedAt: now, UpdatedAt: now, Paid: in.Paid,
 		}
 		var ch store.TaskChange

@@ -499,3 +499,89 @@ models:
 		t.Fatalf("Kling got %v", sent)
 	}
 }
+
+// TestVideoRoutes: media endpoints take route ids like chat (spec 4: every generation
+// endpoint accepts route and route_mode). A priority route falls back from a model whose
+// provider is down to the next model, across families, each validating the body its own way;
+// a mode-mapping route picks the model of route_mode; route.provider is ignored under a route;
+// a chat route at /v1/videos, an unknown route, a paused one and a bad mode are refused before
+// any provider call; the task names the model that ran and the route.
+func TestVideoRoutes(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, KlingAccessKey: "ak-test", KlingSecretKey: "sk-test-secret"})
+	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
+providers:
+  - {name: hailuo, type: minimax, base_url: %[1]s, api_key: "${FAKE_PROVIDER_KEY}"}
+  - {name: hailuo-down, type: minimax, base_url: "http://127.0.0.1:1", api_key: "${FAKE_PROVIDER_KEY}"}
+  - {name: kling, type: kling, base_url: %[2]s, access_key: "${KLING_AK}", secret_key: "${KLING_SK}"}
+  - {name: chat, type: openai, base_url: %[3]s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: hailuo-down
+    family: V1
+    providers: [{provider: hailuo-down, model: MiniMax-Hailuo-02}]
+    pricing: {request: "0.05", duration: "0.045"}
+  - id: hailuo-02
+    family: V1
+    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
+    pricing: {request: "0.05", duration: "0.045"}
+  - id: kling-2
+    family: V3
+    providers: [{provider: kling, model: kling-v2-master}]
+    pricing: {request: "0", duration: "0.07"}
+  - id: gpt-4o-mini
+    providers: [{provider: chat, model: fake-llama-3}]
+    pricing: {request: "0", prompt: "0.000001", completion: "0.000002"}
+routes:
+  - {name: clips, rule: priority_fallback, models: [hailuo-down, hailuo-02]}
+  - {name: tiers, rule: mode_mapping, modes: {fast: hailuo-02, balanced: hailuo-02, deep: kling-2}}
+  - {name: talk, rule: priority_fallback, models: [gpt-4o-mini]}
+  - {name: resting, rule: priority_fallback, models: [hailuo-02], status: paused}
+`, fake.MiniMaxURL(), fake.KlingURL(), fake.URL()), "FAKE_PROVIDER_KEY="+providerKey, "KLING_AK=ak-test", "KLING_SK=sk-test-secret")
+	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	refusals := []struct{ body, code string }{
+		{`{"model":"route:nope","prompt":"a fox"}`, "route_not_found"},
+		{`{"model":"route:talk","prompt":"a fox"}`, "model_not_found"},
+		{`{"model":"route:resting","prompt":"a fox"}`, "route_paused"},
+		{`{"model":"route:tiers","route_mode":"slow","prompt":"a fox"}`, "invalid_route_mode"},
+		{`{"model":"route:tiers","route_mode":"deep","prompt":"a fox","duration":5}`, "invalid_request"}, // V3 wants "5"
+		{`{"model":"route:clips","prompt":"a fox","duration":7}`, "invalid_request"},
+	}
+	for _, r := range refusals {
+		if code, obj := g.do("POST", key, "/videos", r.body); code < 400 || code >= 500 || obj["error"].(map[string]any)["code"] != r.code {
+			t.Errorf("%s: %d %v, want %s", r.body, code, obj, r.code)
+		}
+	}
+	if n := len(fake.Requests()); n != 0 {
+		t.Fatalf("refused requests reached a provider %d times", n)
+	}
+	// Priority: the first model's provider is down, the second model takes the task.
+	code, obj := g.do("POST", key, "/videos", `{"model":"route:clips","prompt":"a fox","duration":6,"route":{"provider":"hailuo-down"}}`)
+	if code != 200 || obj["model"] != "hailuo-02" || obj["route"] != "route:clips" || obj["provider"] != "hailuo" {
+		t.Fatalf("priority route: %d %v", code, obj)
+	}
+	id := obj["id"].(string)
+	var done map[string]any
+	waitFor(t, "the routed task to complete", 30*time.Second, func() bool {
+		_, done = g.do("GET", key, "/videos/"+id, "")
+		return done["status"] == "completed"
+	})
+	if done["cost"] != "0.32" || done["route"] != "route:clips" {
+		t.Fatalf("completed %v", done)
+	}
+	// Mode mapping: deep is Kling (V3, duration a string), the default balanced is MiniMax.
+	code, obj = g.do("POST", key, "/videos", `{"model":"route:tiers","route_mode":"deep","prompt":"a fox","duration":"5"}`)
+	if code != 200 || obj["model"] != "kling-2" || obj["provider"] != "kling" {
+		t.Fatalf("deep: %d %v", code, obj)
+	}
+	code, obj = g.do("POST", key, "/videos", `{"model":"route:tiers","prompt":"a fox"}`)
+	if code != 200 || obj["model"] != "hailuo-02" {
+		t.Fatalf("balanced: %d %v", code, obj)
+	}
+	// A key limited to one model may not use a route reaching another.
+	narrow := g.newKey("acme", "--models", "hailuo-02")
+	if code, obj := g.do("POST", narrow, "/videos", `{"model":"route:clips","prompt":"a fox"}`); code != 403 {
+		t.Fatalf("narrow key: %d %v", code, obj)
+	}
+}

@@ -171,8 +171,11 @@ type MediaFamily struct {
 	Feature      string   // the catalog's supported feature
 }
 
-// Task kinds: the endpoint a family's tasks are created at, and the object they are.
+// Task kinds: the endpoint a family's tasks are created at, and the object they are; KindChat
+// is a model answering chat completions.
 const (
+	KindChat = "chat"
+
 	KindVideo = "video"
 	KindImage = "image"
 )
@@ -187,6 +190,22 @@ var MediaFamilies = map[string]MediaFamily{
 	"I2b": {ProviderType: ProviderTypeDashScope, Kind: KindImage, Variants: []string{"standard", "pro"}, Output: []string{"image"}, Input: []string{"text", "image"}, Feature: "image_generation"},
 	"I3":  {ProviderType: ProviderTypeGemini, Kind: KindImage, Variants: []string{"pro", "flash-3.1", "flash-2.5"}, Output: []string{"image", "text"}, Input: []string{"text", "image"}, Feature: "image_generation"},
 }
+
+// Kind is the endpoint that creates m's answers: KindChat, or its family's task kind.
+func (m *Model) Kind() string {
+	if f, ok := MediaFamilies[m.Family]; ok {
+		return f.Kind
+	}
+	return KindChat
+}
+
+// ChatImageFamily is the media family whose models also answer chat completions (spec 4.1
+// rule 5): Gemini's image models, with their images in the message.
+const ChatImageFamily = "I3"
+
+// Chats reports whether m answers chat completions: a chat model, or an image model of
+// ChatImageFamily.
+func (m *Model) Chats() bool { return m.Kind() == KindChat || m.Family == ChatImageFamily }
 
 // mediaOnlyTypes are the provider types that serve media families and no chat (a Gemini
 // provider serves both).
@@ -273,7 +292,9 @@ func (g *Gateway) Validate() error {
 		providers[p.Name] = true
 	}
 	models := make(map[string]bool, len(g.Models))
-	for _, m := range g.Models {
+	byID := make(map[string]*Model, len(g.Models))
+	for i, m := range g.Models {
+		byID[m.ID] = &g.Models[i]
 		id := QuoteShort(m.ID)
 		in := func(err error) {
 			if err != nil {
@@ -313,7 +334,7 @@ func (g *Gateway) Validate() error {
 			in(checkTokens("provider "+QuoteShort(t.Provider)+": supported_sampling_parameters", t.SupportedParameters))
 		}
 	}
-	g.validateRoutes(models, bad)
+	g.validateRoutes(models, byID, bad)
 	return errors.Join(errs...)
 }
 

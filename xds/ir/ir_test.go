@@ -127,6 +127,14 @@ func TestValidateAccepts(t *testing.T) {
 	if err := validGateway().Validate(); err != nil {
 		t.Fatalf("Validate of a valid gateway: %v", err)
 	}
+	// An I3 image model answers chat too: it may share a route with chat models.
+	g := validGateway()
+	g.Providers = append(g.Providers, Provider{Name: "gemini", Type: ProviderTypeGemini, Host: "127.0.0.1", Port: 9, BasePath: "/v1beta"})
+	g.Models = append(g.Models, Model{ID: "nano", Family: "I3", Variant: "flash-2.5", Targets: []Target{{Provider: "gemini", Model: "gemini-2.5-flash-image"}}})
+	g.Routes = []Route{{ID: "route:talk", Name: "talk", Rule: RulePriorityFallback, Status: RouteActive, Models: []string{"gpt-4o-mini", "nano"}}}
+	if err := g.Validate(); err != nil {
+		t.Fatalf("a chat route with an I3 model: %v", err)
+	}
 }
 
 func TestValidateRejects(t *testing.T) {
@@ -155,6 +163,11 @@ func TestValidateRejects(t *testing.T) {
 		{"no targets", func(g *Gateway) { g.Models[1].Targets = nil }, []string{`model "meta/llama:3": needs at least one provider`}},
 		{"unknown target", func(g *Gateway) { g.Models[1].Targets[0].Provider = "ghost" }, []string{`model "meta/llama:3": provider "ghost" is not defined`}},
 		{"no upstream model", func(g *Gateway) { g.Models[0].Targets[1].Model = "" }, []string{`provider "local_1" needs the upstream model name`}},
+		{"route of chat and video models", func(g *Gateway) {
+			g.Providers = append(g.Providers, Provider{Name: "hailuo", Type: ProviderTypeMiniMax, Host: "127.0.0.1", Port: 9, APIKey: "k"})
+			g.Models = append(g.Models, Model{ID: "clip", Family: "V1", Targets: []Target{{Provider: "hailuo", Model: "MiniMax-Hailuo-02"}}})
+			g.Routes = []Route{{ID: "route:mix", Name: "mix", Rule: RuleModeMapping, Status: RouteActive, Modes: map[string]string{"fast": "gpt-4o-mini", "balanced": "clip"}}}
+		}, []string{`route "mix": its models must all answer one endpoint (chat, video or image), not video (clip) and chat (gpt-4o-mini)`}},
 		{"several at once", func(g *Gateway) {
 			g.Listener.Port = 0
 			g.Providers[1].Type = "x"

@@ -1,7 +1,9 @@
 package ir
 
 import (
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -92,8 +94,8 @@ func (g *Gateway) Chains() []Chain {
 	return out
 }
 
-// validateRoutes checks routes against the models; bad is Validate's error collector.
-func (g *Gateway) validateRoutes(models map[string]bool, bad func(string, ...any)) {
+// validateRoutes checks routes against the models (byID); bad is Validate's error collector.
+func (g *Gateway) validateRoutes(models map[string]bool, byID map[string]*Model, bad func(string, ...any)) {
 	seen := map[string]bool{}
 	for _, r := range g.Routes {
 		name := QuoteShort(r.Name)
@@ -154,9 +156,38 @@ func (g *Gateway) validateRoutes(models map[string]bool, bad func(string, ...any
 		default:
 			bad("route %s: rule %s must be %s or %s", name, QuoteShort(r.Rule), RulePriorityFallback, RuleModeMapping)
 		}
+		if mixed := mixedKinds(r, byID); mixed != "" {
+			bad("route %s: its models must all answer one endpoint (chat, video or image), not %s; make one route per kind", name, mixed)
+		}
 	}
 }
 
+// mixedKinds names the kinds of a route's models when they do not answer one endpoint, else "".
+// Chat models and I3 image models (which answer chat too) make a chat route.
+func mixedKinds(r Route, byID map[string]*Model) string {
+	seen := map[string][]string{}
+	var order []string
+	chats := true
+	for _, id := range slices.Concat(r.Models, slices.Sorted(maps.Values(r.Modes))) {
+		m := byID[id]
+		if m == nil || slices.Contains(seen[m.Kind()], id) {
+			continue // not in the catalog (said above), or named twice
+		}
+		if seen[m.Kind()] == nil {
+			order = append(order, m.Kind())
+		}
+		seen[m.Kind()] = append(seen[m.Kind()], id)
+		chats = chats && m.Chats()
+	}
+	if len(order) < 2 || chats {
+		return ""
+	}
+	var parts []string
+	for _, k := range order {
+		parts = append(parts, k+" ("+strings.Join(seen[k], ", ")+")")
+	}
+	return strings.Join(parts, " and ")
+}
 func validMode(m string) bool {
 	for _, v := range Modes {
 		if v == m {
