@@ -286,15 +286,7 @@ func (s *Store) Usage(f UsageFilter) (UsageSummary, error) {
 // UsageRecords returns the records f selects, newest first, at most limit of them (limit <= 0:
 // all). Since and Until select whole UTC days, as in Usage, so both see the same requests.
 func (s *Store) UsageRecords(f UsageFilter, limit int) ([]UsageRecord, error) {
-	var lo, hi time.Time // record time >= lo and < hi; zero is unbounded
-	if !f.Since.IsZero() {
-		y, m, d := f.Since.UTC().Date()
-		lo = time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
-	}
-	if !f.Until.IsZero() {
-		y, m, d := f.Until.UTC().Date()
-		hi = time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
-	}
+	lo, hi := recordWindow(f) // record time >= lo and < hi; zero is unbounded
 	var out []UsageRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketUsage).Cursor()

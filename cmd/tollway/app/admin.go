@@ -36,7 +36,10 @@ func (g *gateway) adminHandler(listenAdmin, token string, reload func() error) h
 	g.accountRoutes(mux)
 	g.routeRoutes(mux)
 	g.catalogRoutes(mux)
-	return newAdminGuard(listenAdmin, token, jsonFallbacks(mux))
+	g.consoleAPIRoutes(mux)
+	guard := newAdminGuard(listenAdmin, token, jsonFallbacks(mux))
+	consoleRoutes(mux, guard) // the web console: its pages and sign-in
+	return guard
 }
 
 // change writes to the store and applies; if the result is invalid or Envoy rejects it, the

@@ -21,15 +21,19 @@ import (
 //   - name this listener in Host (DNS rebinding carries the attacker's name): else 421 invalid_host;
 //   - not come from another origin (Origin, Sec-Fetch-Site): else 403 cross_origin; no CORS
 //     headers are ever sent, so browsers keep other pages' scripts out too;
-//   - carry the admin token when admin.token is set: else 401 invalid_admin_token;
+//   - carry the admin token when admin.token is set: else 401 invalid_admin_token. The console
+//     carries a session cookie instead (console_session.go), got by signing in with the token,
+//     and then every write must also carry the session's CSRF token: else 403 csrf_failed;
 //   - be JSON when it writes (POST, PUT, PATCH, DELETE, even with an empty body): HTML forms and
 //     fetch without preflight cannot send application/json: else 415 unsupported_media_type.
 //
 // Bodies are capped at maxAdminBody. The token is compared in constant time and never logged.
 type adminGuard struct {
-	hosts     map[string]bool // Host values naming this listener, lowercase
-	own       string          // listen.admin, for messages
-	tokenHash []byte          // SHA-256 of admin.token; nil when no token is required
+	hosts     map[string]bool  // Host values naming this listener, lowercase
+	anyIPPort string           // for a wildcard listen.admin (0.0.0.0, ::): its port; any IP literal on it names this listener
+	own       string           // listen.admin, for messages
+	tokenHash []byte           // SHA-256 of admin.token; nil when no token is required
+	sessions  *consoleSessions // console sign-ins; nil when no token is required
 	next      http.Handler
 }
 
@@ -41,6 +45,11 @@ const maxAdminBody = 1 << 20
 func newAdminGuard(listenAdmin, token string, next http.Handler) *adminGuard {
 	g := &adminGuard{hosts: map[string]bool{}, own: listenAdmin, next: next}
 	host, port, err := net.SplitHostPort(listenAdmin)
+	if ip := net.ParseIP(host); err == nil && (host == "" || ip != nil && ip.IsUnspecified()) {
+		// Listening everywhere: callers name it by any of the machine's addresses. An IP
+		// literal cannot be DNS rebinding (that needs the attacker's host name).
+		g.anyIPPort = port
+	}
 	if err == nil {
 		for _, h := range []string{host, "localhost", "127.0.0.1", "::1"} {
 			g.hosts[strings.ToLower(net.JoinHostPort(h, port))] = true
@@ -52,14 +61,27 @@ func newAdminGuard(listenAdmin, token string, next http.Handler) *adminGuard {
 	if token != "" {
 		sum := sha256.Sum256([]byte(token))
 		g.tokenHash = sum[:]
+		g.sessions = newConsoleSessions()
 	}
 	return g
+}
+
+// hostOK reports whether a Host header names this listener.
+func (g *adminGuard) hostOK(host string) bool {
+	if g.hosts[host] {
+		return true
+	}
+	if g.anyIPPort == "" {
+		return false
+	}
+	h, p, err := net.SplitHostPort(host)
+	return err == nil && p == g.anyIPPort && net.ParseIP(h) != nil
 }
 
 func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("x-request-id", newRequestID())
 	host := strings.ToLower(r.Host)
-	if !g.hosts[host] {
+	if !g.hostOK(host) {
 		writeErr(w, &adminRefusal{http.StatusMisdirectedRequest, "invalid_host",
 			"Host " + ir.QuoteShort(r.Host) + " does not name this admin API; call it as http://" + g.own +
 				" or localhost on that port, and forward that same port through an SSH tunnel (other host names are refused: that is how DNS rebinding attacks reach loopback)"})
@@ -70,15 +92,12 @@ func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"requests from another origin (" + ir.QuoteShort(o) + ") are refused: the admin API serves only its own origin and the CLI"})
 		return
 	}
-	if s := strings.ToLower(r.Header.Get("Sec-Fetch-Site")); s == "cross-site" || s == "same-site" {
+	if s := strings.ToLower(r.Header.Get("Sec-Fetch-Site")); (s == "cross-site" || s == "same-site") && !consoleNavigation(r) {
 		writeErr(w, &adminRefusal{http.StatusForbidden, "cross_origin",
 			"a browser sent this request from another site (Sec-Fetch-Site: " + s + "); the admin API serves only its own origin and the CLI"})
 		return
 	}
-	if g.tokenHash != nil && !g.tokenOK(r.Header.Get("Authorization")) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="tollway admin"`)
-		writeErr(w, &adminRefusal{http.StatusUnauthorized, "invalid_admin_token",
-			"this gateway requires its admin token (admin.token): send Authorization: Bearer <token>; the tollway CLI takes it from --admin-token or TOLLWAY_ADMIN_TOKEN"})
+	if g.tokenHash != nil && !g.authorized(w, r) {
 		return
 	}
 	if writes(r.Method) {

@@ -218,7 +218,7 @@ func (c *Config) Validate() error {
 	if _, err := ir.ParseListen(c.Listen.Public); err != nil {
 		errs = append(errs, err)
 	}
-	if err := loopbackOnly(c.Listen.Admin); err != nil {
+	if err := adminListen(c.Listen.Admin, c.Admin.Token); err != nil {
 		errs = append(errs, err)
 	}
 	if err := checkAdminTokenRef(c.Admin.Token); err != nil {

@@ -286,7 +286,7 @@ func TestLoadConfigMissingFile(t *testing.T) {
 	}
 }
 
-func TestLoopbackOnly(t *testing.T) {
+func TestAdminListen(t *testing.T) {
 	for _, tt := range []struct {
 		addr string
 		ok   bool
@@ -302,12 +302,16 @@ func TestLoopbackOnly(t *testing.T) {
 		{"localhost.evil.com:9090", false},
 		{"127.0.0.1", false},
 	} {
-		err := loopbackOnly(tt.addr)
+		err := adminListen(tt.addr, "")
 		if (err == nil) != tt.ok {
-			t.Errorf("loopbackOnly(%q) = %v, want ok=%v", tt.addr, err, tt.ok)
+			t.Errorf("adminListen(%q, no token) = %v, want ok=%v", tt.addr, err, tt.ok)
 		}
 		if err != nil && !strings.Contains(err.Error(), "listen.admin") {
-			t.Errorf("loopbackOnly(%q) error %q does not name listen.admin", tt.addr, err)
+			t.Errorf("adminListen(%q) error %q does not name listen.admin", tt.addr, err)
+		}
+		// With a token any address may serve the admin API (and console): the token guards it.
+		if err := adminListen(tt.addr, "${TOLLWAY_ADMIN_TOKEN}"); (err == nil) != (tt.addr != "127.0.0.1") {
+			t.Errorf("adminListen(%q, token) = %v", tt.addr, err)
 		}
 	}
 }

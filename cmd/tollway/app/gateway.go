@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -40,20 +41,34 @@ type gateway struct {
 	// callbacks is callbacks.allow_private, replaced when a configuration is applied.
 	callbacks *tasks.AllowList
 
+	// health is Envoy's view of each provider (name -> healthy), as pollHealth last read it;
+	// nil before the first reading. The console's provider list shows it.
+	health atomic.Pointer[map[string]bool]
+
 	mu     sync.Mutex
 	cfg    *Config
 	lastIR *ir.Gateway
 }
 
-func loopbackOnly(addr string) error {
+// adminListen checks listen.admin: a loopback address, or any address when admin.token (the
+// reference as written, or TOLLWAY_ADMIN_TOKEN) protects the admin API and console there.
+func adminListen(addr, tokenRef string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("listen.admin %q: want host:port, e.g. 127.0.0.1:9090", addr)
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("listen.admin %q: the admin API must listen on a loopback address (127.0.0.1, ::1); reach it from elsewhere through an SSH tunnel to the same port", addr)
+	if loopbackHost(host) || tokenRef != "" {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("listen.admin %q is not a loopback address, and without a token the admin API and console would be open to anyone who reaches it: "+
+		"set admin: {token: \"${TOLLWAY_ADMIN_TOKEN}\"} (with TOLLWAY_ADMIN_TOKEN=$(openssl rand -hex 32) in the gateway's environment), "+
+		"or listen on 127.0.0.1 and reach it through an SSH tunnel to the same port", addr)
+}
+
+// loopbackHost reports whether a listen address's host is loopback only.
+func loopbackHost(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
 // applyConfig writes the config's providers and models to the store and applies the result.

@@ -230,7 +230,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "tollway ready base_url=http://%s/v1 admin=http://%s envoy_pid=%d\n", cfg.Listen.Public, cfg.Listen.Admin, proc.Pid())
 	log.Info("tollway ready", "base_url", "http://"+cfg.Listen.Public+"/v1", "admin", cfg.Listen.Admin, "envoy", envoyBin)
 
-	go pollHealth(serveCtx, proc, ext)
+	go pollHealth(serveCtx, proc, func(h map[string]bool) { ext.SetHealth(h); gw.health.Store(&h) })
 
 	if cfg.path != "" {
 		stopWatch, err := watchFile(cfg.path, log, func() {
@@ -290,8 +290,9 @@ func logFileLimit(log *slog.Logger, proc *envoy.Process, limits ir.Limits) {
 	log.Info("envoy file descriptor limit", "envoy_nofile", nofile, "holds_about", holds, "max_concurrent_requests", limits.Requests())
 }
 
-// pollHealth keeps ext_proc's view of provider health (for the catalog's is_ready) current.
-func pollHealth(ctx context.Context, proc *envoy.Process, ext *extproc.Server) {
+// pollHealth keeps the view of provider health current: ext_proc's (for the catalog's
+// is_ready) and the admin API's (the console's provider list), through set.
+func pollHealth(ctx context.Context, proc *envoy.Process, set func(map[string]bool)) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -302,7 +303,7 @@ func pollHealth(ctx context.Context, proc *envoy.Process, ext *extproc.Server) {
 					byProvider[p] = ok
 				}
 			}
-			ext.SetHealth(byProvider)
+			set(byProvider)
 		}
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,138 @@
+package app
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// providerHealth is a provider as GET /admin/v1/health shows it.
+type providerHealth struct {
+	Name   string       `json:"name"`
+	Type   string       `json:"type"`
+	Source store.Source `json:"source"`
+	// Credential: its credential resolved, or it needs none. Without one it takes no traffic.
+	Credential bool `json:"credential"`
+	// Health is Envoy's health check of it: healthy, unhealthy, or unknown (no reading yet, or
+	// no cluster: a provider without a credential).
+	Health string   `json:"health"`
+	Models []string `json:"models"` // catalog models it serves
+}
+
+// modelHealth is a catalog model's readiness (as is_ready in GET /v1/models) and providers.
+type modelHealth struct {
+	ID        string   `json:"id"`
+	Ready     bool     `json:"ready"`
+	Providers []string `json:"providers"`
+}
+
+// catalogTransport reads the public listener's catalog: loopback, never through a proxy.
+var catalogTransport = &http.Transport{Proxy: nil, MaxIdleConns: 2, IdleConnTimeout: 30 * time.Second}
+
+// maxCatalogBody bounds the catalog the admin API passes on.
+const maxCatalogBody = 16 << 20
+
+func (g *gateway) healthRoutes(mux *http.ServeMux) {
+	// GET /admin/v1/health: providers with their credential and Envoy's health of them, and
+	// whether each model can take traffic.
+	mux.HandleFunc("GET /admin/v1/health", func(w http.ResponseWriter, r *http.Request) {
+		cat, err := g.store.Catalog()
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		g.mu.Lock()
+		gw := g.lastIR
+		g.mu.Unlock()
+		ready := map[string]bool{}
+		if gw != nil {
+			for i := range gw.Providers {
+				ready[gw.Providers[i].Name] = gw.Providers[i].Ready()
+			}
+		}
+		var health map[string]bool
+		if h := g.health.Load(); h != nil {
+			health = *h
+		}
+		serves := map[string][]string{}
+		models := make([]modelHealth, 0, len(cat.Models))
+		for _, m := range cat.Models {
+			mh := modelHealth{ID: m.ID, Ready: g.ext.ModelReady(m.ID), Providers: []string{}}
+			for _, p := range m.Providers {
+				mh.Providers = append(mh.Providers, p.Provider)
+				serves[p.Provider] = append(serves[p.Provider], m.ID)
+			}
+			models = append(models, mh)
+		}
+		providers := make([]providerHealth, 0, len(cat.Providers))
+		for _, p := range cat.Providers {
+			ph := providerHealth{Name: p.Name, Type: p.Type, Source: p.Source, Credential: ready[p.Name], Health: "unknown", Models: serves[p.Name]}
+			if ph.Models == nil {
+				ph.Models = []string{}
+			}
+			if ok, known := health[p.Name]; known && ph.Credential {
+				ph.Health = map[bool]string{true: "healthy", false: "unhealthy"}[ok]
+			}
+			providers = append(providers, ph)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"providers": providers, "models": models})
+	})
+
+	// GET /admin/v1/catalog: the catalog exactly as clients see it, read from GET /v1/models on
+	// the public listener (through Envoy and ext_proc, without a key).
+	mux.HandleFunc("GET /admin/v1/catalog", func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		public := ""
+		if g.cfg != nil {
+			public = g.cfg.Listen.Public
+		}
+		g.mu.Unlock()
+		addr, err := dialable(public)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		ctx := r.Context()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/models", nil)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		client := &http.Client{Transport: catalogTransport, Timeout: 5 * time.Second}
+		resp, err := client.Do(req)
+		if err != nil {
+			writeErr(w, &adminRefusal{http.StatusBadGateway, "catalog_unavailable",
+				fmt.Sprintf("could not read GET /v1/models from the public listener %s: %v", public, err)})
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxCatalogBody))
+		if err != nil {
+			writeErr(w, &adminRefusal{http.StatusBadGateway, "catalog_unavailable", "GET /v1/models broke off: " + err.Error()})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(body)
+	})
+}
+
+// dialable is a listen address to connect to: a wildcard host becomes loopback.
+func dialable(listen string) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("listen.public %s: %w", ir.QuoteShort(listen), err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return net.JoinHostPort(host, port), nil
+}
