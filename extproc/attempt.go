@@ -86,9 +86,9 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 			}
 			return resp, nil
 		case *extprocv3.ProcessingRequest_RequestBody:
-			if len(r.RequestBody.GetBody()) > largeBody {
+			if len(r.RequestBody.GetBody()) > largeChatBody {
 				// Rewriting tens of megabytes may outlast the message timeout (as at the router).
-				if err := stream.Send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(largeBodyTimeout)}); err != nil {
+				if err := stream.Send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(largeChatTimeout)}); err != nil {
 					return nil, err
 				}
 			}

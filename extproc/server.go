@@ -337,11 +337,11 @@ func (x *exchange) authenticate(auth string) *APIError {
 	return nil
 }
 
-// A chat body over largeBody gets largeBodyTimeout from Envoy to be checked in, instead of
+// A chat body over largeChatBody gets largeChatTimeout from Envoy to be checked in, instead of
 // its 5 s message timeout.
 const (
-	largeBody        = 1 << 20
-	largeBodyTimeout = 30 * time.Second
+	largeChatBody        = 1 << 20
+	largeChatTimeout = 30 * time.Second
 )
 
 func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
@@ -354,10 +354,10 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if x.media != "" {
 		return x.mediaBody(b.GetBody())
 	}
-	if len(b.GetBody()) > largeBody {
+	if len(b.GetBody()) > largeChatBody {
 		// Checking tens of megabytes of JSON (an image model's inline images) may outlast
 		// Envoy's message timeout on a busy machine: ask for more, once.
-		if err := x.extendTimeout(largeBodyTimeout); err != nil {
+		if err := x.extendTimeout(largeChatTimeout); err != nil {
 			return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry"))
 		}
 	}
