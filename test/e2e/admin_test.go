@@ -177,3 +177,48 @@ func TestAdminToken(t *testing.T) {
 func port(hostport string) string { return hostport[strings.LastIndex(hostport, ":")+1:] }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// TestStatusSummary: `tollway status` is one screen: listeners, the running Envoy's version and
+// state, the configuration accepted, providers' health, models ready, and today's usage, which
+// moves with a request.
+func TestStatusSummary(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, "billing: {enabled: true}\n"+catalog(fake.URL(), `pricing: {request: "0.001", prompt: "0.000001", completion: "0.000002"}`), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	resp := g.chat(context.Background(), key, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("chat: %d", resp.StatusCode)
+	}
+	g.waitRecords("acme", 1)
+	out, err := g.cli("status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"http://" + g.Public + "/v1", "admin http://" + g.Admin, "1.40.0 pid", "LIVE", "accepted (ACK)", "1 of 1 ready", "1 requests"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if lines := strings.Count(out, "\n"); lines > 12 {
+		t.Errorf("status takes %d lines, want one screen:\n%s", lines, out)
+	}
+	raw, err := g.cli("status", "--json")
+	var st struct {
+		AcceptedVersion uint64 `json:"accepted_version"`
+		Envoy           struct {
+			PID   int    `json:"pid"`
+			State string `json:"state"`
+		} `json:"envoy"`
+		Today struct {
+			Requests int64  `json:"requests"`
+			Cost     string `json:"cost"`
+		} `json:"today"`
+	}
+	if err != nil || json.Unmarshal([]byte(raw), &st) != nil || st.AcceptedVersion == 0 || st.Envoy.PID == 0 || st.Envoy.State != "LIVE" || st.Today.Requests != 1 || st.Today.Cost == "0" {
+		t.Fatalf("status --json: %v %+v %s", err, st, raw)
+	}
+}

@@ -160,6 +160,8 @@ func TestStartupFailuresAreClear(t *testing.T) {
 		{"public port taken", base(busy.Addr().String()), "listen.public " + busy.Addr().String(), []string{"ENVOY_BIN=" + envoyBin}},
 		{"no envoy", base(freeAddr(t)), "make envoy", []string{"ENVOY_BIN=", "TOLLWAY_ENVOY_BIN=", "PATH=/nonexistent"}},
 		{"typo in config", base(freeAddr(t)) + "modles: []\n", "modles", []string{"ENVOY_BIN=" + envoyBin}},
+		{"admin off loopback without a token", "listen: {public: " + freeAddr(t) + ", admin: 0.0.0.0:" + port(freeAddr(t)) + "}\nstore: {path: data/t.db}\n" + catalog("http://127.0.0.1:9/v1"),
+			"without a token the admin API and console would be open", []string{"ENVOY_BIN=" + envoyBin, "TOLLWAY_ADMIN_TOKEN="}},
 		{"model with unknown provider", base(freeAddr(t)) + "  - {id: x, providers: [{provider: ghost, model: y}]}\n", `provider "ghost" is not defined`, []string{"ENVOY_BIN=" + envoyBin}},
 	}
 	for _, c := range cases {

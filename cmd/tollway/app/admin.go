@@ -22,9 +22,7 @@ const maxPathID = ir.MaxModelIDLength
 // the admin token every request must carry.
 func (g *gateway) adminHandler(listenAdmin, token string, reload func() error) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /admin/v1/status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, g.xds.Status())
-	})
+	g.statusRoutes(mux)
 	mux.HandleFunc("POST /admin/v1/reload", func(w http.ResponseWriter, r *http.Request) {
 		if err := reload(); err != nil {
 			writeErr(w, err)

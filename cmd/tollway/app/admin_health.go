@@ -41,44 +41,10 @@ func (g *gateway) healthRoutes(mux *http.ServeMux) {
 	// GET /admin/v1/health: providers with their credential and Envoy's health of them, and
 	// whether each model can take traffic.
 	mux.HandleFunc("GET /admin/v1/health", func(w http.ResponseWriter, r *http.Request) {
-		cat, err := g.store.Catalog()
+		providers, models, err := g.healthReport()
 		if err != nil {
 			writeErr(w, err)
 			return
-		}
-		g.mu.Lock()
-		gw := g.lastIR
-		g.mu.Unlock()
-		ready := map[string]bool{}
-		if gw != nil {
-			for i := range gw.Providers {
-				ready[gw.Providers[i].Name] = gw.Providers[i].Ready()
-			}
-		}
-		var health map[string]bool
-		if h := g.health.Load(); h != nil {
-			health = *h
-		}
-		serves := map[string][]string{}
-		models := make([]modelHealth, 0, len(cat.Models))
-		for _, m := range cat.Models {
-			mh := modelHealth{ID: m.ID, Ready: g.ext.ModelReady(m.ID), Providers: []string{}}
-			for _, p := range m.Providers {
-				mh.Providers = append(mh.Providers, p.Provider)
-				serves[p.Provider] = append(serves[p.Provider], m.ID)
-			}
-			models = append(models, mh)
-		}
-		providers := make([]providerHealth, 0, len(cat.Providers))
-		for _, p := range cat.Providers {
-			ph := providerHealth{Name: p.Name, Type: p.Type, Source: p.Source, Credential: ready[p.Name], Health: "unknown", Models: serves[p.Name]}
-			if ph.Models == nil {
-				ph.Models = []string{}
-			}
-			if ok, known := health[p.Name]; known && ph.Credential {
-				ph.Health = map[bool]string{true: "healthy", false: "unhealthy"}[ok]
-			}
-			providers = append(providers, ph)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"providers": providers, "models": models})
 	})
@@ -120,6 +86,50 @@ func (g *gateway) healthRoutes(mux *http.ServeMux) {
 		w.WriteHeader(resp.StatusCode)
 		_, _ = w.Write(body)
 	})
+}
+
+// healthReport is every provider with its credential and Envoy's health of it, and whether each
+// model can take traffic.
+func (g *gateway) healthReport() ([]providerHealth, []modelHealth, error) {
+	cat, err := g.store.Catalog()
+	if err != nil {
+		return nil, nil, err
+	}
+	g.mu.Lock()
+	gw := g.lastIR
+	g.mu.Unlock()
+	ready := map[string]bool{}
+	if gw != nil {
+		for i := range gw.Providers {
+			ready[gw.Providers[i].Name] = gw.Providers[i].Ready()
+		}
+	}
+	var health map[string]bool
+	if h := g.health.Load(); h != nil {
+		health = *h
+	}
+	serves := map[string][]string{}
+	models := make([]modelHealth, 0, len(cat.Models))
+	for _, m := range cat.Models {
+		mh := modelHealth{ID: m.ID, Ready: g.ext.ModelReady(m.ID), Providers: []string{}}
+		for _, p := range m.Providers {
+			mh.Providers = append(mh.Providers, p.Provider)
+			serves[p.Provider] = append(serves[p.Provider], m.ID)
+		}
+		models = append(models, mh)
+	}
+	providers := make([]providerHealth, 0, len(cat.Providers))
+	for _, p := range cat.Providers {
+		ph := providerHealth{Name: p.Name, Type: p.Type, Source: p.Source, Credential: ready[p.Name], Health: "unknown", Models: serves[p.Name]}
+		if ph.Models == nil {
+			ph.Models = []string{}
+		}
+		if ok, known := health[p.Name]; known && ph.Credential {
+			ph.Health = map[bool]string{true: "healthy", false: "unhealthy"}[ok]
+		}
+		providers = append(providers, ph)
+	}
+	return providers, models, nil
 }
 
 // dialable is a listen address to connect to: a wildcard host becomes loopback.

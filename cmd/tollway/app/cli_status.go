@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
 )
 
 const (
 	reloadHelp = `  tollway reload                                      re-read the config file of the running gateway
 `
-	statusHelp = `  tollway status                                      configuration delivery status (versions pushed and accepted, last rejection)
+	statusHelp = `  tollway status [--json]                             one screen: listeners, Envoy, configuration delivery, providers, models, today's usage
 `
 )
 
@@ -19,7 +23,70 @@ func cmdReload(ctx context.Context, c *cli, args []string) error {
 }
 
 func cmdStatus(ctx context.Context, c *cli, args []string) error {
-	return statusCall(ctx, c, "status", http.MethodGet, "/admin/v1/status", args)
+	fs := c.flags("status")
+	asJSON := fs.Bool("json", false, "print the admin API's answer as it is")
+	pos, err := c.parse(fs, args, map[string][]string{"": {"json"}})
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%w: status takes no arguments", ErrUsage)
+	}
+	var raw json.RawMessage
+	if err := c.call(ctx, http.MethodGet, "/admin/v1/status", nil, &raw); err != nil {
+		return err
+	}
+	if *asJSON {
+		_, err = fmt.Fprintln(c.stdout, string(raw))
+		return err
+	}
+	var st statusReport
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return fmt.Errorf("the admin API's status is not what this CLI reads (%v); try --json", err)
+	}
+	return printStatus(c.stdout, st)
+}
+
+// printStatus writes the one-screen summary of `tollway status`.
+func printStatus(w io.Writer, st statusReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	line := func(label, format string, a ...any) {
+		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{label}, a...)...)
+	}
+	line("gateway", "http://%s/v1   admin http://%s", st.Listeners.Public, st.Listeners.Admin)
+	e := st.Envoy
+	switch {
+	case e.State == "unknown":
+		line("envoy", "pid %d, not answering its admin endpoint: %s", e.PID, e.Error)
+	case e.Version != "":
+		line("envoy", "%s pid %d %s, up %s", e.Version, e.PID, e.State, (time.Duration(e.Uptime) * time.Second).String())
+	default:
+		line("envoy", "pid %d %s", e.PID, e.State)
+	}
+	delivery := fmt.Sprintf("version %d accepted (ACK)", st.AcceptedVersion)
+	if st.Version != st.AcceptedVersion {
+		delivery = fmt.Sprintf("version %d pushed, %d accepted", st.Version, st.AcceptedVersion)
+	}
+	if !st.Connected {
+		delivery += ", Envoy not connected"
+	}
+	line("config", "%s", delivery)
+	if st.LastRejection != "" {
+		line("", "last NACK %s: %s", st.RejectedAt.UTC().Format(time.RFC3339), st.LastRejection)
+	}
+	var ps []string
+	for _, p := range st.Providers {
+		h := p.Health
+		if !p.Credential {
+			h = "no credential"
+		}
+		ps = append(ps, p.Name+" "+h)
+	}
+	line("providers", "%d: %s", len(st.Providers), strings.Join(ps, ", "))
+	line("models", "%d of %d ready", st.Models.Ready, st.Models.Total)
+	t := st.Today
+	line("today", "%d requests, %d tokens in, %d out, cost %s USD (%s UTC)", t.Requests, t.PromptTokens, t.CompletionTokens, t.Cost.String(), t.Day)
+	return tw.Flush()
 }
 
 // statusCall calls an endpoint that answers with the delivery status and prints it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tollway/tollway/envoy"
 	"log/slog"
 	"net"
 	"sync"
@@ -44,6 +45,8 @@ type gateway struct {
 	// health is Envoy's view of each provider (name -> healthy), as pollHealth last read it;
 	// nil before the first reading. The console's provider list shows it.
 	health atomic.Pointer[map[string]bool]
+	// envoy is the Envoy process serving this gateway, once started (`tollway status`).
+	envoy atomic.Pointer[envoy.Process]
 
 	mu     sync.Mutex
 	cfg    *Config

@@ -209,6 +209,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer proc.Stop()
+	gw.setEnvoy(proc)
 	err = proc.WaitReady(ctx, 30*time.Second, func() error {
 		if s := ctrl.Status(); s.LastRejection != "" {
 			return fmt.Errorf("envoy rejected the configuration: %s", s.LastRejection)

@@ -1,0 +1,115 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/tollway/tollway/envoy"
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds"
+)
+
+// statusReport is GET /admin/v1/status: the configuration's delivery (xds.Status, as before)
+// and, for `tollway status`, the rest of a one-screen summary.
+type statusReport struct {
+	xds.Status
+	Listeners struct {
+		Public string `json:"public"`
+		Admin  string `json:"admin"`
+	} `json:"listeners"`
+	Envoy     envoyStatus      `json:"envoy"`
+	Providers []providerHealth `json:"providers"`
+	Models    struct {
+		Total int `json:"total"`
+		Ready int `json:"ready"`
+	} `json:"models"`
+	// Today is the usage settled since midnight UTC (the daily aggregates' day).
+	Today struct {
+		Day string `json:"day"`
+		store.UsageTotals
+	} `json:"today"`
+}
+
+// envoyStatus is the Envoy this gateway runs.
+type envoyStatus struct {
+	PID     int    `json:"pid,omitempty"`
+	Version string `json:"version,omitempty"`
+	// State is Envoy's own (LIVE, DRAINING...), "exited" once the process is gone, or
+	// "unknown" when its admin endpoint does not answer.
+	State  string `json:"state"`
+	Uptime int64  `json:"uptime_seconds,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// envoyInfoTimeout bounds the status call's question to Envoy: a stuck Envoy is reported, not
+// waited for.
+const envoyInfoTimeout = 2 * time.Second
+
+func (g *gateway) status(ctx context.Context) (statusReport, error) {
+	var st statusReport
+	st.Status = g.xds.Status()
+	g.mu.Lock()
+	if g.cfg != nil {
+		st.Listeners.Public, st.Listeners.Admin = g.cfg.Listen.Public, g.cfg.Listen.Admin
+	}
+	g.mu.Unlock()
+	st.Envoy = g.envoyStatus(ctx)
+	providers, models, err := g.healthReport()
+	if err != nil {
+		return st, err
+	}
+	st.Providers = providers
+	st.Models.Total = len(models)
+	for _, m := range models {
+		if m.Ready {
+			st.Models.Ready++
+		}
+	}
+	now := time.Now().UTC()
+	st.Today.Day = now.Format(time.DateOnly)
+	sum, err := g.store.Usage(store.UsageFilter{Since: now, Until: now})
+	if err != nil {
+		return st, err
+	}
+	st.Today.UsageTotals = sum.UsageTotals
+	return st, nil
+}
+
+func (g *gateway) envoyStatus(ctx context.Context) envoyStatus {
+	p := g.envoy.Load()
+	if p == nil {
+		return envoyStatus{State: "starting"}
+	}
+	es := envoyStatus{PID: p.Pid()}
+	select {
+	case <-p.Done():
+		es.State = "exited"
+		return es
+	default:
+	}
+	ctx, cancel := context.WithTimeout(ctx, envoyInfoTimeout)
+	defer cancel()
+	si, err := p.Info(ctx)
+	if err != nil {
+		es.State, es.Error = "unknown", err.Error()
+		return es
+	}
+	es.Version, es.State, es.Uptime = si.Version, si.State, si.Uptime
+	return es
+}
+
+// statusRoutes: GET /admin/v1/status.
+func (g *gateway) statusRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /admin/v1/status", func(w http.ResponseWriter, r *http.Request) {
+		st, err := g.status(r.Context())
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+}
+
+// setEnvoy records the Envoy process the gateway runs (status reads it).
+func (g *gateway) setEnvoy(p *envoy.Process) { g.envoy.Store(p) }
