@@ -340,7 +340,7 @@ func (x *exchange) authenticate(auth string) *APIError {
 // A chat body over largeChatBody gets largeChatTimeout from Envoy to be checked in, instead of
 // its 5 s message timeout.
 const (
-	largeChatBody        = 1 << 20
+	largeChatBody    = 1 << 20
 	largeChatTimeout = 30 * time.Second
 )
 
