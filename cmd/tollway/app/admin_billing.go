@@ -8,7 +8,6 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
-	"github.com/tollway/tollway/xds/ir"
 )
 
 // accountView is an account with what it can still spend right now (balance less open holds).
@@ -122,17 +121,10 @@ func (g *gateway) accountRoutes(mux *http.ServeMux) {
 			writeErr(w, err)
 			return
 		}
-		q := r.URL.Query()
-		f := store.UsageFilter{KeyID: q.Get("key"), Account: q.Get("account"), Model: q.Get("model")}
-		for name, dst := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
-			if v := q.Get(name); v != "" {
-				t, err := time.Parse(time.DateOnly, v)
-				if err != nil {
-					writeErr(w, faultf(name, "%s is not a date; send one like 2026-11-01 (UTC)", ir.QuoteShort(v)))
-					return
-				}
-				*dst = t
-			}
+		f, err := usageFilter(r)
+		if err != nil {
+			writeErr(w, err)
+			return
 		}
 		sum, err := g.store.Usage(f)
 		if err != nil {
