@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -12,10 +13,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
 
 	"github.com/tollway/tollway/envoy"
@@ -186,28 +189,178 @@ func asExit(err error, target **exec.ExitError) bool {
 	return ok
 }
 
-// TestEnvoyDeathStopsTheGateway: if Envoy dies the gateway exits non-zero and says so, rather
-// than running on without a data plane.
-func TestEnvoyDeathStopsTheGateway(t *testing.T) {
-	g, _ := startWithFake(t, fakeupstream.Options{})
-	pid := g.EnvoyPID
-	if pid == 0 {
-		t.Fatal("ready line has no envoy_pid")
+// envoyState reads the running Envoy's pid and restart count from `tollway status --json`.
+func (g *gateway) envoyState() (pid, restarts int) {
+	g.t.Helper()
+	_, st := g.adminJSON("GET", "/admin/v1/status", nil)
+	e, _ := st["envoy"].(map[string]any)
+	p, _ := e["pid"].(float64)
+	r, _ := e["restarts"].(float64)
+	return int(p), int(r)
+}
+
+// available reads an account's available credits (balance less open holds).
+func (g *gateway) available(account string) (balance, available decimal.Decimal) {
+	g.t.Helper()
+	_, out := g.adminJSON("GET", "/admin/v1/accounts", nil)
+	for _, a := range out["data"].([]any) {
+		if m := a.(map[string]any); m["id"] == account {
+			return decimal.RequireFromString(m["balance"].(string)), decimal.RequireFromString(m["available"].(string))
+		}
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	g.t.Fatalf("no account %s", account)
+	return
+}
+
+// TestEnvoyRestartsAfterKill: kill -9 of the child Envoy under load: the supervisor restarts
+// it, the gateway serves again within seconds, requests in between fail at the connection
+// (never with a wrong answer), status counts the restart, and every hold of a cut request is
+// settled or released (available credits equal the balance, and balance plus records equal
+// the credits given).
+func TestEnvoyRestartsAfterKill(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, ChunkDelay: 20 * time.Millisecond})
+	g := startGateway(t, "billing: {enabled: true}\n"+catalog(fake.URL(), `pricing: {request: "0.001", prompt: "0.000001", completion: "0.000002"}`), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-g.Exited():
-	case <-time.After(15 * time.Second):
-		t.Fatal("gateway kept running without Envoy")
+	key := g.newKey("acme")
+	oldPID, _ := g.envoyState()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	transport := 0
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 400; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("POST", g.BaseURL+"/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"a b c d e f"}]}`))
+				req.Header.Set("Authorization", "Bearer "+key)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err == nil {
+					body, rerr := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					// A 200 that ends cleanly is a whole answer; one cut by the kill is a
+					// transport error, not a different answer.
+					if rerr == nil && resp.StatusCode == 200 && !strings.Contains(string(body), "[DONE]") {
+						err = errors.New("a 200 stream without [DONE]")
+					} else if rerr != nil {
+						err = rerr
+					}
+					if err == nil {
+						mu.Lock()
+						statuses[resp.StatusCode]++
+						mu.Unlock()
+						continue
+					}
+				}
+				mu.Lock()
+				transport++
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
 	}
-	if g.ExitErr() == nil {
-		t.Fatal("gateway exited 0 after Envoy died")
+	time.Sleep(time.Second)
+	killed := time.Now()
+	if err := syscall.Kill(oldPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(g.logs.String(), "envoy exited unexpectedly") {
-		t.Fatalf("no clear message:\n%s", g.logs.String())
+	var back time.Duration
+	waitFor(t, "the gateway to serve again", 20*time.Second, func() bool {
+		resp, err := client.Post(g.BaseURL+"/models", "", nil)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		back = time.Since(killed)
+		return resp.StatusCode < 500
+	})
+	t.Logf("served again %s after kill -9", back.Round(time.Millisecond))
+	time.Sleep(time.Second) // load on the new Envoy
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	t.Logf("answers %v, transport errors %d", statuses, transport)
+	if len(statuses) != 1 || statuses[200] == 0 {
+		t.Errorf("answers other than whole 200s: %v", statuses)
 	}
+	mu.Unlock()
+	if pid, restarts := g.envoyState(); restarts != 1 || pid == oldPID || pid == 0 {
+		t.Fatalf("after the kill: pid %d (was %d), restarts %d", pid, oldPID, restarts)
+	}
+	// No hold leaks: once every stream has ended, nothing is held.
+	waitFor(t, "every hold to be settled or released", 15*time.Second, func() bool {
+		bal, avail := g.available("acme")
+		return bal.Equal(avail)
+	})
+	recs := g.records("account=acme")
+	spent := decimal.Zero
+	for _, r := range recs {
+		spent = spent.Add(r.Cost)
+	}
+	if bal, _ := g.available("acme"); !bal.Add(spent).Equal(decimal.RequireFromString("10")) {
+		t.Fatalf("balance %s + records %s (%d) != 10", bal, spent, len(recs))
+	}
+	out, err := g.cli("status")
+	if err != nil || !strings.Contains(out, "restarted 1 times") {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+}
+
+// TestEnvoyThatKeepsDyingStopsTheGateway: an Envoy killed again right after every restart is
+// given up on: the gateway exits non-zero and says why, rather than flap for ever.
+func TestEnvoyThatKeepsDyingStopsTheGateway(t *testing.T) {
+	g, _ := startWithFake(t, fakeupstream.Options{})
+	deadline := time.Now().Add(60 * time.Second)
+	last := 0
+	for time.Now().Before(deadline) {
+		select {
+		case <-g.Exited():
+			if g.ExitErr() == nil {
+				t.Fatal("gateway exited 0 after giving up on Envoy")
+			}
+			if !strings.Contains(g.logs.String(), "could not be kept running") || !strings.Contains(g.logs.String(), "ENVOY EXITED") {
+				t.Fatalf("no clear message:\n%s", g.logs.String())
+			}
+			return
+		default:
+		}
+		if pid, _ := g.envoyStateQuiet(); pid != 0 && pid != last {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			last = pid
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the gateway kept restarting an Envoy that kept dying")
+}
+
+// envoyStateQuiet is envoyState for a gateway that may be gone: 0 when it does not answer.
+func (g *gateway) envoyStateQuiet() (pid, restarts int) {
+	resp, err := http.Get("http://" + g.Admin + "/admin/v1/status")
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Envoy struct {
+			PID      int    `json:"pid"`
+			State    string `json:"state"`
+			Restarts int    `json:"restarts"`
+		} `json:"envoy"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&st) != nil || st.Envoy.State == "exited" {
+		return 0, 0
+	}
+	return st.Envoy.PID, st.Envoy.Restarts
 }
 
 // TestGracefulDrain: SIGTERM during a stream lets the stream finish, then the gateway exits 0.

@@ -40,6 +40,10 @@ type envoyStatus struct {
 	State  string `json:"state"`
 	Uptime int64  `json:"uptime_seconds,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Restarts is how many times the supervisor restarted the child Envoy, LastExit why the
+	// last one exited.
+	Restarts int    `json:"restarts"`
+	LastExit string `json:"last_exit,omitempty"`
 }
 
 // envoyInfoTimeout bounds the status call's question to Envoy: a stuck Envoy is reported, not
@@ -82,6 +86,9 @@ func (g *gateway) envoyStatus(ctx context.Context) envoyStatus {
 		return envoyStatus{State: "starting"}
 	}
 	es := envoyStatus{PID: p.Pid()}
+	if sup := g.supervisor.Load(); sup != nil {
+		es.Restarts, es.LastExit = sup.Restarts()
+	}
 	select {
 	case <-p.Done():
 		es.State = "exited"

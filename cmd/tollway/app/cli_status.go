@@ -63,6 +63,9 @@ func printStatus(w io.Writer, st statusReport) error {
 	default:
 		line("envoy", "pid %d %s", e.PID, e.State)
 	}
+	if e.Restarts > 0 {
+		line("", "restarted %d times; last exit: %s", e.Restarts, e.LastExit)
+	}
 	delivery := fmt.Sprintf("version %d accepted (ACK)", st.AcceptedVersion)
 	if st.Version != st.AcceptedVersion {
 		delivery = fmt.Sprintf("version %d pushed, %d accepted", st.Version, st.AcceptedVersion)

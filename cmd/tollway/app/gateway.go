@@ -47,6 +47,8 @@ type gateway struct {
 	health atomic.Pointer[map[string]bool]
 	// envoy is the Envoy process serving this gateway, once started (`tollway status`).
 	envoy atomic.Pointer[envoy.Process]
+	// supervisor restarts the child Envoy; nil until it runs.
+	supervisor atomic.Pointer[envoy.Supervisor]
 
 	mu     sync.Mutex
 	cfg    *Config

@@ -196,7 +196,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err := envoy.RaiseFileLimit(); err != nil {
 		log.Warn("Envoy keeps the inherited file descriptor limit", "error", err)
 	}
-	proc, err := envoy.Start(log, envoy.LaunchConfig{
+	launch := envoy.LaunchConfig{
 		Binary:        envoyBin,
 		BootstrapPath: sock("bootstrap.json"),
 		AdminSocket:   sock("envoy-admin.sock"),
@@ -204,34 +204,53 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		DrainTime:     cfg.Envoy.DrainTimeout,
 		FullLog:       strings.EqualFold(cfg.Log.Level, "debug"),
 		AccessLog:     stdout, // the access log's lines (log.access: stdout); Envoy logs on stderr
-	}, stderr)
-	if err != nil {
-		return err
 	}
-	defer proc.Stop()
-	gw.setEnvoy(proc)
-	err = proc.WaitReady(ctx, 30*time.Second, func() error {
-		if s := ctrl.Status(); s.LastRejection != "" {
-			return fmt.Errorf("envoy rejected the configuration: %s", s.LastRejection)
+	// startEnvoy starts Envoy and waits until it serves the configuration the control plane
+	// holds now (at start, the first snapshot; after a crash, the current one).
+	startEnvoy := func(ctx context.Context, first bool) (*envoy.Process, error) {
+		_ = os.Remove(launch.AdminSocket) // a killed Envoy leaves its socket behind
+		proc, err := envoy.Start(log, launch, stderr)
+		if err != nil {
+			return nil, err
 		}
-		return nil
-	})
+		err = proc.WaitReady(ctx, 30*time.Second, func() error {
+			if s := ctrl.Status(); s.LastRejection != "" && first {
+				return fmt.Errorf("envoy rejected the configuration: %s", s.LastRejection)
+			}
+			return nil
+		})
+		if err == nil {
+			// LIVE is not enough: every resource type of the snapshot must be accepted, and the
+			// providers' first health checks done.
+			err = ctrl.WaitAccepted(ctx, ctrl.Status().Version, 10*time.Second)
+		}
+		if err != nil {
+			proc.Stop()
+			return nil, err
+		}
+		if err := proc.WaitHealthChecked(ctx, 5*time.Second); err != nil {
+			log.Warn("serving before every provider was health-checked", "error", err)
+		}
+		return proc, nil
+	}
+	proc, err := startEnvoy(ctx, true)
 	if err != nil {
 		return err
 	}
-	// LIVE is not enough: every resource type of the first snapshot must be accepted, and the
-	// providers' first health checks done.
-	if err := ctrl.WaitAccepted(ctx, 1, 10*time.Second); err != nil {
-		return err
-	}
-	if err := proc.WaitHealthChecked(ctx, 5*time.Second); err != nil {
-		log.Warn("starting before every provider was health-checked", "error", err)
-	}
+	gw.setEnvoy(proc)
+	// The child Envoy is supervised: restarted when it exits unexpectedly (the requests it cut
+	// end their ext_proc streams, which settles or releases their holds), given up on after
+	// repeated fast failures.
+	sup := envoy.NewSupervisor(log, proc, func(ctx context.Context) (*envoy.Process, error) { return startEnvoy(ctx, false) })
+	sup.OnRestart = gw.setEnvoy
+	gw.supervisor.Store(sup)
+	go sup.Run(serveCtx)
+	defer func() { sup.Stop(); sup.Current().Stop() }()
 	logFileLimit(log, proc, limits)
 	fmt.Fprintf(stdout, "tollway ready base_url=http://%s/v1 admin=http://%s envoy_pid=%d\n", cfg.Listen.Public, cfg.Listen.Admin, proc.Pid())
 	log.Info("tollway ready", "base_url", "http://"+cfg.Listen.Public+"/v1", "admin", cfg.Listen.Admin, "envoy", envoyBin)
 
-	go pollHealth(serveCtx, proc, func(h map[string]bool) { ext.SetHealth(h); gw.health.Store(&h) })
+	go pollHealth(serveCtx, sup.Current, func(h map[string]bool) { ext.SetHealth(h); gw.health.Store(&h) })
 
 	if cfg.path != "" {
 		stopWatch, err := watchFile(cfg.path, log, func() {
@@ -251,7 +270,8 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		log.Info("draining: open requests may finish, new connections are refused; a second signal stops at once",
 			"cause", context.Cause(ctx), "timeout", cfg.Envoy.DrainTimeout)
 		force := forceOf(ctx)
-		open := proc.Drain(force, "http."+ir.ListenerName+".downstream_rq_active", cfg.Envoy.DrainTimeout)
+		sup.Stop()
+		open := sup.Current().Drain(force, "http."+ir.ListenerName+".downstream_rq_active", cfg.Envoy.DrainTimeout)
 		if force.Err() != nil {
 			log.Warn("stopping at once: a second signal arrived during the drain", "cause", context.Cause(force), "open_requests_cut", open)
 		} else if open > 0 {
@@ -259,8 +279,8 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		}
 		log.Info("stopped")
 		return nil
-	case <-proc.Done():
-		return fmt.Errorf("envoy exited unexpectedly: %w", proc.Err())
+	case <-sup.Failed():
+		return fmt.Errorf("envoy exited unexpectedly and could not be kept running: %w", sup.Err())
 	}
 }
 
@@ -293,11 +313,11 @@ func logFileLimit(log *slog.Logger, proc *envoy.Process, limits ir.Limits) {
 
 // pollHealth keeps the view of provider health current: ext_proc's (for the catalog's
 // is_ready) and the admin API's (the console's provider list), through set.
-func pollHealth(ctx context.Context, proc *envoy.Process, set func(map[string]bool)) {
+func pollHealth(ctx context.Context, proc func() *envoy.Process, set func(map[string]bool)) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		if h, err := proc.ClusterHealth(ctx); err == nil {
+		if h, err := proc().ClusterHealth(ctx); err == nil {
 			byProvider := make(map[string]bool, len(h))
 			for name, ok := range h {
 				if p, found := strings.CutPrefix(name, ir.ClusterPrefix); found {
