@@ -259,7 +259,7 @@
       const a = act.get(k.id) || {};
       const revokedKey = !!k.revoked_at;
       return h('tr', { dataset: { key: k.id } },
-        td(k.name || '—'), td(k.account), td(h('code', {}, k.prefix)),
+        td(k.name || '—'), td(k.account), td(h('code', {}, k.prefix), 'nowrap'),
         money(k.monthly_limit === undefined ? null : k.monthly_limit), money(a.spent || '0'),
         td(k.models && k.models.length ? k.models.join(', ') : h('span', { class: 'muted' }, 'all')),
         td(when(k.created_at)),
@@ -332,7 +332,10 @@
 
   // slug mirrors xds/ir Slug: lowercase, runs of anything but a-z and 0-9 become one '-',
   // trimmed. The id the gateway answers with is the one that counts.
-  const slug = (name) => name.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');
+  // Go lowercases rune by rune (İ becomes i); JS's toLowerCase may give two characters for one
+  // (İ becomes i + U+0307), so each character keeps the first of its lowercase.
+  const slug = (name) => Array.from(name, (c) => Array.from(c.toLowerCase())[0]).join('')
+    .replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');
   const routeModels = (r) => r.rule === 'mode_mapping'
     ? ['fast', 'balanced', 'deep'].filter((m) => r.modes && r.modes[m]).map((m) => m + ': ' + r.modes[m]).join(', ')
     : (r.models || []).join(' → ');
@@ -504,19 +507,23 @@
     const models = [...new Set(rows.map((u) => u.group.model))].sort();
     const dayTotal = new Map(dayRows.map((u) => [u.group.day, u]));
     const max = Math.max(0, ...dayRows.map(value));
-    const W = 900, H = 260, L = 56, B = 28, T = 10, R = 10;
+    const ticks = 4;
+    const tickLabels = [];
+    for (let i = 0; i <= ticks; i++) {
+      const v = (max * i) / ticks;
+      tickLabels.push(max === 0 ? (i === 0 ? '0' : '') : metric === 'cost' ? '$' + trimNum(v) : trimNum(v));
+    }
+    // The axis is as wide as its longest label (small costs have many digits).
+    const L = 14 + 6.6 * Math.max(...tickLabels.map((x) => x.length)), W = 900, H = 260, B = 28, T = 14, R = 10;
     const plotW = W - L - R, plotH = H - T - B;
     const bw = plotW / Math.max(days.length, 1);
     const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', id: 'route-chart',
       'aria-label': metric + ' per day by model since ' + since + (max === 0 ? ': none yet' : '') });
-    const ticks = 4;
-    for (let i = 0; i <= ticks; i++) {
+    tickLabels.forEach((text, i) => {
       const y = T + plotH - (plotH * i) / ticks;
       svg.append(s('line', { x1: L, x2: W - R, y1: y, y2: y, class: 'gridline' }));
-      const v = (max * i) / ticks;
-      svg.append(s('text', { x: L - 6, y: y + 4, 'text-anchor': 'end' },
-        max === 0 ? (i === 0 ? '0' : '') : metric === 'cost' ? '$' + trimNum(v) : trimNum(v)));
-    }
+      svg.append(s('text', { x: L - 6, y: y + 4, 'text-anchor': 'end' }, text));
+    });
     const idx = new Map(days.map((d, i) => [d, i]));
     const stackTop = new Map();
     for (const u of rows) {
@@ -533,7 +540,10 @@
     for (const [d, u] of dayTotal) {
       const i = idx.get(d);
       if (i === undefined) continue;
-      svg.append(s('text', { x: L + i * bw + bw / 2, y: Math.max(T + plotH - (stackTop.get(d) || 0) - 3, T + 9), 'text-anchor': 'middle', class: 'total' }, label(u)));
+      // Totals near the right edge end at their bar rather than run off the chart.
+      const right = i > days.length * 0.85;
+      svg.append(s('text', { x: right ? L + (i + 1) * bw : L + i * bw + bw / 2, y: Math.max(T + plotH - (stackTop.get(d) || 0) - 3, T - 2),
+        'text-anchor': right ? 'end' : 'middle', class: 'total' }, label(u)));
     }
     const step = Math.ceil(days.length / 8);
     days.forEach((d, i) => { if (i % step === 0) svg.append(s('text', { x: L + i * bw + bw / 2, y: H - 8, 'text-anchor': 'middle' }, d.slice(5))); });
@@ -575,7 +585,7 @@
 
     const dims = u.by;
     const cell = (d, v) => d === 'key' && v ? td([h('code', {}, v), keyName.has(v) ? h('span', { class: 'muted' }, ' ' + keyName.get(v)) : null])
-      : td(v || (d === 'route' ? h('span', { class: 'muted' }, 'none') : ''));
+      : td(v || (d === 'route' ? h('span', { class: 'muted' }, 'none') : ''), 'nowrap');
     const rows = u.rows.map((r) => h('tr', {}, dims.map((d) => cell(d, r.group[d])), num(r.requests), num(r.prompt_tokens),
       num(r.completion_tokens), num(r.cached_tokens), money(r.cost), td(r.paid ? usd(r.paid) : '', 'num')));
     const t = u.totals;
