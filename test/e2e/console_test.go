@@ -14,10 +14,11 @@ import (
 )
 
 // TestConsole drives the web console in a real browser (Debian's chromium, headless, through
-// playwright-core) against a real gateway with an admin token: test/console/console.mjs signs
-// in, creates a key and a route through the pages, sends a chat request with the OpenAI Node
+// playwright-core) against a real gateway: test/console/console.mjs signs in with the admin
+// token, creates a key and a route through the pages, sends a chat request with the OpenAI Node
 // SDK, pauses the route, rotates and revokes the key, and checks the key secret reached the
-// browser in exactly one response. Screenshots go to test/out/console/.
+// browser in exactly one response; without an admin token it checks the console opens with no
+// sign-in. Screenshots go to test/out/console/.
 func TestConsole(t *testing.T) {
 	dir := filepath.Join(repoRoot, "test", "console")
 	chromium := os.Getenv("CHROMIUM")
@@ -32,58 +33,74 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("test/console's %s is not installed (%v): `make deps` installs it (npm ci in test/console)", mod, err)
 		}
 	}
-
-	const token = "e2e-console-token-8c41f0d7b2a95e36"
-	// The CLI (accounts, usage) finds the token the way an operator's shell would.
-	t.Setenv("TOLLWAY_ADMIN_TOKEN", token)
+	// drive runs console.mjs against g and returns its output.
+	drive := func(t *testing.T, g *gateway, token string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "node", "console.mjs")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(),
+			"TOLLWAY_CONSOLE_URL=http://"+g.Admin+"/console/",
+			"TOLLWAY_ADMIN_TOKEN="+token,
+			"TOLLWAY_BASE_URL="+g.BaseURL,
+			"TOLLWAY_CONSOLE_ACCOUNT=acme",
+			"TOLLWAY_CONSOLE_OUT="+filepath.Join(repoRoot, "test", "out", "console"),
+			"CHROMIUM="+chromium,
+		)
+		out, err := cmd.CombinedOutput()
+		t.Logf("node console.mjs:\n%s", out)
+		if err != nil {
+			t.Fatalf("the console test in chromium failed: %v", err)
+		}
+		if !strings.Contains(string(out), "console.mjs: PASS") {
+			t.Fatal("console.mjs ended without PASS")
+		}
+		return string(out)
+	}
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
-	body := catalog(fake.URL(), sdkPricing) + `routes:
+	config := catalog(fake.URL(), sdkPricing) + `routes:
   - name: file route
     rule: priority_fallback
     models: [gpt-4o-mini]
-admin: {token: "${TOLLWAY_ADMIN_TOKEN}"}
 `
-	g := startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey, "TOLLWAY_ADMIN_TOKEN="+token)
-	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
-		t.Fatal(err)
-	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "console.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"TOLLWAY_CONSOLE_URL=http://"+g.Admin+"/console/",
-		"TOLLWAY_BASE_URL="+g.BaseURL,
-		"TOLLWAY_CONSOLE_ACCOUNT=acme",
-		"TOLLWAY_CONSOLE_OUT="+filepath.Join(repoRoot, "test", "out", "console"),
-		"CHROMIUM="+chromium,
-	)
-	out, err := cmd.CombinedOutput()
-	t.Logf("node console.mjs:\n%s", out)
-	if err != nil {
-		t.Fatalf("the console test in chromium failed: %v", err)
-	}
-	if !strings.Contains(string(out), "console.mjs: PASS") {
-		t.Fatal("console.mjs ended without PASS")
-	}
-
-	// The console's usage total is `tollway usage`'s, to the digit.
-	m := regexp.MustCompile(`CONSOLE_USAGE_TOTAL_COST=(\S+) since=(\S+)`).FindStringSubmatch(string(out))
-	if m == nil {
-		t.Fatal("console.mjs did not report the usage total it saw")
-	}
-	cliOut, err := g.cli("usage", "--since", m[2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total []string
-	for _, line := range strings.Split(cliOut, "\n") {
-		if strings.HasPrefix(line, "TOTAL") {
-			total = strings.Fields(line)
+	t.Run("admin token", func(t *testing.T) {
+		const token = "e2e-console-token-8c41f0d7b2a95e36"
+		// The CLI (accounts, usage) finds the token the way an operator's shell would.
+		t.Setenv("TOLLWAY_ADMIN_TOKEN", token)
+		g := startGateway(t, config+"admin: {token: \"${TOLLWAY_ADMIN_TOKEN}\"}\n", "FAKE_PROVIDER_KEY="+providerKey, "TOLLWAY_ADMIN_TOKEN="+token)
+		if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if len(total) < 6 || total[5] != m[1] {
-		t.Fatalf("tollway usage TOTAL %v, want the console's cost %s\n%s", total, m[1], cliOut)
-	}
+		out := drive(t, g, token)
+
+		// The console's usage total is `tollway usage`'s, to the digit.
+		m := regexp.MustCompile(`CONSOLE_USAGE_TOTAL_COST=(\S+) since=(\S+)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatal("console.mjs did not report the usage total it saw")
+		}
+		cliOut, err := g.cli("usage", "--since", m[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total []string
+		for _, line := range strings.Split(cliOut, "\n") {
+			if strings.HasPrefix(line, "TOTAL") {
+				total = strings.Fields(line)
+			}
+		}
+		if len(total) < 6 || total[5] != m[1] {
+			t.Fatalf("tollway usage TOTAL %v, want the console's cost %s\n%s", total, m[1], cliOut)
+		}
+	})
+
+	t.Run("no admin token", func(t *testing.T) {
+		// An empty TOLLWAY_ADMIN_TOKEN is no token, whatever the test's own environment holds.
+		t.Setenv("TOLLWAY_ADMIN_TOKEN", "")
+		g := startGateway(t, config, "FAKE_PROVIDER_KEY="+providerKey)
+		if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+			t.Fatal(err)
+		}
+		drive(t, g, "")
+	})
 }

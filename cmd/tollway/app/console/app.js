@@ -58,7 +58,7 @@
     return h('div', { class: 'table-wrap', tabIndex: 0, role: 'region', 'aria-label': caption || 'table' }, t);
   }
   const td = (v, cls) => h('td', { class: cls || '' }, v);
-  const num = (v) => td(v === undefined || v === null ? '' : Number(v).toLocaleString('en-US'), 'num');
+  const num = (v) => td(v === undefined || v === null ? '—' : Number(v).toLocaleString('en-US'), 'num');
   const money = (v) => td(usd(v), 'num');
   function usd(v) {
     if (v === undefined || v === null || v === '') return '—';
