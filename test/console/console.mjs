@@ -173,6 +173,15 @@ try {
     await routeRow.getByText('Active').waitFor();
     check(true, 'the route is listed, Active');
 
+    // A mode-mapping route through the same form.
+    await page.getByRole('link', { name: 'Create route' }).click();
+    await page.getByLabel('Name').fill('Tiers');
+    await page.getByLabel('Mode mapping (fast, balanced, deep)').check();
+    for (const m of ['fast', 'balanced', 'deep']) await page.locator('#mode-' + m).selectOption('gpt-4o-mini');
+    await page.getByRole('button', { name: 'Save route' }).click();
+    await page.locator('tr[data-route="route:tiers"]').getByText('fast: gpt-4o-mini').waitFor();
+    check(true, 'a mode-mapping route is created through the form');
+
     // A config-file route cannot be paused from the console: the API says why.
     await page.locator('tr[data-route="route:file-route"]').getByRole('button', { name: 'Pause' }).click();
     await page.locator('#flash .flash.error').waitFor();
