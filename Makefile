@@ -19,11 +19,14 @@ PYTHON        := $(VENV)/bin/python
 NODE_CLIENTS  := $(CURDIR)/test/clients/node
 X402_BED      := $(CURDIR)/test/x402
 X402_VENV     := $(X402_BED)/.venv
+CONSOLE_BED   := $(CURDIR)/test/console
+CHROMIUM      ?= /usr/bin/chromium
 
 export TOLLWAY_ENVOY_BIN := $(ENVOY_BIN)
 export TOLLWAY_PYTHON    := $(PYTHON)
 export TOLLWAY_NODE_DIR  := $(NODE_CLIENTS)
 export TOLLWAY_BIN       := $(BIN)/tollway
+export CHROMIUM
 
 .PHONY: help
 help: ## List the targets
@@ -63,8 +66,19 @@ $(X402_BED)/node_modules/.installed: $(X402_BED)/package.json $(X402_BED)/packag
 	cd $(X402_BED) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+.PHONY: browser
+browser: $(CONSOLE_BED)/node_modules/.installed ## The web console's browser test: Debian's chromium (apt-get, when CHROMIUM is missing) and test/console's pinned playwright-core
+	@if [ -x "$(CHROMIUM)" ]; then echo "chromium: $(CHROMIUM)"; else \
+	  echo "installing chromium with apt-get"; \
+	  apt-get update && apt-get install -y --no-install-recommends chromium; fi
+
+# playwright-core downloads no browser: the test drives the system's chromium.
+$(CONSOLE_BED)/node_modules/.installed: $(CONSOLE_BED)/package.json $(CONSOLE_BED)/package-lock.json
+	cd $(CONSOLE_BED) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
 .PHONY: deps
-deps: envoy clients ## Everything the tests need: Go modules, Envoy, SDK clients
+deps: envoy clients browser ## Everything the tests need: Go modules, Envoy, SDK clients, chromium for the console test
 	$(GO) mod download
 
 .PHONY: test
