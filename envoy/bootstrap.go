@@ -3,7 +3,9 @@
 package envoy
 
 import (
+	"cmp"
 	"fmt"
+	"net"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollway/tollway/xds"
@@ -38,6 +41,12 @@ type BootstrapConfig struct {
 	// Limits size the ext_proc cluster's circuit breakers and the downstream connection limit.
 	// They are fixed for Envoy's lifetime: the bootstrap's clusters cannot change over xDS.
 	Limits ir.Limits
+	// Node is the Envoy's node id (xds.NodeID when empty: the Envoy Tollway starts itself).
+	Node string
+	// Listen, when set, is this node's public listener (host:port) instead of listen.public,
+	// carried to the control plane in the node's metadata (xds.ListenMetadata), so several
+	// Envoys can share one host.
+	Listen string
 }
 
 // xdsStreams bounds the xDS cluster: one ADS stream, and its replacement while reconnecting.
@@ -65,10 +74,14 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 		return nil, fmt.Errorf("envoy: bootstrap: %w", err)
 	}
 	grpcCluster := func(name string, ep Endpoint, streams uint32) *clusterv3.Cluster {
+		discovery := clusterv3.Cluster_STATIC
+		if host, _ := splitHostPort(ep.Address); ep.Network != "unix" && net.ParseIP(host) == nil {
+			discovery = clusterv3.Cluster_STRICT_DNS // a name, e.g. a Kubernetes Service
+		}
 		return &clusterv3.Cluster{
 			Name:                 name,
 			ConnectTimeout:       durationpb.New(time.Second),
-			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: discovery},
 			// ext_proc messages carry whole bodies (a translated answer with a 4 MB image is
 			// over 5 MB): with Envoy's 1 MiB default, Envoy 1.40 crashes on answers over it.
 			PerConnectionBufferLimitBytes: wrapperspb.UInt32(2 * ir.BufferLimitBytes),
@@ -87,8 +100,12 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 		ResourceApiVersion:    corev3.ApiVersion_V3,
 		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
 	}
+	node := &corev3.Node{Id: cmp.Or(c.Node, xds.NodeID), Cluster: xds.NodeID}
+	if c.Listen != "" {
+		node.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{xds.ListenMetadata: structpb.NewStringValue(c.Listen)}}
+	}
 	b := &bootstrapv3.Bootstrap{
-		Node: &corev3.Node{Id: xds.NodeID, Cluster: xds.NodeID},
+		Node: node,
 		Admin: &bootstrapv3.Admin{
 			Address: address(c.Admin),
 		},

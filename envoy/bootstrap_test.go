@@ -50,3 +50,28 @@ func TestFindBinaryPrefersExplicitPath(t *testing.T) {
 		t.Fatal("FindBinary found an envoy where there is none")
 	}
 }
+
+// TestBootstrapExternalGolden: the bootstrap `tollway bootstrap` prints for an Envoy Tollway
+// does not start: TCP endpoints (a host name becomes a STRICT_DNS cluster), its own node id,
+// and its public listener in the node's metadata.
+func TestBootstrapExternalGolden(t *testing.T) {
+	b, err := envoy.Bootstrap(envoy.BootstrapConfig{
+		XDS:     envoy.Endpoint{Network: "tcp", Address: "tollway-control.tollway.svc:18000"},
+		ExtProc: envoy.Endpoint{Network: "tcp", Address: "10.0.0.7:18001"},
+		Admin:   envoy.Endpoint{Network: "tcp", Address: "127.0.0.1:0"},
+		Node:    "edge-1",
+		Listen:  "0.0.0.0:8081",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := envoy.MarshalBootstrap(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := golden.JSONYAML(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden.Compare(t, "testdata/bootstrap-external.yaml", got)
+}

@@ -24,8 +24,13 @@ import (
 	"github.com/tollway/tollway/xds/translator"
 )
 
-// NodeID is the Envoy node this control plane serves (set in the bootstrap).
+// NodeID is the node id of the Envoy Tollway starts itself (set in its bootstrap); Envoys
+// Tollway does not start (`tollway bootstrap --node NAME`) have their own ids.
 const NodeID = "tollway"
+
+// ListenMetadata is the node metadata field that carries a node's own public listener
+// (host:port), overriding listen.public for that node.
+const ListenMetadata = "tollway_listen"
 
 // ErrRejected means Envoy NACKed a snapshot.
 var ErrRejected = errors.New("envoy rejected the configuration")

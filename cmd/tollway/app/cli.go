@@ -41,6 +41,7 @@ var commands = []command{
 	{"store", cmdStore, storeHelp},
 	{"reload", cmdReload, reloadHelp},
 	{"status", cmdStatus, statusHelp},
+	{"bootstrap", cmdBootstrap, bootstrapHelp},
 }
 
 const (

@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-const runHelp = `  tollway run [--config FILE]                         run the gateway (the embedded default config without --config)
+const runHelp = `  tollway run [--config FILE] [--envoy child|external] run the gateway (the embedded default config without --config);
+                                                      --envoy external serves Envoys started from tollway bootstrap
   tollway run --demo                                  run offline on the embedded demo config: a canned demo
                                                       model, no provider keys (store data/demo.db)
 `
@@ -14,7 +15,8 @@ const runHelp = `  tollway run [--config FILE]                         run the g
 func cmdRun(ctx context.Context, c *cli, args []string) error {
 	fs := c.flags("run")
 	demo := fs.Bool("demo", false, "run on the embedded demo config (offline demo model)")
-	pos, err := c.parse(fs, args, map[string][]string{"": {"demo"}})
+	mode := fs.String("envoy", "", "child (start and supervise an Envoy) or external (serve Envoys started elsewhere); default envoy.mode")
+	pos, err := c.parse(fs, args, map[string][]string{"": {"demo", "envoy"}})
 	if err != nil {
 		return err
 	}
@@ -28,9 +30,17 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 		}
 		load = LoadDemoConfig
 	}
+	if *mode != "" {
+		if *mode != envoyChild && *mode != envoyExternal {
+			return fmt.Errorf("%w: --envoy %q: want child (the default) or external", ErrUsage, *mode)
+		}
+	}
 	cfg, err := load()
 	if err != nil {
 		return err
+	}
+	if *mode != "" {
+		cfg.Envoy.Mode = *mode // the flag wins over envoy.mode (read once, at start)
 	}
 	return runGateway(ctx, cfg, c.stdout, c.stderr)
 }

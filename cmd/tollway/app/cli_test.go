@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -198,5 +199,48 @@ func TestHelpIsComplete(t *testing.T) {
 	}
 	if _, _, err := runCLI("help", "nope"); !errors.Is(err, ErrUsage) {
 		t.Errorf("tollway help nope: %v", err)
+	}
+}
+
+// TestCLIBootstrap: tollway bootstrap prints a bootstrap for the named node that dials the
+// config's listen.xds and listen.extproc (a wildcard host as loopback, or --control), carries
+// --listen in the node's metadata, and refuses bad flags by name.
+func TestCLIBootstrap(t *testing.T) {
+	clearTollwayEnv(t)
+	cfg := writeConfig(t, "listen: {public: 127.0.0.1:18080, admin: 127.0.0.1:19090, xds: 0.0.0.0:28000, extproc: 127.0.0.1:28001}\n")
+	out, _, err := runCLI("bootstrap", "--config", cfg, "--node", "edge-1", "--listen", "127.0.0.1:8081")
+	var b struct {
+		Node struct {
+			ID       string            `json:"id"`
+			Metadata map[string]string `json:"metadata"`
+		} `json:"node"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &b) != nil || b.Node.ID != "edge-1" || b.Node.Metadata["tollway_listen"] != "127.0.0.1:8081" {
+		t.Fatalf("bootstrap: %v %+v\n%s", err, b, out)
+	}
+	// protojson varies its spacing on purpose: compare without it.
+	flat := func(s string) string { return strings.Join(strings.Fields(s), "") }
+	for _, want := range []string{`"address":"127.0.0.1",`, `"portValue":28000`, `"portValue":28001`, `"type":"STATIC"`} {
+		if !strings.Contains(flat(out), want) {
+			t.Errorf("bootstrap lacks %s", want)
+		}
+	}
+	out, _, err = runCLI("bootstrap", "--config", cfg, "--node", "edge-2", "--control", "tollway.internal")
+	if err != nil || !strings.Contains(flat(out), `"address":"tollway.internal"`) || !strings.Contains(flat(out), `"type":"STRICT_DNS"`) || strings.Contains(out, "tollway_listen") {
+		t.Fatalf("--control: %v\n%s", err, out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--node", "a b"}, "--node"},
+		{[]string{}, "--node"},
+		{[]string{"--node", "n", "--listen", "8080"}, "--listen"},
+		{[]string{"--node", "n", "--envoy-admin", "x"}, "--envoy-admin"},
+	} {
+		_, _, err := runCLI(append([]string{"bootstrap", "--config", cfg}, c.args...)...)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want a usage error naming %s", c.args, err, c.want)
+		}
 	}
 }

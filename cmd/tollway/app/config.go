@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +28,10 @@ type Config struct {
 	Listen struct {
 		Public string `mapstructure:"public"`
 		Admin  string `mapstructure:"admin"`
+		// XDS and ExtProc are where Envoys Tollway does not start (envoy.mode external) reach
+		// its control plane (ADS) and its ext_proc server; the child Envoy uses private sockets.
+		XDS     string `mapstructure:"xds"`
+		ExtProc string `mapstructure:"extproc"`
 		// XFFNumTrustedHops: how many proxies in front of the gateway append to x-forwarded-for.
 		XFFNumTrustedHops int `mapstructure:"xff_num_trusted_hops"`
 	} `mapstructure:"listen"`
@@ -45,6 +51,9 @@ type Config struct {
 		ImageRetentionHours int `mapstructure:"image_retention_hours"`
 	} `mapstructure:"store"`
 	Envoy struct {
+		// Mode is child (Tollway starts and supervises its own Envoy) or external (Envoys
+		// started elsewhere from `tollway bootstrap` connect to listen.xds and listen.extproc).
+		Mode         string        `mapstructure:"mode"`
 		Bin          string        `mapstructure:"bin"`
 		LogLevel     string        `mapstructure:"log_level"`
 		DrainTimeout time.Duration `mapstructure:"drain_timeout"`
@@ -132,6 +141,12 @@ type ModelConfig struct {
 	Pricing any `mapstructure:"pricing"`
 }
 
+// Envoy modes (envoy.mode, tollway run --envoy).
+const (
+	envoyChild    = "child"
+	envoyExternal = "external"
+)
+
 var defaults = map[string]any{
 	"listen.public":                  "127.0.0.1:8080",
 	"listen.admin":                   "127.0.0.1:9090",
@@ -139,6 +154,9 @@ var defaults = map[string]any{
 	"store.usage_retention_days":     35,
 	"store.task_retention_days":      30,
 	"store.image_retention_hours":    24,
+	"envoy.mode":                     envoyChild,
+	"listen.xds":                     "127.0.0.1:18000",
+	"listen.extproc":                 "127.0.0.1:18001",
 	"envoy.bin":                      "",
 	"envoy.log_level":                "warning",
 	"envoy.drain_timeout":            "10s",
@@ -224,6 +242,17 @@ func (c *Config) Validate() error {
 	if err := checkAdminTokenRef(c.Admin.Token); err != nil {
 		errs = append(errs, err)
 	}
+	switch c.Envoy.Mode {
+	case envoyChild:
+	case envoyExternal:
+		for key, addr := range map[string]string{"listen.xds": c.Listen.XDS, "listen.extproc": c.Listen.ExtProc} {
+			if !validHostPort(addr) {
+				errs = append(errs, fmt.Errorf("%s %q: want host:port to serve external Envoys on, e.g. 127.0.0.1:18000 (0.0.0.0:18000 for other hosts)", key, addr))
+			}
+		}
+	default:
+		errs = append(errs, fmt.Errorf("envoy.mode %q: want child (Tollway starts its own Envoy; the default) or external (Envoys started from `tollway bootstrap` connect to it)", c.Envoy.Mode))
+	}
 	if c.Store.Path == "" {
 		errs = append(errs, errors.New("store.path is required, e.g. data/tollway.db"))
 	}
@@ -251,6 +280,13 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// validHostPort reports whether addr is host:port with a port from 1 to 65535.
+func validHostPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	n, perr := strconv.ParseUint(port, 10, 16)
+	return err == nil && perr == nil && n > 0
 }
 
 var envRef = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$`)
