@@ -9,11 +9,17 @@ import (
 )
 
 func TestBootstrapGolden(t *testing.T) {
-	b, err := envoy.Bootstrap(envoy.BootstrapConfig{
+	compareBootstrap(t, "testdata/bootstrap.yaml", envoy.BootstrapConfig{
 		XDS:     envoy.Endpoint{Network: "unix", Address: "/run/tollway/xds.sock"},
 		ExtProc: envoy.Endpoint{Network: "tcp", Address: "127.0.0.1:9002"},
 		Admin:   envoy.Endpoint{Network: "unix", Address: "/run/tollway/envoy-admin.sock"},
 	})
+}
+
+// compareBootstrap renders c's bootstrap and compares it with the golden file.
+func compareBootstrap(t *testing.T, file string, c envoy.BootstrapConfig) {
+	t.Helper()
+	b, err := envoy.Bootstrap(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +31,7 @@ func TestBootstrapGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden.Compare(t, "testdata/bootstrap.yaml", got)
+	golden.Compare(t, file, got)
 }
 
 func TestFindBinaryPrefersExplicitPath(t *testing.T) {
@@ -55,23 +61,11 @@ func TestFindBinaryPrefersExplicitPath(t *testing.T) {
 // does not start: TCP endpoints (a host name becomes a STRICT_DNS cluster), its own node id,
 // and its public listener in the node's metadata.
 func TestBootstrapExternalGolden(t *testing.T) {
-	b, err := envoy.Bootstrap(envoy.BootstrapConfig{
+	compareBootstrap(t, "testdata/bootstrap-external.yaml", envoy.BootstrapConfig{
 		XDS:     envoy.Endpoint{Network: "tcp", Address: "tollway-control.tollway.svc:18000"},
 		ExtProc: envoy.Endpoint{Network: "tcp", Address: "10.0.0.7:18001"},
 		Admin:   envoy.Endpoint{Network: "tcp", Address: "127.0.0.1:0"},
 		Node:    "edge-1",
 		Listen:  "0.0.0.0:8081",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := envoy.MarshalBootstrap(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := golden.JSONYAML(j)
-	if err != nil {
-		t.Fatal(err)
-	}
-	golden.Compare(t, "testdata/bootstrap-external.yaml", got)
 }
