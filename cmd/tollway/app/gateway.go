@@ -44,6 +44,8 @@ type gateway struct {
 	// health is Envoy's view of each provider (name -> healthy), as pollHealth last read it;
 	// nil before the first reading. The console's provider list shows it.
 	health atomic.Pointer[map[string]bool]
+	// metrics serves GET /metrics and /metrics/envoy (admin_metrics.go); nil: metrics are off.
+	metrics *metricsEndpoint
 
 	mu     sync.Mutex
 	cfg    *Config

@@ -113,6 +113,9 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second,
 		ImageLife: time.Duration(cfg.Store.ImageRetentionHours) * time.Hour}
 	ext.SetTasks(&extproc.Tasks{Service: taskSvc, CallbackAllow: allow})
+	if cfg.Metrics.Enabled {
+		gw.metrics = newMetricsEndpoint(observe(ctrl, ext, ledger, bill, taskSvc))
+	}
 	if _, err := ext.RestoreTaskHolds(st); err != nil {
 		return fmt.Errorf("running tasks: %w", err)
 	}
@@ -209,6 +212,9 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer proc.Stop()
+	if gw.metrics != nil {
+		gw.metrics.envoy.Store(proc)
+	}
 	err = proc.WaitReady(ctx, 30*time.Second, func() error {
 		if s := ctrl.Status(); s.LastRejection != "" {
 			return fmt.Errorf("envoy rejected the configuration: %s", s.LastRejection)
