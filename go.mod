@@ -12,7 +12,7 @@ require (
 	github.com/go-viper/mapstructure/v2 v2.4.0 // viper's decoder: strict decode hooks and its typed errors, said in config terms
 	github.com/golang-jwt/jwt/v5 v5.3.1 // Kling signs with an HS256 JWT the caller makes
 	github.com/prometheus/client_golang v1.24.1 // GET /metrics: counters, histograms, the text exposition; v1.24.1 is the newest that moves no other pin
-	github.com/prometheus/common v0.70.1 // indirect; e2e: expfmt parses the /metrics exposition (client_golang's own dependency)
+	github.com/prometheus/common v0.70.1 // e2e: expfmt parses the /metrics exposition (client_golang's own dependency)
 	github.com/spf13/viper v1.21.0 // config: file, TOLLWAY_* environment overrides
 	github.com/tsenart/vegeta/v12 v12.13.0 // make bench: fixed-rate load generation
 	go.etcd.io/bbolt v1.5.0 // the store
@@ -30,6 +30,7 @@ require (
 )
 
 require (
+	github.com/prometheus/client_model v0.6.3
 	golang.org/x/net v0.60.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 )
@@ -56,7 +57,6 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
-	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
 	github.com/rs/dnscache v0.0.0-20230804202142-fc85eb664529 // indirect
 	github.com/sagikazarmark/locafero v0.11.0 // indirect
