@@ -11,6 +11,8 @@ require (
 	github.com/go-json-experiment/json v1.27.2 // encoding/json/v2's tokenizer (stable in Go 1.27's standard library): validates chat bodies in one pass without copying base64 images
 	github.com/go-viper/mapstructure/v2 v2.4.0 // viper's decoder: strict decode hooks and its typed errors, said in config terms
 	github.com/golang-jwt/jwt/v5 v5.3.1 // Kling signs with an HS256 JWT the caller makes
+	github.com/prometheus/client_golang v1.24.1 // GET /metrics: counters, histograms, the text exposition; v1.24.1 is the newest that moves no other pin
+	github.com/prometheus/common v0.70.1 // e2e: expfmt parses the /metrics exposition (client_golang's own dependency)
 	github.com/spf13/viper v1.21.0 // config: file, TOLLWAY_* environment overrides
 	github.com/tsenart/vegeta/v12 v12.13.0 // make bench: fixed-rate load generation
 	go.etcd.io/bbolt v1.5.0 // the store
@@ -30,6 +32,7 @@ require (
 )
 
 require (
+	github.com/prometheus/client_model v0.6.3
 	golang.org/x/net v0.60.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 )
@@ -37,7 +40,9 @@ require (
 require (
 	cel.dev/expr v0.25.3 // indirect
 	github.com/ProjectZKM/Ziren/crates/go-runtime/zkvm_runtime v0.0.0-20251001021608-1fe7b43fc4d6 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bits-and-blooms/bitset v1.20.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
 	github.com/consensys/gnark-crypto v0.18.1 // indirect
 	github.com/crate-crypto/go-eth-kzg v1.5.0 // indirect
@@ -53,11 +58,14 @@ require (
 	github.com/influxdata/tdigest v0.0.1 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
+	github.com/prometheus/procfs v0.21.1 // indirect
 	github.com/rs/dnscache v0.0.0-20230804202142-fc85eb664529 // indirect
 	github.com/sagikazarmark/locafero v0.11.0 // indirect
 	github.com/sourcegraph/conc v0.3.1-0.20240121214520-5f936abd7ae8 // indirect

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -44,7 +45,7 @@ type attempt struct {
 // processAttempt serves the upstream ext_proc stream of one attempt.
 func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	a := &attempt{s: s, rt: s.runtime.Load()}
-	return serve(stream, func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	handle := func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			if isTaskRequest(r.RequestHeaders) {
@@ -86,9 +87,9 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 			}
 			return resp, nil
 		case *extprocv3.ProcessingRequest_RequestBody:
-			if len(r.RequestBody.GetBody()) > largeChatBody {
+			if len(r.RequestBody.GetBody()) > bigChatBody {
 				// Rewriting tens of megabytes may outlast the message timeout (as at the router).
-				if err := stream.Send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(largeChatTimeout)}); err != nil {
+				if err := stream.Send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(bigChatTimeout)}); err != nil {
 					return nil, err
 				}
 			}
@@ -109,7 +110,14 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 			return a.responseBody(r.ResponseBody), nil
 		}
 		return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
-	})
+	}
+	if s.obs == nil {
+		return serve(stream, handle)
+	}
+	var busy time.Duration
+	s.obs.StreamStarted(PhaseAttempt)
+	defer func() { s.obs.StreamEnded(PhaseAttempt, busy) }()
+	return serve(stream, timed(&busy, handle))
 }
 
 // target finds the attempt's provider and catalog model: from the chosen endpoint's metadata,

@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// largeBody is a chat request with a ~30 MiB base64 image, the size e2e TestLargeBodyPasses sends.
-func largeBody() []byte {
+// largeChatBody is a chat request with a ~30 MiB base64 image, the size e2e TestLargeBodyPasses sends.
+func largeChatBody() []byte {
 	img := strings.Repeat("A", 30<<20)
 	return []byte(`{"model":"gpt","messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + img + `"}}]}]}`)
 }
@@ -15,7 +15,7 @@ func largeBody() []byte {
 // (in the same pass) and plan.
 func BenchmarkLargeBody(b *testing.B) {
 	rt := testRuntime()
-	body := largeBody()
+	body := largeChatBody()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
 		if _, e := rt.planChat(body); e != nil {
@@ -27,7 +27,7 @@ func BenchmarkLargeBody(b *testing.B) {
 // BenchmarkLargeBodyAttempt is the per-attempt rewrite of the same body.
 func BenchmarkLargeBodyAttempt(b *testing.B) {
 	rt := testRuntime()
-	body := largeBody()
+	body := largeChatBody()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
 		if _, _, err := rt.attempt(body, rt.models["gpt"], rt.providers["openai"]); err != nil {

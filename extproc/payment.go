@@ -353,6 +353,7 @@ func (x *exchange) payOnAnswer(common *extprocv3.CommonResponse) *extprocv3.Proc
 
 // replaceAnswer turns a buffered answer, whose headers are still held, into e.
 func (x *exchange) replaceAnswer(common *extprocv3.CommonResponse, e *APIError) *extprocv3.ProcessingResponse {
+	x.answered(e.Status, e.Code)
 	body := e.Body(x.requestID)
 	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 		setHeader(":status", strconv.Itoa(e.Status)), setHeader("content-type", "application/json"),

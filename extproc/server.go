@@ -44,6 +44,7 @@ type Server struct {
 	refusals refusals
 	tasks    *Tasks                   // nil: the media task endpoints are off
 	payments atomic.Pointer[Payments] // nil: no paid endpoints
+	obs      Observer                 // nil: nothing is measured
 }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go.
@@ -131,6 +132,8 @@ type exchange struct {
 	msgs, extended int
 
 	pay *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
+
+	out Outcome // what the observer hears when the stream ends (filled only with one)
 }
 
 // served records which attempt answered ("<provider>/<catalog model>"); the model's prices bill it.
@@ -151,10 +154,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		return s.processAttempt(stream)
 	}
 	x := &exchange{s: s, rt: s.runtime.Load(), send: stream.Send}
-	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
-	// released: a request that got an answer is billed, from an estimate if need be.
-	defer x.finish()
-	return serve(stream, func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	handle := func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		x.msgs++
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
@@ -167,7 +167,34 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			return x.responseBody(r.ResponseBody), nil
 		}
 		return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
-	})
+	}
+	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
+	// released: a request that got an answer is billed, from an estimate if need be.
+	if s.obs == nil {
+		defer x.finish()
+		return serve(stream, handle)
+	}
+	var busy time.Duration
+	s.obs.StreamStarted(PhaseRouter)
+	defer func() {
+		x.finish()
+		s.obs.StreamEnded(PhaseRouter, busy)
+		if x.out.Start.IsZero() {
+			return // Envoy closed the stream before it sent the request's headers
+		}
+		s.obs.RequestDone(x.outcome())
+	}()
+	return serve(stream, timed(&busy, handle))
+}
+
+// timed adds the time each call of handle takes to busy.
+func timed(busy *time.Duration, handle func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)) func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	return func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+		t := time.Now()
+		resp, err := handle(req)
+		*busy += time.Since(t)
+		return resp, err
+	}
 }
 
 // serve runs one ext_proc stream: each message from Envoy is answered by handle, until Envoy
@@ -219,6 +246,11 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		case clientInternalHeader(k):
 			strip = append(strip, k)
 		}
+	}
+	if x.s.obs != nil {
+		x.out.Start = time.Now()
+		p, _, _ := strings.Cut(path, "?")
+		x.out.Endpoint = endpointLabel(p)
 	}
 	// An invalid request id cannot be answered now (Envoy would echo it): it is replaced and the
 	// refusal, or a header-limit one, answered at the next message.
@@ -337,11 +369,11 @@ func (x *exchange) authenticate(auth string) *APIError {
 	return nil
 }
 
-// A chat body over largeChatBody gets largeChatTimeout from Envoy to be checked in, instead of
+// A chat body over bigChatBody gets bigChatTimeout from Envoy to be checked in, instead of
 // its 5 s message timeout.
 const (
-	largeChatBody    = 1 << 20
-	largeChatTimeout = 30 * time.Second
+	bigChatBody    = 1 << 20
+	bigChatTimeout = 30 * time.Second
 )
 
 func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
@@ -354,10 +386,10 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if x.media != "" {
 		return x.mediaBody(b.GetBody())
 	}
-	if len(b.GetBody()) > largeChatBody {
+	if len(b.GetBody()) > bigChatBody {
 		// Checking tens of megabytes of JSON (an image model's inline images) may outlast
 		// Envoy's message timeout on a busy machine: ask for more, once.
-		if err := x.extendTimeout(largeChatTimeout); err != nil {
+		if err := x.extendTimeout(bigChatTimeout); err != nil {
 			return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry"))
 		}
 	}
@@ -385,6 +417,9 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if x.pay != nil {
 		set = append(set, setHeader(":path", chatPath)) // routed as the business API it runs
 	}
+	if x.s.obs != nil {
+		x.out.Routed = time.Now()
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
@@ -405,6 +440,9 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		}
 	}
 	x.responded = true
+	if x.s.obs != nil {
+		x.out.Answered = time.Now()
+	}
 	common := &extprocv3.CommonResponse{}
 	if x.plan != nil {
 		// The attempt that answered says which provider and model it was, and which nested
@@ -416,9 +454,11 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 				x.served(headerValue(hv))
 			case ir.AttemptRemovedHeader:
 				nested = headerValue(hv)
+			case ir.AttemptsHeader:
+				x.readAttempts(headerValue(hv))
 			}
 		}
-		mut := &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ServedHeader, ir.AttemptRemovedHeader}}
+		mut := &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ServedHeader, ir.AttemptRemovedHeader, ir.AttemptsHeader}}
 		if x.provider != "" {
 			mut.SetHeaders = []*corev3.HeaderValueOption{
 				setHeader(ir.ProviderHeader, x.provider),
@@ -520,6 +560,10 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 	}
 	e := upstreamError(x.status, name, b.GetBody())
 	set := []*corev3.HeaderValueOption{}
+	code := e.Code // a provider's own code is unbounded: counted as upstream_error
+	if x.provider != "" || !gatewayCodes[code] {
+		code = "upstream_error"
+	}
 	if x.status == http.StatusUnauthorized && x.plan != nil {
 		// Clients' keys never reach providers: a provider's 401 refuses the gateway's own
 		// credential. Passing it on as a 401 would tell the client to change a valid key. (The
@@ -527,7 +571,9 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 		e = apiErr(http.StatusBadGateway, "upstream_auth_failed",
 			"provider %s refused the gateway's credential for it; the operator must fix its api_key (the request was not served, and your API key is fine)", name)
 		set = append(set, setHeader(":status", strconv.Itoa(e.Status)))
+		code = e.Code
 	}
+	x.answered(e.Status, code)
 	body := e.Body(x.requestID)
 	set = append(set, setHeader("content-type", "application/json"), setHeader("content-length", strconv.Itoa(len(body))))
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
@@ -542,6 +588,9 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 // chunks as they come, a buffered answer whole; and settles the bill at its end.
 func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	common := &extprocv3.CommonResponse{}
+	if x.streaming && x.s.obs != nil && x.out.FirstByte.IsZero() && len(b.GetBody()) > 0 {
+		x.out.FirstByte = time.Now()
+	}
 	if x.answer != nil {
 		var out []byte
 		var changed bool
@@ -582,6 +631,7 @@ func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespon
 // fail answers the client directly with e in the spec's error shape.
 func (x *exchange) fail(e *APIError) *extprocv3.ProcessingResponse {
 	x.release()
+	x.answered(e.Status, e.Code)
 	resp := x.immediate(e.Status, e.Body(x.requestID), ir.ErrorCodeDetailsPrefix+e.Code)
 	addHeaders(resp.GetImmediateResponse().Headers, e.Headers)
 	return resp
@@ -596,6 +646,7 @@ func addHeaders(m *extprocv3.HeaderMutation, hs map[string]string) {
 
 // reply answers the client directly with a JSON body.
 func (x *exchange) reply(status int, body []byte) *extprocv3.ProcessingResponse {
+	x.answered(status, "")
 	return x.immediate(status, body, ir.ErrorCodeDetailsPrefix+"answered")
 }
 

@@ -58,6 +58,29 @@ type Server struct {
 	rejectedVersion uint64
 	acked           map[string]uint64 // type URL -> version ACKed
 	changed         chan struct{}     // closed and replaced on every ACK/NACK
+	obs             Observer          // nil: nobody listens
+}
+
+// Observer hears of configuration delivery (metrics). Its methods are called with the server's
+// lock held and must be quick; they must not call back into the server.
+type Observer interface {
+	// Pushed: a snapshot went into the cache; rollback when it is the last accepted one pushed
+	// back after a rejection.
+	Pushed(rollback bool)
+	// Acked: Envoy accepted a snapshot's resources of one type (Cluster, Listener,
+	// RouteConfiguration).
+	Acked(kind string)
+	// Rejected: Envoy refused a snapshot (reported once per snapshot, like the log line).
+	Rejected(kind string)
+}
+
+// SetObserver makes o hear of every push, ACK and NACK from now on; call it before serving.
+func (s *Server) SetObserver(o Observer) { s.obs = o }
+
+// kindOf is a type URL's last part (type.googleapis.com/envoy.config.cluster.v3.Cluster ->
+// Cluster): a bounded label.
+func kindOf(typeURL string) string {
+	return typeURL[strings.LastIndexByte(typeURL, '.')+1:]
 }
 
 // New makes a control plane with an empty cache.
@@ -121,6 +144,9 @@ func (s *Server) Push(ctx context.Context, r *translator.Resources, wait time.Du
 	}
 	s.status.Version = v
 	s.current = res
+	if s.obs != nil {
+		s.obs.Pushed(false)
+	}
 	connected := s.streams > 0
 	s.mu.Unlock()
 	if !connected || wait <= 0 {
@@ -207,6 +233,9 @@ func (s *Server) onRequest(_ int64, req *discoveryv3.DiscoveryRequest) error {
 		s.log.Error("ENVOY REJECTED CONFIGURATION; keeping the last accepted one",
 			"snapshot", bad, "type", req.GetTypeUrl(), "accepted", s.status.AcceptedVersion, "error", s.status.LastRejection)
 		s.log.Debug("the rejection in full", "snapshot", bad, "error", full)
+		if s.obs != nil {
+			s.obs.Rejected(kindOf(req.GetTypeUrl()))
+		}
 		if s.lastGood != nil {
 			// Re-push the last good resources under a new version so the cache, and any Envoy
 			// that reconnects, serve what Envoy accepted rather than what it refused.
@@ -217,6 +246,9 @@ func (s *Server) onRequest(_ int64, req *discoveryv3.DiscoveryRequest) error {
 			}
 			s.status.Version = v
 			s.current = s.lastGood
+			if s.obs != nil {
+				s.obs.Pushed(true)
+			}
 		}
 		return nil
 	}
@@ -225,6 +257,9 @@ func (s *Server) onRequest(_ int64, req *discoveryv3.DiscoveryRequest) error {
 		return nil // initial request of a stream
 	}
 	s.acked[req.GetTypeUrl()] = v
+	if s.obs != nil {
+		s.obs.Acked(kindOf(req.GetTypeUrl()))
+	}
 	for _, t := range []string{resource.ClusterType, resource.ListenerType, resource.RouteType} {
 		if s.acked[t] < v {
 			return nil

@@ -37,7 +37,20 @@ type Ledger struct {
 	spent       map[keyMonth]decimal.Decimal // settled spend
 	keyHeld     map[keyMonth]decimal.Decimal // sum of outstanding holds
 	month       string                       // latest month seen, for pruning
+	obs         Observer                     // nil: nobody listens
 }
+
+// Observer hears of holds taken, refused and ended (metrics). Its methods are called after the
+// ledger's lock is released and must be quick.
+type Observer interface {
+	// Held follows a Reserve: err is nil when the hold was taken, else why it was refused.
+	Held(err error)
+	// Ended follows the end of a hold: settled (billed), or released unbilled.
+	Ended(settled bool)
+}
+
+// SetObserver makes o hear of every hold from now on; call it before the ledger is shared.
+func (l *Ledger) SetObserver(o Observer) { l.obs = o }
 
 type keyMonth struct{ key, month string }
 
@@ -87,6 +100,14 @@ func monthOf(t time.Time) string { return t.UTC().Format(monthLayout) }
 // A free request (amount 0) always passes, even on an exhausted balance or limit: it cannot spend
 // anything, so refusing it would only deny free service. The account must still exist.
 func (l *Ledger) Reserve(account, keyID string, monthlyLimit *decimal.Decimal, amount decimal.Decimal, now time.Time) (*Reservation, error) {
+	r, err := l.reserve(account, keyID, monthlyLimit, amount, now)
+	if l.obs != nil {
+		l.obs.Held(err)
+	}
+	return r, err
+}
+
+func (l *Ledger) reserve(account, keyID string, monthlyLimit *decimal.Decimal, amount decimal.Decimal, now time.Time) (*Reservation, error) {
 	if amount.IsNegative() {
 		return nil, fmt.Errorf("billing: reservation amount %s is negative", amount)
 	}
@@ -127,24 +148,27 @@ func (l *Ledger) Settle(r *Reservation, actual decimal.Decimal) {
 		actual = decimal.Decimal{}
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.unhold(r) {
-		return
+	ended := l.unhold(r)
+	if ended && !actual.IsZero() {
+		l.balances[r.account] = l.balances[r.account].Sub(actual)
+		km := keyMonth{r.keyID, r.month}
+		l.spent[km] = l.spent[km].Add(actual)
 	}
-	if actual.IsZero() {
-		return
+	l.mu.Unlock()
+	if ended && l.obs != nil {
+		l.obs.Ended(true)
 	}
-	l.balances[r.account] = l.balances[r.account].Sub(actual)
-	km := keyMonth{r.keyID, r.month}
-	l.spent[km] = l.spent[km].Add(actual)
 }
 
 // Release ends a reservation that cost nothing (the request failed): the hold goes, nothing is
 // debited. Idempotent, and a no-op after Settle.
 func (l *Ledger) Release(r *Reservation) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.unhold(r)
+	ended := l.unhold(r)
+	l.mu.Unlock()
+	if ended && l.obs != nil {
+		l.obs.Ended(false)
+	}
 }
 
 // unhold removes r's hold once; it reports false when r was already settled or released.

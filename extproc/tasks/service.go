@@ -47,6 +47,9 @@ type Service struct {
 	Bill func(t *store.Task)
 	// RefreshEvery is the least time between two provider queries of one task.
 	RefreshEvery time.Duration
+	// Changed, when set, hears of each status a task takes, after the store committed it
+	// (metrics): from is "" for a task just created; usage is the record its end settled, if any.
+	Changed func(t *store.Task, from string, usage *store.UsageRecord)
 
 	refreshing sync.Map // task id -> struct{}: one refresh of a task at a time
 	sched      schedule
@@ -150,7 +153,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 		err = s.Store.PutTaskChange(t, ch)
 		if errors.Is(err, store.ErrUsageNotSettled) {
 			s.Log.Error("TASK NOT BILLED: its usage record was refused", "task", t.ID, "account", t.Account, "error", err)
-			err = nil
+			err, ch.Usage = nil, nil
 		}
 		if err != nil {
 			// The provider runs a task nobody can see: say so loudly, bill nothing.
@@ -159,6 +162,9 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 		}
 		if !t.Terminal() {
 			s.sched.track(t.ID, now, now.Add(s.RefreshEvery))
+		}
+		if s.Changed != nil {
+			s.Changed(t, "", ch.Usage)
 		}
 		return t, nil
 	}
@@ -240,17 +246,22 @@ func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, erro
 	if probe := *t; !s.apply(&probe, st, now) {
 		return t, nil
 	}
-	var ended bool
+	var (
+		ended  bool
+		before string
+		usage  *store.UsageRecord
+	)
 	out, uerr := s.Store.UpdateTask(t.ID, func(r *store.Task) (store.TaskChange, error) {
-		before := r.Status
+		before = r.Status
 		s.apply(r, st, now)
 		var ch store.TaskChange
 		ch, ended = s.changeOf(r, before, now)
+		usage = ch.Usage
 		return ch, nil
 	})
 	if errors.Is(uerr, store.ErrUsageNotSettled) {
 		s.Log.Error("TASK NOT BILLED: its usage record was refused", "task", t.ID, "account", t.Account, "error", uerr)
-		uerr = nil
+		uerr, usage = nil, nil
 	}
 	if uerr != nil {
 		return t, uerr
@@ -260,6 +271,9 @@ func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, erro
 	}
 	if ended && s.Bill != nil {
 		s.Bill(out)
+	}
+	if s.Changed != nil && out.Status != before {
+		s.Changed(out, before, usage)
 	}
 	return out, nil
 }

@@ -78,7 +78,7 @@ func label(path string) string {
 	return path
 }
 
-var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks", "x402"}
+var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks", "x402", "observe"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -117,6 +117,8 @@ type options struct {
 	callbacks      int
 	taskRate       int
 	x402Requests   int
+	// observeDuration is the observe scenario's measured time per side.
+	observeDuration time.Duration
 }
 
 func (o *options) has(scenario string) bool { return slices.Contains(o.scenarios, scenario) }
@@ -131,11 +133,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","),
-		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), fallback, tasks (media task poller and callbacks, in process)")
+		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off)")
 	fs.IntVar(&o.rate, "rate", 500, "latency: requests per second, fixed (open model)")
 	fs.IntVar(&o.openTasks, "tasks", 10000, "tasks: open media tasks one poll round goes over")
 	fs.IntVar(&o.callbacks, "callbacks", 5000, "tasks: callbacks delivered from the outbox")
 	fs.IntVar(&o.taskRate, "task-rate", 50, "tasks: video task creations per second, through Tollway and directly")
+	fs.DurationVar(&o.observeDuration, "observe-duration", 4*time.Second, "observe: measured time per side (metrics + access log on, both off), in 4 alternating rounds")
 	fs.IntVar(&o.x402Requests, "x402-requests", 40, "x402: keyed, 402 and paid requests measured, one at a time")
 	fs.DurationVar(&o.duration, "duration", 8*time.Second, "latency: measured duration of each scenario (path x mode)")
 	// Short alternating rounds cancel the machine's drift: with 2 rounds, two identical gateways
@@ -180,6 +183,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.rate <= 0 || o.duration < time.Second || o.warmup < 0 || o.maxInFlight <= 0 || o.rounds < 1 || o.duration/time.Duration(max(1, o.rounds)) < time.Second {
 		return nil, errors.New("need -rate > 0, -duration >= 1s, -rounds >= 1 with -duration/-rounds >= 1s, -warmup >= 0, -max-inflight > 0")
 	}
+	if o.observeDuration < observeRounds*time.Second {
+		return nil, fmt.Errorf("need -observe-duration >= %ds (%d rounds of at least 1s)", observeRounds, observeRounds)
+	}
 	if o.taskRate <= 0 {
 		return nil, errors.New("need -task-rate > 0")
 	}
@@ -216,7 +222,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.has("settle") && !slices.Contains(paths, pathTollway) {
 		paths = append(paths, pathTollway)
 	}
-	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") {
+	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") || o.has("observe") {
 		if o.envoyBin, err = envoy.FindBinary(o.envoyBin); err != nil {
 			return err
 		}
@@ -456,6 +462,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	if o.has("fallback") {
 		if err := runFallback(ctx, o, dir, stdout, stderr); err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
+
+	if o.has("observe") {
+		if err := runObserve(ctx, o, dir, stdout, stderr); err != nil {
 			bad = append(bad, err.Error())
 		}
 	}

@@ -35,6 +35,7 @@ func (g *gateway) adminHandler(listenAdmin, token string, reload func() error) h
 	g.routeRoutes(mux)
 	g.catalogRoutes(mux)
 	g.consoleAPIRoutes(mux)
+	g.metricsRoutes(mux)
 	guard := newAdminGuard(listenAdmin, token, jsonFallbacks(mux))
 	consoleRoutes(mux, guard) // the web console: its pages and sign-in
 	return guard

@@ -78,6 +78,11 @@ type Config struct {
 		// authenticate and nothing is billed.
 		Enabled bool `mapstructure:"enabled"`
 	} `mapstructure:"billing"`
+	Metrics struct {
+		// Enabled serves GET /metrics and /metrics/envoy on the admin listener; off, nothing
+		// is measured on the request path.
+		Enabled bool `mapstructure:"enabled"`
+	} `mapstructure:"metrics"`
 	Callbacks struct {
 		// AllowPrivate lists the private addresses (IPs or CIDRs) task callbacks may reach;
 		// by default callbacks go to public addresses only.
@@ -163,6 +168,7 @@ var defaults = map[string]any{
 	"log.level":                      "info",
 	"log.access":                     "stdout",
 	"billing.enabled":                true,
+	"metrics.enabled":                true,
 	"admin.token":                    "", // known to viper, so TOLLWAY_ADMIN_TOKEN alone sets it
 	"routing.attempt_timeout":        "60s",
 	"limits.max_concurrent_requests": ir.DefaultMaxConcurrentRequests,

@@ -49,6 +49,8 @@ type gateway struct {
 	envoy atomic.Pointer[envoy.Process]
 	// supervisor restarts the child Envoy; nil until it runs.
 	supervisor atomic.Pointer[envoy.Supervisor]
+	// metrics serves GET /metrics and /metrics/envoy (admin_metrics.go); nil: metrics are off.
+	metrics *metricsEndpoint
 
 	mu     sync.Mutex
 	cfg    *Config

@@ -113,6 +113,9 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second,
 		ImageLife: time.Duration(cfg.Store.ImageRetentionHours) * time.Hour}
 	ext.SetTasks(&extproc.Tasks{Service: taskSvc, CallbackAllow: allow})
+	if cfg.Metrics.Enabled {
+		gw.metrics = newMetricsEndpoint(observe(ctrl, ext, ledger, bill, taskSvc))
+	}
 	if _, err := ext.RestoreTaskHolds(st); err != nil {
 		return fmt.Errorf("running tasks: %w", err)
 	}
