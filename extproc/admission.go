@@ -134,6 +134,7 @@ func (x *exchange) settle() {
 	cost := x.plan.model.Pricing.Cost(usage)
 	b.Ledger.Settle(x.hold, cost)
 	x.hold = nil
+	x.bill = &billed{usage: usage, estimated: estimated, cost: cost}
 	b.Record(store.UsageRecord{
 		RequestID:        x.billingID(),
 		KeyID:            x.key.ID,

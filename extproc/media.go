@@ -106,6 +106,7 @@ func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *e
 	if err != nil {
 		return x.fail(taskAPIError(err))
 	}
+	x.taskModel, x.provider = t.Model, t.Provider
 	body, _ := json.Marshal(tasks.ObjectOf(t, time.Now()))
 	return x.reply(http.StatusOK, body)
 }

@@ -22,6 +22,7 @@ type Runtime struct {
 	routes    map[string]*ir.Route    // by id, route:<slug>
 	chains    map[string][]ir.Attempt // by cluster name; only providers that can take traffic
 	endpoints *metadataMemo           // endpoint metadata text, parsed once
+	accessLog bool                    // the access log is on: ext_proc sets its metadata
 }
 
 type model struct {
@@ -122,6 +123,7 @@ func set(list []string) map[string]bool {
 type keyInfo struct {
 	ID           string
 	Account      string
+	Prefix       string // the secret's first characters, as key lists show it (access log)
 	MonthlyLimit *decimal.Decimal
 	models       map[string]bool // nil: every model
 	hash         [32]byte
@@ -156,6 +158,7 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		keys:      make(map[[32]byte]*keyInfo, len(keys)),
 		routes:    make(map[string]*ir.Route, len(g.Routes)),
 		chains:    map[string][]ir.Attempt{},
+		accessLog: !g.AccessLog.Off,
 	}
 	for i := range g.Routes {
 		rt.routes[g.Routes[i].ID] = &g.Routes[i]
@@ -197,7 +200,7 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		if n, err := hex.Decode(h[:], []byte(k.Hash)); err != nil || n != len(h) {
 			continue
 		}
-		ki := &keyInfo{ID: k.ID, Account: k.Account, MonthlyLimit: k.MonthlyLimit, hash: h}
+		ki := &keyInfo{ID: k.ID, Account: k.Account, Prefix: k.Prefix, MonthlyLimit: k.MonthlyLimit, hash: h}
 		if len(k.Models) > 0 {
 			ki.models = make(map[string]bool, len(k.Models))
 			for _, m := range k.Models {

@@ -134,6 +134,10 @@ type exchange struct {
 	pay *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
 
 	out Outcome // what the observer hears when the stream ends (filled only with one)
+
+	// For the access log (accesslog.go): the bill once settled, a task's model.
+	bill      *billed
+	taskModel string
 }
 
 // served records which attempt answered ("<provider>/<catalog model>"); the model's prices bill it.
@@ -156,17 +160,21 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	x := &exchange{s: s, rt: s.runtime.Load(), send: stream.Send}
 	handle := func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		x.msgs++
+		var resp *extprocv3.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
-			return x.requestHeaders(r.RequestHeaders), nil
+			resp = x.requestHeaders(r.RequestHeaders)
 		case *extprocv3.ProcessingRequest_RequestBody:
-			return x.requestBody(r.RequestBody), nil
+			resp = x.requestBody(r.RequestBody)
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			return x.responseHeaders(r.ResponseHeaders), nil
+			resp = x.responseHeaders(r.ResponseHeaders)
 		case *extprocv3.ProcessingRequest_ResponseBody:
-			return x.responseBody(r.ResponseBody), nil
+			resp = x.responseBody(r.ResponseBody)
+		default:
+			return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
 		}
-		return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
+		x.logMetadata(resp, req)
+		return resp, nil
 	}
 	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
 	// released: a request that got an answer is billed, from an estimate if need be.

@@ -84,6 +84,7 @@ type usageRecord struct {
 	RequestID        string `json:"request_id"`
 	Model            string
 	Provider         string
+	Route            string
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	Cost             decimal.Decimal
