@@ -71,11 +71,18 @@ func (s *Server) SetTasks(t *Tasks) {
 	s.tasks = t
 }
 
+// SetTasksOff says why the media task endpoints are off (their answer's message).
+func (s *Server) SetTasksOff(reason string) { s.tasksOff.Store(&reason) }
+
 // mediaHeaders admits a request to the media endpoints; it returns nil to go on to the body.
 func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *extprocv3.ProcessingResponse {
 	base := mediaPaths[kind]
 	if x.s.tasks == nil {
-		return x.fail(apiErr(http.StatusNotFound, "not_found", "%s tasks are not enabled on this gateway", kind))
+		why := "they are not enabled"
+		if r := x.s.tasksOff.Load(); r != nil {
+			why = *r
+		}
+		return x.fail(apiErr(http.StatusServiceUnavailable, "media_unavailable", "%s tasks are not available on this gateway: %s", kind, why))
 	}
 	if x.key == nil { // a paid endpoint (payment.go) has settled who the caller is
 		if e := x.authenticate(auth); e != nil {

@@ -43,6 +43,7 @@ type Server struct {
 	// refusals are providers whose last answer refused the gateway's credential.
 	refusals refusals
 	tasks    *Tasks                   // nil: the media task endpoints are off
+	tasksOff atomic.Pointer[string]   // why they are off, for their answer
 	payments atomic.Pointer[Payments] // nil: no paid endpoints
 	obs      Observer                 // nil: nothing is measured
 }

@@ -4,10 +4,12 @@
 package xds
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,13 +37,46 @@ const ListenMetadata = "tollway_listen"
 // ErrRejected means Envoy NACKed a snapshot.
 var ErrRejected = errors.New("envoy rejected the configuration")
 
-// Status is what the admin API shows about configuration delivery.
+// Status is what the admin API shows about configuration delivery, over every node: the
+// newest version pushed, the version every connected node accepted, the latest rejection.
 type Status struct {
 	Version         uint64    `json:"version"`          // newest snapshot pushed
-	AcceptedVersion uint64    `json:"accepted_version"` // newest snapshot Envoy ACKed on every type
+	AcceptedVersion uint64    `json:"accepted_version"` // newest snapshot every connected node ACKed on every type
 	LastRejection   string    `json:"last_rejection,omitempty"`
 	RejectedAt      time.Time `json:"rejected_at,omitzero"`
 	Connected       bool      `json:"envoy_connected"`
+}
+
+// Node is one Envoy the control plane serves, as its bootstrap names it.
+type Node struct {
+	ID string `json:"id"`
+	// Listen is the node's own public listener (host:port, from its metadata ListenMetadata);
+	// "" means listen.public.
+	Listen string `json:"listen,omitempty"`
+}
+
+// NodeStatus is one node's delivery, for `tollway status` and the admin API.
+type NodeStatus struct {
+	Node
+	Connected       bool      `json:"connected"`
+	Version         uint64    `json:"version"`          // the newest snapshot pushed to it
+	AcceptedVersion uint64    `json:"accepted_version"` // the newest it ACKed on every type
+	LastRejection   string    `json:"last_rejection,omitempty"`
+	RejectedAt      time.Time `json:"rejected_at,omitzero"`
+}
+
+// Render makes a node's resources from the configuration being pushed.
+type Render func(Node) (*translator.Resources, error)
+
+// node is the control plane's state of one Envoy node: each has its own snapshot (its own
+// listener), acknowledgements and rollback, so one node's NACK never changes another's config.
+type node struct {
+	NodeStatus
+	streams         int
+	acked           map[string]uint64 // type URL -> version ACKed
+	current         map[resource.Type][]types.Resource
+	lastGood        map[resource.Type][]types.Resource
+	rejectedVersion uint64 // the snapshot its last NACK answered
 }
 
 // Server owns the snapshot cache.
@@ -49,16 +84,13 @@ type Server struct {
 	log   *slog.Logger
 	cache cachev3.SnapshotCache
 
-	mu       sync.Mutex
-	status   Status
-	lastGood map[resource.Type][]types.Resource
-	current  map[resource.Type][]types.Resource
-	streams  int
-	// rejectedVersion is the snapshot the last NACK answered.
-	rejectedVersion uint64
-	acked           map[string]uint64 // type URL -> version ACKed
-	changed         chan struct{}     // closed and replaced on every ACK/NACK
-	obs             Observer          // nil: nobody listens
+	mu      sync.Mutex
+	version uint64           // the newest version pushed to any node
+	render  Render           // the configuration pushed last; nil before the first push
+	nodes   map[string]*node // by node id; NodeID (Tollway's own Envoy) is always there
+	streams map[int64]string // ADS stream -> node id
+	changed chan struct{}    // closed and replaced on every ACK/NACK
+	obs     Observer         // nil: nobody listens
 }
 
 // Observer hears of configuration delivery (metrics). Its methods are called with the server's
@@ -85,12 +117,19 @@ func kindOf(typeURL string) string {
 
 // New makes a control plane with an empty cache.
 func New(log *slog.Logger) *Server {
-	return &Server{
+	s := &Server{
 		log:     log,
 		cache:   cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil),
-		acked:   map[string]uint64{},
+		nodes:   map[string]*node{},
+		streams: map[int64]string{},
 		changed: make(chan struct{}),
 	}
+	s.nodes[NodeID] = newNode(Node{ID: NodeID})
+	return s
+}
+
+func newNode(n Node) *node {
+	return &node{NodeStatus: NodeStatus{Node: n}, acked: map[string]uint64{}}
 }
 
 // Register serves ADS on g.
@@ -103,19 +142,96 @@ func (s *Server) Register(ctx context.Context, g *grpc.Server) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, srv)
 }
 
-// Status returns a copy of the delivery status.
+// Status returns the delivery status over every node.
 func (s *Server) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.status
-	st.Connected = s.streams > 0
+	st := Status{Version: s.version}
+	var anyAccepted uint64
+	first := true
+	for _, n := range s.nodes {
+		anyAccepted = max(anyAccepted, n.AcceptedVersion)
+		if n.streams > 0 {
+			st.Connected = true
+			if first || n.AcceptedVersion < st.AcceptedVersion {
+				st.AcceptedVersion = n.AcceptedVersion
+			}
+			first = false
+		}
+		if n.RejectedAt.After(st.RejectedAt) {
+			st.LastRejection, st.RejectedAt = n.LastRejection, n.RejectedAt
+			if n.ID != NodeID {
+				st.LastRejection = "node " + n.ID + ": " + n.LastRejection
+			}
+		}
+	}
+	if !st.Connected {
+		st.AcceptedVersion = anyAccepted // what was accepted last, while nobody is connected
+	}
 	return st
 }
 
-// Push validates r, pushes it as the next snapshot version and, when an Envoy is connected,
-// waits up to wait for it to be accepted. A rejection returns ErrRejected; the last accepted
-// snapshot is then pushed back under a new version.
+// Nodes returns every node that ever connected (and Tollway's own), sorted by id.
+func (s *Server) Nodes() []NodeStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]NodeStatus, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		ns := n.NodeStatus
+		ns.Connected = n.streams > 0
+		out = append(out, ns)
+	}
+	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Push pushes r to every node (each with the same listener): Render's simple case.
 func (s *Server) Push(ctx context.Context, r *translator.Resources, wait time.Duration) (uint64, error) {
+	return s.PushFor(ctx, func(Node) (*translator.Resources, error) { return r, nil }, wait)
+}
+
+// PushFor renders every known node's resources, validates them, pushes them as the next
+// snapshot version and, when an Envoy is connected, waits up to wait for every connected node
+// to accept it. A rejection returns ErrRejected; that node gets its last accepted snapshot
+// back under a new version. A node that connects later gets render's resources for it.
+func (s *Server) PushFor(ctx context.Context, render Render, wait time.Duration) (uint64, error) {
+	s.mu.Lock()
+	rendered := make(map[string]map[resource.Type][]types.Resource, len(s.nodes))
+	for id, n := range s.nodes {
+		res, err := resources(render, n.Node)
+		if err != nil {
+			s.mu.Unlock()
+			return 0, err
+		}
+		rendered[id] = res
+	}
+	v := s.version + 1
+	for id, res := range rendered {
+		if err := s.set(ctx, id, v, res); err != nil {
+			s.mu.Unlock()
+			return 0, err
+		}
+		n := s.nodes[id]
+		n.current, n.Version = res, v
+	}
+	s.version, s.render = v, render
+	if s.obs != nil {
+		s.obs.Pushed(false)
+	}
+	connected := len(s.streams) > 0
+	s.mu.Unlock()
+	if !connected || wait <= 0 {
+		return v, nil
+	}
+	return v, s.WaitAccepted(ctx, v, wait)
+}
+
+// resources renders n's resources and validates every one of them.
+func resources(render Render, n Node) (map[resource.Type][]types.Resource, error) {
+	r, err := render(n)
+	if err != nil {
+		return nil, fmt.Errorf("xds: node %s: %w", n.ID, err)
+	}
 	// Every type gets an entry, empty or not: the cache answers a type only when its version
 	// differs from the one Envoy holds, and a type left out has no version, so Envoy would wait
 	// for it (an empty catalog has no clusters) and never acknowledge the snapshot.
@@ -132,30 +248,14 @@ func (s *Server) Push(ctx context.Context, r *translator.Resources, wait time.Du
 	for _, list := range res {
 		for _, m := range list {
 			if err := Validate(m); err != nil {
-				return 0, fmt.Errorf("xds: %s %q fails validation: %w", typeName(m), cachev3.GetResourceName(m), err)
+				return nil, fmt.Errorf("xds: %s %q fails validation: %w", typeName(m), cachev3.GetResourceName(m), err)
 			}
 		}
 	}
-	s.mu.Lock()
-	v := s.status.Version + 1
-	if err := s.set(ctx, v, res); err != nil {
-		s.mu.Unlock()
-		return 0, err
-	}
-	s.status.Version = v
-	s.current = res
-	if s.obs != nil {
-		s.obs.Pushed(false)
-	}
-	connected := s.streams > 0
-	s.mu.Unlock()
-	if !connected || wait <= 0 {
-		return v, nil
-	}
-	return v, s.WaitAccepted(ctx, v, wait)
+	return res, nil
 }
 
-func (s *Server) set(ctx context.Context, v uint64, res map[resource.Type][]types.Resource) error {
+func (s *Server) set(ctx context.Context, nodeID string, v uint64, res map[resource.Type][]types.Resource) error {
 	snap, err := cachev3.NewSnapshot(strconv.FormatUint(v, 10), res)
 	if err != nil {
 		return fmt.Errorf("xds: snapshot %d: %w", v, err)
@@ -163,26 +263,26 @@ func (s *Server) set(ctx context.Context, v uint64, res map[resource.Type][]type
 	if err := snap.Consistent(); err != nil {
 		return fmt.Errorf("xds: snapshot %d is inconsistent: %w", v, err)
 	}
-	if err := s.cache.SetSnapshot(ctx, NodeID, snap); err != nil {
-		return fmt.Errorf("xds: set snapshot %d: %w", v, err)
+	if err := s.cache.SetSnapshot(ctx, nodeID, snap); err != nil {
+		return fmt.Errorf("xds: set snapshot %d for node %s: %w", v, nodeID, err)
 	}
 	return nil
 }
 
-// WaitAccepted blocks until version v is ACKed on every type, a NACK arrives after it was pushed,
-// or the wait runs out.
+// WaitAccepted blocks until every connected node accepted version v (or, for a node whose
+// newest snapshot is older, that one), a node NACKs v or later, or the wait runs out.
 func (s *Server) WaitAccepted(ctx context.Context, v uint64, wait time.Duration) error {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
-		accepted, rejectedErr, ch := s.status.AcceptedVersion, s.rejectionSince(v), s.changed
+		done, rejectedErr, ch := s.acceptedLocked(v), s.rejectionSince(v), s.changed
 		s.mu.Unlock()
-		if accepted >= v {
-			return nil
-		}
 		if rejectedErr != nil {
 			return rejectedErr
+		}
+		if done {
+			return nil
 		}
 		select {
 		case <-ch:
@@ -194,81 +294,158 @@ func (s *Server) WaitAccepted(ctx context.Context, v uint64, wait time.Duration)
 	}
 }
 
-// rejectionSince returns the rejection recorded for version v or later. Callers hold mu.
-func (s *Server) rejectionSince(v uint64) error {
-	if s.status.LastRejection == "" || s.rejectedVersion < v {
-		return nil
+// acceptedLocked: every connected node holds v or its own newest snapshot. Callers hold mu.
+func (s *Server) acceptedLocked(v uint64) bool {
+	anyConnected := false
+	for _, n := range s.nodes {
+		if n.streams == 0 {
+			continue
+		}
+		anyConnected = true
+		if n.AcceptedVersion < min(v, n.Version) {
+			return false
+		}
 	}
-	return fmt.Errorf("%w (snapshot %d): %s", ErrRejected, s.rejectedVersion, s.status.LastRejection)
+	if !anyConnected {
+		// Nobody to wait for now: done if a node accepted it before.
+		for _, n := range s.nodes {
+			if n.AcceptedVersion >= v {
+				return true
+			}
+		}
+		return false
+	}
+	return true
 }
 
-func (s *Server) onOpen(context.Context, int64, string) error {
-	s.mu.Lock()
-	s.streams++
-	s.mu.Unlock()
+// rejectionSince returns the rejection a node recorded for version v or later. Callers hold mu.
+func (s *Server) rejectionSince(v uint64) error {
+	for _, n := range s.nodes {
+		if n.LastRejection != "" && n.rejectedVersion >= v {
+			return fmt.Errorf("%w (snapshot %d, node %s): %s", ErrRejected, n.rejectedVersion, n.ID, n.LastRejection)
+		}
+	}
 	return nil
 }
 
-func (s *Server) onClosed(int64, *corev3.Node) {
-	s.mu.Lock()
-	s.streams--
-	s.mu.Unlock()
-}
+func (s *Server) onOpen(context.Context, int64, string) error { return nil }
 
-func (s *Server) onRequest(_ int64, req *discoveryv3.DiscoveryRequest) error {
+func (s *Server) onClosed(id int64, _ *corev3.Node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.notify()
+	if n := s.nodes[s.streams[id]]; n != nil {
+		n.streams--
+		if n.streams == 0 {
+			s.log.Info("envoy node disconnected", "node", n.ID)
+		}
+	}
+	delete(s.streams, id)
+}
+
+// attach learns which node a stream serves from its first request; a node seen for the first
+// time gets its snapshot (rendered from the configuration pushed last) before the cache
+// answers it. Callers hold mu.
+func (s *Server) attach(streamID int64, req *discoveryv3.DiscoveryRequest) *node {
+	if id, ok := s.streams[streamID]; ok {
+		return s.nodes[id]
+	}
+	pn := req.GetNode()
+	if pn.GetId() == "" {
+		return nil
+	}
+	n := s.nodes[pn.GetId()]
+	if n == nil {
+		n = newNode(Node{ID: pn.GetId(), Listen: pn.GetMetadata().GetFields()[ListenMetadata].GetStringValue()})
+		s.nodes[n.ID] = n
+		if s.render != nil {
+			res, err := resources(s.render, n.Node)
+			if err == nil {
+				err = s.set(context.Background(), n.ID, s.version, res)
+			}
+			if err != nil {
+				s.log.Error("no configuration for a new envoy node", "node", n.ID, "error", err)
+			} else {
+				n.current, n.Version = res, s.version
+			}
+		}
+	}
+	n.streams++
+	s.streams[streamID] = n.ID
+	s.log.Info("envoy node connected", "node", n.ID, "listen", cmp.Or(n.Listen, "listen.public"))
+	return n
+}
+
+// errNoGoodConfig ends the ADS stream of a node that refused its configuration and has none it
+// accepted to fall back to: the cache would answer its retry with the same snapshot at once,
+// for ever; Envoy reconnects after its backoff instead, and gets the next push.
+var errNoGoodConfig = errors.New("xds: the node refused its configuration and has no earlier one; retry after a change")
+
+func (n *node) noGoodConfig() error {
+	if n.lastGood == nil {
+		return errNoGoodConfig
+	}
+	return nil
+}
+
+func (s *Server) onRequest(streamID int64, req *discoveryv3.DiscoveryRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.notify()
+	n := s.attach(streamID, req)
+	if n == nil {
+		return errors.New("xds: a stream without a node id; the bootstrap must set node.id")
+	}
 	if req.GetErrorDetail() != nil {
-		bad := s.status.Version
-		if s.rejectedVersion == bad {
+		bad := n.Version
+		if n.rejectedVersion == bad {
 			// Envoy re-requests after a NACK and the cache answers with the same bad snapshot
 			// until it is replaced; report each bad snapshot once.
-			return nil
+			return n.noGoodConfig()
 		}
-		s.rejectedVersion = bad
+		n.rejectedVersion = bad
 		full := req.GetErrorDetail().GetMessage()
-		s.status.LastRejection = FirstLine(full)
-		s.status.RejectedAt = time.Now().UTC()
+		n.LastRejection = FirstLine(full)
+		n.RejectedAt = time.Now().UTC()
 		s.log.Error("ENVOY REJECTED CONFIGURATION; keeping the last accepted one",
-			"snapshot", bad, "type", req.GetTypeUrl(), "accepted", s.status.AcceptedVersion, "error", s.status.LastRejection)
-		s.log.Debug("the rejection in full", "snapshot", bad, "error", full)
+			"node", n.ID, "snapshot", bad, "type", req.GetTypeUrl(), "accepted", n.AcceptedVersion, "error", n.LastRejection)
+		s.log.Debug("the rejection in full", "node", n.ID, "snapshot", bad, "error", full)
 		if s.obs != nil {
 			s.obs.Rejected(kindOf(req.GetTypeUrl()))
 		}
-		if s.lastGood != nil {
-			// Re-push the last good resources under a new version so the cache, and any Envoy
-			// that reconnects, serve what Envoy accepted rather than what it refused.
-			v := s.status.Version + 1
-			if err := s.set(context.Background(), v, s.lastGood); err != nil {
-				s.log.Error("rollback failed", "error", err)
+		if n.lastGood != nil {
+			// Re-push this node's last good resources under a new version so the cache, and
+			// the node when it reconnects, serve what it accepted rather than what it refused.
+			v := s.version + 1
+			if err := s.set(context.Background(), n.ID, v, n.lastGood); err != nil {
+				s.log.Error("rollback failed", "node", n.ID, "error", err)
 				return nil
 			}
-			s.status.Version = v
-			s.current = s.lastGood
+			s.version = v
+			n.current, n.Version = n.lastGood, v
 			if s.obs != nil {
 				s.obs.Pushed(true)
 			}
 		}
-		return nil
+		return n.noGoodConfig()
 	}
 	v, err := strconv.ParseUint(req.GetVersionInfo(), 10, 64)
 	if err != nil || req.GetResponseNonce() == "" {
 		return nil // initial request of a stream
 	}
-	s.acked[req.GetTypeUrl()] = v
+	n.acked[req.GetTypeUrl()] = v
 	if s.obs != nil {
 		s.obs.Acked(kindOf(req.GetTypeUrl()))
 	}
 	for _, t := range []string{resource.ClusterType, resource.ListenerType, resource.RouteType} {
-		if s.acked[t] < v {
+		if n.acked[t] < v {
 			return nil
 		}
 	}
-	if v > s.status.AcceptedVersion {
-		s.status.AcceptedVersion = v
-		if v == s.status.Version {
-			s.lastGood = s.current
+	if v > n.AcceptedVersion {
+		n.AcceptedVersion = v
+		if v == n.Version {
+			n.lastGood = n.current
 		}
 	}
 	return nil

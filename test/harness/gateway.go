@@ -62,6 +62,8 @@ type Options struct {
 	// embedded default: then the listen addresses, store path and drain time reach tollway as
 	// TOLLWAY_* environment overrides, and the CLI finds the admin API with --admin.
 	RunArgs []string
+	// Args are appended to `run --config <file>`, e.g. {"--envoy", "external"}.
+	Args []string
 	// OwnGroup starts tollway in a process group of its own, as a shell does a foreground job,
 	// so a test can signal the whole group as a terminal's Ctrl-C does.
 	OwnGroup bool
@@ -113,7 +115,7 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 		if err := os.WriteFile(g.CfgPath, []byte(cfg), 0o600); err != nil {
 			return nil, err
 		}
-		g.cmd = exec.Command(o.Bin, "run", "--config", g.CfgPath)
+		g.cmd = exec.Command(o.Bin, append([]string{"run", "--config", g.CfgPath}, o.Args...)...)
 	}
 	if o.SoftNoFile > 0 {
 		// The shell lowers its soft limit and becomes tollway (exec): same pid, same group.

@@ -15,10 +15,15 @@ import (
 type statusReport struct {
 	xds.Status
 	Listeners struct {
-		Public string `json:"public"`
-		Admin  string `json:"admin"`
+		Public  string `json:"public"`
+		Admin   string `json:"admin"`
+		XDS     string `json:"xds,omitempty"`     // envoy.mode external: where Envoys reach ADS
+		ExtProc string `json:"extproc,omitempty"` // and ext_proc
 	} `json:"listeners"`
-	Envoy     envoyStatus      `json:"envoy"`
+	Envoy envoyStatus `json:"envoy"`
+	// Nodes are the Envoys the control plane serves (Tollway's own is node "tollway"), each
+	// with its configuration version and its last rejection.
+	Nodes     []xds.NodeStatus `json:"nodes"`
 	Providers []providerHealth `json:"providers"`
 	Models    struct {
 		Total int `json:"total"`
@@ -56,9 +61,18 @@ func (g *gateway) status(ctx context.Context) (statusReport, error) {
 	g.mu.Lock()
 	if g.cfg != nil {
 		st.Listeners.Public, st.Listeners.Admin = g.cfg.Listen.Public, g.cfg.Listen.Admin
+		if g.cfg.Envoy.Mode == envoyExternal {
+			st.Listeners.XDS, st.Listeners.ExtProc = g.cfg.Listen.XDS, g.cfg.Listen.ExtProc
+		}
 	}
 	g.mu.Unlock()
 	st.Envoy = g.envoyStatus(ctx)
+	for _, n := range g.xds.Nodes() {
+		if n.ID == xds.NodeID && !n.Connected && n.AcceptedVersion == 0 && g.external() {
+			continue // an external gateway's own node, which no Envoy uses
+		}
+		st.Nodes = append(st.Nodes, n)
+	}
 	providers, models, err := g.healthReport()
 	if err != nil {
 		return st, err
@@ -81,6 +95,9 @@ func (g *gateway) status(ctx context.Context) (statusReport, error) {
 }
 
 func (g *gateway) envoyStatus(ctx context.Context) envoyStatus {
+	if g.external() {
+		return envoyStatus{State: "external"} // Envoys started elsewhere: see nodes
+	}
 	p := g.envoy.Load()
 	if p == nil {
 		return envoyStatus{State: "starting"}
@@ -116,6 +133,13 @@ func (g *gateway) statusRoutes(mux *http.ServeMux) {
 		}
 		writeJSON(w, http.StatusOK, st)
 	})
+}
+
+// external reports whether this gateway serves Envoys it does not start (envoy.mode external).
+func (g *gateway) external() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cfg != nil && g.cfg.Envoy.Mode == envoyExternal
 }
 
 // setEnvoy records the Envoy process the gateway runs (status reads it).

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -53,9 +54,15 @@ func printStatus(w io.Writer, st statusReport) error {
 	line := func(label, format string, a ...any) {
 		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{label}, a...)...)
 	}
-	line("gateway", "http://%s/v1   admin http://%s", st.Listeners.Public, st.Listeners.Admin)
 	e := st.Envoy
+	if e.State == "external" {
+		line("gateway", "external Envoys: xds %s, ext_proc %s   admin http://%s", st.Listeners.XDS, st.Listeners.ExtProc, st.Listeners.Admin)
+	} else {
+		line("gateway", "http://%s/v1   admin http://%s", st.Listeners.Public, st.Listeners.Admin)
+	}
 	switch {
+	case e.State == "external":
+		line("envoy", "started elsewhere (tollway bootstrap); %d nodes", len(st.Nodes))
 	case e.State == "unknown":
 		line("envoy", "pid %d, not answering its admin endpoint: %s", e.PID, e.Error)
 	case e.Version != "":
@@ -74,6 +81,22 @@ func printStatus(w io.Writer, st statusReport) error {
 		delivery += ", Envoy not connected"
 	}
 	line("config", "%s", delivery)
+	if e.State == "external" || len(st.Nodes) > 1 {
+		for _, n := range st.Nodes {
+			state := "connected"
+			if !n.Connected {
+				state = "disconnected"
+			}
+			ack := fmt.Sprintf("version %d accepted", n.AcceptedVersion)
+			if n.AcceptedVersion != n.Version {
+				ack = fmt.Sprintf("version %d pushed, %d accepted", n.Version, n.AcceptedVersion)
+			}
+			if n.LastRejection != "" {
+				ack += ", last NACK: " + n.LastRejection
+			}
+			line("node", "%s %s (%s) %s", n.ID, state, cmp.Or(n.Listen, "listen.public"), ack)
+		}
+	}
 	if st.LastRejection != "" {
 		line("", "last NACK %s: %s", st.RejectedAt.UTC().Format(time.RFC3339), st.LastRejection)
 	}

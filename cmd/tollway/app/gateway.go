@@ -192,7 +192,7 @@ func (g *gateway) applyLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v, err := g.xds.Push(ctx, res, ackWait)
+	v, err := g.xds.PushFor(ctx, nodeRender(gw, res), ackWait)
 	if err != nil {
 		return err
 	}
@@ -208,6 +208,23 @@ func (g *gateway) applyLocked(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// nodeRender gives each Envoy node the gateway's resources: res, or for a node with its own
+// public listener (tollway bootstrap --listen), the gateway translated with that listener.
+func nodeRender(gw *ir.Gateway, res *translator.Resources) xds.Render {
+	return func(n xds.Node) (*translator.Resources, error) {
+		if n.Listen == "" {
+			return res, nil
+		}
+		l, err := ir.ParseListen(n.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("its listen metadata %q: %w", n.Listen, err)
+		}
+		own := *gw
+		own.Listener.Address, own.Listener.Port = l.Address, l.Port
+		return translator.Translate(&own)
+	}
 }
 
 // keysChanged recompiles the ext_proc runtime after a key was created, revoked or rotated.

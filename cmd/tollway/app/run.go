@@ -40,9 +40,13 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	envoyBin, err := envoy.FindBinary(cfg.Envoy.Bin)
-	if err != nil {
-		return err
+	// external: Envoys started elsewhere (tollway bootstrap) connect over TCP; none is ours.
+	external := cfg.Envoy.Mode == envoyExternal
+	var envoyBin string
+	if !external {
+		if envoyBin, err = envoy.FindBinary(cfg.Envoy.Bin); err != nil {
+			return err
+		}
 	}
 	st, err := store.Open(cfg.Store.Path)
 	if err != nil {
@@ -69,20 +73,26 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("listen.admin %s: %w (is another tollway running? change listen.admin)", cfg.Listen.Admin, err)
 	}
-	if err := portFree(cfg.Listen.Public); err != nil {
-		adminLn.Close()
-		return err
+	if !external {
+		if err := portFree(cfg.Listen.Public); err != nil {
+			adminLn.Close()
+			return err
+		}
 	}
-	xdsLn, err := net.Listen("unix", sock("xds.sock"))
+	xdsNet, xdsAddr, extNet, extAddr := "unix", sock("xds.sock"), "unix", sock("extproc.sock")
+	if external {
+		xdsNet, xdsAddr, extNet, extAddr = "tcp", cfg.Listen.XDS, "tcp", cfg.Listen.ExtProc
+	}
+	xdsLn, err := net.Listen(xdsNet, xdsAddr)
 	if err != nil {
 		adminLn.Close()
-		return fmt.Errorf("xds socket: %w", err)
+		return fmt.Errorf("listen.xds %s: %w", xdsAddr, err)
 	}
-	extLn, err := net.Listen("unix", sock("extproc.sock"))
+	extLn, err := net.Listen(extNet, extAddr)
 	if err != nil {
 		adminLn.Close()
 		xdsLn.Close()
-		return fmt.Errorf("ext_proc socket: %w", err)
+		return fmt.Errorf("listen.extproc %s: %w", extAddr, err)
 	}
 
 	ctrl := xds.New(log.With("component", "xds"))
@@ -99,9 +109,13 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	ext := extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), bill)
 	demoSrv := &demoServer{log: log.With("component", "demo")}
 	defer demoSrv.close() // runs after Envoy stopped, so answers being drained can finish
-	internal, err := freeLoopback()
-	if err != nil {
-		return err
+	// The gateway's own task requests go through an internal listener of its own Envoy; with
+	// external Envoys there is none (several may share a host), so media tasks are off.
+	var internal *ir.Listener
+	if !external {
+		if internal, err = freeLoopback(); err != nil {
+			return err
+		}
 	}
 	allowed, err := cfg.callbackAllow()
 	if err != nil {
@@ -109,20 +123,25 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	}
 	allow := tasks.NewAllowList(allowed)
 	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv, internal: internal, callbacks: allow}
-	taskSvc := &tasks.Service{Store: st, Envoy: &tasks.Envoy{Addr: fmt.Sprintf("%s:%d", internal.Address, internal.Port)},
+	taskSvc := &tasks.Service{Store: st, Envoy: &tasks.Envoy{},
 		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second,
 		ImageLife: time.Duration(cfg.Store.ImageRetentionHours) * time.Hour}
-	ext.SetTasks(&extproc.Tasks{Service: taskSvc, CallbackAllow: allow})
 	if cfg.Metrics.Enabled {
 		gw.metrics = newMetricsEndpoint(observe(ctrl, ext, ledger, bill, taskSvc))
 	}
-	if _, err := ext.RestoreTaskHolds(st); err != nil {
-		return fmt.Errorf("running tasks: %w", err)
-	}
-	if n, err := taskSvc.Resume(); err != nil {
-		return fmt.Errorf("running tasks: %w", err)
-	} else if n > 0 {
-		log.Info("running tasks resumed", "tasks", n)
+	if internal != nil {
+		taskSvc.Envoy.Addr = fmt.Sprintf("%s:%d", internal.Address, internal.Port)
+		ext.SetTasks(&extproc.Tasks{Service: taskSvc, CallbackAllow: allow})
+		if _, err := ext.RestoreTaskHolds(st); err != nil {
+			return fmt.Errorf("running tasks: %w", err)
+		}
+		if n, err := taskSvc.Resume(); err != nil {
+			return fmt.Errorf("running tasks: %w", err)
+		} else if n > 0 {
+			log.Info("running tasks resumed", "tasks", n)
+		}
+	} else {
+		ext.SetTasksOff("media tasks need the gateway's own Envoy (envoy.mode: child) to send its task requests through; this gateway serves external Envoys (envoy.mode: external)")
 	}
 
 	serveCtx, stopServing := context.WithCancel(context.Background())
@@ -175,9 +194,33 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	}
 	serve("admin", func() error { return adminSrv.Serve(adminLn) })
 	// Running tasks advance and their callbacks go out without anybody asking.
-	serve("task poller", func() error { taskSvc.Poll(serveCtx, time.Second, 8); return nil })
+	if internal != nil {
+		serve("task poller", func() error { taskSvc.Poll(serveCtx, time.Second, 8); return nil })
+	}
 	deliverer := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient(allow), Log: log.With("component", "callbacks"), Now: time.Now}
 	serve("callbacks", func() error { deliverer.Run(serveCtx, time.Second); return nil })
+	if cfg.path != "" {
+		stopWatch, err := watchFile(cfg.path, log, func() {
+			if err := reload(); err != nil {
+				log.Error("config reload failed; keeping the running configuration", "file", cfg.path, "error", err)
+			}
+		})
+		if err != nil {
+			log.Warn("config file is not watched; use POST /admin/v1/reload", "error", err)
+		} else {
+			defer stopWatch()
+		}
+	}
+
+	if external {
+		// Envoys connect when they will; each keeps its last configuration while Tollway is
+		// away, and refuses traffic cleanly while ext_proc is unreachable (fail closed).
+		fmt.Fprintf(stdout, "tollway ready envoy=external xds=%s extproc=%s admin=http://%s\n", cfg.Listen.XDS, cfg.Listen.ExtProc, cfg.Listen.Admin)
+		log.Info("tollway ready for external envoys", "xds", cfg.Listen.XDS, "extproc", cfg.Listen.ExtProc, "admin", cfg.Listen.Admin)
+		<-ctx.Done()
+		log.Info("stopped", "cause", context.Cause(ctx))
+		return nil
+	}
 
 	limits := cfg.limits()
 	boot, err := envoy.Bootstrap(envoy.BootstrapConfig{
@@ -254,19 +297,6 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	log.Info("tollway ready", "base_url", "http://"+cfg.Listen.Public+"/v1", "admin", cfg.Listen.Admin, "envoy", envoyBin)
 
 	go pollHealth(serveCtx, sup.Current, func(h map[string]bool) { ext.SetHealth(h); gw.health.Store(&h) })
-
-	if cfg.path != "" {
-		stopWatch, err := watchFile(cfg.path, log, func() {
-			if err := reload(); err != nil {
-				log.Error("config reload failed; keeping the running configuration", "file", cfg.path, "error", err)
-			}
-		})
-		if err != nil {
-			log.Warn("config file is not watched; use POST /admin/v1/reload", "error", err)
-		} else {
-			defer stopWatch()
-		}
-	}
 
 	select {
 	case <-ctx.Done():
