@@ -499,10 +499,18 @@ func (r *sseReader) feed(b []byte, end bool, fn func(data []byte) error) error {
 	})
 }
 
-// endsEvent reports whether ev ends with its blank line.
+// endsEvent reports whether ev ends with its blank line: a line end (LF, CR or CRLF) right
+// after another. CR then LF is one CRLF, so "\r\n" alone is not one.
 func endsEvent(ev []byte) bool {
-	return bytes.HasSuffix(ev, []byte("\n\n")) || bytes.HasSuffix(ev, []byte("\r\r")) || bytes.HasSuffix(ev, []byte("\n\r\n")) || bytes.HasSuffix(ev, []byte("\r\n\r"))
+	for _, end := range blankLineEnds {
+		if bytes.HasSuffix(ev, end) {
+			return true
+		}
+	}
+	return false
 }
+
+var blankLineEnds = [][]byte{[]byte("\n\n"), []byte("\n\r"), []byte("\r\r"), []byte("\n\r\n"), []byte("\r\r\n")}
 
 // encodeJSON encodes v without Go's HTML escaping, so text reads the same as it was sent.
 func encodeJSON(v any) ([]byte, error) {
