@@ -214,6 +214,9 @@ func peerMeasure(ctx context.Context, o *options, s *peerSetup, mode string, rat
 		return r
 	}
 	warm := min(o.warmup, time.Second)
+	if rate >= 100 {
+		warm = min(warm, 500*time.Millisecond) // enough requests; less backlog in a peer that falls behind
+	}
 	var runs []*peerRun
 	for _, p := range o.peerPaths {
 		runs = append(runs, &peerRun{path: p, cpu: map[string]time.Duration{}})
@@ -236,17 +239,18 @@ func peerMeasure(ctx context.Context, o *options, s *peerSetup, mode string, rat
 				r.cpu[ps[i].name] += c - c0[i]
 			}
 			// A gateway that fell behind may still be working off abandoned requests: let it
-			// finish before the next path is measured.
+			// finish before the next path is measured (the pause lets the last connections settle).
 			quiesce(ctx, ps)
-			time.Sleep(300 * time.Millisecond)
 		}
 	}
 	return runs, nil
 }
 
-// quiesce waits (at most 10 s) until ps together use under a fifth of a core.
+// quiesce waits (at least 200 ms, at most 10 s) until ps together use under a fifth of a core.
 func quiesce(ctx context.Context, ps []proc) {
+	const step = 200 * time.Millisecond
 	if len(ps) == 0 {
+		time.Sleep(step)
 		return
 	}
 	sum := func() (d time.Duration) {
@@ -255,7 +259,6 @@ func quiesce(ctx context.Context, ps []proc) {
 		}
 		return d
 	}
-	const step = 500 * time.Millisecond
 	for range int(10 * time.Second / step) {
 		before := sum()
 		select {
@@ -408,6 +411,7 @@ func peerIdle(ctx context.Context, o *options, s *peerSetup, stdout, stderr io.W
 func reportPeerMemory(w io.Writer, o *options, s *peerSetup) {
 	fmt.Fprintf(w, "\n== peers: memory, MiB: VmRSS when ready, after all load, peak (VmHWM); PSS after all load (litellm: its %d worker(s) and parent summed) ==\n", o.litellmWorkers)
 	fmt.Fprintf(w, "%-26s %7s %7s %7s %7s\n", "process", "ready", "after", "peak", "pss")
+	after := map[string][2]int64{} // path -> RSS, PSS after all load, KiB
 	for _, p := range []string{pathTollway, pathEnvoy, pathLiteLLM} {
 		var sum0, sum1, sumHWM, sumPSS int64
 		for _, pr := range s.procs[p] {
@@ -424,6 +428,10 @@ func reportPeerMemory(w io.Writer, o *options, s *peerSetup) {
 		if len(s.procs[p]) > 1 {
 			fmt.Fprintf(w, "%-26s %7.1f %7.1f %7.1f %7.1f\n", peerLabel(p)+" total", mib(sum0), mib(sum1), mib(sumHWM), mib(sumPSS))
 		}
+		after[p] = [2]int64{sum1, sumPSS}
+	}
+	if t, l := after[pathTollway], after[pathLiteLLM]; t[0] > 0 && l[0] > 0 && t[1] > 0 {
+		fmt.Fprintf(w, "litellm / tollway (Envoy + Tollway) after all load: RSS %.1fx, PSS %.1fx\n", float64(l[0])/float64(t[0]), float64(l[1])/float64(t[1]))
 	}
 }
 
