@@ -56,4 +56,3 @@ func TestProcessGroupSumsItsMembers(t *testing.T) {
 		t.Fatalf("group memory: %+v %v", m, err)
 	}
 }
-
