@@ -15,6 +15,12 @@ ifeq ($(strip $(ENVOY_BIN)),)
 ENVOY_BIN     := $(LOCAL_ENVOY)
 endif
 VENV          := $(TOOLS)/venv
+# LiteLLM's proxy, the peer `make bench -scenarios peers` measures beside Tollway: its own venv,
+# installed by bench-deps only (never by deps or test: CI does not need it); a new version
+# reinstalls it. 1.106.12 is the
+# newest whose [proxy] extra resolves on PyPI here (later ones pin packages not published).
+LITELLM_VERSION := 1.106.12
+LITELLM_VENV  := $(TOOLS)/litellm
 PYTHON        := $(VENV)/bin/python
 NODE_CLIENTS  := $(CURDIR)/test/clients/node
 X402_BED      := $(CURDIR)/test/x402
@@ -26,6 +32,7 @@ export TOLLWAY_ENVOY_BIN := $(ENVOY_BIN)
 export TOLLWAY_PYTHON    := $(PYTHON)
 export TOLLWAY_NODE_DIR  := $(NODE_CLIENTS)
 export TOLLWAY_BIN       := $(BIN)/tollway
+export TOLLWAY_LITELLM   := $(LITELLM_VENV)/bin/litellm
 export CHROMIUM
 
 .PHONY: help
@@ -117,8 +124,18 @@ fuzz-short: ## Every fuzz target for 3s from its seeds (part of make test)
 	GO=$(GO) BIN=$(BIN) FUZZTIME=3s FUZZMINIMIZE=1s FUZZCACHE=$$cache test/fuzz.sh $(FUZZ_PKGS)
 
 .PHONY: bench
-bench: deps build ## Latency/throughput: direct vs Envoy alone vs Tollway (BENCH_FLAGS="-rate 1000 ...")
+bench: deps bench-deps build ## Latency/throughput: direct vs Envoy alone vs Tollway (BENCH_FLAGS="-rate 1000 ...", "-scenarios peers" for LiteLLM)
 	$(GO) run ./test/bench $(BENCH_FLAGS)
+
+.PHONY: bench-deps
+bench-deps: $(LITELLM_VENV)/.installed-$(LITELLM_VERSION) ## What only the bench needs: LiteLLM's proxy (PyPI litellm[proxy]==LITELLM_VERSION) in tools/litellm
+
+$(LITELLM_VENV)/.installed-$(LITELLM_VERSION):
+	rm -rf $(LITELLM_VENV)
+	python3 -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'litellm[proxy]==$(LITELLM_VERSION)'
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(LITELLM_VENV)/bin/litellm --version
+	@touch $@
 
 .PHONY: run
 run: envoy build ## Run the gateway on the embedded default config (CONFIG=file.yaml for another)

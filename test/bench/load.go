@@ -121,9 +121,9 @@ func attackChat(ctx context.Context, t *target, body []byte, rate int, dur time.
 }
 
 // attackPost sends POSTs of body to path at a fixed rate; a 2xx answer counts when its body
-// contains want.
-func attackPost(ctx context.Context, t *target, path string, body []byte, want string, rate int, dur time.Duration) *result {
-	atk := vegeta.NewAttacker(vegeta.Client(t.client), vegeta.MaxBody(1<<20))
+// contains want. opts adds vegeta options (e.g. a cap on workers for a gateway that falls behind).
+func attackPost(ctx context.Context, t *target, path string, body []byte, want string, rate int, dur time.Duration, opts ...func(*vegeta.Attacker)) *result {
+	atk := vegeta.NewAttacker(append([]func(*vegeta.Attacker){vegeta.Client(t.client), vegeta.MaxBody(1 << 20)}, opts...)...)
 	defer context.AfterFunc(ctx, func() { atk.Stop() })()
 	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodPost, URL: t.baseURL + path, Body: body, Header: t.header()})
 	r := &result{lat: make([]time.Duration, 0, rate*int(dur.Seconds()+1))}

@@ -29,7 +29,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -78,7 +80,11 @@ func label(path string) string {
 	return path
 }
 
-var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks", "x402", "observe"}
+var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks", "x402", "observe", "peers"}
+
+// defaultScenarios leaves peers out: it needs LiteLLM (make bench-deps) and takes about 7
+// minutes on its own.
+var defaultScenarios = allScenarios[:len(allScenarios)-1]
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -119,6 +125,19 @@ type options struct {
 	x402Requests   int
 	// observeDuration is the observe scenario's measured time per side.
 	observeDuration time.Duration
+
+	// peers
+	peerPaths      []string
+	peerRates      []int
+	lowRates       []int
+	peerDuration   time.Duration
+	peerRounds     int
+	lowRequests    int
+	idle           time.Duration
+	litellmBin     string
+	litellmWorkers int
+	profileSeconds int
+	profileDir     string
 }
 
 func (o *options) has(scenario string) bool { return slices.Contains(o.scenarios, scenario) }
@@ -132,8 +151,19 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","),
-		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off)")
+	scenarios := fs.String("scenarios", strings.Join(defaultScenarios, ","),
+		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off), peers (LiteLLM's proxy beside Tollway at -peer-rates and -low-rates, idle CPU, profiles; not in the default set)")
+	peerPathsFlag := fs.String("peer-paths", strings.Join(peerPaths, ","), "peers: comma-separated paths: "+strings.Join(peerPaths, ", ")+" (tollway = billing on)")
+	peerRates := fs.String("peer-rates", "200,500,1000", "peers: comma-separated rates, req/s")
+	lowRates := fs.String("low-rates", "20,50", "peers: comma-separated low rates, req/s, each run for -low-requests per path and mode (empty: none)")
+	fs.DurationVar(&o.peerDuration, "peer-duration", 4*time.Second, "peers: measured time per path, mode and rate in -peer-rates")
+	fs.IntVar(&o.peerRounds, "peer-rounds", 2, "peers: rounds the paths take turns in")
+	fs.IntVar(&o.lowRequests, "low-requests", 400, "peers: requests per path and mode at each of -low-rates")
+	fs.DurationVar(&o.idle, "idle", 10*time.Second, "peers: how long the idle gateways' CPU is measured (0: not)")
+	fs.StringVar(&o.litellmBin, "litellm", "", "peers: the litellm proxy command (default $TOLLWAY_LITELLM, tools/litellm/bin/litellm)")
+	fs.IntVar(&o.litellmWorkers, "litellm-workers", runtime.NumCPU(), "peers: LiteLLM worker processes (default: one per core, as its docs advise)")
+	fs.IntVar(&o.profileSeconds, "profile-seconds", 8, "peers: CPU and allocation profile window of billing-on Tollway at the highest -peer-rates (0: none)")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "peers: where the profiles go (default a new directory under $TMPDIR)")
 	fs.IntVar(&o.rate, "rate", 500, "latency: requests per second, fixed (open model)")
 	fs.IntVar(&o.openTasks, "tasks", 10000, "tasks: open media tasks one poll round goes over")
 	fs.IntVar(&o.callbacks, "callbacks", 5000, "tasks: callbacks delivered from the outbox")
@@ -165,6 +195,25 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	o.paths, o.modes, o.scenarios = strings.Split(*only, ","), strings.Split(*modes, ","), strings.Split(*scenarios, ",")
+	o.peerPaths = strings.Split(*peerPathsFlag, ",")
+	for _, p := range o.peerPaths {
+		if !slices.Contains(peerPaths, p) {
+			return nil, fmt.Errorf("-peer-paths: unknown path %q (want %s)", p, strings.Join(peerPaths, ", "))
+		}
+	}
+	if !slices.Contains(o.peerPaths, pathTollway) {
+		o.peerPaths = append(o.peerPaths, pathTollway) // the profile and the usage check need it
+	}
+	var err error
+	if o.peerRates, err = parseRates(*peerRates); err != nil {
+		return nil, fmt.Errorf("-peer-rates: %w", err)
+	}
+	if o.lowRates, err = parseRates(*lowRates); err != nil {
+		return nil, fmt.Errorf("-low-rates: %w", err)
+	}
+	if o.peerDuration < time.Second || o.peerRounds < 1 || o.lowRequests < 1 || o.litellmWorkers < 1 || o.profileSeconds < 0 || o.idle < 0 {
+		return nil, errors.New("need -peer-duration >= 1s, -peer-rounds >= 1, -low-requests >= 1, -litellm-workers >= 1, -profile-seconds >= 0, -idle >= 0")
+	}
 	for _, p := range o.paths {
 		if !slices.Contains(allPaths, p) {
 			return nil, fmt.Errorf("-only: unknown path %q (want %s)", p, strings.Join(allPaths, ", "))
@@ -222,7 +271,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.has("settle") && !slices.Contains(paths, pathTollway) {
 		paths = append(paths, pathTollway)
 	}
-	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") || o.has("observe") {
+	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") || o.has("observe") || o.has("peers") {
 		if o.envoyBin, err = envoy.FindBinary(o.envoyBin); err != nil {
 			return err
 		}
@@ -233,7 +282,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			*bin = abs
 		}
 	}
-	if _, err := os.Stat(o.tollwayBin); err != nil && (slices.Contains(paths, pathTollway) || slices.Contains(paths, pathTollwayOff)) {
+	if _, err := os.Stat(o.tollwayBin); err != nil && (slices.Contains(paths, pathTollway) || slices.Contains(paths, pathTollwayOff) || o.has("peers")) {
 		return fmt.Errorf("tollway binary: %w (run `make build` or set TOLLWAY_BIN)", err)
 	}
 	dir, err := os.MkdirTemp(o.stateDir, "tollway-bench-")
@@ -243,6 +292,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer os.RemoveAll(dir)
 
 	fmt.Fprintln(stdout, machine(o.envoyBin))
+	tables := &tableWriter{w: stdout, line: machineLine(o.envoyBin)}
+	defer tables.flush()
+	stdout = tables
 	if o.has("latency") {
 		fmt.Fprintf(stdout, "latency load: %d req/s fixed rate for %s per scenario (%d rounds of %s, paths taking turns) after a %s warm-up (discarded); fake provider chunk delay %s; HTTP/1.1 keep-alive client\n",
 			o.rate, o.duration, o.rounds, o.duration/time.Duration(o.rounds), o.warmup, o.chunkDelay)
@@ -472,8 +524,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	if o.has("peers") {
+		if err := runPeers(ctx, o, dir, stdout, stderr); err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
+
 	if len(bad) > 0 {
 		return errors.New(strings.Join(bad, "; "))
 	}
 	return nil
+}
+
+// parseRates reads "200,500,1000"; "" is none.
+func parseRates(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive rate", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -36,6 +36,7 @@ func (g *gateway) adminHandler(listenAdmin, token string, reload func() error) h
 	g.catalogRoutes(mux)
 	g.consoleAPIRoutes(mux)
 	g.metricsRoutes(mux)
+	pprofRoutes(mux) // only with TOLLWAY_PPROF=1
 	guard := newAdminGuard(listenAdmin, token, jsonFallbacks(mux))
 	consoleRoutes(mux, guard) // the web console: its pages and sign-in
 	return guard

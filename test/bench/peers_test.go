@@ -1,0 +1,58 @@
+package main
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestTableWriterRepeatsTheMachineUnderEveryTable(t *testing.T) {
+	var b strings.Builder
+	w := &tableWriter{w: &b, line: "[m]"}
+	// Writes split mid-line, as Fprintf calls may.
+	for _, p := range []string{"intro\n== one", " ==\nrow\n", "== two ==\n", "tail"} {
+		w.Write([]byte(p))
+	}
+	w.flush()
+	want := "intro\n== one ==\n[m]\nrow\n== two ==\n[m]\ntail"
+	if b.String() != want {
+		t.Fatalf("got %q, want %q", b.String(), want)
+	}
+}
+
+func TestParseRates(t *testing.T) {
+	if r, err := parseRates("200, 500,1000"); err != nil || len(r) != 3 || r[2] != 1000 {
+		t.Fatalf("parseRates: %v %v", r, err)
+	}
+	if r, err := parseRates(""); err != nil || len(r) != 0 {
+		t.Fatalf("empty: %v %v", r, err)
+	}
+	for _, bad := range []string{"0", "-5", "fast"} {
+		if _, err := parseRates(bad); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+}
+
+func TestProcessGroupSumsItsMembers(t *testing.T) {
+	self := os.Getpid()
+	pgid := self
+	if raw, err := os.ReadFile("/proc/self/stat"); err == nil {
+		s := string(raw)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if n, err := strconv.Atoi(f[2]); err == nil {
+			pgid = n
+		}
+	}
+	found := false
+	for _, pid := range groupPIDs(pgid) {
+		found = found || pid == self
+	}
+	if !found {
+		t.Fatalf("process group %d does not list this process %d", pgid, self)
+	}
+	if m, err := procMem(proc{"group", -pgid}); err != nil || m.rss <= 0 || m.pss <= 0 {
+		t.Fatalf("group memory: %+v %v", m, err)
+	}
+}
