@@ -22,40 +22,61 @@ type billed struct {
 	cost      decimal.Decimal
 }
 
-// logMetadata adds what is known of the request to resp's dynamic metadata. Streamed chunks
-// other than the last are left alone: nothing new is known until the end.
+// logMetadata adds to resp's dynamic metadata what became known since the last message, so
+// each field is built once: who and what at the request's body (or a refusal), the provider,
+// fallbacks and code at the answer's headers, the bill with the answer's end. A reply ext_proc
+// makes itself (an immediate response) carries everything. Streamed chunks other than the last
+// carry nothing.
 func (x *exchange) logMetadata(resp *extprocv3.ProcessingResponse, req *extprocv3.ProcessingRequest) {
 	if resp == nil || !x.rt.accessLog {
 		return
 	}
-	if b := req.GetResponseBody(); b != nil && !b.GetEndOfStream() {
+	_, immediate := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse)
+	var who, answer, bill bool
+	switch {
+	case immediate:
+		who, answer, bill = true, true, true
+	case req.GetRequestBody() != nil:
+		who = true
+	case req.GetResponseHeaders() != nil:
+		answer = true
+	case req.GetResponseBody() != nil && req.GetResponseBody().GetEndOfStream():
+		answer, bill = x.out.Code != "", true // an error body sets the code here
+	default:
 		return
 	}
-	f := map[string]*structpb.Value{}
+	f := make(map[string]*structpb.Value, 8)
 	str := func(k, v string) {
 		if v != "" {
 			f[k] = structpb.NewStringValue(v)
 		}
 	}
-	if x.key != nil {
-		str("account", x.key.Account)
-		str("key_prefix", x.key.Prefix)
+	if who {
+		if x.key != nil {
+			str("account", x.key.Account)
+			str("key_prefix", x.key.Prefix)
+		}
+		if x.plan != nil {
+			str("model", x.plan.model.ID)
+			str("route", x.plan.routeID())
+		}
+		str("model", x.taskModel)
+		if x.pay != nil {
+			str("endpoint", x.pay.slug)
+			str("payer", x.pay.cred.Payer)
+		}
 	}
-	if x.plan != nil {
-		str("model", x.plan.model.ID)
-		str("route", x.plan.routeID())
+	if answer {
+		if x.plan != nil && x.provider != "" {
+			str("model", x.plan.model.ID) // the model that answered (a fallback may change it)
+		}
+		str("provider", x.provider)
+		str("code", x.out.Code)
+		if x.out.Attempts > 1 {
+			f["fallbacks"] = structpb.NewNumberValue(float64(x.out.Attempts - 1))
+		}
 	}
-	str("model", x.taskModel)
-	str("provider", x.provider)
-	str("code", x.out.Code)
-	if x.out.Attempts > 1 {
-		f["fallbacks"] = structpb.NewNumberValue(float64(x.out.Attempts - 1))
-	}
-	if x.pay != nil {
-		str("endpoint", x.pay.slug)
-		str("payer", x.pay.cred.Payer)
-	}
-	if b := x.bill; b != nil {
+	if b := x.bill; bill && b != nil {
 		f["prompt_tokens"] = structpb.NewNumberValue(float64(b.usage.PromptTokens))
 		f["completion_tokens"] = structpb.NewNumberValue(float64(b.usage.CompletionTokens))
 		str("cost", b.cost.String()) // exact, as a string: a JSON number would round it
