@@ -354,10 +354,16 @@ func (s *Server) attach(streamID int64, req *discoveryv3.DiscoveryRequest) *node
 	if pn.GetId() == "" {
 		return nil
 	}
+	listen := pn.GetMetadata().GetFields()[ListenMetadata].GetStringValue()
 	n := s.nodes[pn.GetId()]
-	if n == nil {
-		n = newNode(Node{ID: pn.GetId(), Listen: pn.GetMetadata().GetFields()[ListenMetadata].GetStringValue()})
-		s.nodes[n.ID] = n
+	if n == nil || n.Listen != listen {
+		// A new node, or one that came back with another listener (a new process under the
+		// same id): its snapshot is rendered for what it says now.
+		if n == nil {
+			n = newNode(Node{ID: pn.GetId()})
+			s.nodes[n.ID] = n
+		}
+		n.Listen, n.lastGood = listen, nil
 		if s.render != nil {
 			res, err := resources(s.render, n.Node)
 			if err == nil {

@@ -158,17 +158,25 @@ func TestExternalEnvoys(t *testing.T) {
 	}
 	waitFor(t, "edge-a to show disconnected", 10*time.Second, func() bool { return g.nodes()["edge-a"]["connected"] == false })
 
-	// Tollway gone: edge-b keeps its configuration and refuses cleanly (fail closed).
+	// edge-a comes back (a new process, the same node id) and is served the current config.
+	a = startExternalEnvoy(t, g, env, "edge-a", freeAddr(t))
+	waitFor(t, "edge-a to serve again", 20*time.Second, func() bool { code, _ := chatVia(t, a.public, key, "route:fresh"); return code == 200 })
+
+	// Tollway gone: both keep their configuration and refuse cleanly (fail closed).
 	g.Gateway.Kill()
-	code, refused := chatVia(t, b.public, key, "gpt-4o-mini")
-	var e struct {
-		Error struct{ Code, Message string }
+	for _, e := range []*externalEnvoy{a, b} {
+		code, refused := chatVia(t, e.public, key, "gpt-4o-mini")
+		var er struct {
+			Error struct{ Code, Message string }
+		}
+		if code < 500 || json.Unmarshal([]byte(refused), &er) != nil || er.Error.Code == "" {
+			t.Fatalf("%s with Tollway down: %d %s", e.name, code, refused)
+		}
+		t.Logf("%s with Tollway down: %d %s", e.name, code, er.Error.Code)
 	}
-	if code < 500 || json.Unmarshal([]byte(refused), &e) != nil || e.Error.Code == "" {
-		t.Fatalf("with Tollway down: %d %s", code, refused)
-	}
-	t.Logf("with Tollway down: %d %s", code, e.Error.Code)
-	// Back: edge-b reconnects by itself and serves again.
+	// Back: both reconnect by themselves and serve again, without a restart of their own.
 	start()
-	waitFor(t, "edge-b to serve again", 30*time.Second, func() bool { code, _ := chatVia(t, b.public, key, "gpt-4o-mini"); return code == 200 })
+	for _, e := range []*externalEnvoy{a, b} {
+		waitFor(t, e.name+" to serve again", 30*time.Second, func() bool { code, _ := chatVia(t, e.public, key, "gpt-4o-mini"); return code == 200 })
+	}
 }
