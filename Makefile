@@ -124,7 +124,8 @@ fuzz-short: ## Every fuzz target for 3s from its seeds (part of make test)
 	GO=$(GO) BIN=$(BIN) FUZZTIME=3s FUZZMINIMIZE=1s FUZZCACHE=$$cache test/fuzz.sh $(FUZZ_PKGS)
 
 .PHONY: bench
-bench: deps bench-deps build ## Latency/throughput: direct vs Envoy alone vs Tollway (BENCH_FLAGS="-rate 1000 ...", "-scenarios peers" for LiteLLM)
+# LiteLLM (about 750 MB) is installed only when the peers scenario is asked for.
+bench: deps build $(if $(findstring peers,$(BENCH_FLAGS)),bench-deps) ## Latency/throughput: direct vs Envoy alone vs Tollway (BENCH_FLAGS="-rate 1000 ...", "-scenarios peers" for LiteLLM)
 	$(GO) run ./test/bench $(BENCH_FLAGS)
 
 .PHONY: bench-deps
