@@ -80,11 +80,11 @@ func label(path string) string {
 	return path
 }
 
-var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks", "x402", "observe", "peers"}
+var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks", "x402", "observe", "peers", "soak"}
 
 // defaultScenarios leaves peers out: it needs LiteLLM (make bench-deps) and takes about 7
 // minutes on its own.
-var defaultScenarios = allScenarios[:len(allScenarios)-1]
+var defaultScenarios = allScenarios[:len(allScenarios)-2] // peers and soak take minutes: asked for by name
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -127,17 +127,20 @@ type options struct {
 	observeDuration time.Duration
 
 	// peers
-	peerPaths      []string
-	peerRates      []int
-	lowRates       []int
-	peerDuration   time.Duration
-	peerRounds     int
-	lowRequests    int
-	idle           time.Duration
-	litellmBin     string
-	litellmWorkers int
-	profileSeconds int
-	profileDir     string
+	peerPaths    []string
+	peerRates    []int
+	lowRates     []int
+	peerDuration time.Duration
+	// soak: the steady rate, how long, how often to sample.
+	soakRate                int
+	soakDuration, soakEvery time.Duration
+	peerRounds              int
+	lowRequests             int
+	idle                    time.Duration
+	litellmBin              string
+	litellmWorkers          int
+	profileSeconds          int
+	profileDir              string
 }
 
 func (o *options) has(scenario string) bool { return slices.Contains(o.scenarios, scenario) }
@@ -152,10 +155,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenarios := fs.String("scenarios", strings.Join(defaultScenarios, ","),
-		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off), peers (LiteLLM's proxy beside Tollway at -peer-rates and -low-rates, idle CPU, profiles; not in the default set)")
+		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off), peers (LiteLLM's proxy beside Tollway at -peer-rates and -low-rates, idle CPU, profiles), soak (a steady load for -soak-duration: heap, goroutines, fds, RSS, store size); peers and soak are not in the default set")
 	peerPathsFlag := fs.String("peer-paths", strings.Join(peerPaths, ","), "peers: comma-separated paths: "+strings.Join(peerPaths, ", ")+" (tollway = billing on)")
 	peerRates := fs.String("peer-rates", "200,500,1000", "peers: comma-separated rates, req/s")
 	lowRates := fs.String("low-rates", "20,50", "peers: comma-separated low rates, req/s, each run for -low-requests per path and mode (empty: none)")
+	fs.IntVar(&o.soakRate, "soak-rate", 200, "soak: requests per second, steady")
+	fs.DurationVar(&o.soakDuration, "soak-duration", 10*time.Minute, "soak: how long the steady load runs")
+	fs.DurationVar(&o.soakEvery, "soak-every", 10*time.Second, "soak: time between samples of heap, goroutines, fds, RSS and store size")
 	fs.DurationVar(&o.peerDuration, "peer-duration", 4*time.Second, "peers: measured time per path, mode and rate in -peer-rates")
 	fs.IntVar(&o.peerRounds, "peer-rounds", 2, "peers: rounds the paths take turns in")
 	fs.IntVar(&o.lowRequests, "low-requests", 400, "peers: requests per path and mode at each of -low-rates")
@@ -214,6 +220,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.peerDuration < time.Second || o.peerRounds < 1 || o.lowRequests < 1 || o.litellmWorkers < 1 || o.profileSeconds < 0 || o.idle < 0 {
 		return nil, errors.New("need -peer-duration >= 1s, -peer-rounds >= 1, -low-requests >= 1, -litellm-workers >= 1, -profile-seconds >= 0, -idle >= 0")
 	}
+	if o.soakRate < 1 || o.soakDuration < time.Second || o.soakEvery < time.Second || o.soakEvery > o.soakDuration {
+		return nil, errors.New("need -soak-rate >= 1, -soak-duration >= 1s, -soak-every from 1s to -soak-duration")
+	}
 	for _, p := range o.paths {
 		if !slices.Contains(allPaths, p) {
 			return nil, fmt.Errorf("-only: unknown path %q (want %s)", p, strings.Join(allPaths, ", "))
@@ -271,7 +280,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.has("settle") && !slices.Contains(paths, pathTollway) {
 		paths = append(paths, pathTollway)
 	}
-	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") || o.has("observe") || o.has("peers") {
+	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") || o.has("observe") || o.has("peers") || o.has("soak") {
 		if o.envoyBin, err = envoy.FindBinary(o.envoyBin); err != nil {
 			return err
 		}
@@ -526,6 +535,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	if o.has("peers") {
 		if err := runPeers(ctx, o, dir, stdout, stderr); err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
+
+	if o.has("soak") {
+		if err := runSoak(ctx, o, dir, stdout, stderr); err != nil {
 			bad = append(bad, err.Error())
 		}
 	}
