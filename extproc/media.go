@@ -174,7 +174,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	if route != nil {
 		pin = "" // the route chooses providers itself (spec 4.1 rule 3)
 	}
-	if !x.key.allowsMedia(route, models) {
+	if !x.key.allowsModels(route, models) {
 		return x.fail(apiErr(http.StatusForbidden, "model_not_allowed", "this API key may not use %s", clip(modelID)))
 	}
 	// The candidates, in order: each model the body is valid for, with its providers that can

@@ -132,21 +132,20 @@ type keyInfo struct {
 func (k *keyInfo) allows(model string) bool { return k.models == nil || k.models[model] }
 
 // allowsPlan: a route is allowed when the key lists the route itself or every model it may use.
-func (k *keyInfo) allowsPlan(p *chatPlan) bool {
-	if k.models == nil || (p.route != nil && k.models[p.route.ID]) {
+func (k *keyInfo) allowsPlan(p *chatPlan) bool { return k.allowsModels(p.route, p.models) }
+
+// allowsModels: a request naming route r (nil: none) that may run models is allowed when the key
+// lists the route itself or every one of the models (chat and media requests alike).
+func (k *keyInfo) allowsModels(r *ir.Route, models []*model) bool {
+	if k.models == nil || (r != nil && k.models[r.ID]) {
 		return true
 	}
-	for _, m := range p.models {
+	for _, m := range models {
 		if !k.models[m.ID] {
 			return false
 		}
 	}
 	return true
-}
-
-// allowsMedia: a media create is allowed when the key lists its route or every model it may run.
-func (k *keyInfo) allowsMedia(r *ir.Route, models []*model) bool {
-	return k.allowsPlan(&chatPlan{route: r, models: models})
 }
 
 // Compile builds a Runtime from the IR and the key records. Revoked keys are left out.

@@ -143,6 +143,22 @@ func startTollway(ctx context.Context, bin, envoyBin, dir, fakeURL string, billi
 	return &tollway{Gateway: g, baseURL: g.BaseURL, billing: billing}, nil
 }
 
+// startTollwayTarget starts Tollway as startTollway does, funds the bench account and returns
+// the target named name that sends with its key (its client is the caller's to set). The caller
+// stops tw.
+func startTollwayTarget(ctx context.Context, bin, envoyBin, dir, fakeURL string, billing bool, extraEnv []string, name string) (*tollway, *target, error) {
+	tw, err := startTollway(ctx, bin, envoyBin, dir, fakeURL, billing, extraEnv)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := tw.newKey(ctx)
+	if err != nil {
+		tw.stop()
+		return nil, nil, err
+	}
+	return tw, &target{name: name, baseURL: tw.baseURL, auth: key, tw: tw}, nil
+}
+
 // newKey funds the bench account first (NewKey would create it with no credits), then creates
 // a key on it.
 func (t *tollway) newKey(ctx context.Context) (string, error) {

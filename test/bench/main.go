@@ -338,16 +338,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				procs[p] = []proc{self, {"envoy alone", pe.proc.Pid()}}
 				admins[p] = pe.admin
 			case pathTollway, pathTollwayOff:
-				tw, err := startTollway(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, p), fake.URL(), p == pathTollway, o.tollwayEnv)
+				tw, t, err := startTollwayTarget(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, p), fake.URL(), p == pathTollway, o.tollwayEnv, p)
 				if err != nil {
 					return err
 				}
 				defer tw.stop()
-				key, err := tw.newKey(ctx)
-				if err != nil {
-					return err
-				}
-				targets = append(targets, &target{name: p, baseURL: tw.baseURL, auth: key, tw: tw})
+				targets = append(targets, t)
 				procs[p] = []proc{self, {"tollway's envoy", tw.EnvoyPID}, {tollwayProc, tw.Pid()}}
 				admins[p] = tw.envoyAdmin()
 			}

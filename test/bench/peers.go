@@ -78,17 +78,13 @@ func runPeers(ctx context.Context, o *options, dir string, stdout, stderr io.Wri
 
 	// TOLLWAY_PPROF=1 serves /debug/pprof on the admin listener for the profiles at the end; it
 	// costs nothing until a profile is asked for.
-	tw, err := startTollway(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, "tollway"), fake.URL(), true, append([]string{pprofEnvVar + "=1"}, o.tollwayEnv...))
+	tw, t, err := startTollwayTarget(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, "tollway"), fake.URL(), true, append([]string{pprofEnvVar + "=1"}, o.tollwayEnv...), pathTollway)
 	if err != nil {
 		return err
 	}
 	defer tw.stop()
-	key, err := tw.newKey(ctx)
-	if err != nil {
-		return err
-	}
 	s.tw = tw
-	s.targets[pathTollway] = &target{name: pathTollway, baseURL: tw.baseURL, auth: key, tw: tw}
+	s.targets[pathTollway] = t
 	s.procs[pathTollway] = []proc{{procEnvoy, tw.EnvoyPID}, {procTollway, tw.Pid()}}
 
 	fmt.Fprintf(stderr, "bench: peers: starting LiteLLM (%s, %d workers) ...\n", llBin, o.litellmWorkers)

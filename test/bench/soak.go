@@ -41,16 +41,12 @@ func runSoak(ctx context.Context, o *options, dir string, stdout, stderr io.Writ
 		return err
 	}
 	defer fake.Close()
-	tw, err := startTollway(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, "tollway"), fake.URL(), true, o.tollwayEnv)
+	tw, t, err := startTollwayTarget(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, "tollway"), fake.URL(), true, o.tollwayEnv, pathTollway)
 	if err != nil {
 		return err
 	}
 	defer tw.stop()
-	key, err := tw.newKey(ctx)
-	if err != nil {
-		return err
-	}
-	t := &target{name: pathTollway, baseURL: tw.baseURL, auth: key, tw: tw, client: newClient(o.timeout)}
+	t.client = newClient(o.timeout)
 	if err := probe(ctx, t, chatBody); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 
 	"github.com/tollway/tollway/envoy"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 const bootstrapHelp = `  tollway bootstrap --node NAME [--listen HOST:PORT] [--control HOST] [--envoy-admin HOST:PORT]
@@ -37,7 +38,7 @@ func cmdBootstrap(_ context.Context, c *cli, args []string) error {
 	if !nodeName.MatchString(*node) {
 		return fmt.Errorf("%w: --node %q: give this Envoy a name of letters, digits, '.', '_' or '-' (at most 128), e.g. --node edge-1", ErrUsage, *node)
 	}
-	if *listen != "" && !validHostPort(*listen) {
+	if _, err := ir.ParseListen(*listen); *listen != "" && err != nil {
 		return fmt.Errorf("%w: --listen %q: want host:port, e.g. 0.0.0.0:8080", ErrUsage, *listen)
 	}
 	if _, port, err := net.SplitHostPort(*admin); err != nil || port == "" {

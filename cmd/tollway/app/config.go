@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -252,7 +250,7 @@ func (c *Config) Validate() error {
 	case envoyChild:
 	case envoyExternal:
 		for key, addr := range map[string]string{"listen.xds": c.Listen.XDS, "listen.extproc": c.Listen.ExtProc} {
-			if !validHostPort(addr) {
+			if _, err := ir.ParseListen(addr); err != nil { // its message names listen.public
 				errs = append(errs, fmt.Errorf("%s %q: want host:port to serve external Envoys on, e.g. 127.0.0.1:18000 (0.0.0.0:18000 for other hosts)", key, addr))
 			}
 		}
@@ -286,13 +284,6 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// validHostPort reports whether addr is host:port with a port from 1 to 65535.
-func validHostPort(addr string) bool {
-	_, port, err := net.SplitHostPort(addr)
-	n, perr := strconv.ParseUint(port, 10, 16)
-	return err == nil && perr == nil && n > 0
 }
 
 var envRef = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$`)
