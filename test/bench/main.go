@@ -14,6 +14,10 @@
 // written per second, read back from the admin API. After all load, every successful billed
 // request must have left exactly one durable record.
 //
+// -compare PATH adds a path to latency (and, named in -peer-paths, to peers): billing-on Tollway
+// from another binary, taking turns with the others in the same rounds, so a change is judged
+// against the binary before it under the same machine noise.
+//
 // Store (-scenarios store): the gateway's settler alone, in process: records queued as fast as
 // goroutines can, made durable in grouped transactions (durable settles per second; target >= 5,000/s).
 //
@@ -65,6 +69,7 @@ const (
 	pathEnvoy      = "envoy"
 	pathTollwayOff = "tollway-off"
 	pathTollway    = "tollway"
+	pathCompare    = "compare" // billing on, as tollway, but started from the -compare binary
 )
 
 var allPaths = []string{pathDirect, pathEnvoy, pathTollwayOff, pathTollway}
@@ -76,6 +81,8 @@ func label(path string) string {
 		return "tollway (billing on)"
 	case pathTollwayOff:
 		return "tollway (billing off)"
+	case pathCompare:
+		return "compare (billing on)"
 	}
 	return path
 }
@@ -108,6 +115,7 @@ type options struct {
 	modes       []string
 	scenarios   []string
 	tollwayBin  string
+	compareBin  string // -compare: "" is off
 	envoyBin    string
 	tollwayEnv  []string
 	envoyStats  bool
@@ -156,7 +164,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	scenarios := fs.String("scenarios", strings.Join(defaultScenarios, ","),
 		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off), peers (LiteLLM's proxy beside Tollway at -peer-rates and -low-rates, idle CPU, profiles), soak (a steady load for -soak-duration: heap, goroutines, fds, RSS, store size); peers and soak are not in the default set")
-	peerPathsFlag := fs.String("peer-paths", strings.Join(peerPaths, ","), "peers: comma-separated paths: "+strings.Join(peerPaths, ", ")+" (tollway = billing on)")
+	peerPathsFlag := fs.String("peer-paths", strings.Join(peerPaths, ","), "peers: comma-separated paths: "+strings.Join(peerPaths, ", ")+" (tollway = billing on), and compare with -compare")
 	peerRates := fs.String("peer-rates", "200,500,1000", "peers: comma-separated rates, req/s")
 	lowRates := fs.String("low-rates", "20,50", "peers: comma-separated low rates, req/s, each run for -low-requests per path and mode (empty: none)")
 	fs.IntVar(&o.soakRate, "soak-rate", 200, "soak: requests per second, steady")
@@ -193,6 +201,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.storeProducers, "store-producers", 64, "store: goroutines queueing records into the settler")
 	fs.DurationVar(&o.storeDuration, "store-duration", 3*time.Second, "store: duration")
 	fs.StringVar(&o.tollwayBin, "tollway", cmpStr(os.Getenv("TOLLWAY_BIN"), "bin/tollway"), "tollway binary")
+	fs.StringVar(&o.compareBin, "compare", "", "a second tollway binary: latency gains a path \"compare\", billing-on Tollway started from it, taking turns with the others (peers: name it in -peer-paths)")
 	fs.StringVar(&o.envoyBin, "envoy", "", "envoy binary (default: $ENVOY_BIN, $TOLLWAY_ENVOY_BIN, tools/, PATH)")
 	fs.Var((*listFlag)(&o.tollwayEnv), "tollway-env", "extra KEY=VALUE for the tollway processes, e.g. GOMAXPROCS=1 (repeatable)")
 	fs.StringVar(&o.stateDir, "state-dir", "", "where the gateways' stores and sockets go (default $TMPDIR); /dev/shm takes fsync's cost out, for diagnosis")
@@ -203,8 +212,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o.paths, o.modes, o.scenarios = strings.Split(*only, ","), strings.Split(*modes, ","), strings.Split(*scenarios, ",")
 	o.peerPaths = strings.Split(*peerPathsFlag, ",")
 	for _, p := range o.peerPaths {
-		if !slices.Contains(peerPaths, p) {
-			return nil, fmt.Errorf("-peer-paths: unknown path %q (want %s)", p, strings.Join(peerPaths, ", "))
+		if err := o.knownPath(p, peerPaths); err != nil {
+			return nil, fmt.Errorf("-peer-paths: %w", err)
 		}
 	}
 	if !slices.Contains(o.peerPaths, pathTollway) {
@@ -224,9 +233,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("need -soak-rate >= 1, -soak-duration >= 1s, -soak-every from 1s to -soak-duration")
 	}
 	for _, p := range o.paths {
-		if !slices.Contains(allPaths, p) {
-			return nil, fmt.Errorf("-only: unknown path %q (want %s)", p, strings.Join(allPaths, ", "))
+		if err := o.knownPath(p, allPaths); err != nil {
+			return nil, fmt.Errorf("-only: %w", err)
 		}
+	}
+	if o.compareBin != "" && !slices.Contains(o.paths, pathCompare) {
+		o.paths = append(o.paths, pathCompare) // after tollway by default: the two take adjacent turns
 	}
 	for _, m := range o.modes {
 		if m != "chat" && m != "stream" {
@@ -251,6 +263,40 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("need -settle-rate > 0, -settle-duration >= 1s, -settle-wait >= 1s, -store-producers > 0, -store-duration >= 1s")
 	}
 	return o, nil
+}
+
+// knownPath checks a path named in -only or -peer-paths: one of valid, or compare with -compare.
+func (o *options) knownPath(p string, valid []string) error {
+	switch {
+	case slices.Contains(valid, p):
+		return nil
+	case p == pathCompare && o.compareBin == "":
+		return errors.New("path compare needs -compare PATH")
+	case p == pathCompare:
+		return nil
+	}
+	return fmt.Errorf("unknown path %q (want %s)", p, strings.Join(valid, ", "))
+}
+
+// binFor is the tollway binary a path runs: compare's is -compare.
+func (o *options) binFor(path string) string {
+	if path == pathCompare {
+		return o.compareBin
+	}
+	return o.tollwayBin
+}
+
+// isTollway tells the paths that run `tollway run` (and its Envoy) from the others.
+func isTollway(path string) bool {
+	return path == pathTollway || path == pathTollwayOff || path == pathCompare
+}
+
+// binNote names the binary after a Tollway target's address when two binaries are in the run.
+func (o *options) binNote(path string) string {
+	if o.compareBin == "" || !isTollway(path) {
+		return ""
+	}
+	return "  (" + o.binFor(path) + ")"
 }
 
 var (
@@ -286,13 +332,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	// Children run in their own directories: relative binary paths must not depend on that.
-	for _, bin := range []*string{&o.tollwayBin, &o.envoyBin} {
+	for _, bin := range []*string{&o.tollwayBin, &o.envoyBin, &o.compareBin} {
 		if abs, err := filepath.Abs(*bin); err == nil && *bin != "" {
 			*bin = abs
 		}
 	}
 	if _, err := os.Stat(o.tollwayBin); err != nil && (slices.Contains(paths, pathTollway) || slices.Contains(paths, pathTollwayOff) || o.has("peers")) {
 		return fmt.Errorf("tollway binary: %w (run `make build` or set TOLLWAY_BIN)", err)
+	}
+	if _, err := os.Stat(o.compareBin); err != nil && o.compareBin != "" {
+		return fmt.Errorf("-compare: %w", err)
 	}
 	dir, err := os.MkdirTemp(o.stateDir, "tollway-bench-")
 	if err != nil {
@@ -307,6 +356,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.has("latency") {
 		fmt.Fprintf(stdout, "latency load: %d req/s fixed rate for %s per scenario (%d rounds of %s, paths taking turns) after a %s warm-up (discarded); fake provider chunk delay %s; HTTP/1.1 keep-alive client\n",
 			o.rate, o.duration, o.rounds, o.duration/time.Duration(o.rounds), o.warmup, o.chunkDelay)
+		if o.compareBin != "" {
+			fmt.Fprintf(stdout, "compare (billing on): %s, configured and funded as tollway (billing on), %s, taking turns in the same rounds\n", o.compareBin, o.tollwayBin)
+		}
 	}
 
 	var (
@@ -337,8 +389,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				targets = append(targets, &target{name: p, baseURL: pe.baseURL, auth: providerKey})
 				procs[p] = []proc{self, {"envoy alone", pe.proc.Pid()}}
 				admins[p] = pe.admin
-			case pathTollway, pathTollwayOff:
-				tw, t, err := startTollwayTarget(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, p), fake.URL(), p == pathTollway, o.tollwayEnv, p)
+			case pathTollway, pathTollwayOff, pathCompare:
+				tw, t, err := startTollwayTarget(ctx, o.binFor(p), o.envoyBin, filepath.Join(dir, p), fake.URL(), p != pathTollwayOff, o.tollwayEnv, p)
 				if err != nil {
 					return err
 				}
@@ -359,7 +411,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					idleRSS[p.pid] = m.rss
 				}
 			}
-			fmt.Fprintf(stdout, "%-22s %s\n", label(t.name), t.baseURL)
+			fmt.Fprintf(stdout, "%-22s %s%s\n", label(t.name), t.baseURL, o.binNote(t.name))
 		}
 	}
 	byPath := func(p string) *target {

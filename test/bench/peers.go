@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,9 @@ import (
 const pathLiteLLM = "litellm"
 
 var peerPaths = []string{pathDirect, pathEnvoy, pathTollway, pathLiteLLM}
+
+// peerTollways are the Tollway peers: compare runs only when -peer-paths names it.
+var peerTollways = []string{pathTollway, pathCompare}
 
 // Process names in the peers tables: Envoy and Tollway apart, LiteLLM's workers summed.
 const (
@@ -77,15 +81,20 @@ func runPeers(ctx context.Context, o *options, dir string, stdout, stderr io.Wri
 	s.procs[pathEnvoy] = []proc{{procEnvoy, pe.proc.Pid()}}
 
 	// TOLLWAY_PPROF=1 serves /debug/pprof on the admin listener for the profiles at the end; it
-	// costs nothing until a profile is asked for.
-	tw, t, err := startTollwayTarget(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, "tollway"), fake.URL(), true, append([]string{pprofEnvVar + "=1"}, o.tollwayEnv...), pathTollway)
-	if err != nil {
-		return err
+	// costs nothing until a profile is asked for. compare runs exactly as tollway, from -compare.
+	for _, p := range peerTollways {
+		if p == pathCompare && !slices.Contains(o.peerPaths, p) {
+			continue
+		}
+		tw, t, err := startTollwayTarget(ctx, o.binFor(p), o.envoyBin, filepath.Join(dir, p), fake.URL(), true, append([]string{pprofEnvVar + "=1"}, o.tollwayEnv...), p)
+		if err != nil {
+			return err
+		}
+		defer tw.stop()
+		s.targets[p] = t
+		s.procs[p] = []proc{{procEnvoy, tw.EnvoyPID}, {procTollway, tw.Pid()}}
 	}
-	defer tw.stop()
-	s.tw = tw
-	s.targets[pathTollway] = t
-	s.procs[pathTollway] = []proc{{procEnvoy, tw.EnvoyPID}, {procTollway, tw.Pid()}}
+	s.tw = s.targets[pathTollway].tw
 
 	fmt.Fprintf(stderr, "bench: peers: starting LiteLLM (%s, %d workers) ...\n", llBin, o.litellmWorkers)
 	ll, err := startLiteLLM(ctx, llBin, filepath.Join(dir, "litellm"), fake.URL(), o.litellmWorkers)
@@ -108,7 +117,7 @@ func runPeers(ctx context.Context, o *options, dir string, stdout, stderr io.Wri
 				s.idleRSS[peerProcLabel(p, pr)] = m
 			}
 		}
-		fmt.Fprintf(stdout, "%-22s %s\n", peerLabel(p), t.baseURL)
+		fmt.Fprintf(stdout, "%-22s %s%s\n", peerLabel(p), t.baseURL, o.binNote(p))
 	}
 	ver, _ := exec.Command(filepath.Join(filepath.Dir(llBin), "python"), "-c", "import importlib.metadata as m; print(m.version('litellm'))").Output()
 	fmt.Fprintf(stdout, "litellm %s: %d worker(s), master key (no database: no virtual keys), offline (local cost map, HF hub offline, telemetry off)\n",
@@ -155,11 +164,17 @@ func runPeers(ctx context.Context, o *options, dir string, stdout, stderr io.Wri
 		}
 	}
 
-	c := checkRecords(ctx, s.targets[pathTollway], o.settleWait)
-	reportRecords(stdout, []*recordCheck{c})
-	if c.err != nil {
-		bad = append(bad, "usage records: "+c.err.Error())
+	var checks []*recordCheck
+	for _, p := range peerTollways {
+		if t := s.targets[p]; t != nil {
+			c := checkRecords(ctx, t, o.settleWait)
+			checks = append(checks, c)
+			if c.err != nil {
+				bad = append(bad, "usage records: "+c.err.Error())
+			}
+		}
 	}
+	reportRecords(stdout, checks)
 	if len(bad) > 0 {
 		return fmt.Errorf("%s", strings.Join(bad, "; "))
 	}
@@ -180,8 +195,8 @@ func peerProcLabel(path string, p proc) string {
 	if p.name == procEnvoy && path == pathEnvoy {
 		return "envoy alone"
 	}
-	if path == pathTollway {
-		return "tollway: " + p.name
+	if isTollway(path) {
+		return path + ": " + p.name
 	}
 	return p.name
 }
@@ -273,7 +288,7 @@ func perReq(d time.Duration, r *result) float64 {
 }
 
 func reportPeers(w io.Writer, what, mode string, rate int, dur time.Duration, rounds int, runs []*peerRun, s *peerSetup) {
-	var direct, tw, ll *peerRun
+	var direct, tw, ll, cmp *peerRun
 	for _, r := range runs {
 		switch r.path {
 		case pathDirect:
@@ -282,6 +297,8 @@ func reportPeers(w io.Writer, what, mode string, rate int, dur time.Duration, ro
 			tw = r
 		case pathLiteLLM:
 			ll = r
+		case pathCompare:
+			cmp = r
 		}
 	}
 	pick := func(r *result) []time.Duration { return r.lat }
@@ -362,6 +379,13 @@ func reportPeers(w io.Writer, what, mode string, rate int, dur time.Duration, ro
 			fmt.Fprintf(w, "litellm / tollway: n/a (litellm served %d of %d requests)\n", len(ll.res.lat), ll.res.requests)
 		}
 	}
+	if tw != nil && cmp != nil {
+		var d *result
+		if direct != nil {
+			d = direct.res
+		}
+		fmt.Fprintln(w, versus(pick, d, tw.res, cmp.res, perReq(cpuTotal(tw), tw.res), perReq(cpuTotal(cmp), cmp.res)))
+	}
 }
 
 // peerIdle measures every gateway doing nothing for -idle: CPU as a share of one core.
@@ -372,14 +396,14 @@ func peerIdle(ctx context.Context, o *options, s *peerSetup, stdout, stderr io.W
 	fmt.Fprintf(stderr, "bench: peers: idle for %s ...\n", o.idle)
 	time.Sleep(2 * time.Second) // past the probes' and the start-up's last work
 	type row struct {
-		label string
-		p     proc
-		c0    time.Duration
+		path, label string
+		p           proc
+		c0          time.Duration
 	}
 	var rows []row
-	for _, p := range []string{pathTollway, pathEnvoy, pathLiteLLM} {
+	for _, p := range []string{pathTollway, pathCompare, pathEnvoy, pathLiteLLM} {
 		for _, pr := range s.procs[p] {
-			rows = append(rows, row{peerProcLabel(p, pr), pr, procCPU(pr)})
+			rows = append(rows, row{p, peerProcLabel(p, pr), pr, procCPU(pr)})
 		}
 	}
 	start := time.Now()
@@ -391,16 +415,20 @@ func peerIdle(ctx context.Context, o *options, s *peerSetup, stdout, stderr io.W
 	el := time.Since(start)
 	fmt.Fprintf(stdout, "\n== idle: no requests for %s, CPU as %% of one core (user+sys; resolution %s of CPU = %.2f%%) ==\n",
 		o.idle.Round(time.Second), clockTick, 100*float64(clockTick)/float64(el))
-	var gw time.Duration
+	gw := map[string]time.Duration{} // Envoy + Tollway, per Tollway path
 	for _, r := range rows {
 		c := procCPU(r.p) - r.c0
-		if strings.HasPrefix(r.label, "tollway: ") {
-			gw += c
+		if isTollway(r.path) {
+			gw[r.path] += c
 		}
 		m, _ := procMem(r.p)
 		fmt.Fprintf(stdout, "%-22s %6.2f%%   RSS %6.1f MiB, PSS %6.1f MiB\n", r.label, 100*float64(c)/float64(el), mib(m.rss), mib(m.pss))
 	}
-	fmt.Fprintf(stdout, "%-22s %6.2f%%\n", "tollway: envoy+tollway", 100*float64(gw)/float64(el))
+	for _, p := range peerTollways {
+		if s.procs[p] != nil {
+			fmt.Fprintf(stdout, "%-22s %6.2f%%\n", p+": envoy+tollway", 100*float64(gw[p])/float64(el))
+		}
+	}
 	return nil
 }
 
@@ -408,7 +436,7 @@ func reportPeerMemory(w io.Writer, o *options, s *peerSetup) {
 	fmt.Fprintf(w, "\n== peers: memory, MiB: VmRSS when ready, after all load, peak (VmHWM); PSS after all load (litellm: its %d worker(s) and parent summed) ==\n", o.litellmWorkers)
 	fmt.Fprintf(w, "%-26s %7s %7s %7s %7s\n", "process", "ready", "after", "peak", "pss")
 	after := map[string][2]int64{} // path -> RSS, PSS after all load, KiB
-	for _, p := range []string{pathTollway, pathEnvoy, pathLiteLLM} {
+	for _, p := range []string{pathTollway, pathCompare, pathEnvoy, pathLiteLLM} {
 		var sum0, sum1, sumHWM, sumPSS int64
 		for _, pr := range s.procs[p] {
 			l := peerProcLabel(p, pr)

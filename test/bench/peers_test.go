@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,5 +55,20 @@ func TestProcessGroupSumsItsMembers(t *testing.T) {
 	}
 	if m, err := procMem(proc{"group", -pgid}); err != nil || m.rss <= 0 || m.pss <= 0 {
 		t.Fatalf("group memory: %+v %v", m, err)
+	}
+}
+
+func TestCompareAddsALatencyPathAndNeedsItsBinary(t *testing.T) {
+	o, err := parseFlags([]string{"-compare", "old/tollway"}, &strings.Builder{})
+	if err != nil || !slices.Equal(o.paths, append(slices.Clone(allPaths), pathCompare)) || o.binFor(pathCompare) != "old/tollway" {
+		t.Fatalf("-compare: paths %v, err %v", o.paths, err)
+	}
+	if o, err := parseFlags(nil, &strings.Builder{}); err != nil || slices.Contains(o.paths, pathCompare) {
+		t.Fatalf("no -compare: paths %v, err %v", o.paths, err)
+	}
+	for _, args := range [][]string{{"-only", "tollway,compare"}, {"-peer-paths", "tollway,compare"}} {
+		if _, err := parseFlags(args, &strings.Builder{}); err == nil {
+			t.Fatalf("%v accepted without -compare", args)
+		}
 	}
 }

@@ -159,6 +159,34 @@ func report(w io.Writer, o *options, all []*scenario) {
 		fmt.Fprintln(w, "   noise at this load, so it is shown above and not judged; -rate 200 -chunk-delay 5ms isolates the per-chunk cost)")
 	}
 
+	// The -compare binary against this one: the same billing-on gateway in the same rounds.
+	// Gateway CPU only (its Envoy + Tollway): the bench's own is the same load for both.
+	gwCPU := func(s *scenario) float64 {
+		var d time.Duration
+		for n, c := range s.cpu {
+			if n != selfProc {
+				d += c
+			}
+		}
+		return perReq(d, s.res)
+	}
+	header = false
+	for _, m := range metrics {
+		tw, c := find(m.mode, pathTollway), find(m.mode, pathCompare)
+		if tw == nil || c == nil || m.name == "stream total" { // the provider's pacing, as above
+			continue
+		}
+		if !header {
+			fmt.Fprintf(w, "\n== tollway (billing on, %s) vs compare (billing on, %s): same config, same rounds; ratio < 1: tollway lower ==\n", o.tollwayBin, o.compareBin)
+			header = true
+		}
+		var direct *result
+		if d := find(m.mode, pathDirect); d != nil {
+			direct = d.res
+		}
+		fmt.Fprintf(w, "%-20s %s\n", m.name, versus(m.pick, direct, tw.res, c.res, gwCPU(tw), gwCPU(c)))
+	}
+
 	// CPU per request shows who pays for the overhead on this small machine.
 	var names []string
 	for _, s := range all {
@@ -209,6 +237,29 @@ func report(w io.Writer, o *options, all []*scenario) {
 	}
 }
 
+// versus is tollway against compare: latency added over direct (plain latency when direct was
+// not measured) at p50 and p99, and CPU per request (us), each as tollway's vs compare's and the
+// ratio of the two. pick chooses the latency (whole request or first event).
+func versus(pick func(*result) []time.Duration, direct, tw, cmp *result, twCPU, cmpCPU float64) string {
+	var d50, d99 time.Duration
+	what, show := "", ms
+	if direct != nil && len(pick(direct)) > 0 {
+		d50, d99, what, show = pct(pick(direct), .5), pct(pick(direct), .99), " added", plusMS
+	}
+	x := func(a, b float64) string {
+		if b <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", a/b)
+	}
+	lat := func(q float64, base time.Duration) string {
+		t, c := pct(pick(tw), q)-base, pct(pick(cmp), q)-base
+		return fmt.Sprintf("%s vs %s ms (%s)", show(t), show(c), x(float64(t), float64(c)))
+	}
+	return fmt.Sprintf("tollway vs compare: p50%s %s, p99%s %s, CPU per request %.0f vs %.0f us (%s)",
+		what, lat(.5, d50), what, lat(.99, d99), twCPU, cmpCPU, x(twCPU, cmpCPU))
+}
+
 // printMemory reports the resident memory of every process after the load, Tollway's first.
 func printMemory(w io.Writer, paths []string, procs map[string][]proc, idle map[int]int64) {
 	fmt.Fprintf(w, "\n== memory after the load: VmRSS = anon + file (peak VmHWM) [VmRSS when ready, before any load] ==\n")
@@ -218,7 +269,7 @@ func printMemory(w io.Writer, paths []string, procs map[string][]proc, idle map[
 	}
 	var rows []row
 	seen := map[int]bool{}
-	order := []string{pathTollway, pathTollwayOff, pathEnvoy, pathDirect}
+	order := []string{pathTollway, pathCompare, pathTollwayOff, pathEnvoy, pathDirect}
 	paths = slices.Clone(paths)
 	slices.SortStableFunc(paths, func(a, b string) int { return cmp.Compare(slices.Index(order, a), slices.Index(order, b)) })
 	for _, path := range paths {
@@ -228,7 +279,7 @@ func printMemory(w io.Writer, paths []string, procs map[string][]proc, idle map[
 			}
 			seen[p.pid] = true
 			name := p.name
-			if (path == pathTollway || path == pathTollwayOff) && p.name != selfProc {
+			if isTollway(path) && p.name != selfProc {
 				name = label(path) + ": " + p.name
 			}
 			rows = append(rows, row{name, p})
