@@ -271,7 +271,7 @@ func TestIstioEnvoyFilter(t *testing.T) {
 	if err := xds.Validate(got); err != nil {
 		t.Fatalf("the filter fails Envoy's validation rules: %v", err)
 	}
-	want := translator.ExtProc()
+	want := translator.MeshExtProc()
 	want.GetGrpcService().GetEnvoyGrpc().ClusterName = "outbound|18001||tollway-control.tollway.svc.cluster.local"
 	if !proto.Equal(got, want) {
 		t.Fatalf("the mesh filter drifted from the one Tollway runs:\nwant %v\ngot  %v", want, got)

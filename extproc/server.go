@@ -24,12 +24,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
 
 const (
-	chatPath   = "/v1/chat/completions"
+	chatPath   = ir.ChatPath
 	modelsPath = "/v1/models"
 )
 
@@ -134,6 +135,13 @@ type exchange struct {
 
 	pay *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
 
+	// headers are the client's request headers, for a request rewritten here for its provider
+	// (direct): the ones a provider must not see are removed then.
+	headers *extprocv3.HttpHeaders
+	// ownRoutes: the Envoy runs Tollway's routes and clusters (ir.PhaseRouter), so a request
+	// may be rewritten here and sent to its provider's cluster (direct).
+	ownRoutes bool
+
 	out Outcome // what the observer hears when the stream ends (filled only with one)
 
 	// For the access log (accesslog.go): the bill once settled, a task's model.
@@ -155,10 +163,16 @@ func (x *exchange) served(v string) {
 
 // Process handles one HTTP request's stream of messages from Envoy.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	if md, ok := metadata.FromIncomingContext(stream.Context()); ok && len(md.Get(ir.PhaseMetadata)) > 0 && md.Get(ir.PhaseMetadata)[0] == ir.PhaseUpstream {
+	var phase string
+	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
+		if v := md.Get(ir.PhaseMetadata); len(v) > 0 {
+			phase = v[0]
+		}
+	}
+	if phase == ir.PhaseUpstream {
 		return s.processAttempt(stream)
 	}
-	x := &exchange{s: s, rt: s.runtime.Load(), send: stream.Send}
+	x := &exchange{s: s, rt: s.runtime.Load(), send: stream.Send, ownRoutes: phase == ir.PhaseRouter}
 	handle := func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		x.msgs++
 		var resp *extprocv3.ProcessingResponse
@@ -277,6 +291,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
+	x.headers = h
 	if path == modelsPath || strings.HasPrefix(path, modelsPath+"/") {
 		if method != http.MethodGet {
 			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", clip(method), clip(path)))
@@ -414,6 +429,12 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if e := x.admit(b.GetBody()); e != nil {
 		return x.fail(e)
 	}
+	if x.s.obs != nil {
+		x.out.Routed = time.Now()
+	}
+	if p, m := x.rt.directTarget(plan); p != nil && x.ownRoutes {
+		return x.direct(b.GetBody(), p, m)
+	}
 	// The body goes on unchanged: each attempt's upstream ext_proc rewrites it for its provider.
 	set := []*corev3.HeaderValueOption{
 		setHeader(ir.ClusterHeader, plan.cluster),
@@ -426,16 +447,79 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if x.pay != nil {
 		set = append(set, setHeader(":path", chatPath)) // routed as the business API it runs
 	}
-	if x.s.obs != nil {
-		x.out.Routed = time.Now()
-	}
+	return routed(&extprocv3.HeaderMutation{SetHeaders: set}, nil)
+}
+
+// routed lets a request go on to the cluster its header mutation names.
+func routed(mut *extprocv3.HeaderMutation, body *extprocv3.BodyMutation) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
+			HeaderMutation: mut,
+			BodyMutation:   body,
 			// The cluster header picks the cluster, so the route chosen before it was set is void.
 			ClearRouteCache: true,
 		}},
 	}}
+}
+
+// directTarget is the one attempt of a plan when its provider is rewritten for here
+// (ir.Provider.DirectChat): a chain of one, or a request pinned to the provider.
+func (rt *Runtime) directTarget(plan *chatPlan) (*ir.Provider, *model) {
+	if plan.attempts != 1 {
+		return nil, nil
+	}
+	var p *ir.Provider
+	m := plan.model
+	if plan.pinned != "" {
+		p = rt.providers[plan.pinned]
+	} else if ch := rt.chains[plan.cluster]; len(ch) == 1 {
+		p, m = rt.providers[ch[0].Provider], rt.models[ch[0].Model]
+	}
+	if p == nil || m == nil || !p.DirectChat() {
+		return nil, nil
+	}
+	return p, m
+}
+
+// direct rewrites a request of one attempt for its provider here, as the per-attempt filter
+// would (attempt.requestBody), and sends it to the provider's own cluster, which runs no
+// per-attempt filter: one ext_proc stream per request instead of two. Envoy makes no retry
+// (x-envoy-max-retries 0, as for any chain of one).
+func (x *exchange) direct(body []byte, p *ir.Provider, m *model) *extprocv3.ProcessingResponse {
+	up, _, err := x.rt.attempt(body, m, p)
+	if errors.Is(err, provider.ErrBadRequest) {
+		return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%v", err))
+	}
+	if err != nil {
+		x.s.log.Error("direct rewrite failed", "provider", p.Name, "error", err)
+		return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway could not rewrite the request for provider %s; retry, and report it if it persists", p.Name))
+	}
+	x.plan.model = m // the model that runs, when the chain's one target is a later model of a route
+	set := []*corev3.HeaderValueOption{
+		setHeader(ir.ClusterHeader, p.ClusterName()),
+		setHeader("x-envoy-max-retries", "0"),
+		setHeader(":path", p.BasePath+up.Path), // the client's path, its query string dropped
+		setHeader(":authority", p.Authority()),
+		setHeader("content-length", strconv.Itoa(len(up.Body))),
+	}
+	var remove []string
+	for _, k := range sortedKeys(up.Headers) {
+		if v := up.Headers[k]; v != "" {
+			set = append(set, setHeader(k, v))
+		} else {
+			remove = append(remove, k)
+		}
+	}
+	// Envoy applies removals after sets: a header the provider gets from the adapter (its
+	// credential) is not removed as the client's. x-forwarded-proto stays for the route to
+	// remove: Envoy finds no route at all for a request without it.
+	for _, hv := range x.headers.GetHeaders().GetHeaders() {
+		if _, own := up.Headers[hv.Key]; upstreamDropped(hv.Key) && !own && hv.Key != "x-forwarded-proto" {
+			remove = append(remove, hv.Key)
+		}
+	}
+	return routed(&extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
+		&extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: up.Body}})
 }
 
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {

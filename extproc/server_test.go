@@ -171,10 +171,20 @@ type stream struct {
 	s extprocv3.ExternalProcessor_ProcessClient
 }
 
+// open starts a router-level stream as Tollway's own Envoys do (translator.ExtProc).
 func (e *envoy) open() *stream {
+	e.t.Helper()
+	return e.openPhase(ir.PhaseRouter)
+}
+
+// openPhase starts a stream with the phase metadata ("": an Istio sidecar's filter, MeshExtProc).
+func (e *envoy) openPhase(phase string) *stream {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	e.t.Cleanup(cancel)
+	if phase != "" {
+		ctx = grpcmd.AppendToOutgoingContext(ctx, ir.PhaseMetadata, phase)
+	}
 	s, err := e.client.Process(ctx)
 	if err != nil {
 		e.t.Fatalf("Process: %v", err)
@@ -212,6 +222,52 @@ func (s *stream) close() {
 	}
 }
 
+// TestMeshFilterRewritesNothing: in an Envoy whose routes are not Tollway's (the Istio shape,
+// translator.MeshExtProc, no phase metadata), a request of one attempt on an OpenAI-shaped
+// provider is not rewritten: the mesh routes it as the client sent it, and the provider's
+// credential never goes where the mesh sends it.
+func TestMeshFilterRewritesNothing(t *testing.T) {
+	e := startServer(t, testRuntime())
+	for _, phase := range []string{"", ir.PhaseRouter} {
+		s := e.openPhase(phase)
+		s.roundTrip(chatHeaders("Bearer "+validSecret, "req-mesh", false))
+		rb := s.roundTrip(requestBody(`{"model":"free","messages":[{"role":"user","content":"hi"}]}`)).GetRequestBody().GetResponse()
+		set := setHeaders(t, rb.GetHeaderMutation())
+		rewritten := rb.GetBodyMutation() != nil || set[":authority"] != "" || set[":path"] != ""
+		if phase == "" && (rewritten || set[ir.ClusterHeader] != "chain.model.free") {
+			t.Errorf("mesh filter: body rewritten %v, headers %v; want the request as sent, cluster chain.model.free", rb.GetBodyMutation() != nil, set)
+		}
+		if phase == ir.PhaseRouter && (!rewritten || set[ir.ClusterHeader] != "provider.local") {
+			t.Errorf("Tollway's own filter: rewritten %v, cluster %q; want the direct rewrite to provider.local", rewritten, set[ir.ClusterHeader])
+		}
+	}
+}
+
+// playAttempt plays one attempt's upstream ext_proc stream on provider's endpoint of the chain of
+// catalog model chain, and hands its rewrite (the request body's answer) to check.
+func playAttempt(t *testing.T, e *envoy, raw bool, requestID, provider, chain, body string, check func(*extprocv3.CommonResponse)) {
+	t.Helper()
+	a := e.openAttempt(provider, chain)
+	h := chatHeaders("Bearer "+validSecret, requestID, raw)
+	hs := h.GetRequestHeaders().GetHeaders()
+	hs.Headers = append(hs.Headers, hdr("x-envoy-expected-rq-timeout-ms", "60000", raw), hdr("x-envoy-internal", "true", raw), hdr(ir.ModelHeader, "gpt", raw))
+	resp := a.roundTrip(h)
+	if resp.GetRequestHeaders() == nil {
+		t.Fatalf("attempt headers answered with %v", resp)
+	}
+	// An OpenAI-shaped answer needs nothing from the attempt filter: a 401 arrives through the
+	// router's refusal log, so the response headers are skipped.
+	if m := resp.GetModeOverride(); m.GetResponseHeaderMode() != extprocv3filter.ProcessingMode_SKIP || m.GetRequestBodyMode() != extprocv3filter.ProcessingMode_BUFFERED {
+		t.Errorf("an OpenAI attempt must skip response headers and keep the buffered body: %v", m)
+	}
+	if rm := resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, "x-envoy-expected-rq-timeout-ms") || !contains(rm, "x-envoy-internal") || !contains(rm, ir.ModelHeader) {
+		t.Errorf("attempt removes %v; no x-envoy-* or x-tollway-* header may reach a provider", rm)
+	}
+	resp = a.roundTrip(requestBody(body))
+	check(resp.GetRequestBody().GetResponse())
+	a.close()
+}
+
 // TestProcessChatFlow plays both filters Envoy runs: the router-level ext_proc picks the chain
 // and leaves the body alone; the upstream ext_proc of an attempt rewrites it for the endpoint's
 // provider and reports which attempt answered; the router-level one shapes errors.
@@ -229,6 +285,7 @@ func TestProcessChatFlow(t *testing.T) {
 		path       string
 		authority  string
 		removed    string // x-tollway-removed-params on the response, "" = absent
+		direct     bool   // one attempt on an OpenAI-shaped provider: rewritten by the router-level filter
 		errStatus  string
 		errBody    string
 		wantCode   string
@@ -245,7 +302,7 @@ func TestProcessChatFlow(t *testing.T) {
 		{
 			name: "string values, keyless provider", raw: false,
 			body:    `{"model":"free","messages":[{"role":"user","content":"hi"}],"top_k":3}`,
-			cluster: "chain.model.free", attempts: "0", provider: "local", model: "qwen2.5:7b", auth: "",
+			cluster: "provider.local", attempts: "0", provider: "local", model: "qwen2.5:7b", auth: "", direct: true,
 			path: "/v1/chat/completions", authority: "127.0.0.1:11434",
 			errStatus: "500", errBody: "Internal Server Error",
 			wantCode: "upstream_error", wantErrMsg: "provider local answered HTTP 500: Internal Server Error",
@@ -266,7 +323,7 @@ func TestProcessChatFlow(t *testing.T) {
 				s := e.open()
 				h := chatHeaders("Bearer "+validSecret, requestID, tt.raw)
 				hs := h.GetRequestHeaders().GetHeaders()
-				for _, k := range []string{"x-tollway-phase", "x-tollway-provider", "x-envoy-original-path", "x-envoy-max-retries", "x-envoy-upstream-rq-timeout-ms", "x-envoy-internal"} {
+				for _, k := range []string{"x-tollway-phase", "x-tollway-provider", "x-envoy-original-path", "x-envoy-max-retries", "x-envoy-upstream-rq-timeout-ms", "x-envoy-internal", "openai-organization", "cookie", "x-forwarded-proto"} {
 					hs.Headers = append(hs.Headers, hdr(k, "1", tt.raw))
 				}
 				resp := s.roundTrip(h)
@@ -292,66 +349,61 @@ func TestProcessChatFlow(t *testing.T) {
 				if !rb.GetClearRouteCache() {
 					t.Error("ClearRouteCache = false; the route must be recomputed after the cluster header is set")
 				}
-				if rb.GetBodyMutation() != nil {
-					t.Error("the router-level filter rewrote the body; attempts rewrite it")
-				}
 				set := setHeaders(t, rb.GetHeaderMutation())
 				if set[ir.ClusterHeader] != tt.cluster || set["x-envoy-max-retries"] != tt.attempts {
 					t.Errorf("cluster %q retries %q, want %q %q", set[ir.ClusterHeader], set["x-envoy-max-retries"], tt.cluster, tt.attempts)
 				}
-
-				// The attempt, on the endpoint Envoy picked.
-				a := e.openAttempt(tt.provider, strings.TrimPrefix(tt.cluster, "chain.model."))
-				h = chatHeaders("Bearer "+validSecret, requestID, tt.raw)
-				hs = h.GetRequestHeaders().GetHeaders()
-				hs.Headers = append(hs.Headers, hdr("x-envoy-expected-rq-timeout-ms", "60000", tt.raw), hdr("x-envoy-internal", "true", tt.raw), hdr(ir.ModelHeader, "gpt", tt.raw))
-				resp = a.roundTrip(h)
-				if resp.GetRequestHeaders() == nil {
-					t.Fatalf("attempt headers answered with %v", resp)
-				}
-				// An OpenAI-shaped answer needs nothing from the attempt filter: a 401 arrives
-				// through the router's refusal log, so the response headers are skipped.
-				if m := resp.GetModeOverride(); m.GetResponseHeaderMode() != extprocv3filter.ProcessingMode_SKIP || m.GetRequestBodyMode() != extprocv3filter.ProcessingMode_BUFFERED {
-					t.Errorf("an OpenAI attempt must skip response headers and keep the buffered body: %v", m)
-				}
-				if rm := resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, "x-envoy-expected-rq-timeout-ms") || !contains(rm, "x-envoy-internal") || !contains(rm, ir.ModelHeader) {
-					t.Errorf("attempt removes %v; no x-envoy-* or x-tollway-* header may reach a provider", rm)
-				}
-				resp = a.roundTrip(requestBody(tt.body))
-				ab := resp.GetRequestBody().GetResponse()
-				body := ab.GetBodyMutation().GetBody()
-				up := decodeObject(t, body)
-				if got := jsonString(t, up["model"]); got != tt.model {
-					t.Errorf("upstream model = %q, want %q", got, tt.model)
-				}
-				if _, ok := up["top_k"]; ok && tt.removed != "" {
-					t.Errorf("unsupported top_k forwarded: %s", body)
-				}
-				aset := setHeaders(t, ab.GetHeaderMutation())
-				if aset[":path"] != tt.path || aset[":authority"] != tt.authority || aset["content-length"] != strconv.Itoa(len(body)) {
-					t.Errorf(":path %q :authority %q content-length %q (body %d)", aset[":path"], aset[":authority"], aset["content-length"], len(body))
-				}
-				removed := ab.GetHeaderMutation().GetRemoveHeaders()
-				if tt.auth == "" {
-					if _, ok := aset["authorization"]; ok || !contains(removed, "authorization") {
-						t.Errorf("keyless provider: authorization set=%q removed=%v; the client's key must be removed", aset["authorization"], removed)
+				// The provider's request, from whichever filter rewrote it.
+				checkRewrite := func(ab *extprocv3.CommonResponse, direct bool) {
+					body := ab.GetBodyMutation().GetBody()
+					up := decodeObject(t, body)
+					if got := jsonString(t, up["model"]); got != tt.model {
+						t.Errorf("upstream model = %q, want %q", got, tt.model)
 					}
-				} else if aset["authorization"] != tt.auth || contains(removed, "authorization") {
-					t.Errorf("authorization = %q (removed %v), want %q", aset["authorization"], removed, tt.auth)
-				}
-				for k, v := range aset {
-					if strings.Contains(v, validSecret) {
-						t.Errorf("client API key forwarded upstream in %s", k)
+					if _, ok := up["top_k"]; ok && tt.removed != "" {
+						t.Errorf("unsupported top_k forwarded: %s", body)
+					}
+					aset := setHeaders(t, ab.GetHeaderMutation())
+					if aset[":path"] != tt.path || aset[":authority"] != tt.authority || aset["content-length"] != strconv.Itoa(len(body)) {
+						t.Errorf(":path %q :authority %q content-length %q (body %d)", aset[":path"], aset[":authority"], aset["content-length"], len(body))
+					}
+					removed := ab.GetHeaderMutation().GetRemoveHeaders()
+					if tt.auth == "" {
+						if _, ok := aset["authorization"]; ok || !contains(removed, "authorization") {
+							t.Errorf("keyless provider: authorization set=%q removed=%v; the client's key must be removed", aset["authorization"], removed)
+						}
+					} else if aset["authorization"] != tt.auth || contains(removed, "authorization") {
+						t.Errorf("authorization = %q (removed %v), want %q", aset["authorization"], removed, tt.auth)
+					}
+					for k, v := range aset {
+						if strings.Contains(v, validSecret) {
+							t.Errorf("client API key forwarded upstream in %s", k)
+						}
+					}
+					if direct && (!contains(removed, "openai-organization") || !contains(removed, "cookie")) {
+						t.Errorf("removed %v: a client's openai-organization and cookie must not reach the provider", removed)
+					}
+					if direct && contains(removed, "x-forwarded-proto") {
+						t.Errorf("removed %v: without x-forwarded-proto Envoy matches no route (the route removes it)", removed)
 					}
 				}
-				a.close()
+				served := tt.provider + "/" + strings.TrimPrefix(tt.cluster, "chain.model.")
+				if tt.direct {
+					checkRewrite(rb, true)
+					served = tt.provider + "/" // a provider's own cluster has no model in its metadata
+				} else {
+					if rb.GetBodyMutation() != nil {
+						t.Error("the router-level filter rewrote the body; attempts rewrite it")
+					}
+					playAttempt(t, e, tt.raw, requestID, tt.provider, strings.TrimPrefix(tt.cluster, "chain.model."), tt.body, func(ab *extprocv3.CommonResponse) { checkRewrite(ab, false) })
+				}
 
 				// Back at the router-level filter, which learns who answered from the header the
 				// route adds from the endpoint's metadata.
 				resp = s.roundTrip(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 					ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 						hdr(":status", status, tt.raw), hdr("content-type", "application/json", tt.raw),
-						hdr(ir.ServedHeader, tt.provider+"/"+strings.TrimPrefix(tt.cluster, "chain.model."), tt.raw),
+						hdr(ir.ServedHeader, served, tt.raw),
 					}}},
 				}})
 				rsh := resp.GetResponseHeaders()
@@ -379,7 +431,7 @@ func TestProcessChatFlow(t *testing.T) {
 				resp = s.roundTrip(responseBody(`{"id":"c1","object":"chat.completion","model":"` + tt.model + `","choices":[]}`))
 				rb := resp.GetResponseBody().GetResponse()
 				body := rb.GetBodyMutation().GetBody()
-				catalogID := strings.TrimPrefix(tt.cluster, "chain.model.")
+				catalogID := jsonString(t, decodeObject(t, []byte(tt.body))["model"])
 				if want := `{"id":"c1","object":"chat.completion","model":"` + catalogID + `","choices":[]}`; string(body) != want {
 					t.Errorf("answer %s, want %s", body, want)
 				}

@@ -24,6 +24,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -77,6 +78,9 @@ func (m *moneyPath) exchange(ctx context.Context) (time.Duration, time.Duration,
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()
+	// As Tollway's own Envoy opens it (translator.ExtProc): a request of one attempt is
+	// rewritten for its provider on this stream.
+	ctx = metadata.AppendToOutgoingContext(ctx, ir.PhaseMetadata, ir.PhaseRouter)
 	stream, err := extprocv3.NewExternalProcessorClient(m.conn).Process(ctx)
 	if err != nil {
 		return 0, 0, err

@@ -121,6 +121,18 @@ func (p *Provider) SpeaksOpenAI() bool {
 	return p.Type == ProviderTypeOpenAI || p.Type == ProviderTypeDemo
 }
 
+// ChatPath is the client's chat-completions path, the gateway's own.
+const ChatPath = "/v1/chat/completions"
+
+// DirectChat reports whether a chat request for the provider needs no per-attempt rewrite:
+// it speaks OpenAI's API at the client's own path, so the router-level ext_proc can set its
+// credential and model on a request that has one attempt, and the provider's own cluster runs
+// no per-attempt ext_proc (one gRPC stream per request instead of two). A base path of its own
+// (/openai/v1) would show in the access log's path, so such providers keep the attempt filter.
+func (p *Provider) DirectChat() bool {
+	return p.SpeaksOpenAI() && p.BasePath+"/chat/completions" == ChatPath
+}
+
 // Ready reports whether the provider has what it needs to take traffic.
 func (p *Provider) Ready() bool {
 	if p.Type == ProviderTypeKling {

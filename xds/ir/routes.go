@@ -227,6 +227,11 @@ const (
 	// PhaseMetadata is the gRPC metadata key telling ext_proc which filter a stream comes from.
 	PhaseMetadata = "x-tollway-phase"
 	PhaseUpstream = "upstream"
+	// PhaseRouter marks the router-level filter of an Envoy whose routes and clusters Tollway
+	// pushes: only there is a request rewritten for its provider and sent to that provider's
+	// cluster by the router-level filter itself. A filter without it (an Istio sidecar's) routes
+	// nothing: the mesh sends the request where it was going, as the client sent it.
+	PhaseRouter = "router"
 	// ErrorCodeDetailsPrefix starts the response code details of every reply ext_proc answers
 	// itself, so Envoy's local-reply mappers leave those bodies alone.
 	ErrorCodeDetailsPrefix = "tollway_"

@@ -27,6 +27,12 @@ const taskTimeout = ir.MaxExtProcMessageTimeout
 func internalListener(g *ir.Gateway) (*listenerv3.Listener, error) {
 	vh := &routev3.VirtualHost{Name: ir.InternalListenerName, Domains: []string{"*"}}
 	for _, p := range g.Providers {
+		remove := []string{ir.ClusterHeader}
+		if p.DirectChat() {
+			// The task marker tells a per-attempt filter to let the request pass; this
+			// provider's cluster runs none, so the marker must not reach the provider either.
+			remove = append(remove, ir.TaskHeader)
+		}
 		vh.Routes = append(vh.Routes, &routev3.Route{
 			Match: &routev3.RouteMatch{
 				PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"},
@@ -38,7 +44,7 @@ func internalListener(g *ir.Gateway) (*listenerv3.Listener, error) {
 				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: p.ClusterName()},
 				Timeout:          durationpb.New(taskTimeout),
 			}},
-			RequestHeadersToRemove: []string{ir.ClusterHeader},
+			RequestHeadersToRemove: remove,
 		})
 	}
 	vh.Routes = append(vh.Routes, &routev3.Route{

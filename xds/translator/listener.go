@@ -110,6 +110,17 @@ func httpFilters() ([]*hcmv3.HttpFilter, error) {
 // sent unless ext_proc asks for them (mode override) after seeing the response headers, so
 // successful answers and SSE streams pass untouched and unbuffered.
 func ExtProc() *extprocv3.ExternalProcessor {
+	p := MeshExtProc()
+	// These routes and clusters are Tollway's: a request of one attempt on an OpenAI-shaped
+	// provider is rewritten by this filter (extproc's direct), :authority included.
+	p.GrpcService.InitialMetadata = []*corev3.HeaderValue{{Key: ir.PhaseMetadata, Value: ir.PhaseRouter}}
+	p.MutationRules.AllowAllRouting = wrapperspb.Bool(true)
+	return p
+}
+
+// MeshExtProc is the router-level filter in an Envoy whose routes are not Tollway's (an Istio
+// sidecar, configs/deploy/istio): keys, limits, validation and billing, and no rewrite.
+func MeshExtProc() *extprocv3.ExternalProcessor {
 	p := extProc()
 	// Response headers are sent only for requests whose headers ext_proc accepted: its answer
 	// turns them on (mode override). A reply Envoy makes before ext_proc saw the request (an

@@ -58,8 +58,10 @@ func Translate(g *ir.Gateway) (*Resources, error) {
 	for i := range g.Providers {
 		p := &g.Providers[i]
 		providers[p.Name] = p
-		// A provider's own cluster serves requests pinned to it (route.provider): one attempt.
-		c, err := cluster(p.ClusterName(), []endpoint{{provider: p}}, g.Limits)
+		// A provider's own cluster serves requests with one attempt on it (pinned by
+		// route.provider, or a chain of one), and the gateway's task requests. For a provider
+		// the router-level ext_proc rewrites for itself it runs no per-attempt filter.
+		c, err := cluster(p.ClusterName(), []endpoint{{provider: p}}, g.Limits, !p.DirectChat())
 		if err != nil {
 			return nil, err
 		}
@@ -75,7 +77,7 @@ func Translate(g *ir.Gateway) (*Resources, error) {
 		for i, t := range ch.Targets {
 			eps[i] = endpoint{provider: providers[t.Provider], model: t.Model}
 		}
-		c, err := cluster(ch.Cluster, eps, g.Limits)
+		c, err := cluster(ch.Cluster, eps, g.Limits, true)
 		if err != nil {
 			return nil, err
 		}
@@ -197,7 +199,8 @@ type endpoint struct {
 // cluster builds an upstream cluster whose endpoints are attempts in priority order. Each
 // endpoint carries its provider (and model) as metadata for the upstream ext_proc, and selects
 // its own TLS settings through transport socket matching, since one chain mixes providers.
-func cluster(name string, eps []endpoint, limits ir.Limits) (*clusterv3.Cluster, error) {
+// perAttempt says whether each attempt runs the upstream ext_proc (UpstreamExtProc).
+func cluster(name string, eps []endpoint, limits ir.Limits, perAttempt bool) (*clusterv3.Cluster, error) {
 	c := &clusterv3.Cluster{
 		Name:                          name,
 		CircuitBreakers:               CircuitBreakers(limits.Requests()),
@@ -279,7 +282,7 @@ func cluster(name string, eps []endpoint, limits ir.Limits) (*clusterv3.Cluster,
 		BaseEjectionTime:                   durationpb.New(30 * time.Second),
 		MaxEjectionPercent:                 wrapperspb.UInt32(100),
 	}
-	opts, err := upstreamOptions(allTLS)
+	opts, err := upstreamOptions(allTLS, perAttempt)
 	if err != nil {
 		return nil, fmt.Errorf("translator: cluster %s: %w", name, err)
 	}
@@ -322,9 +325,9 @@ func tlsSocket(p *ir.Provider, alpn []string) (*corev3.TransportSocket, error) {
 	}, nil
 }
 
-// upstreamOptions: all-TLS clusters negotiate h2 or http/1.1 by ALPN, others use HTTP/1.1; the
-// upstream filter chain runs the per-attempt ext_proc before the codec.
-func upstreamOptions(allTLS bool) (*httpv3.HttpProtocolOptions, error) {
+// upstreamOptions: all-TLS clusters negotiate h2 or http/1.1 by ALPN, others use HTTP/1.1; with
+// perAttempt the upstream filter chain runs the per-attempt ext_proc before the codec.
+func upstreamOptions(allTLS, perAttempt bool) (*httpv3.HttpProtocolOptions, error) {
 	opts := &httpv3.HttpProtocolOptions{
 		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(time.Hour)},
 	}
@@ -336,6 +339,9 @@ func upstreamOptions(allTLS bool) (*httpv3.HttpProtocolOptions, error) {
 		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
 			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{},
 		}}
+	}
+	if !perAttempt {
+		return opts, nil
 	}
 	filters, err := upstreamFilters()
 	if err != nil {
