@@ -133,6 +133,12 @@ func (p *Provider) DirectChat() bool {
 	return p.SpeaksOpenAI() && p.BasePath+"/chat/completions" == ChatPath
 }
 
+// AttemptFilter reports whether the provider's own cluster runs the per-attempt ext_proc. Only
+// chat requests that need their rewrite there do: a provider the router-level filter rewrites
+// for itself (DirectChat) needs none, and neither does a media-only provider, whose requests
+// are the gateway's own task requests, already in its API.
+func (p *Provider) AttemptFilter() bool { return !p.DirectChat() && !isMediaType(p.Type) }
+
 // Ready reports whether the provider has what it needs to take traffic.
 func (p *Provider) Ready() bool {
 	if p.Type == ProviderTypeKling {

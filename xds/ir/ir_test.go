@@ -199,3 +199,27 @@ func TestValidateRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestAttemptFilter: only a provider a chat request may need rewriting at each attempt keeps the
+// per-attempt filter on its own cluster.
+func TestAttemptFilter(t *testing.T) {
+	for _, tt := range []struct {
+		typ, base      string
+		direct, filter bool
+	}{
+		{ProviderTypeOpenAI, "/v1", true, false},
+		{ProviderTypeDemo, "/v1", true, false},
+		{ProviderTypeOpenAI, "/openai/v1", false, true}, // its path differs from the client's
+		{ProviderTypeOpenAI, "", false, true},
+		{ProviderTypeAnthropic, "/v1", false, true},
+		{ProviderTypeGemini, "/v1beta", false, true},
+		{ProviderTypeMiniMax, "", false, false}, // media only: task requests are already in its API
+		{ProviderTypeDashScope, "", false, false},
+		{ProviderTypeKling, "", false, false},
+	} {
+		p := Provider{Name: "p", Type: tt.typ, BasePath: tt.base}
+		if p.DirectChat() != tt.direct || p.AttemptFilter() != tt.filter {
+			t.Errorf("%s at %q: DirectChat %v AttemptFilter %v, want %v %v", tt.typ, tt.base, p.DirectChat(), p.AttemptFilter(), tt.direct, tt.filter)
+		}
+	}
+}

@@ -59,9 +59,9 @@ func Translate(g *ir.Gateway) (*Resources, error) {
 		p := &g.Providers[i]
 		providers[p.Name] = p
 		// A provider's own cluster serves requests with one attempt on it (pinned by
-		// route.provider, or a chain of one), and the gateway's task requests. For a provider
-		// the router-level ext_proc rewrites for itself it runs no per-attempt filter.
-		c, err := cluster(p.ClusterName(), []endpoint{{provider: p}}, g.Limits, !p.DirectChat())
+		// route.provider, or a chain of one), and the gateway's task requests; it runs the
+		// per-attempt filter only where a chat request needs it (ir.Provider.AttemptFilter).
+		c, err := cluster(p.ClusterName(), []endpoint{{provider: p}}, g.Limits, p.AttemptFilter())
 		if err != nil {
 			return nil, err
 		}
