@@ -90,7 +90,7 @@ deps: envoy clients browser ## Everything the tests need: Go modules, Envoy, SDK
 
 .PHONY: test
 test: deps build ## Unit tests and real-Envoy end-to-end tests (race detector on), then each fuzz target for 3s
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 25m ./... # the e2e package alone takes 4-7 minutes (go test's default limit is 10 per package)
 	@$(MAKE) --no-print-directory fuzz-short
 
 .PHONY: test-unit
