@@ -224,25 +224,32 @@ func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRespo
 		return nil, err
 	}
 	a.translate, a.removed = up.Response, up.Removed
-	set := []*corev3.HeaderValueOption{
-		setHeader(":path", a.provider.BasePath+up.Path),
-		setHeader(":authority", a.provider.Authority()),
-		setHeader("content-length", strconv.Itoa(len(up.Body))),
-	}
-	var remove []string
-	for k, v := range up.Headers {
-		if v == "" {
-			remove = append(remove, k)
-		} else {
-			set = append(set, setHeader(k, v))
-		}
-	}
+	set, remove := upstreamHeaders(a.provider, up)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
 			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: up.Body}},
 		}},
 	}}, nil
+}
+
+// upstreamHeaders is the header side of an attempt's rewrite up for provider p, wherever it is
+// made (this filter, or the router-level one for a direct request): the provider's path and
+// authority, the rewritten body's length, and the adapter's headers ("" removes one).
+func upstreamHeaders(p *ir.Provider, up *provider.Upstream) (set []*corev3.HeaderValueOption, remove []string) {
+	set = []*corev3.HeaderValueOption{
+		setHeader(":path", p.BasePath+up.Path),
+		setHeader(":authority", p.Authority()),
+		setHeader("content-length", strconv.Itoa(len(up.Body))),
+	}
+	for _, k := range sortedKeys(up.Headers) {
+		if v := up.Headers[k]; v != "" {
+			set = append(set, setHeader(k, v))
+		} else {
+			remove = append(remove, k)
+		}
+	}
+	return set, remove
 }
 
 func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {

@@ -495,21 +495,9 @@ func (x *exchange) direct(body []byte, p *ir.Provider, m *model) *extprocv3.Proc
 		return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway could not rewrite the request for provider %s; retry, and report it if it persists", p.Name))
 	}
 	x.plan.model = m // the model that runs, when the chain's one target is a later model of a route
-	set := []*corev3.HeaderValueOption{
-		setHeader(ir.ClusterHeader, p.ClusterName()),
-		setHeader("x-envoy-max-retries", "0"),
-		setHeader(":path", p.BasePath+up.Path), // the client's path, its query string dropped
-		setHeader(":authority", p.Authority()),
-		setHeader("content-length", strconv.Itoa(len(up.Body))),
-	}
-	var remove []string
-	for _, k := range sortedKeys(up.Headers) {
-		if v := up.Headers[k]; v != "" {
-			set = append(set, setHeader(k, v))
-		} else {
-			remove = append(remove, k)
-		}
-	}
+	// :path is the client's (DirectChat), its query string dropped.
+	set, remove := upstreamHeaders(p, up)
+	set = append(set, setHeader(ir.ClusterHeader, p.ClusterName()), setHeader("x-envoy-max-retries", "0"))
 	// Envoy applies removals after sets: a header the provider gets from the adapter (its
 	// credential) is not removed as the client's. x-forwarded-proto stays for the route to
 	// remove: Envoy finds no route at all for a request without it.

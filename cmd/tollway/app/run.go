@@ -156,8 +156,8 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	xdsGRPC := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))
 	ctrl.Register(serveCtx, xdsGRPC)
 	// Fixed flow-control windows turn off grpc-go's BDP estimation, which pinged Envoy after
-	// received data on every busy connection: 5-8% of the CPU per request (Envoy + Tollway) in
-	// same-run A/B benches (README, Performance). The windows only bound unread data.
+	// received data on every busy connection: 4-7% of the CPU per request (Envoy + Tollway) in
+	// two same-run A/B benches, the builds' turns swapped (README, Performance). The windows only bound unread data.
 	extGRPC := grpc.NewServer(grpc.MaxRecvMsgSize(maxGRPCMessage), grpc.MaxSendMsgSize(maxGRPCMessage),
 		grpc.InitialWindowSize(extProcStreamWindow), grpc.InitialConnWindowSize(extProcConnWindow))
 	extprocv3.RegisterExternalProcessorServer(extGRPC, ext)
