@@ -45,7 +45,7 @@ type attempt struct {
 // processAttempt serves the upstream ext_proc stream of one attempt.
 func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	a := &attempt{s: s, rt: s.runtime.Load()}
-	handle := func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	handle := one(func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			if isTaskRequest(r.RequestHeaders) {
@@ -110,7 +110,7 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 			return a.responseBody(r.ResponseBody), nil
 		}
 		return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
-	}
+	})
 	if s.obs == nil {
 		return serve(stream, handle)
 	}

@@ -131,7 +131,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	// Envoy would fail the request closed after its message timeout: reading a large body, its
 	// checks and the create (a synchronous provider takes tens of seconds) may take longer.
 	if err := x.extendTimeout(createTimeout + 10*time.Second); err != nil {
-		return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry"))
+		return x.fail(errLostEnvoy)
 	}
 	if mt, _, _ := mime.ParseMediaType(x.contentType); mt == "multipart/form-data" {
 		form := raw

@@ -185,7 +185,7 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 	}
 	// From here the credential is used: a refusal below does not free it.
 	if err := x.extendTimeout(payVerifyTimeout + 5*time.Second); err != nil {
-		return apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry")
+		return errLostEnvoy
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), payVerifyTimeout)
 	defer cancel()

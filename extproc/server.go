@@ -173,7 +173,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		return s.processAttempt(stream)
 	}
 	x := &exchange{s: s, rt: s.runtime.Load(), send: stream.Send, ownRoutes: phase == ir.PhaseRouter}
-	handle := func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	handle := one(func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		x.msgs++
 		var resp *extprocv3.ProcessingResponse
 		switch r := req.Request.(type) {
@@ -190,6 +190,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		}
 		x.logMetadata(resp, req)
 		return resp, nil
+	})
+	if x.ownRoutes {
+		handle = newPipeline(x).handle // Tollway's own Envoys speak the pipelined protocol
 	}
 	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
 	// released: a request that got an answer is billed, from an estimate if need be.
@@ -210,9 +213,23 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	return serve(stream, timed(&busy, handle))
 }
 
+// handler answers one of Envoy's messages with the replies owed now (none, one, or several).
+type handler func(*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error)
+
+// one is a handler that answers every message with exactly one reply.
+func one(handle func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)) handler {
+	return func(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+		resp, err := handle(req)
+		if err != nil {
+			return nil, err
+		}
+		return []*extprocv3.ProcessingResponse{resp}, nil
+	}
+}
+
 // timed adds the time each call of handle takes to busy.
-func timed(busy *time.Duration, handle func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)) func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-	return func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+func timed(busy *time.Duration, handle handler) handler {
+	return func(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
 		t := time.Now()
 		resp, err := handle(req)
 		*busy += time.Since(t)
@@ -222,7 +239,7 @@ func timed(busy *time.Duration, handle func(*extprocv3.ProcessingRequest) (*extp
 
 // serve runs one ext_proc stream: each message from Envoy is answered by handle, until Envoy
 // closes the stream or an immediate response ends the request.
-func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)) error {
+func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle handler) error {
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
@@ -231,15 +248,17 @@ func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle func(*extpro
 		if err != nil {
 			return err
 		}
-		resp, err := handle(req)
+		out, err := handle(req)
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-		if _, done := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); done {
-			return nil
+		for _, resp := range out {
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			if _, done := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); done {
+				return nil
+			}
 		}
 	}
 }
@@ -393,6 +412,9 @@ func (x *exchange) authenticate(auth string) *APIError {
 	return nil
 }
 
+// errLostEnvoy answers a request whose stream to Envoy broke while ext_proc was sending.
+var errLostEnvoy = apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry")
+
 // A chat body over bigChatBody gets bigChatTimeout from Envoy to be checked in, instead of
 // its 5 s message timeout.
 const (
@@ -414,7 +436,7 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 		// Checking tens of megabytes of JSON (an image model's inline images) may outlast
 		// Envoy's message timeout on a busy machine: ask for more, once.
 		if err := x.extendTimeout(bigChatTimeout); err != nil {
-			return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry"))
+			return x.fail(errLostEnvoy)
 		}
 	}
 	plan, e := x.rt.planChat(b.GetBody())

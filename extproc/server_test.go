@@ -171,10 +171,12 @@ type stream struct {
 	s extprocv3.ExternalProcessor_ProcessClient
 }
 
-// open starts a router-level stream as Tollway's own Envoys do (translator.ExtProc).
+// open starts a router-level stream in the buffered protocol (translator.MeshExtProc): one
+// reply per message, so a test reads the exchange's answer to each. Tollway's own Envoys speak
+// the pipelined protocol (pipeline_test.go), which delivers the same answers regrouped.
 func (e *envoy) open() *stream {
 	e.t.Helper()
-	return e.openPhase(ir.PhaseRouter)
+	return e.openPhase("")
 }
 
 // openPhase starts a stream with the phase metadata ("": an Istio sidecar's filter, MeshExtProc).
@@ -230,12 +232,21 @@ func TestMeshFilterRewritesNothing(t *testing.T) {
 	e := startServer(t, testRuntime())
 	for _, phase := range []string{"", ir.PhaseRouter} {
 		s := e.openPhase(phase)
-		s.roundTrip(chatHeaders("Bearer "+validSecret, "req-mesh", false))
-		rb := s.roundTrip(requestBody(`{"model":"free","messages":[{"role":"user","content":"hi"}]}`)).GetRequestBody().GetResponse()
-		set := setHeaders(t, rb.GetHeaderMutation())
-		rewritten := rb.GetBodyMutation() != nil || set[":authority"] != "" || set[":path"] != ""
+		body := requestBody(`{"model":"free","messages":[{"role":"user","content":"hi"}]}`)
+		var hm *extprocv3.HeaderMutation
+		var bm *extprocv3.BodyMutation
+		if phase == "" {
+			s.roundTrip(chatHeaders("Bearer "+validSecret, "req-mesh", false))
+			rb := s.roundTrip(body).GetRequestBody().GetResponse()
+			hm, bm = rb.GetHeaderMutation(), rb.GetBodyMutation()
+		} else { // pipelined: the headers' reply carries the routing, the chunk's the body
+			out := s.pipelined(2, chatHeaders("Bearer "+validSecret, "req-mesh", false), body)
+			hm, bm = out[0].GetRequestHeaders().GetResponse().GetHeaderMutation(), out[1].GetRequestBody().GetResponse().GetBodyMutation()
+		}
+		set := setHeaders(t, hm)
+		rewritten := bm != nil || set[":authority"] != "" || set[":path"] != ""
 		if phase == "" && (rewritten || set[ir.ClusterHeader] != "chain.model.free") {
-			t.Errorf("mesh filter: body rewritten %v, headers %v; want the request as sent, cluster chain.model.free", rb.GetBodyMutation() != nil, set)
+			t.Errorf("mesh filter: body rewritten %v, headers %v; want the request as sent, cluster chain.model.free", bm != nil, set)
 		}
 		if phase == ir.PhaseRouter && (!rewritten || set[ir.ClusterHeader] != "provider.local") {
 			t.Errorf("Tollway's own filter: rewritten %v, cluster %q; want the direct rewrite to provider.local", rewritten, set[ir.ClusterHeader])
@@ -302,7 +313,7 @@ func TestProcessChatFlow(t *testing.T) {
 		{
 			name: "string values, keyless provider", raw: false,
 			body:    `{"model":"free","messages":[{"role":"user","content":"hi"}],"top_k":3}`,
-			cluster: "provider.local", attempts: "0", provider: "local", model: "qwen2.5:7b", auth: "", direct: true,
+			cluster: "chain.model.free", attempts: "0", provider: "local", model: "qwen2.5:7b", auth: "",
 			path: "/v1/chat/completions", authority: "127.0.0.1:11434",
 			errStatus: "500", errBody: "Internal Server Error",
 			wantCode: "upstream_error", wantErrMsg: "provider local answered HTTP 500: Internal Server Error",

@@ -80,6 +80,12 @@ func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
 	}, nil
 }
 
+// extProcFilterName names the router-level ext_proc filter in the chain and in per-route configs.
+const extProcFilterName = "envoy.filters.http.ext_proc"
+
+// attemptFilterName names the per-attempt ext_proc filter (UpstreamExtProc) on provider clusters.
+const attemptFilterName = "tollway.filters.http.attempt_ext_proc"
+
 // httpFilters is the one place the HTTP filter order is decided: ext_proc authenticates and
 // picks the provider, then the router forwards.
 func httpFilters() ([]*hcmv3.HttpFilter, error) {
@@ -93,7 +99,7 @@ func httpFilters() ([]*hcmv3.HttpFilter, error) {
 	}
 	var out []*hcmv3.HttpFilter
 	for _, f := range []named{
-		{"envoy.filters.http.ext_proc", ExtProc()},
+		{extProcFilterName, ExtProc()},
 		{wellknown.Router, rt},
 	} {
 		a, err := anypb.New(f.cfg)
@@ -105,17 +111,40 @@ func httpFilters() ([]*hcmv3.HttpFilter, error) {
 	return out, nil
 }
 
-// ExtProc is the router-level ext_proc filter. Headers are sent so bad keys are refused before a
-// body is buffered; the request body is buffered so it can be rewritten; response bodies are not
-// sent unless ext_proc asks for them (mode override) after seeing the response headers, so
-// successful answers and SSE streams pass untouched and unbuffered.
+// ExtProc is the router-level ext_proc filter in Tollway's own Envoys. Each direction is one
+// round trip: Envoy sends a request's (or an answer's) body right behind its headers without
+// waiting for the headers' reply (send_body_without_waiting_for_header_response, body mode
+// STREAMED), and ext_proc answers both once it has read the body (extproc's pipeline). Envoy
+// then ignores mode overrides, so the modes are fixed: on every route of the gateway's virtual
+// host (PipelinedMode, set per route) everything is sent; on none (a reply Envoy makes before a
+// route was looked up, such as an HTTP/1 request whose headers overflow the codec) answers pass
+// untouched, as MeshExtProc's do before ext_proc accepted a request.
 func ExtProc() *extprocv3.ExternalProcessor {
 	p := MeshExtProc()
 	// These routes and clusters are Tollway's: a request of one attempt on an OpenAI-shaped
 	// provider is rewritten by this filter (extproc's direct), :authority included.
 	p.GrpcService.InitialMetadata = []*corev3.HeaderValue{{Key: ir.PhaseMetadata, Value: ir.PhaseRouter}}
 	p.MutationRules.AllowAllRouting = wrapperspb.Bool(true)
+	p.ProcessingMode.RequestBodyMode = extprocv3.ProcessingMode_STREAMED
+	p.AllowModeOverride = false
+	p.SendBodyWithoutWaitingForHeaderResponse = true
+	// ext_proc sets content-length on every body it replaces (as Envoy's BUFFERED mode checks),
+	// so providers and clients keep getting sized bodies instead of chunked ones.
+	p.AllowContentLengthHeader = true
 	return p
+}
+
+// PipelinedMode is ExtProc's processing mode on the gateway's routes: headers, bodies and
+// trailers in both directions (trailers mark the end of a body that has them).
+func PipelinedMode() *extprocv3.ProcessingMode {
+	return &extprocv3.ProcessingMode{
+		RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
+		RequestBodyMode:     extprocv3.ProcessingMode_STREAMED,
+		RequestTrailerMode:  extprocv3.ProcessingMode_SEND,
+		ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
+		ResponseBodyMode:    extprocv3.ProcessingMode_STREAMED,
+		ResponseTrailerMode: extprocv3.ProcessingMode_SEND,
+	}
 }
 
 // MeshExtProc is the router-level filter in an Envoy whose routes are not Tollway's (an Istio
@@ -194,7 +223,8 @@ func upstreamFilters() ([]*hcmv3.HttpFilter, error) {
 		return nil, err
 	}
 	return []*hcmv3.HttpFilter{
-		{Name: "envoy.filters.http.ext_proc", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: ext}},
+		// Its own name: the gateway's per-route ext_proc config (PipelinedMode) is not for it.
+		{Name: attemptFilterName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: ext}},
 		{Name: "envoy.filters.http.upstream_codec", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: codec}},
 	}, nil
 }

@@ -13,6 +13,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	previouspriorities "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -45,7 +46,11 @@ func Translate(g *ir.Gateway) (*Resources, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Resources{Listeners: []*listenerv3.Listener{l}, Routes: []*routev3.RouteConfiguration{routes(g)}}
+	rc, err := routes(g)
+	if err != nil {
+		return nil, err
+	}
+	r := &Resources{Listeners: []*listenerv3.Listener{l}, Routes: []*routev3.RouteConfiguration{rc}}
 	if g.Internal != nil {
 		il, err := internalListener(g)
 		if err != nil {
@@ -99,7 +104,15 @@ var clientAddressHeaders = []string{
 // (x-envoy-max-retries) to the length of the request's chain.
 const maxAttempts = 8
 
-func routes(g *ir.Gateway) *routev3.RouteConfiguration {
+func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
+	// Every route of the gateway runs ext_proc pipelined (ExtProc); this is the one place the
+	// mode is set for them.
+	pipelined, err := anypb.New(&extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{
+		Overrides: &extprocv3.ExtProcOverrides{ProcessingMode: PipelinedMode()},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("translator: ext_proc per route: %w", err)
+	}
 	rs := []*routev3.Route{{
 		// ext_proc names the cluster (a chain, or a provider for a pinned request) after reading
 		// the body; Envoy then walks the chain's priorities on failure, each attempt rewritten by
@@ -155,8 +168,9 @@ func routes(g *ir.Gateway) *routev3.RouteConfiguration {
 			Routes:  rs,
 			// Big base64 bodies are buffered for ext_proc and kept for retries.
 			RequestBodyBufferLimit: wrapperspb.UInt64(ir.BufferLimitBytes),
+			TypedPerFilterConfig:   map[string]*anypb.Any{extProcFilterName: pipelined},
 		}},
-	}
+	}, nil
 }
 
 // retryPolicy moves a failed attempt to the next priority (the next provider or model of the

@@ -1,0 +1,322 @@
+package extproc
+
+import (
+	"net/http"
+	"time"
+
+	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// This file owns the pipelined protocol of Tollway's own Envoys (xds/translator ExtProc): Envoy
+// sends a body right behind its headers, chunk by chunk, without waiting for the headers'
+// reply, and takes no mode override. A pipeline turns that into the exchange's own protocol
+// (headers, then a whole buffered body, with mode overrides saying which bodies it reads): it
+// holds the headers' reply until the body is read, then sends it with one reply per chunk. Each
+// direction is one round trip instead of two, and the exchange stays the same for the Istio
+// filter (MeshExtProc), which speaks the buffered protocol.
+
+// flowState is what a pipeline does with one direction's body.
+type flowState int
+
+const (
+	passing    flowState = iota // not read: each chunk goes on untouched
+	collecting                  // read whole: the headers' reply waits for the last chunk
+	streaming                   // read as it comes (an SSE answer): each chunk is handled at once
+)
+
+// flow is one direction (request or response) of a pipeline.
+type flow struct {
+	state  flowState
+	held   *extprocv3.ProcessingResponse // the headers' reply, sent with the body's
+	body   []byte                        // the chunks so far, while collecting
+	chunks int                           // chunks Envoy sent, each owed a reply
+	limit  int                           // the most body a collecting flow takes
+}
+
+// pipeline runs one exchange over the pipelined protocol.
+type pipeline struct {
+	x *exchange
+	// mode is the exchange's processing mode as Envoy would hold it: the filter's own until an
+	// answer overrides it (readBody, deferRefusal, responseHeaders).
+	mode          *extprocv3filter.ProcessingMode
+	request, resp flow
+}
+
+func newPipeline(x *exchange) *pipeline {
+	m := withResponseBody(extprocv3filter.ProcessingMode_NONE)
+	m.ResponseHeaderMode = extprocv3filter.ProcessingMode_SKIP // until a request is accepted
+	return &pipeline{
+		x:       x,
+		mode:    m,
+		request: flow{limit: ir.MaxBodyBytes},
+		resp:    flow{limit: ir.BufferLimitBytes},
+	}
+}
+
+// errAnswerTooLarge refuses an answer the gateway would have to hold whole (an error body or a
+// JSON answer) that is over Envoy's buffer limit, as Envoy's buffered mode would.
+var errAnswerTooLarge = apiErr(http.StatusBadGateway, "upstream_error",
+	"the provider's answer is over the gateway's %d MiB buffer; ask for a shorter answer", ir.BufferLimitBytes>>20)
+
+// handle answers one of Envoy's messages with the replies it is owed now: none while a body is
+// being collected, the held headers' reply and one per chunk once it is whole.
+func (p *pipeline) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+	x := p.x
+	x.msgs++
+	switch r := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		resp := x.requestHeaders(r.RequestHeaders)
+		x.logMetadata(resp, req)
+		return p.headers(&p.request, resp, r.RequestHeaders.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
+			return m.RequestBodyMode
+		}), nil
+	case *extprocv3.ProcessingRequest_RequestBody:
+		if p.request.state == passing && x.deferred != nil {
+			return p.logged(x.requestBody(r.RequestBody), req), nil // refused at its first chunk
+		}
+		return p.body(&p.request, r.RequestBody, requestBodyReply, x.requestBody, errTooLarge), nil
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		out := p.end(&p.request, requestBodyReply, x.requestBody)
+		return append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{},
+		}}), nil
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		if p.mode.ResponseHeaderMode == extprocv3filter.ProcessingMode_SKIP {
+			// An answer the buffered protocol would not have shown ext_proc (a request it
+			// never accepted): it goes on untouched.
+			p.resp.state = passing
+			return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+				ResponseHeaders: &extprocv3.HeadersResponse{},
+			}}}, nil
+		}
+		resp := x.responseHeaders(r.ResponseHeaders)
+		x.logMetadata(resp, req)
+		out := p.headers(&p.resp, resp, r.ResponseHeaders.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
+			return m.ResponseBodyMode
+		})
+		if p.resp.state == streaming && x.answer != nil {
+			// Chunks may be rewritten: the provider's length, if it sent one, no longer holds.
+			common := out[0].GetResponseHeaders().GetResponse()
+			if common.HeaderMutation == nil {
+				common.HeaderMutation = &extprocv3.HeaderMutation{}
+			}
+			common.HeaderMutation.RemoveHeaders = append(common.HeaderMutation.RemoveHeaders, "content-length")
+		}
+		return out, nil
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		if p.resp.state == streaming {
+			return p.logged(x.responseBody(r.ResponseBody), req), nil
+		}
+		return p.body(&p.resp, r.ResponseBody, responseBodyReply, x.responseBody, errAnswerTooLarge), nil
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		var out []*extprocv3.ProcessingResponse
+		if p.resp.state == collecting {
+			out = p.end(&p.resp, responseBodyReply, x.responseBody)
+		}
+		return append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+			ResponseTrailers: &extprocv3.TrailersResponse{},
+		}}), nil
+	}
+	return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
+}
+
+// logged is one reply, its access-log metadata added.
+func (p *pipeline) logged(resp *extprocv3.ProcessingResponse, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+	p.x.logMetadata(resp, req)
+	return []*extprocv3.ProcessingResponse{resp}
+}
+
+// headers takes the exchange's reply to headers: sent now, or held while the body is collected.
+// The reply's mode override (ignored by Envoy here) says what the exchange wants of the body.
+func (p *pipeline) headers(f *flow, resp *extprocv3.ProcessingResponse, endOfStream bool, bodyMode func(*extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode) []*extprocv3.ProcessingResponse {
+	if resp.ModeOverride != nil {
+		p.mode = resp.ModeOverride
+		resp.ModeOverride = nil
+	}
+	if _, done := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); done || endOfStream {
+		return []*extprocv3.ProcessingResponse{resp}
+	}
+	switch bodyMode(p.mode) {
+	case extprocv3filter.ProcessingMode_BUFFERED:
+		f.state, f.held = collecting, resp
+		return nil
+	case extprocv3filter.ProcessingMode_STREAMED:
+		f.state = streaming
+	default:
+		f.state = passing
+	}
+	return []*extprocv3.ProcessingResponse{resp}
+}
+
+// body takes one chunk: passed on, or collected until the last one.
+func (p *pipeline) body(f *flow, b *extprocv3.HttpBody, reply func(*extprocv3.CommonResponse) *extprocv3.ProcessingResponse,
+	handle func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse, tooLarge *APIError) []*extprocv3.ProcessingResponse {
+	f.chunks++
+	if f.state != collecting {
+		return []*extprocv3.ProcessingResponse{reply(&extprocv3.CommonResponse{})}
+	}
+	if len(f.body)+len(b.GetBody()) > f.limit {
+		resp := p.x.fail(tooLarge)
+		p.x.logMetadata(resp, bodyRequest(f == &p.request, b))
+		return []*extprocv3.ProcessingResponse{resp}
+	}
+	f.body = append(f.body, b.GetBody()...)
+	if !b.GetEndOfStream() {
+		if f == &p.request && len(f.body) >= slowUploadFrom {
+			// Envoy restarts its message timeout at every chunk it sends while the headers'
+			// reply is held: a big upload on a slow link gets more than that between chunks,
+			// as it had with Envoy buffering the body before ext_proc saw it.
+			if err := p.x.extendTimeout(slowUploadGap); err != nil {
+				return []*extprocv3.ProcessingResponse{p.x.fail(errLostEnvoy)}
+			}
+		}
+		return nil
+	}
+	return p.end(f, reply, handle)
+}
+
+// A request body of slowUploadFrom or more may pause up to slowUploadGap between its chunks.
+// Smaller bodies arrive in one read (their only other chunk is the empty one that ends them),
+// so they cost no extra message.
+const (
+	slowUploadFrom = 64 << 10
+	slowUploadGap  = 60 * time.Second
+)
+
+// end hands a collected body to the exchange, whole, and sends the held headers' reply merged
+// with the exchange's answer to the body, then one reply per chunk: the new body in the last,
+// or every chunk untouched when the exchange left the body as it was.
+func (p *pipeline) end(f *flow, reply func(*extprocv3.CommonResponse) *extprocv3.ProcessingResponse,
+	handle func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse) []*extprocv3.ProcessingResponse {
+	if f.state != collecting {
+		return nil
+	}
+	f.state = passing
+	whole := &extprocv3.HttpBody{Body: f.body, EndOfStream: true}
+	f.body = nil
+	resp := handle(whole)
+	p.x.logMetadata(resp, bodyRequest(f == &p.request, whole))
+	if _, done := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); done {
+		return []*extprocv3.ProcessingResponse{resp}
+	}
+	var answer *extprocv3.CommonResponse
+	switch r := resp.Response.(type) {
+	case *extprocv3.ProcessingResponse_RequestBody:
+		answer = r.RequestBody.GetResponse()
+	case *extprocv3.ProcessingResponse_ResponseBody:
+		answer = r.ResponseBody.GetResponse()
+	}
+	held := f.held
+	f.held = nil
+	common := headersCommon(held)
+	common.HeaderMutation = mergeMutations(common.HeaderMutation, answer.GetHeaderMutation())
+	common.ClearRouteCache = common.ClearRouteCache || answer.GetClearRouteCache()
+	held.DynamicMetadata = mergeMetadata(held.DynamicMetadata, resp.DynamicMetadata)
+	out := make([]*extprocv3.ProcessingResponse, 0, 1+f.chunks)
+	out = append(out, held)
+	mut := answer.GetBodyMutation()
+	for i := 0; i < f.chunks; i++ {
+		c := &extprocv3.CommonResponse{}
+		switch {
+		case mut == nil: // the chunk goes on as it came
+		case i < f.chunks-1:
+			c.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+		default:
+			c.BodyMutation = mut
+		}
+		out = append(out, reply(c))
+	}
+	f.chunks = 0
+	return out
+}
+
+// headersCommon is a headers reply's common response, made if it has none.
+func headersCommon(resp *extprocv3.ProcessingResponse) *extprocv3.CommonResponse {
+	var h *extprocv3.HeadersResponse
+	switch r := resp.Response.(type) {
+	case *extprocv3.ProcessingResponse_RequestHeaders:
+		h = r.RequestHeaders
+	case *extprocv3.ProcessingResponse_ResponseHeaders:
+		h = r.ResponseHeaders
+	}
+	if h.Response == nil {
+		h.Response = &extprocv3.CommonResponse{}
+	}
+	return h.Response
+}
+
+// mergeMutations is one mutation that does what first then second would (Envoy applies a
+// mutation's removals after its sets): first's sets that second removes are dropped, and so are
+// first's removals of headers second sets.
+func mergeMutations(first, second *extprocv3.HeaderMutation) *extprocv3.HeaderMutation {
+	if second == nil {
+		return first
+	}
+	if first == nil {
+		return second
+	}
+	removed := map[string]bool{}
+	for _, k := range second.RemoveHeaders {
+		removed[k] = true
+	}
+	set := map[string]bool{}
+	for _, hv := range second.SetHeaders {
+		set[hv.GetHeader().GetKey()] = true
+	}
+	out := &extprocv3.HeaderMutation{}
+	for _, hv := range first.SetHeaders {
+		if !removed[hv.GetHeader().GetKey()] && !set[hv.GetHeader().GetKey()] {
+			out.SetHeaders = append(out.SetHeaders, hv)
+		}
+	}
+	out.SetHeaders = append(out.SetHeaders, second.SetHeaders...)
+	for _, k := range first.RemoveHeaders {
+		if !set[k] {
+			out.RemoveHeaders = append(out.RemoveHeaders, k)
+		}
+	}
+	out.RemoveHeaders = append(out.RemoveHeaders, second.RemoveHeaders...)
+	return out
+}
+
+func requestBodyReply(c *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: c}}}
+}
+
+func responseBodyReply(c *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: c}}}
+}
+
+// bodyRequest is the buffered protocol's message for a whole body, for the access log.
+func bodyRequest(request bool, b *extprocv3.HttpBody) *extprocv3.ProcessingRequest {
+	if request {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: b}}
+	}
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: b}}
+}
+
+// mergeMetadata is first's dynamic metadata with second's added, namespace by namespace, as
+// Envoy merges what two replies set.
+func mergeMetadata(first, second *structpb.Struct) *structpb.Struct {
+	if first == nil {
+		return second
+	}
+	for ns, v := range second.GetFields() {
+		have := first.Fields[ns].GetStructValue()
+		if have == nil {
+			first.Fields[ns] = v
+			continue
+		}
+		for k, f := range v.GetStructValue().GetFields() {
+			have.Fields[k] = f
+		}
+	}
+	return first
+}

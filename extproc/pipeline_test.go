@@ -1,0 +1,271 @@
+package extproc
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// pipelined sends msgs as Envoy's pipelined protocol does (all at once, no reply awaited) and
+// reads want replies.
+func (s *stream) pipelined(want int, msgs ...*extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+	s.t.Helper()
+	for _, m := range msgs {
+		if err := s.s.Send(m); err != nil {
+			s.t.Fatalf("Send: %v", err)
+		}
+	}
+	out := make([]*extprocv3.ProcessingResponse, 0, want)
+	for range want {
+		resp, err := s.s.Recv()
+		if err != nil {
+			s.t.Fatalf("Recv after %d replies: %v", len(out), err)
+		}
+		out = append(out, resp)
+	}
+	return out
+}
+
+// chunk is one body chunk as Envoy's HTTP/1 codec delivers them: the data, then an empty chunk
+// that ends the body.
+func chunk(request bool, body string, eos bool) *extprocv3.ProcessingRequest {
+	b := &extprocv3.HttpBody{Body: []byte(body), EndOfStream: eos}
+	if request {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: b}}
+	}
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: b}}
+}
+
+func answerWith(status, contentType string, extra ...*corev3.HeaderValue) *extprocv3.ProcessingRequest {
+	hs := append([]*corev3.HeaderValue{hdr(":status", status, true), hdr("content-type", contentType, true)}, extra...)
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: hs}},
+	}}
+}
+
+// directChat plays a chat request of one attempt on an OpenAI-shaped provider over the
+// pipelined protocol, its body in two chunks: the headers' reply, held until the body was read,
+// carries the routing and the rewrite's headers; the chunks' replies carry the new body.
+func directChat(t *testing.T, s *stream) {
+	t.Helper()
+	h := chatHeaders("Bearer "+validSecret, "req-pipe", true)
+	hs := h.GetRequestHeaders().GetHeaders()
+	hs.Headers = append(hs.Headers, hdr("openai-organization", "org-1", true), hdr("x-forwarded-proto", "http", true), hdr(ir.ProviderHeader, "spoofed", true))
+	out := s.pipelined(3, h, chunk(true, `{"model":"free","messages":[{"role":"user","content":"hi"}],"top_k":3}`, false), chunk(true, "", true))
+	hr := out[0].GetRequestHeaders().GetResponse()
+	if hr == nil {
+		t.Fatalf("first reply %v, want the request headers' reply", out[0])
+	}
+	if !hr.GetClearRouteCache() {
+		t.Error("the headers' reply must clear the route cache: it names the cluster")
+	}
+	set := setHeaders(t, hr.GetHeaderMutation())
+	removed := hr.GetHeaderMutation().GetRemoveHeaders()
+	if set[ir.ClusterHeader] != "provider.local" || set[":authority"] != "127.0.0.1:11434" || set[":path"] != "/v1/chat/completions" {
+		t.Errorf("headers' reply sets %v; want the direct rewrite to provider.local", set)
+	}
+	if contains(removed, ir.ClusterHeader) {
+		t.Errorf("removes %v: the cluster header it sets would be removed (Envoy removes after it sets)", removed)
+	}
+	for _, k := range []string{"authorization", "openai-organization", ir.ProviderHeader} {
+		if !contains(removed, k) {
+			t.Errorf("removes %v: the client's %s must not reach the provider", removed, k)
+		}
+	}
+	if contains(removed, "x-forwarded-proto") {
+		t.Errorf("removes %v: Envoy matches no route without x-forwarded-proto (the route removes it)", removed)
+	}
+	if c := out[1].GetRequestBody().GetResponse(); !c.GetBodyMutation().GetClearBody() {
+		t.Errorf("first chunk's reply %v, want it cleared (the new body goes in the last)", c)
+	}
+	body := out[2].GetRequestBody().GetResponse().GetBodyMutation().GetBody()
+	if got := jsonString(t, decodeObject(t, body)["model"]); got != "qwen2.5:7b" {
+		t.Errorf("provider's model %q, want qwen2.5:7b", got)
+	}
+	if set["content-length"] != strconv.Itoa(len(body)) {
+		t.Errorf("content-length %q for a %d-byte body", set["content-length"], len(body))
+	}
+}
+
+// TestPipelinedDirectChat: a plain answer is read whole and sent on with the headers' reply
+// (provider, content-length of the rewritten answer) and the catalog model in its body.
+func TestPipelinedDirectChat(t *testing.T) {
+	e := startServer(t, testRuntime())
+	s := e.openPhase(ir.PhaseRouter)
+	directChat(t, s)
+	out := s.pipelined(3, answerWith("200", "application/json", hdr(ir.ServedHeader, "local/", true)),
+		chunk(false, `{"id":"c1","object":"chat.completion","model":"qwen2.5:7b","choices":[]}`, false), chunk(false, "", true))
+	set := setHeaders(t, out[0].GetResponseHeaders().GetResponse().GetHeaderMutation())
+	if set[ir.ProviderHeader] != "local" {
+		t.Errorf("answer's headers %v, want %s: local", set, ir.ProviderHeader)
+	}
+	if !out[1].GetResponseBody().GetResponse().GetBodyMutation().GetClearBody() {
+		t.Errorf("first chunk's reply %v, want it cleared", out[1])
+	}
+	body := out[2].GetResponseBody().GetResponse().GetBodyMutation().GetBody()
+	if want := `{"id":"c1","object":"chat.completion","model":"free","choices":[]}`; string(body) != want {
+		t.Errorf("answer %s, want %s", body, want)
+	}
+	if set["content-length"] != strconv.Itoa(len(body)) {
+		t.Errorf("content-length %q for a %d-byte answer", set["content-length"], len(body))
+	}
+	s.close()
+}
+
+// TestPipelinedStreamedAnswer: an SSE answer is never held: its headers are answered at once
+// (a provider's content-length removed, as chunks change length) and each chunk as it comes.
+func TestPipelinedStreamedAnswer(t *testing.T) {
+	e := startServer(t, testRuntime())
+	s := e.openPhase(ir.PhaseRouter)
+	directChat(t, s)
+	out := s.pipelined(1, answerWith("200", "text/event-stream", hdr("content-length", "999", true), hdr(ir.ServedHeader, "local/", true)))
+	if rm := out[0].GetResponseHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, "content-length") {
+		t.Errorf("SSE headers' reply removes %v, want content-length removed", rm)
+	}
+	out = s.pipelined(1, chunk(false, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"qwen2.5:7b\",\"choices\":[]}\n\n", false))
+	if got := string(out[0].GetResponseBody().GetResponse().GetBodyMutation().GetBody()); !strings.Contains(got, `"model":"free"`) {
+		t.Errorf("streamed chunk %q, want the catalog model", got)
+	}
+	out = s.pipelined(1, chunk(false, "data: [DONE]\n\n", true))
+	if out[0].GetResponseBody() == nil {
+		t.Errorf("last chunk's reply %v", out[0])
+	}
+	s.close()
+}
+
+// TestPipelinedTrailersEndTheBody: a request body that ends with trailers (no chunk marked the
+// end) is read whole at the trailers, which are answered after its chunks.
+func TestPipelinedTrailersEndTheBody(t *testing.T) {
+	e := startServer(t, testRuntime())
+	s := e.openPhase(ir.PhaseRouter)
+	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}}
+	out := s.pipelined(3, chatHeaders("Bearer "+validSecret, "req-trailers", true), chunk(true, `{"model":"free","messages":[{"role":"user","content":"hi"}]}`, false), trailers)
+	if setHeaders(t, out[0].GetRequestHeaders().GetResponse().GetHeaderMutation())[ir.ClusterHeader] != "provider.local" {
+		t.Errorf("headers' reply %v, want the request routed", out[0])
+	}
+	if out[1].GetRequestBody().GetResponse().GetBodyMutation().GetBody() == nil {
+		t.Errorf("chunk's reply %v, want the rewritten body", out[1])
+	}
+	if out[2].GetRequestTrailers() == nil {
+		t.Errorf("third reply %v, want the trailers'", out[2])
+	}
+}
+
+// TestPipelinedRefusals: what the buffered protocol refused, the pipelined one refuses the same.
+func TestPipelinedRefusals(t *testing.T) {
+	e := startServer(t, testRuntime())
+	immediateStatus := func(t *testing.T, resp *extprocv3.ProcessingResponse, want int) *extprocv3.ImmediateResponse {
+		t.Helper()
+		ir := resp.GetImmediateResponse()
+		if ir == nil || int(ir.GetStatus().GetCode()) != want {
+			t.Fatalf("reply %v, want an immediate %d", resp, want)
+		}
+		return ir
+	}
+	t.Run("a body over the limit, sent in chunks without a length", func(t *testing.T) {
+		s := e.openPhase(ir.PhaseRouter)
+		// In chunks under gRPC's default message limit, as Envoy's codec delivers them.
+		const size = 4_000_000
+		msgs := []*extprocv3.ProcessingRequest{chatHeaders("Bearer "+validSecret, "req-big", true)}
+		for range ir.MaxBodyBytes/size + 1 {
+			msgs = append(msgs, chunk(true, strings.Repeat("a", size), false))
+		}
+		out := s.pipelined(1, msgs...)
+		for out[0].GetOverrideMessageTimeout() != nil { // one per big chunk (slow uploads)
+			out = s.pipelined(1)
+		}
+		immediateStatus(t, out[0], http.StatusRequestEntityTooLarge)
+		s.expectClosed()
+	})
+	t.Run("a bad key, before the body", func(t *testing.T) {
+		s := e.openPhase(ir.PhaseRouter)
+		out := s.pipelined(1, chatHeaders("Bearer ale-nope", "req-key", true), chunk(true, "{}", true))
+		immediateStatus(t, out[0], http.StatusUnauthorized)
+		s.expectClosed()
+	})
+	t.Run("an invalid request id is replaced, then refused", func(t *testing.T) {
+		s := e.openPhase(ir.PhaseRouter)
+		out := s.pipelined(2, chatHeaders("Bearer "+validSecret, "bad id", true), chunk(true, "{}", true))
+		id := setHeaders(t, out[0].GetRequestHeaders().GetResponse().GetHeaderMutation())["x-request-id"]
+		if id == "" || id == "bad id" {
+			t.Fatalf("headers' reply %v, want a fresh x-request-id", out[0])
+		}
+		refusal := immediateStatus(t, out[1], http.StatusBadRequest)
+		if got := setHeaders(t, refusal.GetHeaders())["x-request-id"]; got != id {
+			t.Errorf("refusal carries x-request-id %q, want the replacement %q", got, id)
+		}
+	})
+	t.Run("an answer to a request ext_proc never saw passes untouched", func(t *testing.T) {
+		s := e.openPhase(ir.PhaseRouter)
+		out := s.pipelined(2, answerWith("431", "text/plain"), chunk(false, "headers too large", true))
+		if h := out[0].GetResponseHeaders(); h == nil || h.GetResponse() != nil {
+			t.Errorf("headers' reply %v, want an empty one", out[0])
+		}
+		if b := out[1].GetResponseBody(); b == nil || b.GetResponse().GetBodyMutation() != nil || b.GetResponse().GetHeaderMutation() != nil {
+			t.Errorf("chunk's reply %v, want one that changes nothing", out[1])
+		}
+		s.close()
+	})
+	t.Run("a provider's error is shaped whole", func(t *testing.T) {
+		s := e.openPhase(ir.PhaseRouter)
+		directChat(t, s)
+		out := s.pipelined(3, answerWith("429", "application/json", hdr(ir.ServedHeader, "local/", true)),
+			chunk(false, `{"error":{"message":"slow down",`, false), chunk(false, `"code":"rate_limit_exceeded"}}`, true))
+		set := setHeaders(t, out[0].GetResponseHeaders().GetResponse().GetHeaderMutation())
+		body := out[2].GetResponseBody().GetResponse().GetBodyMutation().GetBody()
+		if !strings.Contains(string(body), "slow down") || set["content-length"] != strconv.Itoa(len(body)) || set["content-type"] != "application/json" {
+			t.Errorf("error answer %s with headers %v; want the spec's shape, sized", body, set)
+		}
+		if !out[1].GetResponseBody().GetResponse().GetBodyMutation().GetClearBody() {
+			t.Errorf("first chunk's reply %v, want it cleared", out[1])
+		}
+		s.close()
+	})
+}
+
+// TestMergeMutations: one mutation does what the headers' reply and then the body's would.
+func TestMergeMutations(t *testing.T) {
+	first := &extprocv3.HeaderMutation{
+		SetHeaders:    []*corev3.HeaderValueOption{setHeader("a", "1"), setHeader("b", "1")},
+		RemoveHeaders: []string{"x-cluster", "c"},
+	}
+	second := &extprocv3.HeaderMutation{
+		SetHeaders:    []*corev3.HeaderValueOption{setHeader("x-cluster", "chain"), setHeader("b", "2")},
+		RemoveHeaders: []string{"a"},
+	}
+	m := mergeMutations(first, second)
+	set := setHeaders(t, m)
+	if len(set) != 2 || set["x-cluster"] != "chain" || set["b"] != "2" {
+		t.Errorf("sets %v, want x-cluster: chain and b: 2 (a removed by the second)", set)
+	}
+	if rm := m.GetRemoveHeaders(); contains(rm, "x-cluster") || !contains(rm, "c") || !contains(rm, "a") {
+		t.Errorf("removes %v, want c and a, never the x-cluster the second sets", rm)
+	}
+	if mergeMutations(nil, second) != second || mergeMutations(first, nil) != first {
+		t.Error("a missing mutation must leave the other as it is")
+	}
+}
+
+// TestPipelinedSlowUploadGetsTime: while a big request body is read, ext_proc asks Envoy for
+// more than its message timeout between chunks (Envoy restarts it at each chunk); a small body
+// costs no such message.
+func TestPipelinedSlowUploadGetsTime(t *testing.T) {
+	e := startServer(t, testRuntime())
+	s := e.openPhase(ir.PhaseRouter)
+	big := `{"model":"free","messages":[{"role":"user","content":"` + strings.Repeat("a", slowUploadFrom) + `"}]}`
+	out := s.pipelined(1, chatHeaders("Bearer "+validSecret, "req-slow", true), chunk(true, big[:slowUploadFrom+10], false))
+	if d := out[0].GetOverrideMessageTimeout().AsDuration(); d != slowUploadGap {
+		t.Fatalf("reply to a big chunk %v, want a message timeout of %v", out[0], slowUploadGap)
+	}
+	out = s.pipelined(5, chunk(true, big[slowUploadFrom+10:], false), chunk(true, "", true))
+	if out[0].GetOverrideMessageTimeout() == nil || out[1].GetRequestHeaders() == nil || out[4].GetRequestBody().GetResponse().GetBodyMutation().GetBody() == nil {
+		t.Errorf("replies %v, want a timeout for the second big chunk, then the headers' and the three chunks'", out)
+	}
+	s.close()
+}
