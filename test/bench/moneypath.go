@@ -20,7 +20,6 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -72,6 +71,17 @@ func hdrs(kv ...string) *corev3.HeaderMap {
 	return m
 }
 
+// replyKinds are the replies a served request gets, in order (replyNames says them).
+var (
+	replyKinds = []func(*extprocv3.ProcessingResponse) bool{
+		func(r *extprocv3.ProcessingResponse) bool { return r.GetRequestHeaders() != nil },
+		func(r *extprocv3.ProcessingResponse) bool { return r.GetRequestBody() != nil },
+		func(r *extprocv3.ProcessingResponse) bool { return r.GetResponseHeaders() != nil },
+		func(r *extprocv3.ProcessingResponse) bool { return r.GetResponseBody() != nil },
+	}
+	replyNames = []string{"request headers' reply", "request body's", "answer headers'", "answer body's"}
+)
+
 // exchange is one served request's router-level ext_proc stream; it fails on any reply Envoy
 // would not have forwarded the request or the answer on.
 func (m *moneyPath) exchange(ctx context.Context) (time.Duration, time.Duration, error) {
@@ -95,19 +105,26 @@ func (m *moneyPath) exchange(ctx context.Context) (time.Duration, time.Duration,
 			":status", "200", "content-type", "application/json", ir.ServedHeader, "fake/"+modelID)}}},
 		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: answerBody, EndOfStream: true}}},
 	}
+	// The pipelined protocol: each body right behind its headers, two replies per direction
+	// (the headers', held until the body was read, then the body's).
 	for i, msg := range msgs {
 		if err := stream.Send(msg); err != nil {
 			return 0, 0, fmt.Errorf("message %d: %w", i+1, err)
 		}
-		resp, err := stream.Recv()
-		if err != nil {
-			return 0, 0, fmt.Errorf("reply %d: %w", i+1, err)
+		if i%2 == 0 {
+			continue
 		}
-		if imm := resp.GetImmediateResponse(); imm != nil {
-			return 0, 0, fmt.Errorf("reply %d: refused with %d: %.200s", i+1, imm.GetStatus().GetCode(), imm.GetBody())
-		}
-		if i == 2 && resp.GetModeOverride().GetResponseBodyMode() != extprocfilterv3.ProcessingMode_BUFFERED { // the answer is read to meter it
-			return 0, 0, errors.New("response headers reply did not ask for the answer to meter it")
+		for j := i - 1; j <= i; j++ {
+			resp, err := stream.Recv()
+			if err != nil {
+				return 0, 0, fmt.Errorf("reply %d: %w", j+1, err)
+			}
+			if imm := resp.GetImmediateResponse(); imm != nil {
+				return 0, 0, fmt.Errorf("reply %d: refused with %d: %.200s", j+1, imm.GetStatus().GetCode(), imm.GetBody())
+			}
+			if !replyKinds[j](resp) {
+				return 0, 0, fmt.Errorf("reply %d is %T, want the %s", j+1, resp.GetResponse(), replyNames[j])
+			}
 		}
 	}
 	if err := stream.CloseSend(); err != nil {
