@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -38,6 +39,9 @@ type flow struct {
 	body   []byte                        // the chunks so far, while collecting
 	chunks int                           // chunks Envoy sent, each owed a reply
 	limit  int                           // the most body a collecting flow takes
+	// declared is the body's content-length, -1 if none: a body that has it all is read at
+	// once, without waiting for the empty chunk Envoy's HTTP/1 codec ends it with.
+	declared int64
 }
 
 // pipeline runs one exchange over the pipelined protocol.
@@ -55,8 +59,8 @@ func newPipeline(x *exchange) *pipeline {
 	return &pipeline{
 		x:       x,
 		mode:    m,
-		request: flow{limit: ir.MaxBodyBytes},
-		resp:    flow{limit: ir.BufferLimitBytes},
+		request: flow{limit: ir.MaxBodyBytes, declared: -1},
+		resp:    flow{limit: ir.BufferLimitBytes, declared: -1},
 	}
 }
 
@@ -72,6 +76,7 @@ func (p *pipeline) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 	x.msgs++
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
+		p.request.declared = declaredLength(r.RequestHeaders)
 		resp := x.requestHeaders(r.RequestHeaders)
 		x.logMetadata(resp, req)
 		return p.headers(&p.request, resp, r.RequestHeaders.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
@@ -96,6 +101,7 @@ func (p *pipeline) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 				ResponseHeaders: &extprocv3.HeadersResponse{},
 			}}}, nil
 		}
+		p.resp.declared = declaredLength(r.ResponseHeaders)
 		resp := x.responseHeaders(r.ResponseHeaders)
 		x.logMetadata(resp, req)
 		out := p.headers(&p.resp, resp, r.ResponseHeaders.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
@@ -168,27 +174,34 @@ func (p *pipeline) body(f *flow, b *extprocv3.HttpBody, reply func(*extprocv3.Co
 		return []*extprocv3.ProcessingResponse{resp}
 	}
 	f.body = append(f.body, b.GetBody()...)
-	if !b.GetEndOfStream() {
-		if f == &p.request && len(f.body) >= slowUploadFrom {
-			// Envoy restarts its message timeout at every chunk it sends while the headers'
-			// reply is held: a big upload on a slow link gets more than that between chunks,
-			// as it had with Envoy buffering the body before ext_proc saw it.
-			if err := p.x.extendTimeout(slowUploadGap); err != nil {
-				return []*extprocv3.ProcessingResponse{p.x.fail(errLostEnvoy)}
-			}
-		}
-		return nil
+	if b.GetEndOfStream() || int64(len(f.body)) == f.declared {
+		return p.end(f, reply, handle)
 	}
-	return p.end(f, reply, handle)
+	// More is coming. Envoy restarts its message timeout at every chunk it sends while the
+	// headers' reply is held: a client (or provider) on a slow link gets more than that between
+	// chunks, as it had when Envoy buffered the body before ext_proc saw it.
+	if err := p.x.extendTimeout(slowBodyGap); err != nil {
+		return []*extprocv3.ProcessingResponse{p.x.fail(errLostEnvoy)}
+	}
+	return nil
 }
 
-// A request body of slowUploadFrom or more may pause up to slowUploadGap between its chunks.
-// Smaller bodies arrive in one read (their only other chunk is the empty one that ends them),
-// so they cost no extra message.
-const (
-	slowUploadFrom = 64 << 10
-	slowUploadGap  = 60 * time.Second
-)
+// slowBodyGap is how long a body being read may pause between chunks. A body that arrives
+// whole in one read (with its content-length) costs no message for it.
+const slowBodyGap = 60 * time.Second
+
+// declaredLength is the content-length of h, -1 if it has none.
+func declaredLength(h *extprocv3.HttpHeaders) int64 {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if hv.Key == "content-length" {
+			if n, err := strconv.ParseInt(headerValue(hv), 10, 64); err == nil && n >= 0 {
+				return n
+			}
+			break
+		}
+	}
+	return -1
+}
 
 // end hands a collected body to the exchange, whole, and sends the held headers' reply merged
 // with the exchange's answer to the body, then one reply per chunk: the new body in the last,

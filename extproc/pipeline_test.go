@@ -32,6 +32,22 @@ func (s *stream) pipelined(want int, msgs ...*extprocv3.ProcessingRequest) []*ex
 	return out
 }
 
+// answers is pipelined, counting apart the message-timeout extensions among the replies (one
+// per chunk of a body still being read).
+func (s *stream) answers(want int, msgs ...*extprocv3.ProcessingRequest) (out []*extprocv3.ProcessingResponse, timeouts int) {
+	s.t.Helper()
+	s.pipelined(0, msgs...)
+	for len(out) < want {
+		r := s.pipelined(1)[0]
+		if r.GetOverrideMessageTimeout() != nil {
+			timeouts++
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, timeouts
+}
+
 // chunk is one body chunk as Envoy's HTTP/1 codec delivers them: the data, then an empty chunk
 // that ends the body.
 func chunk(request bool, body string, eos bool) *extprocv3.ProcessingRequest {
@@ -54,10 +70,17 @@ func answerWith(status, contentType string, extra ...*corev3.HeaderValue) *extpr
 // carries the routing and the rewrite's headers; the chunks' replies carry the new body.
 func directChat(t *testing.T, s *stream) {
 	t.Helper()
+	body := `{"model":"free","messages":[{"role":"user","content":"hi"}],"top_k":3}`
 	h := chatHeaders("Bearer "+validSecret, "req-pipe", true)
 	hs := h.GetRequestHeaders().GetHeaders()
-	hs.Headers = append(hs.Headers, hdr("openai-organization", "org-1", true), hdr("x-forwarded-proto", "http", true), hdr(ir.ProviderHeader, "spoofed", true))
-	out := s.pipelined(3, h, chunk(true, `{"model":"free","messages":[{"role":"user","content":"hi"}],"top_k":3}`, false), chunk(true, "", true))
+	hs.Headers = append(hs.Headers, hdr("content-length", strconv.Itoa(len(body)), true),
+		hdr("openai-organization", "org-1", true), hdr("x-forwarded-proto", "http", true), hdr(ir.ProviderHeader, "spoofed", true))
+	// The body is whole at its first chunk (its content-length says so): read then, without
+	// waiting for the empty chunk that ends it, which goes on untouched.
+	out, timeouts := s.answers(3, h, chunk(true, body, false), chunk(true, "", true))
+	if timeouts != 0 {
+		t.Errorf("%d message timeouts extended for a body that came whole", timeouts)
+	}
 	hr := out[0].GetRequestHeaders().GetResponse()
 	if hr == nil {
 		t.Fatalf("first reply %v, want the request headers' reply", out[0])
@@ -81,15 +104,15 @@ func directChat(t *testing.T, s *stream) {
 	if contains(removed, "x-forwarded-proto") {
 		t.Errorf("removes %v: Envoy matches no route without x-forwarded-proto (the route removes it)", removed)
 	}
-	if c := out[1].GetRequestBody().GetResponse(); !c.GetBodyMutation().GetClearBody() {
-		t.Errorf("first chunk's reply %v, want it cleared (the new body goes in the last)", c)
+	if c := out[2].GetRequestBody().GetResponse(); c.GetBodyMutation() != nil {
+		t.Errorf("the ending empty chunk's reply %v, want it untouched", c)
 	}
-	body := out[2].GetRequestBody().GetResponse().GetBodyMutation().GetBody()
-	if got := jsonString(t, decodeObject(t, body)["model"]); got != "qwen2.5:7b" {
+	up := out[1].GetRequestBody().GetResponse().GetBodyMutation().GetBody()
+	if got := jsonString(t, decodeObject(t, up)["model"]); got != "qwen2.5:7b" {
 		t.Errorf("provider's model %q, want qwen2.5:7b", got)
 	}
-	if set["content-length"] != strconv.Itoa(len(body)) {
-		t.Errorf("content-length %q for a %d-byte body", set["content-length"], len(body))
+	if set["content-length"] != strconv.Itoa(len(up)) {
+		t.Errorf("content-length %q for a %d-byte body", set["content-length"], len(up))
 	}
 }
 
@@ -99,8 +122,13 @@ func TestPipelinedDirectChat(t *testing.T) {
 	e := startServer(t, testRuntime())
 	s := e.openPhase(ir.PhaseRouter)
 	directChat(t, s)
-	out := s.pipelined(3, answerWith("200", "application/json", hdr(ir.ServedHeader, "local/", true)),
-		chunk(false, `{"id":"c1","object":"chat.completion","model":"qwen2.5:7b","choices":[]}`, false), chunk(false, "", true))
+	// An answer without a content-length, in two chunks: read whole at the one that ends it, Envoy
+	// asked to wait past its message timeout in between.
+	out, timeouts := s.answers(3, answerWith("200", "application/json", hdr(ir.ServedHeader, "local/", true)),
+		chunk(false, `{"id":"c1","object":"chat.completion",`, false), chunk(false, `"model":"qwen2.5:7b","choices":[]}`, true))
+	if timeouts != 1 {
+		t.Errorf("%d message timeouts extended, want 1 (after the first chunk)", timeouts)
+	}
 	set := setHeaders(t, out[0].GetResponseHeaders().GetResponse().GetHeaderMutation())
 	if set[ir.ProviderHeader] != "local" {
 		t.Errorf("answer's headers %v, want %s: local", set, ir.ProviderHeader)
@@ -145,7 +173,7 @@ func TestPipelinedTrailersEndTheBody(t *testing.T) {
 	e := startServer(t, testRuntime())
 	s := e.openPhase(ir.PhaseRouter)
 	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}}
-	out := s.pipelined(3, chatHeaders("Bearer "+validSecret, "req-trailers", true), chunk(true, `{"model":"free","messages":[{"role":"user","content":"hi"}]}`, false), trailers)
+	out, _ := s.answers(3, chatHeaders("Bearer "+validSecret, "req-trailers", true), chunk(true, `{"model":"free","messages":[{"role":"user","content":"hi"}]}`, false), trailers)
 	if setHeaders(t, out[0].GetRequestHeaders().GetResponse().GetHeaderMutation())[ir.ClusterHeader] != "provider.local" {
 		t.Errorf("headers' reply %v, want the request routed", out[0])
 	}
@@ -176,10 +204,7 @@ func TestPipelinedRefusals(t *testing.T) {
 		for range ir.MaxBodyBytes/size + 1 {
 			msgs = append(msgs, chunk(true, strings.Repeat("a", size), false))
 		}
-		out := s.pipelined(1, msgs...)
-		for out[0].GetOverrideMessageTimeout() != nil { // one per big chunk (slow uploads)
-			out = s.pipelined(1)
-		}
+		out, _ := s.answers(1, msgs...)
 		immediateStatus(t, out[0], http.StatusRequestEntityTooLarge)
 		s.expectClosed()
 	})
@@ -215,7 +240,7 @@ func TestPipelinedRefusals(t *testing.T) {
 	t.Run("a provider's error is shaped whole", func(t *testing.T) {
 		s := e.openPhase(ir.PhaseRouter)
 		directChat(t, s)
-		out := s.pipelined(3, answerWith("429", "application/json", hdr(ir.ServedHeader, "local/", true)),
+		out, _ := s.answers(3, answerWith("429", "application/json", hdr(ir.ServedHeader, "local/", true)),
 			chunk(false, `{"error":{"message":"slow down",`, false), chunk(false, `"code":"rate_limit_exceeded"}}`, true))
 		set := setHeaders(t, out[0].GetResponseHeaders().GetResponse().GetHeaderMutation())
 		body := out[2].GetResponseBody().GetResponse().GetBodyMutation().GetBody()
@@ -252,20 +277,20 @@ func TestMergeMutations(t *testing.T) {
 	}
 }
 
-// TestPipelinedSlowUploadGetsTime: while a big request body is read, ext_proc asks Envoy for
-// more than its message timeout between chunks (Envoy restarts it at each chunk); a small body
-// costs no such message.
-func TestPipelinedSlowUploadGetsTime(t *testing.T) {
+
+// TestPipelinedSlowBodyGetsTime: while a body is read chunk by chunk, ext_proc asks Envoy for
+// more than its message timeout after each chunk (Envoy restarts it at every chunk it sends).
+func TestPipelinedSlowBodyGetsTime(t *testing.T) {
 	e := startServer(t, testRuntime())
 	s := e.openPhase(ir.PhaseRouter)
-	big := `{"model":"free","messages":[{"role":"user","content":"` + strings.Repeat("a", slowUploadFrom) + `"}]}`
-	out := s.pipelined(1, chatHeaders("Bearer "+validSecret, "req-slow", true), chunk(true, big[:slowUploadFrom+10], false))
-	if d := out[0].GetOverrideMessageTimeout().AsDuration(); d != slowUploadGap {
-		t.Fatalf("reply to a big chunk %v, want a message timeout of %v", out[0], slowUploadGap)
+	body := `{"model":"free","messages":[{"role":"user","content":"hi"}]}`
+	out := s.pipelined(1, chatHeaders("Bearer "+validSecret, "req-slow", true), chunk(true, body[:10], false))
+	if d := out[0].GetOverrideMessageTimeout().AsDuration(); d != slowBodyGap {
+		t.Fatalf("reply to a chunk with more to come %v, want a message timeout of %v", out[0], slowBodyGap)
 	}
-	out = s.pipelined(5, chunk(true, big[slowUploadFrom+10:], false), chunk(true, "", true))
-	if out[0].GetOverrideMessageTimeout() == nil || out[1].GetRequestHeaders() == nil || out[4].GetRequestBody().GetResponse().GetBodyMutation().GetBody() == nil {
-		t.Errorf("replies %v, want a timeout for the second big chunk, then the headers' and the three chunks'", out)
+	out, timeouts := s.answers(4, chunk(true, body[10:], false), chunk(true, "", true))
+	if timeouts != 1 || out[0].GetRequestHeaders() == nil || out[3].GetRequestBody().GetResponse().GetBodyMutation().GetBody() == nil {
+		t.Errorf("replies %v (%d timeouts), want one more timeout, then the headers' and the three chunks'", out, timeouts)
 	}
 	s.close()
 }

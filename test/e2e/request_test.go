@@ -308,3 +308,42 @@ models:
 		t.Error("the refusal was not logged")
 	}
 }
+
+// pausedReader yields first, waits pause, then yields rest: a client on a slow link.
+type pausedReader struct {
+	first, rest io.Reader
+	pause       time.Duration
+	paused      bool
+}
+
+func (r *pausedReader) Read(p []byte) (int, error) {
+	if n, err := r.first.Read(p); n > 0 || err != io.EOF {
+		return n, err
+	}
+	if !r.paused {
+		r.paused = true
+		time.Sleep(r.pause)
+	}
+	return r.rest.Read(p)
+}
+
+// TestSlowUploadIsRead: Envoy sends a body to ext_proc chunk by chunk while ext_proc holds its
+// answer to the headers, and restarts its 5 s message timeout at every chunk; a body whose client
+// pauses longer than that between chunks is still read whole (ext_proc asks Envoy for up to 60 s
+// after each chunk of a body still being read) instead of failing as the gateway's fault.
+func TestSlowUploadIsRead(t *testing.T) {
+	g, fake := startWithFake(t, fakeupstream.Options{})
+	key := g.newKey("acme")
+	text := strings.Repeat("slow ", 40<<10) // 200 KiB
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + text + `"}]}`
+	half := 100 << 10
+	resp := g.post(key, &pausedReader{first: strings.NewReader(body[:half]), rest: strings.NewReader(body[half:]), pause: 6 * time.Second}, int64(len(body)), nil)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d after a 6 s pause mid-upload: %.300s", resp.StatusCode, raw)
+	}
+	if reqs := fake.Requests(); len(reqs) != 1 || !strings.Contains(string(reqs[0].Body), text) {
+		t.Fatal("the provider did not receive the whole body")
+	}
+}
