@@ -39,8 +39,8 @@ type flow struct {
 	body   []byte                        // the chunks so far, while collecting
 	chunks int                           // chunks Envoy sent, each owed a reply
 	limit  int                           // the most body a collecting flow takes
-	// declared is the body's content-length, -1 if none: a body that has it all is read at
-	// once, without waiting for the empty chunk Envoy's HTTP/1 codec ends it with.
+	// declared is the body's content-length, -1 if none: a body that has it all needs no
+	// longer message timeout for the rest.
 	declared int64
 }
 
@@ -174,8 +174,13 @@ func (p *pipeline) body(f *flow, b *extprocv3.HttpBody, reply func(*extprocv3.Co
 		return []*extprocv3.ProcessingResponse{resp}
 	}
 	f.body = append(f.body, b.GetBody()...)
-	if b.GetEndOfStream() || int64(len(f.body)) == f.declared {
+	if b.GetEndOfStream() {
 		return p.end(f, reply, handle)
+	}
+	if int64(len(f.body)) == f.declared {
+		// All of it is in: the chunk that ends it follows at once (Envoy's HTTP/1 codec ends a
+		// body with an empty one), and the replies then go out together.
+		return nil
 	}
 	// More is coming. Envoy restarts its message timeout at every chunk it sends while the
 	// headers' reply is held: a client (or provider) on a slow link gets more than that between

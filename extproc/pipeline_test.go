@@ -75,8 +75,8 @@ func directChat(t *testing.T, s *stream) {
 	hs := h.GetRequestHeaders().GetHeaders()
 	hs.Headers = append(hs.Headers, hdr("content-length", strconv.Itoa(len(body)), true),
 		hdr("openai-organization", "org-1", true), hdr("x-forwarded-proto", "http", true), hdr(ir.ProviderHeader, "spoofed", true))
-	// The body is whole at its first chunk (its content-length says so): read then, without
-	// waiting for the empty chunk that ends it, which goes on untouched.
+	// The body is whole at its first chunk (its content-length says so): no longer timeout is
+	// asked for; the new body goes in the last chunk's reply.
 	out, timeouts := s.answers(3, h, chunk(true, body, false), chunk(true, "", true))
 	if timeouts != 0 {
 		t.Errorf("%d message timeouts extended for a body that came whole", timeouts)
@@ -104,10 +104,10 @@ func directChat(t *testing.T, s *stream) {
 	if contains(removed, "x-forwarded-proto") {
 		t.Errorf("removes %v: Envoy matches no route without x-forwarded-proto (the route removes it)", removed)
 	}
-	if c := out[2].GetRequestBody().GetResponse(); c.GetBodyMutation() != nil {
-		t.Errorf("the ending empty chunk's reply %v, want it untouched", c)
+	if c := out[1].GetRequestBody().GetResponse(); !c.GetBodyMutation().GetClearBody() {
+		t.Errorf("first chunk's reply %v, want it cleared (the new body goes in the last)", c)
 	}
-	up := out[1].GetRequestBody().GetResponse().GetBodyMutation().GetBody()
+	up := out[2].GetRequestBody().GetResponse().GetBodyMutation().GetBody()
 	if got := jsonString(t, decodeObject(t, up)["model"]); got != "qwen2.5:7b" {
 		t.Errorf("provider's model %q, want qwen2.5:7b", got)
 	}
@@ -276,7 +276,6 @@ func TestMergeMutations(t *testing.T) {
 		t.Error("a missing mutation must leave the other as it is")
 	}
 }
-
 
 // TestPipelinedSlowBodyGetsTime: while a body is read chunk by chunk, ext_proc asks Envoy for
 // more than its message timeout after each chunk (Envoy restarts it at every chunk it sends).
