@@ -87,8 +87,19 @@ type Gateway struct {
 	exitErr error
 }
 
-// Start writes a config with free listen ports, starts tollway and waits for its ready line.
+// Start writes a config with free listen ports, starts tollway and waits for its ready line. A
+// port found free can be taken before tollway binds it (another test's connection gets it as its
+// source port): then it starts again on new ports, up to three times.
 func Start(ctx context.Context, o Options) (*Gateway, error) {
+	for attempt := 1; ; attempt++ {
+		g, err := start(ctx, o)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return g, err
+		}
+	}
+}
+
+func start(ctx context.Context, o Options) (*Gateway, error) {
 	public, err := FreeAddr()
 	if err != nil {
 		return nil, err
