@@ -21,12 +21,26 @@ import (
 
 // FreeAddr returns a loopback host:port that was free a moment ago.
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := FreeAddrs(1)
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return addrs[0], nil
+}
+
+// FreeAddrs returns n distinct loopback host:ports that were free a moment ago (held open
+// together while chosen, so the kernel cannot hand out one of them twice).
+func FreeAddrs(n int) ([]string, error) {
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		out = append(out, ln.Addr().String())
+	}
+	return out, nil
 }
 
 // SyncBuffer collects a process's output for assertions while it runs.
@@ -93,21 +107,24 @@ type Gateway struct {
 func Start(ctx context.Context, o Options) (*Gateway, error) {
 	for attempt := 1; ; attempt++ {
 		g, err := start(ctx, o)
-		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+		if err == nil || attempt == 3 || !portTaken(err) {
 			return g, err
 		}
 	}
 }
 
+// portTaken reports a start that failed because a listen port was no longer free: tollway's own
+// bind, or Envoy refusing a listener on an address in use.
+func portTaken(err error) bool {
+	return strings.Contains(err.Error(), "address already in use") || strings.Contains(err.Error(), "duplicate address")
+}
+
 func start(ctx context.Context, o Options) (*Gateway, error) {
-	public, err := FreeAddr()
+	addrs, err := FreeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
-	admin, err := FreeAddr()
-	if err != nil {
-		return nil, err
-	}
+	public, admin := addrs[0], addrs[1]
 	if o.Drain == 0 {
 		o.Drain = 5 * time.Second
 	}
