@@ -346,4 +346,15 @@ func TestSlowUploadIsRead(t *testing.T) {
 	if reqs := fake.Requests(); len(reqs) != 1 || !strings.Contains(string(reqs[0].Body), text) {
 		t.Fatal("the provider did not receive the whole body")
 	}
+	// Without a content-length (chunked), in many chunks, each followed by a longer timeout.
+	big := strings.Repeat("chunked ", 256<<10) // 2 MiB
+	resp = g.post(key, io.MultiReader(strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"`), strings.NewReader(big), strings.NewReader(`"}]}`)), -1, nil)
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("chunked 2 MiB body: status %d: %.300s", resp.StatusCode, raw)
+	}
+	if reqs := fake.Requests(); len(reqs) != 2 || !strings.Contains(string(reqs[1].Body), big) {
+		t.Fatal("the provider did not receive the whole chunked body")
+	}
 }
