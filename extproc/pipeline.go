@@ -30,6 +30,9 @@ const (
 	passing    flowState = iota // not read: each chunk goes on untouched
 	collecting                  // read whole: the headers' reply waits for the last chunk
 	streaming                   // read as it comes (an SSE answer): each chunk is handled at once
+	// buffered: a big request body (ir.Pipelined) that Envoy buffers and sends whole once the
+	// headers are answered: the buffered protocol, one reply per message.
+	buffered
 )
 
 // flow is one direction (request or response) of a pipeline.
@@ -76,14 +79,25 @@ func (p *pipeline) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 	x.msgs++
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		p.request.declared = declaredLength(r.RequestHeaders)
+		cl := headerNamed(r.RequestHeaders, "content-length")
+		p.request.declared = declaredLength(cl)
 		resp := x.requestHeaders(r.RequestHeaders)
 		x.logMetadata(resp, req)
-		return p.headers(&p.request, resp, r.RequestHeaders.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
+		out := p.headers(&p.request, resp, r.RequestHeaders.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
 			return m.RequestBodyMode
-		}), nil
+		})
+		if !ir.Pipelined(cl) && !r.RequestHeaders.GetEndOfStream() {
+			// The route Envoy matched for a big body (or none declared) buffers it: the
+			// headers' reply is what lets the body come.
+			if p.request.state == collecting {
+				out = []*extprocv3.ProcessingResponse{p.request.held}
+				p.request.held = nil
+			}
+			p.request.state = buffered
+		}
+		return out, nil
 	case *extprocv3.ProcessingRequest_RequestBody:
-		if p.request.state == passing && x.deferred != nil {
+		if p.request.state == buffered || (p.request.state == passing && x.deferred != nil) {
 			return p.logged(x.requestBody(r.RequestBody), req), nil // refused at its first chunk
 		}
 		return p.body(&p.request, r.RequestBody, requestBodyReply, x.requestBody, errTooLarge), nil
@@ -101,7 +115,7 @@ func (p *pipeline) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 				ResponseHeaders: &extprocv3.HeadersResponse{},
 			}}}, nil
 		}
-		p.resp.declared = declaredLength(r.ResponseHeaders)
+		p.resp.declared = declaredLength(headerNamed(r.ResponseHeaders, "content-length"))
 		resp := x.responseHeaders(r.ResponseHeaders)
 		x.logMetadata(resp, req)
 		out := p.headers(&p.resp, resp, r.ResponseHeaders.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
@@ -195,17 +209,22 @@ func (p *pipeline) body(f *flow, b *extprocv3.HttpBody, reply func(*extprocv3.Co
 // whole in one read (with its content-length) costs no message for it.
 const slowBodyGap = 60 * time.Second
 
-// declaredLength is the content-length of h, -1 if it has none.
-func declaredLength(h *extprocv3.HttpHeaders) int64 {
-	for _, hv := range h.GetHeaders().GetHeaders() {
-		if hv.Key == "content-length" {
-			if n, err := strconv.ParseInt(headerValue(hv), 10, 64); err == nil && n >= 0 {
-				return n
-			}
-			break
-		}
+// declaredLength is a content-length's value, -1 if there is none (or it is not a number).
+func declaredLength(cl string) int64 {
+	if n, err := strconv.ParseInt(cl, 10, 64); err == nil && n >= 0 {
+		return n
 	}
 	return -1
+}
+
+// headerNamed is the value of h's header k, "" if it has none.
+func headerNamed(h *extprocv3.HttpHeaders, k string) string {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if hv.Key == k {
+			return headerValue(hv)
+		}
+	}
+	return ""
 }
 
 // end hands a collected body to the exchange, whole, and sends the held headers' reply merged

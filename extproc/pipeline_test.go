@@ -48,6 +48,14 @@ func (s *stream) answers(want int, msgs ...*extprocv3.ProcessingRequest) (out []
 	return out, timeouts
 }
 
+// withLength is h with a content-length: bodies under 1,000,000 bytes that declare it are
+// pipelined (ir.Pipelined); others Envoy buffers.
+func withLength(h *extprocv3.ProcessingRequest, n int) *extprocv3.ProcessingRequest {
+	hs := h.GetRequestHeaders().GetHeaders()
+	hs.Headers = append(hs.Headers, hdr("content-length", strconv.Itoa(n), true))
+	return h
+}
+
 // chunk is one body chunk as Envoy's HTTP/1 codec delivers them: the data, then an empty chunk
 // that ends the body.
 func chunk(request bool, body string, eos bool) *extprocv3.ProcessingRequest {
@@ -173,7 +181,8 @@ func TestPipelinedTrailersEndTheBody(t *testing.T) {
 	e := startServer(t, testRuntime())
 	s := e.openPhase(ir.PhaseRouter)
 	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}}
-	out, _ := s.answers(3, chatHeaders("Bearer "+validSecret, "req-trailers", true), chunk(true, `{"model":"free","messages":[{"role":"user","content":"hi"}]}`, false), trailers)
+	body := `{"model":"free","messages":[{"role":"user","content":"hi"}]}`
+	out, _ := s.answers(3, withLength(chatHeaders("Bearer "+validSecret, "req-trailers", true), len(body)), chunk(true, body, false), trailers)
 	if setHeaders(t, out[0].GetRequestHeaders().GetResponse().GetHeaderMutation())[ir.ClusterHeader] != "provider.local" {
 		t.Errorf("headers' reply %v, want the request routed", out[0])
 	}
@@ -196,17 +205,19 @@ func TestPipelinedRefusals(t *testing.T) {
 		}
 		return ir
 	}
-	t.Run("a body over the limit, sent in chunks without a length", func(t *testing.T) {
+	t.Run("a big body, or one without a length, is buffered by Envoy", func(t *testing.T) {
+		// Its route has Envoy buffer it (translator: the -buffered routes): the headers are
+		// answered at once, the whole body in one message, as in the buffered protocol.
 		s := e.openPhase(ir.PhaseRouter)
-		// In chunks under gRPC's default message limit, as Envoy's codec delivers them.
-		const size = 4_000_000
-		msgs := []*extprocv3.ProcessingRequest{chatHeaders("Bearer "+validSecret, "req-big", true)}
-		for range ir.MaxBodyBytes/size + 1 {
-			msgs = append(msgs, chunk(true, strings.Repeat("a", size), false))
+		out := s.pipelined(1, chatHeaders("Bearer "+validSecret, "req-big", true))
+		if out[0].GetRequestHeaders() == nil || setHeaders(t, out[0].GetRequestHeaders().GetResponse().GetHeaderMutation())[ir.ClusterHeader] != "" {
+			t.Fatalf("headers' reply %v, want it at once, without the routing", out[0])
 		}
-		out, _ := s.answers(1, msgs...)
-		immediateStatus(t, out[0], http.StatusRequestEntityTooLarge)
-		s.expectClosed()
+		out = s.pipelined(1, requestBody(`{"model":"free","messages":[{"role":"user","content":"hi"}]}`))
+		rb := out[0].GetRequestBody().GetResponse()
+		if setHeaders(t, rb.GetHeaderMutation())[ir.ClusterHeader] != "provider.local" || !rb.GetClearRouteCache() || rb.GetBodyMutation().GetBody() == nil {
+			t.Errorf("body's reply %v, want the routing and the rewrite", out[0])
+		}
 	})
 	t.Run("a bad key, before the body", func(t *testing.T) {
 		s := e.openPhase(ir.PhaseRouter)
@@ -283,13 +294,14 @@ func TestPipelinedSlowBodyGetsTime(t *testing.T) {
 	e := startServer(t, testRuntime())
 	s := e.openPhase(ir.PhaseRouter)
 	body := `{"model":"free","messages":[{"role":"user","content":"hi"}]}`
-	out := s.pipelined(1, chatHeaders("Bearer "+validSecret, "req-slow", true), chunk(true, body[:10], false))
+	out := s.pipelined(1, withLength(chatHeaders("Bearer "+validSecret, "req-slow", true), len(body)), chunk(true, body[:10], false))
 	if d := out[0].GetOverrideMessageTimeout().AsDuration(); d != slowBodyGap {
 		t.Fatalf("reply to a chunk with more to come %v, want a message timeout of %v", out[0], slowBodyGap)
 	}
 	out, timeouts := s.answers(4, chunk(true, body[10:], false), chunk(true, "", true))
-	if timeouts != 1 || out[0].GetRequestHeaders() == nil || out[3].GetRequestBody().GetResponse().GetBodyMutation().GetBody() == nil {
-		t.Errorf("replies %v (%d timeouts), want one more timeout, then the headers' and the three chunks'", out, timeouts)
+	// The second chunk completes the declared length: no timeout is asked for after it.
+	if timeouts != 0 || out[0].GetRequestHeaders() == nil || out[3].GetRequestBody().GetResponse().GetBodyMutation().GetBody() == nil {
+		t.Errorf("replies %v (%d timeouts), want the headers' and the three chunks', no more timeout", out, timeouts)
 	}
 	s.close()
 }

@@ -240,7 +240,7 @@ func TestMeshFilterRewritesNothing(t *testing.T) {
 			rb := s.roundTrip(body).GetRequestBody().GetResponse()
 			hm, bm = rb.GetHeaderMutation(), rb.GetBodyMutation()
 		} else { // pipelined: the headers' reply carries the routing, the chunk's the body
-			out := s.pipelined(2, chatHeaders("Bearer "+validSecret, "req-mesh", false), body)
+			out := s.pipelined(2, withLength(chatHeaders("Bearer "+validSecret, "req-mesh", false), len(body.GetRequestBody().GetBody())), body)
 			hm, bm = out[0].GetRequestHeaders().GetResponse().GetHeaderMutation(), out[1].GetRequestBody().GetResponse().GetBodyMutation()
 		}
 		set := setHeaders(t, hm)

@@ -346,7 +346,8 @@ func TestSlowUploadIsRead(t *testing.T) {
 	if reqs := fake.Requests(); len(reqs) != 1 || !strings.Contains(string(reqs[0].Body), text) {
 		t.Fatal("the provider did not receive the whole body")
 	}
-	// Without a content-length (chunked), in many chunks, each followed by a longer timeout.
+	// Without a content-length (chunked): Envoy buffers it (its route is a -buffered one) and
+	// ext_proc reads it whole, as for any body of 1,000,000 bytes or more.
 	big := strings.Repeat("chunked ", 256<<10) // 2 MiB
 	resp = g.post(key, io.MultiReader(strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"`), strings.NewReader(big), strings.NewReader(`"}]}`)), -1, nil)
 	raw, _ = io.ReadAll(resp.Body)

@@ -147,6 +147,15 @@ func PipelinedMode() *extprocv3.ProcessingMode {
 	}
 }
 
+// BufferedBodyMode is PipelinedMode for a big request body (ir.PipelinedLength): Envoy buffers it
+// and sends it whole once ext_proc answered the headers; answers stay pipelined.
+func BufferedBodyMode() *extprocv3.ProcessingMode {
+	m := PipelinedMode()
+	m.RequestBodyMode = extprocv3.ProcessingMode_BUFFERED
+	m.RequestTrailerMode = extprocv3.ProcessingMode_SKIP
+	return m
+}
+
 // MeshExtProc is the router-level filter in an Envoy whose routes are not Tollway's (an Istio
 // sidecar, configs/deploy/istio): keys, limits, validation and billing, and no rewrite.
 func MeshExtProc() *extprocv3.ExternalProcessor {

@@ -17,6 +17,7 @@ import (
 	previouspriorities "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -105,13 +106,16 @@ var clientAddressHeaders = []string{
 const maxAttempts = 8
 
 func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
-	// Every route of the gateway runs ext_proc pipelined (ExtProc); this is the one place the
-	// mode is set for them.
-	pipelined, err := anypb.New(&extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{
-		Overrides: &extprocv3.ExtProcOverrides{ProcessingMode: PipelinedMode()},
-	}})
+	// Every route of the gateway runs ext_proc pipelined (ExtProc); a copy of each route for big
+	// request bodies (ir.PipelinedLength) has Envoy buffer the body instead. This is the one
+	// place the modes are set for them.
+	pipelined, err := perRouteMode(PipelinedMode())
 	if err != nil {
-		return nil, fmt.Errorf("translator: ext_proc per route: %w", err)
+		return nil, err
+	}
+	buffered, err := perRouteMode(BufferedBodyMode())
+	if err != nil {
+		return nil, err
 	}
 	rs := []*routev3.Route{{
 		// ext_proc names the cluster (a chain, or a provider for a pinned request) after reading
@@ -160,17 +164,45 @@ func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
 			Header: &corev3.HeaderValue{Key: "content-type", Value: "application/json"},
 		}},
 	})
+	// Each route first for big bodies (or none declared), then as it is: the route a request
+	// matches before ext_proc answered its headers fixes the filter's mode for the request.
+	all := make([]*routev3.Route, 0, 2*len(rs))
+	for _, r := range rs {
+		big := proto.Clone(r).(*routev3.Route)
+		big.Name += "-buffered"
+		big.Match.Headers = append(big.Match.Headers, &routev3.HeaderMatcher{
+			Name: "content-length",
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+				MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: ir.PipelinedLength}},
+			}},
+			InvertMatch: true,
+			// A request without content-length matches too (as an empty value).
+			TreatMissingHeaderAsEmpty: true,
+		})
+		big.TypedPerFilterConfig = map[string]*anypb.Any{extProcFilterName: buffered}
+		all = append(all, big, r)
+	}
 	return &routev3.RouteConfiguration{
 		Name: ir.RouteConfigName,
 		VirtualHosts: []*routev3.VirtualHost{{
 			Name:    "tollway",
 			Domains: []string{"*"},
-			Routes:  rs,
+			Routes:  all,
 			// Big base64 bodies are buffered for ext_proc and kept for retries.
 			RequestBodyBufferLimit: wrapperspb.UInt64(ir.BufferLimitBytes),
 			TypedPerFilterConfig:   map[string]*anypb.Any{extProcFilterName: pipelined},
 		}},
 	}, nil
+}
+
+func perRouteMode(m *extprocv3.ProcessingMode) (*anypb.Any, error) {
+	a, err := anypb.New(&extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{
+		Overrides: &extprocv3.ExtProcOverrides{ProcessingMode: m},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("translator: ext_proc per route: %w", err)
+	}
+	return a, nil
 }
 
 // retryPolicy moves a failed attempt to the next priority (the next provider or model of the
