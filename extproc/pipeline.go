@@ -45,6 +45,8 @@ type flow struct {
 	// declared is the body's content-length, -1 if none: a body that has it all needs no
 	// longer message timeout for the rest.
 	declared int64
+	// envoyBuffers: Envoy buffers this body and sends it whole after the headers' reply.
+	envoyBuffers bool
 }
 
 // pipeline runs one exchange over the pipelined protocol.
@@ -81,21 +83,14 @@ func (p *pipeline) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		cl := headerNamed(r.RequestHeaders, "content-length")
 		p.request.declared = declaredLength(cl)
+		// The route Envoy matched for a big body (or none declared) buffers it: the headers'
+		// reply is what lets the body come (translator's -buffered routes).
+		p.request.envoyBuffers = !ir.Pipelined(cl)
 		resp := x.requestHeaders(r.RequestHeaders)
 		x.logMetadata(resp, req)
-		out := p.headers(&p.request, resp, r.RequestHeaders.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
+		return p.headers(&p.request, resp, r.RequestHeaders.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
 			return m.RequestBodyMode
-		})
-		if !ir.Pipelined(cl) && !r.RequestHeaders.GetEndOfStream() {
-			// The route Envoy matched for a big body (or none declared) buffers it: the
-			// headers' reply is what lets the body come.
-			if p.request.state == collecting {
-				out = []*extprocv3.ProcessingResponse{p.request.held}
-				p.request.held = nil
-			}
-			p.request.state = buffered
-		}
-		return out, nil
+		}), nil
 	case *extprocv3.ProcessingRequest_RequestBody:
 		if p.request.state == buffered || (p.request.state == passing && x.deferred != nil) {
 			return p.logged(x.requestBody(r.RequestBody), req), nil // refused at its first chunk
@@ -165,6 +160,10 @@ func (p *pipeline) headers(f *flow, resp *extprocv3.ProcessingResponse, endOfStr
 	}
 	switch bodyMode(p.mode) {
 	case extprocv3filter.ProcessingMode_BUFFERED:
+		if f.envoyBuffers {
+			f.state = buffered
+			break
+		}
 		f.state, f.held = collecting, resp
 		return nil
 	case extprocv3filter.ProcessingMode_STREAMED:

@@ -392,8 +392,8 @@ func isMediaType(typ string) bool { return slices.Contains(mediaOnlyTypes, typ) 
 // PipelinedLength matches the content-length of a request body that Tollway's own Envoys send
 // ext_proc chunk by chunk behind its headers (the pipelined protocol): a declared length under
 // 1,000,000 bytes. Larger bodies, and bodies without a length, are buffered by Envoy and sent
-// whole after ext_proc answered the headers, as before the pipelined protocol: 20-32 MiB bodies
-// streamed in thousands of chunks crashed Envoy 1.40 once in CI. The translator's routes and
+// whole after ext_proc answered the headers, as before the pipelined protocol: a 28 MB body
+// streamed chunk by chunk crashed Envoy 1.40 once in CI. The translator's routes and
 // extproc's pipeline decide with this one expression.
 const PipelinedLength = `^[0-9]{1,6}$`
 
