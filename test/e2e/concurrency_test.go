@@ -4,14 +4,20 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,12 +123,64 @@ func softNoFile(t *testing.T, pid int) int64 {
 // default circuit breakers refused everything past ~512 with a 500), started from a shell whose
 // soft file limit is 1,024: none is refused, all finish with [DONE]. It prints the memory each
 // open stream costs in Envoy and in Tollway (run it with TOLLWAY_BIN set to a build without
-// -race for Tollway's real figure).
+// -race for Tollway's real figure). The provider is plain HTTP/1.1 (a local model server):
+// Envoy holds an upstream connection per stream.
 func TestThousandsOfOpenStreams(t *testing.T) {
-	const n = 2000
 	hold := make(chan struct{}) // on failure, closing the fake ends what it still holds
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, Hold: hold, NoRecord: true})
-	g := startWith(t, harness.Options{Body: catalog(fake.URL()), Env: []string{"FAKE_PROVIDER_KEY=" + providerKey}, SoftNoFile: 1024})
+	holdThousands(t, catalog(fake.URL()), hold)
+}
+
+// TestThousandsOfOpenStreamsOverH2 is the same with the provider behind TLS, as every hosted
+// provider is: Envoy negotiates h2 by ALPN and multiplexes the 2,000 streams over a few
+// connections (the provider sees far fewer connections than streams), so each open stream costs
+// Envoy less than over HTTP/1.1.
+func TestThousandsOfOpenStreamsOverH2(t *testing.T) {
+	hold := make(chan struct{})
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, Hold: hold, NoRecord: true})
+	target, _ := url.Parse("http://" + fake.Addr())
+	var conns, h2 atomic.Int64
+	front := httptest.NewUnstartedServer(&httputil.ReverseProxy{
+		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target) },
+		FlushInterval: -1, // each event as it comes
+		Transport:     &http.Transport{MaxIdleConnsPerHost: holdStreams, DisableCompression: true},
+	})
+	front.EnableHTTP2 = true
+	front.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	inner := front.Config.Handler
+	front.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 {
+			h2.Add(1)
+		}
+		inner.ServeHTTP(w, r)
+	})
+	front.StartTLS()
+	defer front.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: front.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(catalog(front.URL+"/v1"), `api_key: "${FAKE_PROVIDER_KEY}"}`, `api_key: "${FAKE_PROVIDER_KEY}", ca_file: `+ca+`}`, 1)
+	holdThousands(t, cfg, hold)
+	if c, n := conns.Load(), h2.Load(); n < holdStreams || c > holdStreams/10 {
+		t.Fatalf("the provider saw %d h2 requests over %d connections: want all %d+ streams multiplexed over h2", n, c, holdStreams)
+	}
+	t.Logf("the provider saw %d connections for %d h2 requests", conns.Load(), h2.Load())
+}
+
+// holdStreams is how many streams holdThousands keeps open at once.
+const holdStreams = 2000
+
+// holdThousands opens holdStreams streams through a gateway configured by cfg (its fake pauses
+// each stream after the first event until hold receives), measures both processes' memory,
+// releases them at a bounded pace and checks every one ended with [DONE].
+func holdThousands(t *testing.T, cfg string, hold chan struct{}) {
+	const n = holdStreams
+	g := startWith(t, harness.Options{Body: cfg, Env: []string{"FAKE_PROVIDER_KEY=" + providerKey}, SoftNoFile: 1024})
 	got := softNoFile(t, g.EnvoyPID)
 	if got < 2*n+1024 {
 		t.Fatalf("Envoy's soft file limit is %d: it cannot hold %d streams", got, n)

@@ -158,8 +158,13 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	// Fixed flow-control windows turn off grpc-go's BDP estimation, which pinged Envoy after
 	// received data on every busy connection: 4-7% of the CPU per request (Envoy + Tollway) in
 	// two same-run A/B benches, the builds' turns swapped (README, Performance). The windows only bound unread data.
-	extGRPC := grpc.NewServer(grpc.MaxRecvMsgSize(maxGRPCMessage), grpc.MaxSendMsgSize(maxGRPCMessage),
-		grpc.InitialWindowSize(extProcStreamWindow), grpc.InitialConnWindowSize(extProcConnWindow))
+	extOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxGRPCMessage), grpc.MaxSendMsgSize(maxGRPCMessage),
+		grpc.InitialWindowSize(extProcStreamWindow), grpc.InitialConnWindowSize(extProcConnWindow)}
+	procs := newProcTuner(log.With("component", "procs"))
+	if procs != nil {
+		extOpts = append(extOpts, grpc.StreamInterceptor(procs.interceptor()))
+	}
+	extGRPC := grpc.NewServer(extOpts...)
 	extprocv3.RegisterExternalProcessorServer(extGRPC, ext)
 	accesslogv3.RegisterAccessLogServiceServer(extGRPC, ext.RefusalLog()) // providers refusing the gateway's credential
 
@@ -187,6 +192,9 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	}
 	serve("xds", func() error { return xdsGRPC.Serve(xdsLn) })
 	serve("extproc", func() error { return extGRPC.Serve(extLn) })
+	if procs != nil {
+		serve("procs", func() error { procs.run(serveCtx); return nil })
+	}
 	defer func() {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
