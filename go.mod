@@ -7,7 +7,6 @@ require (
 	github.com/envoyproxy/go-control-plane v0.14.0 // xDS snapshot cache and ADS server
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0 // Envoy API types with their protoc-gen-validate rules (ValidateAll)
 	github.com/ethereum/go-ethereum v1.17.5 // x402: EIP-712 hashing (signer/core/apitypes) and secp256k1 recovery (crypto) to verify payment credentials locally; v1.17.5 is the newest that moves no other pin
-	github.com/fsnotify/fsnotify v1.9.0 // config file watch (viper's own dependency, used directly for debouncing)
 	github.com/go-json-experiment/json v1.27.2 // encoding/json/v2's tokenizer (stable in Go 1.27's standard library): validates chat bodies in one pass without copying base64 images
 	github.com/go-viper/mapstructure/v2 v2.4.0 // viper's decoder: strict decode hooks and its typed errors, said in config terms
 	github.com/golang-jwt/jwt/v5 v5.3.1 // Kling signs with an HS256 JWT the caller makes
@@ -18,6 +17,7 @@ require (
 	go.etcd.io/bbolt v1.5.0 // the store
 	go.yaml.in/yaml/v3 v3.0.4 // golden files rendered as YAML
 	golang.org/x/image v0.47.0 // WebP headers: a first-frame image is checked by its decoded size, not its declared type
+	golang.org/x/sys v0.49.0 // inotify for the config watch with its own event mask (fsnotify asks for every write in the directory)
 	google.golang.org/grpc v1.85.0 // ext_proc and xDS servers
 	google.golang.org/protobuf v1.36.12 // protojson, Any
 	k8s.io/api v0.37.2 // tests only: the Kubernetes manifests in configs/deploy decoded strictly into their API types
@@ -51,6 +51,7 @@ require (
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
 	github.com/ethereum/c-kzg-4844/v2 v2.1.8 // indirect
+	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/google/uuid v1.6.0 // indirect
@@ -77,7 +78,6 @@ require (
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect

@@ -16,7 +16,6 @@ import (
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
@@ -392,53 +391,6 @@ func portFree(addr string) error {
 		return fmt.Errorf("listen.public %s: %w (another process holds the port; change listen.public)", addr, err)
 	}
 	return ln.Close()
-}
-
-// watchFile calls onChange after path changes, debounced, so editors that write in several
-// steps trigger one reload. The directory is watched because editors replace files.
-func watchFile(path string, log *slog.Logger, onChange func()) (func(), error) {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, err
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := w.Add(filepath.Dir(abs)); err != nil {
-		w.Close()
-		return nil, err
-	}
-	done := make(chan struct{})
-	go func() {
-		var timer *time.Timer
-		for {
-			select {
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if filepath.Clean(ev.Name) != abs || ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) == 0 {
-					continue
-				}
-				if timer != nil {
-					timer.Stop()
-				}
-				timer = time.AfterFunc(200*time.Millisecond, onChange)
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				log.Warn("config watch", "error", err)
-			case <-done:
-				if timer != nil {
-					timer.Stop()
-				}
-				return
-			}
-		}
-	}()
-	return func() { close(done); w.Close() }, nil
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {
