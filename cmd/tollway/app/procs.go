@@ -29,12 +29,16 @@ const (
 
 // procTuner counts ext_proc messages and sets GOMAXPROCS from their rate.
 type procTuner struct {
-	msgs  atomic.Int64
-	log   *slog.Logger
-	set   func(n int) // runtime.GOMAXPROCS, or a test's recorder
-	reset func()      // runtime.SetDefaultGOMAXPROCS
-	quiet bool
-	calm  time.Duration // how long the rate has been under quietRate
+	msgs atomic.Int64
+	// asleep: quiet with no traffic at all, the ticker stopped so an idle gateway does not wake
+	// four times a second; the next message wakes it.
+	asleep atomic.Bool
+	wake   chan struct{}
+	log    *slog.Logger
+	set    func(n int) // runtime.GOMAXPROCS, or a test's recorder
+	reset  func()      // runtime.SetDefaultGOMAXPROCS
+	quiet  bool
+	calm   time.Duration // how long the rate has been under quietRate
 }
 
 // newProcTuner is nil (no tuning) when GOMAXPROCS is pinned or there is one CPU anyway.
@@ -42,24 +46,34 @@ func newProcTuner(log *slog.Logger) *procTuner {
 	if os.Getenv("GOMAXPROCS") != "" || runtime.GOMAXPROCS(0) <= 1 {
 		return nil
 	}
-	return &procTuner{log: log, set: func(n int) { runtime.GOMAXPROCS(n) }, reset: runtime.SetDefaultGOMAXPROCS}
+	return &procTuner{log: log, wake: make(chan struct{}, 1), set: func(n int) { runtime.GOMAXPROCS(n) }, reset: runtime.SetDefaultGOMAXPROCS}
 }
 
-// interceptor counts each message ext_proc receives: one atomic add, no allocation per message.
+// interceptor counts each message ext_proc receives: an atomic add and load, no allocation.
 func (p *procTuner) interceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		return handler(srv, &countedStream{ServerStream: ss, n: &p.msgs})
+		return handler(srv, &countedStream{ServerStream: ss, p: p})
 	}
 }
 
 type countedStream struct {
 	grpc.ServerStream
-	n *atomic.Int64
+	p *procTuner
 }
 
 func (s *countedStream) RecvMsg(m any) error {
-	s.n.Add(1)
-	return s.ServerStream.RecvMsg(m)
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		s.p.msgs.Add(1)
+		// After the add: either sleep sees the count, or this sees asleep and wakes it.
+		if s.p.asleep.Load() {
+			select {
+			case s.p.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return err
 }
 
 // run samples the rate every procsTick until ctx ends, then gives the default back.
@@ -72,9 +86,28 @@ func (p *procTuner) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			p.observe(float64(p.msgs.Swap(0)) / procsTick.Seconds())
+			n := p.msgs.Swap(0)
+			p.observe(float64(n) / procsTick.Seconds())
+			if n == 0 && p.quiet {
+				p.sleep(ctx, t)
+			}
 		}
 	}
+}
+
+// sleep stops the ticker until a message arrives (or ctx ends); a burst then gets its cores
+// back within one procsTick.
+func (p *procTuner) sleep(ctx context.Context, t *time.Ticker) {
+	t.Stop()
+	p.asleep.Store(true)
+	if p.msgs.Load() == 0 {
+		select {
+		case <-p.wake:
+		case <-ctx.Done():
+		}
+	}
+	p.asleep.Store(false)
+	t.Reset(procsTick)
 }
 
 // observe moves to one P after quietFor under quietRate, and back at the first tick over busyRate.

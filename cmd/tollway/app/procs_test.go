@@ -1,10 +1,15 @@
 package app
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
 )
 
 // TestProcTunerFollowsTheRate: one P only after quietFor under quietRate, back to the default at
@@ -54,4 +59,48 @@ func TestProcTunerOffWhenPinned(t *testing.T) {
 	if newProcTuner(slog.Default()) != nil {
 		t.Fatal("the tuner runs although GOMAXPROCS is set")
 	}
+}
+
+type nopStream struct{ grpc.ServerStream }
+
+func (nopStream) RecvMsg(any) error { return nil }
+
+// TestProcTunerSleepsWhenIdle: with no traffic at all the tuner stops ticking (an idle gateway
+// is not woken four times a second), and the first messages of a burst wake it, so the burst
+// gets its cores back.
+func TestProcTunerSleepsWhenIdle(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	record := func(c string) { mu.Lock(); calls = append(calls, c); mu.Unlock() }
+	p := &procTuner{log: slog.New(slog.NewTextHandler(io.Discard, nil)), wake: make(chan struct{}, 1),
+		set: func(int) { record("set1") }, reset: func() { record("default") }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	deadline := time.Now().Add(quietFor + 2*time.Second)
+	for !p.asleep.Load() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !p.asleep.Load() {
+		t.Fatal("an idle tuner did not stop ticking")
+	}
+	s := &countedStream{ServerStream: nopStream{}, p: p}
+	deadline = time.Now().Add(2 * time.Second)
+	for {
+		mu.Lock()
+		got := slices.Clone(calls)
+		mu.Unlock()
+		if slices.Equal(got, []string{"set1", "default"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a burst after idle: %v, want one P then the default back", got)
+		}
+		for range busyRate / 20 { // more than busyRate a second in any quarter second
+			s.RecvMsg(nil)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
 }
