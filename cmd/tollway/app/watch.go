@@ -55,12 +55,18 @@ func newFileWatch(path string, log *slog.Logger, onChange func()) (*fileWatch, e
 	}
 	// A non-blocking descriptor goes to Go's poller: Close then ends a pending Read.
 	w := &fileWatch{f: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{})}
-	go w.read(filepath.Base(abs), log, onChange)
+	target, _ := filepath.EvalSymlinks(abs) // before any event can be read
+	go w.read(abs, target, log, onChange)
 	return w, nil
 }
 
-func (w *fileWatch) read(name string, log *slog.Logger, onChange func()) {
+// read follows the directory's events. Besides the config's own name, a link created or moved
+// in the directory may have changed what the config resolves to: Kubernetes updates a mounted
+// ConfigMap by renaming a new ..data symlink over the old one (tollway.yaml -> ..data/tollway.yaml),
+// and the config's own name sees no event.
+func (w *fileWatch) read(abs, target string, log *slog.Logger, onChange func()) {
 	defer close(w.done)
+	name := filepath.Base(abs)
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for {
 		n, err := w.f.Read(buf)
@@ -79,9 +85,14 @@ func (w *fileWatch) read(name string, log *slog.Logger, onChange func()) {
 			}
 			w.seen.Add(1)
 			evName := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:end]), "\x00")
+			switch {
 			// An overflowed queue may have dropped the config's own event: reload to be sure.
-			if evName == name || ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+			case evName == name || ev.Mask&unix.IN_Q_OVERFLOW != 0:
 				changed = true
+			case ev.Mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
+				if now, err := filepath.EvalSymlinks(abs); err == nil && now != target {
+					target, changed = now, true
+				}
 			}
 			off = end
 		}

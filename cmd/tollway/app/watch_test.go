@@ -70,3 +70,53 @@ func TestConfigWatchIgnoresTheStore(t *testing.T) {
 	}
 	wantReloads(2, "the config replaced by rename")
 }
+
+// TestConfigWatchFollowsAConfigMapSwap: Kubernetes updates a mounted ConfigMap by writing a new
+// timestamped directory and renaming a symlink (..data) over the old one; the config's own name
+// never changes (tollway.yaml -> ..data/tollway.yaml). The swap reloads once.
+func TestConfigWatchFollowsAConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	write := func(version, body string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, version), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, version, "tollway.yaml"), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("..2026_11_26_05_00_00.1", "a: 1\n")
+	if err := os.Symlink("..2026_11_26_05_00_00.1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "tollway.yaml")
+	if err := os.Symlink(filepath.Join("..data", "tollway.yaml"), cfg); err != nil {
+		t.Fatal(err)
+	}
+	var reloads atomic.Int64
+	w, err := newFileWatch(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func() { reloads.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+
+	// The kubelet's atomic writer: new directory, a temporary link to it, renamed over ..data.
+	write("..2026_11_26_05_01_00.2", "a: 2\n")
+	if err := os.Symlink("..2026_11_26_05_01_00.2", filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "..2026_11_26_05_00_00.1")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for reloads.Load() < 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := reloads.Load(); got != 1 {
+		t.Fatalf("a ConfigMap swap: %d reloads, want 1", got)
+	}
+}
