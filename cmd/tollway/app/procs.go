@@ -80,10 +80,12 @@ func (s *countedStream) RecvMsg(m any) error {
 func (p *procTuner) run(ctx context.Context) {
 	t := time.NewTicker(procsTick)
 	defer t.Stop()
-	defer p.reset()
 	for {
 		select {
 		case <-ctx.Done():
+			if p.quiet {
+				p.reset()
+			}
 			return
 		case <-t.C:
 			n := p.msgs.Swap(0)

@@ -26,10 +26,9 @@ const configWatchMask = unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO | unix.IN_CREATE
 // fileWatch calls onChange 200 ms after the last change to one file, so a change made in
 // several steps reloads once. The directory is watched because editors replace files.
 type fileWatch struct {
-	f     *os.File
-	seen  atomic.Int64 // events read, for tests: writes to other files must not wake the watch
-	done  chan struct{}
-	timer atomic.Pointer[time.Timer]
+	f    *os.File
+	seen atomic.Int64 // events read, for tests: writes to other files must not wake the watch
+	done chan struct{}
 }
 
 func watchFile(path string, log *slog.Logger, onChange func()) (func(), error) {
@@ -66,6 +65,12 @@ func newFileWatch(path string, log *slog.Logger, onChange func()) (*fileWatch, e
 // and the config's own name sees no event.
 func (w *fileWatch) read(abs, target string, log *slog.Logger, onChange func()) {
 	defer close(w.done)
+	var debounce *time.Timer
+	defer func() {
+		if debounce != nil {
+			debounce.Stop() // a reload still pending when the watch stops is dropped
+		}
+	}()
 	name := filepath.Base(abs)
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for {
@@ -85,21 +90,20 @@ func (w *fileWatch) read(abs, target string, log *slog.Logger, onChange func()) 
 			}
 			w.seen.Add(1)
 			evName := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:end]), "\x00")
-			switch {
 			// An overflowed queue may have dropped the config's own event: reload to be sure.
-			case evName == name || ev.Mask&unix.IN_Q_OVERFLOW != 0:
-				changed = true
-			case ev.Mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
-				if now, err := filepath.EvalSymlinks(abs); err == nil && now != target {
-					target, changed = now, true
-				}
+			own := evName == name || ev.Mask&unix.IN_Q_OVERFLOW != 0
+			if own || ev.Mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0 {
+				now, _ := filepath.EvalSymlinks(abs)
+				changed = changed || own || now != target
+				target = now
 			}
 			off = end
 		}
 		if changed {
-			if t := w.timer.Swap(time.AfterFunc(200*time.Millisecond, onChange)); t != nil {
-				t.Stop()
+			if debounce != nil {
+				debounce.Stop()
 			}
+			debounce = time.AfterFunc(200*time.Millisecond, onChange)
 		}
 	}
 }
@@ -107,7 +111,4 @@ func (w *fileWatch) read(abs, target string, log *slog.Logger, onChange func()) 
 func (w *fileWatch) close() {
 	w.f.Close()
 	<-w.done
-	if t := w.timer.Load(); t != nil {
-		t.Stop()
-	}
 }
