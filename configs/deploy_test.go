@@ -231,6 +231,11 @@ func TestKubernetesSidecar(t *testing.T) {
 	if !slices.Contains(envoyArgs, "--service-node") || !slices.Contains(envoyArgs, "/etc/envoy/bootstrap.json") {
 		t.Errorf("the sidecar Envoy's args %v: each pod is its own node", envoyArgs)
 	}
+	// Envoy's default is a worker per hardware thread of the node, whatever the pod's CPU: on
+	// a 64-core node each app pod would hold 64 ext_proc connections to the control plane.
+	if i := slices.Index(envoyArgs, "--concurrency"); i < 0 || i+1 >= len(envoyArgs) || envoyArgs[i+1] != "2" {
+		t.Errorf("the sidecar Envoy's args %v: want --concurrency 2 (a sidecar's share of the node)", envoyArgs)
+	}
 }
 
 func mustJSON(v any) string {

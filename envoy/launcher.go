@@ -58,14 +58,32 @@ type LaunchConfig struct {
 	Binary        string
 	BootstrapPath string
 	AdminSocket   string // the unix socket of Envoy's admin API (from the bootstrap)
-	LogLevel      string
-	DrainTime     time.Duration
+	// Concurrency is --concurrency, Envoy's worker threads; 0 leaves Envoy's default (every
+	// hardware thread of the host, whatever the container's CPU limit).
+	Concurrency int
+	LogLevel    string
+	DrainTime   time.Duration
 	// FullLog prints Envoy's multi-line messages whole; otherwise only their first line, since
 	// a rejected resource is logged with its whole protobuf dump (thousands of lines).
 	FullLog bool
 	// AccessLog receives Envoy's stdout as it is: the access log's JSON lines (Envoy logs on
 	// stderr). Nil: stdout goes with the log.
 	AccessLog io.Writer
+}
+
+// args is Envoy's command line.
+func args(c LaunchConfig, level string, drainSeconds int) []string {
+	a := []string{
+		"-c", c.BootstrapPath,
+		"--log-level", level,
+		"--disable-hot-restart", // several gateways (and tests) may run side by side
+		"--drain-time-s", strconv.Itoa(drainSeconds),
+		"--drain-strategy", "immediate",
+	}
+	if c.Concurrency > 0 {
+		a = append(a, "--concurrency", strconv.Itoa(c.Concurrency))
+	}
+	return a
 }
 
 // Start launches Envoy. Its log goes to logOut line by line, prefixed so it is told apart.
@@ -78,13 +96,7 @@ func Start(log *slog.Logger, c LaunchConfig, logOut io.Writer) (*Process, error)
 	if drain < 1 {
 		drain = 1
 	}
-	cmd := exec.Command(c.Binary,
-		"-c", c.BootstrapPath,
-		"--log-level", level,
-		"--disable-hot-restart", // several gateways (and tests) may run side by side
-		"--drain-time-s", strconv.Itoa(drain),
-		"--drain-strategy", "immediate",
-	)
+	cmd := exec.Command(c.Binary, args(c, level, drain)...)
 	// Envoy gets its own process group, so a terminal's Ctrl-C (sent to the foreground group)
 	// reaches only Tollway, which drains Envoy; and it must not outlive us if we are killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

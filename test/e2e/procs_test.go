@@ -62,3 +62,36 @@ func TestGomaxprocsFollowsLoad(t *testing.T) {
 	load.Wait()
 	waitFor(t, fmt.Sprintf("GOMAXPROCS %d once quiet again", quiet), 10*time.Second, func() bool { return procs() == quiet })
 }
+
+// TestEnvoyWorkersFollowTheCPUs: the child Envoy runs one worker per CPU Tollway may use (Go's
+// view: the affinity mask and the cgroup's CPU limit, or GOMAXPROCS), not Envoy's default of
+// every hardware thread of the host, which in a container limited to 2 CPUs on a 64-core node
+// is 64 workers, each with its own connections to every provider and to ext_proc.
+// envoy.concurrency sets it. Read from Envoy's own server.concurrency gauge.
+func TestEnvoyWorkersFollowTheCPUs(t *testing.T) {
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, NoRecord: true})
+	body := catalog(fake.URL()) + fmt.Sprintf("admin: {token: %q}\n", metricsToken)
+	workers := func(g *gateway) int {
+		return int(sum(scrape(t, g, "/metrics/envoy"), "envoy_server_concurrency", nil))
+	}
+	want := runtime.GOMAXPROCS(0) // this process's view of the same machine and cgroup
+	if got := workers(startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey)); got != want {
+		t.Errorf("default: Envoy runs %d workers, want %d (the CPUs Go sees)", got, want)
+	}
+	// One CPU, as a pod limited to one CPU sees it (Envoy's default here would be every core).
+	if got := workers(startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey, "GOMAXPROCS=1")); got != 1 {
+		t.Errorf("GOMAXPROCS=1: Envoy runs %d workers, want 1", got)
+	}
+	// envoy.concurrency, here from the environment as a container would set it.
+	g := startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey, "TOLLWAY_ENVOY_CONCURRENCY=3")
+	if got := workers(g); got != 3 {
+		t.Errorf("envoy.concurrency 3: Envoy runs %d workers", got)
+	}
+	key := g.newKey("acme")
+	resp := g.chat(context.Background(), key, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("chat through 3 workers: %d %s", resp.StatusCode, answer)
+	}
+}

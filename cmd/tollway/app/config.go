@@ -55,6 +55,9 @@ type Config struct {
 		Bin          string        `mapstructure:"bin"`
 		LogLevel     string        `mapstructure:"log_level"`
 		DrainTimeout time.Duration `mapstructure:"drain_timeout"`
+		// Concurrency is the child Envoy's worker threads; 0 gives it the CPUs Tollway may
+		// use (envoyWorkers).
+		Concurrency int `mapstructure:"concurrency"`
 	} `mapstructure:"envoy"`
 	Log struct {
 		Level string `mapstructure:"level"`
@@ -163,6 +166,7 @@ var defaults = map[string]any{
 	"envoy.bin":                      "",
 	"envoy.log_level":                "warning",
 	"envoy.drain_timeout":            "10s",
+	"envoy.concurrency":              0,
 	"log.level":                      "info",
 	"log.access":                     "stdout",
 	"billing.enabled":                true,

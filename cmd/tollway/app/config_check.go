@@ -36,6 +36,9 @@ func (c *Config) checkValues() []error {
 	if l := c.Envoy.LogLevel; l != "" && !slices.Contains(envoyLogLevels, l) {
 		errs = append(errs, fmt.Errorf("envoy.log_level is %q: use trace, debug, info, warning, error, critical or off", l))
 	}
+	if n := c.Envoy.Concurrency; n < 0 || n > maxEnvoyWorkers {
+		errs = append(errs, fmt.Errorf("envoy.concurrency is %d: use 0 (one Envoy worker per CPU Tollway may use, the default) or a number of workers from 1 to %d", n, maxEnvoyWorkers))
+	}
 	for key, d := range map[string]time.Duration{"envoy.drain_timeout": c.Envoy.DrainTimeout, "routing.attempt_timeout": c.Routing.AttemptTimeout} {
 		switch {
 		case d < 0:

@@ -51,6 +51,9 @@ func TestConfigValuesTheGatewayUses(t *testing.T) {
 		{"envoy: {log_level: verbose}", `envoy.log_level is "verbose": use trace, debug, info, warning, error, critical or off`},
 		{"routing: {attempt_timeout: 60}", "routing.attempt_timeout is the number 60: write a duration with its unit, such as 60s"},
 		{"envoy: {drain_timeout: -2s}", "envoy.drain_timeout is -2s: it must not be negative"},
+		{"envoy: {concurrency: -1}", "envoy.concurrency is -1: use 0 (one Envoy worker per CPU Tollway may use, the default) or a number of workers from 1 to 1024"},
+		{"envoy: {concurrency: 80000}", "envoy.concurrency is 80000: use 0"},
+		{"envoy: {concurrency: 2.5}", "envoy.concurrency is 2.5: write a whole number"},
 		{"routing: {attempt_timeout: 300us}", "routing.attempt_timeout is 300µs: Envoy counts milliseconds, use 1ms or more (or 0 for the default)"},
 		{"models: [{id: m, max_output_length: 1.5, providers: [{provider: p, model: x}]}]", "models[0].max_output_length is 1.5: write a whole number"},
 	} {
@@ -62,12 +65,12 @@ func TestConfigValuesTheGatewayUses(t *testing.T) {
 	// What stays accepted: slog's level forms, Envoy's "warn", whole floats, 0 durations.
 	c, err := LoadConfig(writeConfig(t, `
 log: {level: WARN}
-envoy: {log_level: warn, drain_timeout: 0s}
+envoy: {log_level: warn, drain_timeout: 0s, concurrency: 2}
 routing: {attempt_timeout: 1ms}
 providers: [{name: p, type: openai, base_url: "http://127.0.0.1:1/v1"}]
 models: [{id: m, context_length: 8e3, providers: [{provider: p, model: x}]}]
 `))
-	if err != nil || c.Models[0].ContextLength != 8000 {
+	if err != nil || c.Models[0].ContextLength != 8000 || c.Envoy.Concurrency != 2 {
 		t.Fatalf("LoadConfig: %v (%+v)", err, c)
 	}
 }

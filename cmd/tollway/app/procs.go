@@ -5,6 +5,7 @@ package app
 // wakes a second thread to spin for work that is not there, and the ext_proc hops move between
 // threads. One P runs the whole conversation on one thread. Under load the other cores are
 // worth it (p99 at 500-1,000 requests/s). An explicit GOMAXPROCS in the environment wins.
+// The child Envoy's worker count comes from the same view of the CPUs (envoyWorkers).
 
 import (
 	"context"
@@ -26,6 +27,24 @@ const (
 	busyRate  = 1200
 	quietFor  = 2 * time.Second
 )
+
+// startProcs is GOMAXPROCS as the process started, before the tuner moved it: the CPUs Go may
+// use (the affinity mask and the cgroup's CPU limit), or GOMAXPROCS from the environment.
+var startProcs = runtime.GOMAXPROCS(0)
+
+// maxEnvoyWorkers bounds envoy.concurrency: a typo such as 80000 would start that many threads.
+const maxEnvoyWorkers = 1024
+
+// envoyWorkers is the child Envoy's --concurrency. Envoy's own default is every hardware thread
+// of the host whatever the container's CPU limit, so a pod limited to 2 CPUs on a 64-core node
+// would run 64 workers, each with its own connections to every provider and to ext_proc, taking
+// turns in 2 CPUs' worth of time.
+func envoyWorkers(configured int) int {
+	if configured > 0 {
+		return configured
+	}
+	return startProcs
+}
 
 // procTuner counts ext_proc messages and sets GOMAXPROCS from their rate.
 type procTuner struct {

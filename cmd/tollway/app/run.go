@@ -266,6 +266,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		AdminSocket:   sock("envoy-admin.sock"),
 		LogLevel:      cfg.Envoy.LogLevel,
 		DrainTime:     cfg.Envoy.DrainTimeout,
+		Concurrency:   envoyWorkers(cfg.Envoy.Concurrency),
 		FullLog:       strings.EqualFold(cfg.Log.Level, "debug"),
 		AccessLog:     stdout, // the access log's lines (log.access: stdout); Envoy logs on stderr
 	}
@@ -312,7 +313,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	defer func() { sup.Stop(); sup.Current().Stop() }()
 	logFileLimit(log, proc, limits)
 	fmt.Fprintf(stdout, "tollway ready base_url=http://%s/v1 admin=http://%s envoy_pid=%d\n", cfg.Listen.Public, cfg.Listen.Admin, proc.Pid())
-	log.Info("tollway ready", "base_url", "http://"+cfg.Listen.Public+"/v1", "admin", cfg.Listen.Admin, "envoy", envoyBin)
+	log.Info("tollway ready", "base_url", "http://"+cfg.Listen.Public+"/v1", "admin", cfg.Listen.Admin, "envoy", envoyBin, "envoy_workers", launch.Concurrency)
 
 	go pollHealth(serveCtx, sup.Current, func(h map[string]bool) { ext.SetHealth(h); gw.health.Store(&h) })
 
