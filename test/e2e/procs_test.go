@@ -75,8 +75,24 @@ func TestEnvoyWorkersFollowTheCPUs(t *testing.T) {
 		return int(sum(scrape(t, g, "/metrics/envoy"), "envoy_server_concurrency", nil))
 	}
 	want := runtime.GOMAXPROCS(0) // this process's view of the same machine and cgroup
-	if got := workers(startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey)); got != want {
+	def := startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey)
+	if got := workers(def); got != want {
 		t.Errorf("default: Envoy runs %d workers, want %d (the CPUs Go sees)", got, want)
+	}
+	// Envoy's workers are fixed for its life: an edited file says so rather than seeming applied.
+	cfg, err := os.ReadFile(def.CfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(cfg), "envoy: {", "envoy: {concurrency: 4, ", 1)
+	if err := os.WriteFile(def.CfgPath, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the warning that envoy.concurrency takes effect on restart", 10*time.Second, func() bool {
+		return strings.Contains(def.logs.String(), "envoy.concurrency changed; Envoy's workers follow on restart")
+	})
+	if got := workers(def); got != want {
+		t.Errorf("after the edit: Envoy runs %d workers, want %d until a restart", got, want)
 	}
 	// One CPU, as a pod limited to one CPU sees it (Envoy's default here would be every core).
 	if got := workers(startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey, "GOMAXPROCS=1")); got != 1 {

@@ -89,6 +89,9 @@ func (g *gateway) applyConfig(ctx context.Context, c *Config) error {
 		g.log.Warn("limits.max_concurrent_requests changed; provider clusters follow now, the ext_proc and client connection limits on restart",
 			"from", g.cfg.Limits.MaxConcurrentRequests, "to", c.Limits.MaxConcurrentRequests)
 	}
+	if g.cfg != nil && c.Envoy.Concurrency != g.cfg.Envoy.Concurrency {
+		g.log.Warn("envoy.concurrency changed; Envoy's workers follow on restart", "from", g.cfg.Envoy.Concurrency, "to", c.Envoy.Concurrency)
+	}
 	if g.cfg != nil && c.Admin.Token != g.cfg.Admin.Token {
 		g.log.Warn("admin.token changed; it takes effect on restart") // never the token itself
 	}
