@@ -62,7 +62,7 @@ type procTuner struct {
 
 // newProcTuner is nil (no tuning) when GOMAXPROCS is pinned or there is one CPU anyway.
 func newProcTuner(log *slog.Logger) *procTuner {
-	if os.Getenv("GOMAXPROCS") != "" || runtime.GOMAXPROCS(0) <= 1 {
+	if os.Getenv("GOMAXPROCS") != "" || startProcs <= 1 {
 		return nil
 	}
 	return &procTuner{log: log, wake: make(chan struct{}, 1), set: func(n int) { runtime.GOMAXPROCS(n) }, reset: runtime.SetDefaultGOMAXPROCS}
