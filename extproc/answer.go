@@ -24,6 +24,7 @@ type answer struct {
 	dropUsage bool
 	frames    sse.Framer
 	dec       *jsontext.Decoder // reused for every event of a stream
+	none      bytes.Buffer      // what dec reads between events, so it never pins a chunk
 
 	// requestID goes into error events, which carry it like every other error.
 	requestID string
@@ -115,7 +116,11 @@ func (a *answer) chunk(b []byte, end bool) (out []byte, changed bool) {
 				return nil
 			}
 		}
-		if d, ok := replaceModel(a.decoder(data), data, a.model); ok {
+		d, ok := replaceModel(a.decoder(data), data, a.model)
+		// The decoder reads the chunk in place: left on it, it would keep the chunk (and the
+		// message it came in) alive for as long as the stream stays open.
+		a.dec.Reset(&a.none, lenient)
+		if ok {
 			out = append(out, sse.ReplaceData(ev, d)...)
 			return nil
 		}

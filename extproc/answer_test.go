@@ -1,8 +1,11 @@
 package extproc
 
 import (
+	"bytes"
+	"runtime"
 	"strings"
 	"testing"
+	"weak"
 
 	"github.com/tollway/tollway/extproc/sse"
 )
@@ -215,4 +218,25 @@ func TestZeroUsageChunkIsReplacedByTheEstimate(t *testing.T) {
 	if strings.Count(string(out), `"usage"`) != 1 || !strings.Contains(string(out), `"prompt_tokens":11,"completion_tokens":4`) {
 		t.Fatalf("client got\n%s", out)
 	}
+}
+
+// TestAnswerDoesNotPinChunks: once a chunk is answered, the stream's state must not keep it
+// alive. The reused JSON decoder read each event in place and kept the last one, pinning its
+// chunk (and the ext_proc message it came in) for as long as the stream stayed open: about 9
+// KiB per open stream in the bench's streams scenario, with bursty chunks.
+func TestAnswerDoesNotPinChunks(t *testing.T) {
+	a := newAnswer("gpt-4o-mini", &meter{}, false)
+	chunk := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"fake-llama-3","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}` + "\n\n")
+	chunk = append(chunk, make([]byte, 16<<10)...)[:len(chunk)] // a big buffer, as a burst's is
+	gone := weak.Make(&chunk[0])
+	if out, changed := a.chunk(chunk, false); !changed || !bytes.Contains(out, []byte(`"model":"gpt-4o-mini"`)) {
+		t.Fatalf("chunk not rewritten: %s", out)
+	}
+	chunk = nil
+	runtime.GC()
+	runtime.GC()
+	if gone.Value() != nil {
+		t.Error("the answer still holds the chunk after answering it")
+	}
+	runtime.KeepAlive(a)
 }

@@ -132,8 +132,11 @@ func (c *messageContent) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 type meter struct {
 	usage  *upstreamUsage
 	images int64        // image parts of a whole answer, billed per image
-	text   bytes.Buffer // completion text of a whole answer, for the estimate
-	events []byte       // a stream's content events, undecoded until an estimate needs them
+	text   bytes.Buffer // completion text, for the estimate
+	// events are a stream's latest content events, undecoded until an estimate needs them or
+	// they pass rawEventsLimit, when they are folded into text: an open stream holds its text and
+	// a bounded window, not every event it passed.
+	events []byte
 	// estimate, once made, is the answer's usage: a stream that got an estimated usage chunk is
 	// billed exactly what that chunk said.
 	estimate *ir.Usage
@@ -150,20 +153,43 @@ func (m *meter) body(b []byte) {
 	c.appendText(&m.text)
 }
 
+// rawEventsLimit bounds the content events a stream keeps undecoded. Most streams end with
+// the provider's usage and never decode them; a long one decodes them in batches as it goes
+// (kept raw, a 2,000-token answer held about 1 MiB per open stream).
+const rawEventsLimit = 8 << 10
+
 // event reads the JSON data of one stream event; it reports whether the event is the
 // usage-only chunk (no choices) that closes an OpenAI stream.
 func (m *meter) event(data []byte) (usageOnly bool) {
 	c := usageEvent(data)
 	if c == nil {
+		if m.usage != nil {
+			return false // billed from the provider's usage: no estimate will need the text
+		}
+		if len(m.events)+len(data) >= rawEventsLimit {
+			m.fold()
+		}
 		m.events = append(append(m.events, data...), '\n')
 		return false
 	}
-	c.appendText(&m.text)
 	if c.Usage.PromptTokens > 0 || c.Usage.CompletionTokens > 0 {
 		m.usage = c.Usage
 		return len(c.Choices) == 0
 	}
+	m.fold() // the text stays in the order the stream sent it
+	c.appendText(&m.text)
 	return false
+}
+
+// fold decodes the raw content events into the text.
+func (m *meter) fold() {
+	for line := range bytes.SplitSeq(m.events, []byte("\n")) {
+		var c completionText
+		if len(line) > 0 && json.Unmarshal(line, &c, lenient) == nil {
+			c.appendText(&m.text)
+		}
+	}
+	m.events = m.events[:0]
 }
 
 // usageEvent decodes a stream event that carries usage, or returns nil. Most events are
@@ -215,13 +241,8 @@ func (m *meter) result(promptTokens func() int64) (ir.Usage, bool) {
 		return u, false
 	}
 	if m.estimate == nil {
-		// No usage: count what was sent (stream events kept raw until now).
-		for _, line := range bytes.Split(m.events, []byte("\n")) {
-			var c completionText
-			if len(line) > 0 && json.Unmarshal(line, &c, lenient) == nil {
-				c.appendText(&m.text)
-			}
-		}
+		// No usage: count what was sent (the stream events still raw decoded now).
+		m.fold()
 		m.events = nil
 		m.estimate = &ir.Usage{PromptTokens: promptTokens(), CompletionTokens: int64(billing.CountText(m.text.String())), Images: m.images}
 	}
