@@ -54,13 +54,30 @@ static_resources:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
         common_http_protocol_options: {idle_timeout: 3600s}
-        explicit_http_config: {http_protocol_options: {}}
-    load_assignment:
+        %s
+%s    load_assignment:
       cluster_name: fake
       endpoints:
       - lb_endpoints:
         - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}
 `
+
+// The plain Envoy's cluster to a plaintext fake (HTTP/1.1) or to one behind TLS (h2 or
+// HTTP/1.1 by ALPN, the CA in a file), as Tollway's provider clusters are.
+const (
+	plainHTTP1    = "explicit_http_config: {http_protocol_options: {}}"
+	plainALPN     = "auto_config: {http2_protocol_options: {}}"
+	plainTLSBlock = `    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        common_tls_context:
+          alpn_protocols: [h2, http/1.1]
+          validation_context:
+            trusted_ca: {filename: %q}
+            match_typed_subject_alt_names: [{san_type: IP_ADDRESS, matcher: {exact: "127.0.0.1"}}]
+`
+)
 
 // plainEnvoy is a running "Envoy alone".
 type plainEnvoy struct {
@@ -72,6 +89,11 @@ type plainEnvoy struct {
 
 // startPlainEnvoy launches the same binary with the same flags as Tollway's launcher does.
 func startPlainEnvoy(ctx context.Context, bin, dir, fakeAddr string) (*plainEnvoy, error) {
+	return startPlainEnvoyTLS(ctx, bin, dir, fakeAddr, "")
+}
+
+// startPlainEnvoyTLS is startPlainEnvoy whose fake is behind TLS with the CA in caFile ("": plaintext).
+func startPlainEnvoyTLS(ctx context.Context, bin, dir, fakeAddr, caFile string) (*plainEnvoy, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -85,7 +107,11 @@ func startPlainEnvoy(ctx context.Context, bin, dir, fakeAddr string) (*plainEnvo
 	fp, _ := strconv.Atoi(fakePort)
 	admin := filepath.Join(dir, "envoy-admin.sock")
 	boot := filepath.Join(dir, "envoy.yaml")
-	if err := os.WriteFile(boot, fmt.Appendf(nil, plainBootstrap, admin, p, fp), 0o600); err != nil {
+	proto, socket := plainHTTP1, ""
+	if caFile != "" {
+		proto, socket = plainALPN, fmt.Sprintf(plainTLSBlock, caFile)
+	}
+	if err := os.WriteFile(boot, fmt.Appendf(nil, plainBootstrap, admin, p, proto, socket, fp), 0o600); err != nil {
 		return nil, err
 	}
 	e := &plainEnvoy{baseURL: "http://" + addr + "/v1", admin: admin, logs: &harness.SyncBuffer{}}
@@ -129,12 +155,17 @@ const (
 
 // startTollway starts `tollway run` whose one provider is the fake, with billing on or off.
 func startTollway(ctx context.Context, bin, envoyBin, dir, fakeURL string, billing bool, extraEnv []string) (*tollway, error) {
+	return startTollwayConfig(ctx, bin, envoyBin, dir, fmt.Sprintf(tollwayBody, fakeURL, modelID, billing), billing, extraEnv)
+}
+
+// startTollwayConfig starts `tollway run` on the configuration body (tollwayBody, varied).
+func startTollwayConfig(ctx context.Context, bin, envoyBin, dir, body string, billing bool, extraEnv []string) (*tollway, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	g, err := harness.Start(ctx, harness.Options{
 		Bin: bin, EnvoyBin: envoyBin, Dir: dir, Drain: 2 * time.Second,
-		Body: fmt.Sprintf(tollwayBody, fakeURL, modelID, billing),
+		Body: body,
 		Env:  append([]string{"BENCH_PROVIDER_KEY=" + providerKey}, extraEnv...),
 	})
 	if err != nil {

@@ -87,11 +87,10 @@ func label(path string) string {
 	return path
 }
 
-var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks", "x402", "observe", "peers", "soak"}
+var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks", "x402", "observe", "streams", "peers", "soak"}
 
-// defaultScenarios leaves peers out: it needs LiteLLM (make bench-deps) and takes about 7
-// minutes on its own.
-var defaultScenarios = allScenarios[:len(allScenarios)-2] // peers and soak take minutes: asked for by name
+// defaultScenarios is everything but the soak, whose ten minutes are its point: asked for by name.
+var defaultScenarios = allScenarios[:len(allScenarios)-1]
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -143,12 +142,18 @@ type options struct {
 	soakRate                int
 	soakDuration, soakEvery time.Duration
 	peerRounds              int
-	lowRequests             int
-	idle                    time.Duration
-	litellmBin              string
-	litellmWorkers          int
-	profileSeconds          int
-	profileDir              string
+	// streams: the rate of the chunk measurement, its time per path and length, streams held open
+	streamRate     int
+	streamDuration time.Duration
+	openStreams    int
+	holdAfter      []int
+	holdPause      time.Duration
+	lowRequests    int
+	idle           time.Duration
+	litellmBin     string
+	litellmWorkers int
+	profileSeconds int
+	profileDir     string
 }
 
 func (o *options) has(scenario string) bool { return slices.Contains(o.scenarios, scenario) }
@@ -170,13 +175,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.soakRate, "soak-rate", 200, "soak: requests per second, steady")
 	fs.DurationVar(&o.soakDuration, "soak-duration", 10*time.Minute, "soak: how long the steady load runs")
 	fs.DurationVar(&o.soakEvery, "soak-every", 10*time.Second, "soak: time between samples of heap, goroutines, fds, RSS and store size")
-	fs.DurationVar(&o.peerDuration, "peer-duration", 4*time.Second, "peers: measured time per path, mode and rate in -peer-rates")
+	fs.DurationVar(&o.peerDuration, "peer-duration", 3*time.Second, "peers: measured time per path, mode and rate in -peer-rates")
 	fs.IntVar(&o.peerRounds, "peer-rounds", 2, "peers: rounds the paths take turns in")
-	fs.IntVar(&o.lowRequests, "low-requests", 400, "peers: requests per path and mode at each of -low-rates")
+	fs.IntVar(&o.streamRate, "stream-rate", 50, "streams: streamed answers per second, short and long, per path")
+	fs.DurationVar(&o.streamDuration, "stream-duration", 3*time.Second, "streams: measured time per path and answer length, split into -peer-rounds")
+	fs.IntVar(&o.openStreams, "open-streams", 1000, "streams: streams held open at once for the memory figure (0: not measured)")
+	holdAfter := fs.String("hold-after", "1,300", "streams: comma-separated: the events each held stream passes before the provider pauses it, one measurement each (1: at its first event; more: mid-answer)")
+	fs.DurationVar(&o.holdPause, "hold-pause", 0, "streams: how long held streams stay open after their memory is read, to take a heap profile (TOLLWAY_PPROF=1); under 50s")
+	fs.IntVar(&o.lowRequests, "low-requests", 160, "peers: requests per path and mode at each of -low-rates")
 	fs.DurationVar(&o.idle, "idle", 10*time.Second, "peers: how long the idle gateways' CPU is measured (0: not)")
 	fs.StringVar(&o.litellmBin, "litellm", "", "peers: the litellm proxy command (default $TOLLWAY_LITELLM, tools/litellm/bin/litellm)")
 	fs.IntVar(&o.litellmWorkers, "litellm-workers", runtime.NumCPU(), "peers: LiteLLM worker processes (default: one per core, as its docs advise)")
-	fs.IntVar(&o.profileSeconds, "profile-seconds", 8, "peers: CPU and allocation profile window of billing-on Tollway at the highest -peer-rates (0: none)")
+	fs.IntVar(&o.profileSeconds, "profile-seconds", 5, "peers: CPU and allocation profile window of billing-on Tollway at the highest -peer-rates (0: none)")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "peers: where the profiles go (default a new directory under $TMPDIR)")
 	fs.IntVar(&o.rate, "rate", 500, "latency: requests per second, fixed (open model)")
 	fs.IntVar(&o.openTasks, "tasks", 10000, "tasks: open media tasks one poll round goes over")
@@ -228,6 +238,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.peerDuration < time.Second || o.peerRounds < 1 || o.lowRequests < 1 || o.litellmWorkers < 1 || o.profileSeconds < 0 || o.idle < 0 {
 		return nil, errors.New("need -peer-duration >= 1s, -peer-rounds >= 1, -low-requests >= 1, -litellm-workers >= 1, -profile-seconds >= 0, -idle >= 0")
+	}
+	if o.holdAfter, err = parseRates(*holdAfter); err != nil {
+		return nil, fmt.Errorf("-hold-after: %w", err)
+	}
+	if o.streamRate < 1 || o.streamDuration < time.Second || o.openStreams < 0 || o.holdPause < 0 || o.holdPause >= 50*time.Second {
+		return nil, errors.New("need -stream-rate >= 1, -stream-duration >= 1s, -open-streams >= 0, -hold-pause from 0 to under 50s")
 	}
 	if o.soakRate < 1 || o.soakDuration < time.Second || o.soakEvery < time.Second || o.soakEvery > o.soakDuration {
 		return nil, errors.New("need -soak-rate >= 1, -soak-duration >= 1s, -soak-every from 1s to -soak-duration")
@@ -326,7 +342,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.has("settle") && !slices.Contains(paths, pathTollway) {
 		paths = append(paths, pathTollway)
 	}
-	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") || o.has("observe") || o.has("peers") || o.has("soak") {
+	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") || o.has("observe") || o.has("streams") || o.has("peers") || o.has("soak") {
 		if o.envoyBin, err = envoy.FindBinary(o.envoyBin); err != nil {
 			return err
 		}
@@ -337,7 +353,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			*bin = abs
 		}
 	}
-	if _, err := os.Stat(o.tollwayBin); err != nil && (slices.Contains(paths, pathTollway) || slices.Contains(paths, pathTollwayOff) || o.has("peers")) {
+	if _, err := os.Stat(o.tollwayBin); err != nil && (slices.Contains(paths, pathTollway) || slices.Contains(paths, pathTollwayOff) || o.has("peers") || o.has("streams")) {
 		return fmt.Errorf("tollway binary: %w (run `make build` or set TOLLWAY_BIN)", err)
 	}
 	if _, err := os.Stat(o.compareBin); err != nil && o.compareBin != "" {
@@ -577,6 +593,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	if o.has("observe") {
 		if err := runObserve(ctx, o, dir, stdout, stderr); err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
+
+	if o.has("streams") {
+		if err := runStreams(ctx, o, dir, stdout, stderr); err != nil {
 			bad = append(bad, err.Error())
 		}
 	}

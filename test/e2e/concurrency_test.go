@@ -203,17 +203,10 @@ func holdThousands(t *testing.T, cfg string, hold chan struct{}) {
 	envoyBase, tollwayBase := procStatusKiB(t, g.EnvoyPID, "VmRSS"), procStatusKiB(t, g.Pid(), "VmRSS")
 
 	start := time.Now()
-	var opened sync.WaitGroup
-	opened.Add(n)
-	results := make(chan streamResult, n)
-	opening := make(chan struct{}, 64) // ext_proc answers each within its message timeout
-	for range n {
-		go func() {
-			opening <- struct{}{}
-			results <- openStream(ctx, client, g.BaseURL, key, func() { <-opening; opened.Done() })
-		}()
-	}
-	if !waitGroupDone(ctx, &opened) {
+	results, ok := fakeupstream.OpenHeld(ctx, n, func(opened func()) streamResult {
+		return openStream(ctx, client, g.BaseURL, key, opened)
+	})
+	if !ok {
 		t.Fatalf("not all %d streams opened within the bound", n)
 	}
 	openFor := time.Since(start)
@@ -221,20 +214,7 @@ func holdThousands(t *testing.T, cfg string, hold chan struct{}) {
 	// Release at a bounded pace: with billing on every chunk is an ext_proc message, and all
 	// streams ending at once would queue them in a race-instrumented ext_proc past its
 	// message timeout, which cuts the stream.
-	go func() {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; i < n; i++ {
-			if i%5 == 0 {
-				<-tick.C
-			}
-			select {
-			case hold <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	go fakeupstream.Release(ctx, hold, n, 5, 10*time.Millisecond)
 	var failed []streamResult
 	for range n {
 		if r := <-results; r.status != 200 || !r.done || r.err != nil {

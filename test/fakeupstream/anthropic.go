@@ -419,6 +419,8 @@ type eventStream struct {
 	cut   int
 	sent  int
 	hold  <-chan struct{} // Options.Hold, for OpenAI streams
+	// holdAfter is Options.HoldAfter: the events sent before the hold.
+	holdAfter int
 }
 
 func (s *Server) newEventStream(w http.ResponseWriter, r *http.Request, cut int) *eventStream {
@@ -439,7 +441,7 @@ func (es *eventStream) send(event []byte) bool {
 	if es.sent > 0 && !sleep(es.r.Context(), es.delay) {
 		return false
 	}
-	if es.sent == 1 && es.hold != nil {
+	if es.sent == max(1, es.holdAfter) && es.hold != nil {
 		select {
 		case <-es.hold:
 		case <-es.r.Context().Done():

@@ -39,6 +39,9 @@ type Options struct {
 	// Hold (one send releases one stream, a close releases all): streams that stay open as long
 	// as a test needs, however many there are.
 	Hold <-chan struct{}
+	// HoldAfter is how many events a held stream sends before it pauses (default 1): a stream
+	// held mid-answer has passed that many chunks through the gateway.
+	HoldAfter int
 	// MediaURLTTL is how long a media task's download URL works (default 1 h).
 	MediaURLTTL time.Duration
 	// KlingAccessKey and KlingSecretKey are the key pair the Kling API checks JWTs against.
@@ -197,6 +200,53 @@ func (s *Server) Script(faults ...Fault) {
 // OpenAI-shaped error carrying message (empty: a default for the status).
 func (s *Server) FailNext(status int, message string) {
 	s.Script(Fault{Status: status, Message: message})
+}
+
+// OpenHeld starts n calls of open, each a stream the fake will hold, at most 64 at a time
+// until each calls its opened (the gateway under test admits each within its message timeout),
+// and returns their results, which arrive as the streams end. It reports false when not all
+// opened before ctx ended.
+func OpenHeld[T any](ctx context.Context, n int, open func(opened func()) T) (<-chan T, bool) {
+	results := make(chan T, n)
+	gate := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for range n {
+		go func() {
+			gate <- struct{}{}
+			results <- open(func() { <-gate; wg.Done() })
+		}()
+	}
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select {
+	case <-all:
+		return results, true
+	case <-ctx.Done():
+		return results, false
+	}
+}
+
+// Release lets n held streams (Options.Hold) go, perTick of them every tick, until ctx ends: at
+// a bounded pace, since streams that all end at once would queue their chunks behind one
+// another in the gateway under test. It blocks; run it in a goroutine.
+func Release(ctx context.Context, hold chan<- struct{}, n, perTick int, tick time.Duration) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for i := range n {
+		if i%perTick == 0 {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case hold <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // CutStreamAfter makes the next chat completion reply stop after n chunks

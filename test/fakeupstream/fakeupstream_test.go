@@ -488,3 +488,40 @@ func BenchmarkCompletion(b *testing.B) {
 		})
 	}
 }
+
+// TestHoldAfter: a held stream sends HoldAfter events, then waits for one release.
+func TestHoldAfter(t *testing.T) {
+	hold := make(chan struct{})
+	s := Start(t, Options{Name: "up", Hold: hold, HoldAfter: 3})
+	resp := post(t, s, "", `{"model":"m","stream":true,"messages":[{"role":"user","content":"one two three four five"}]}`)
+	sc := bufio.NewScanner(resp.Body)
+	got := make(chan int)
+	go func() {
+		n := 0
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "data: ") {
+				n++
+				got <- n
+			}
+		}
+		close(got)
+	}()
+	for want := 1; want <= 3; want++ {
+		if n := <-got; n != want {
+			t.Fatalf("event %d arrived as %d", want, n)
+		}
+	}
+	select {
+	case n := <-got:
+		t.Fatalf("event %d arrived before the release", n)
+	case <-time.After(100 * time.Millisecond):
+	}
+	hold <- struct{}{}
+	n := 3
+	for m := range got {
+		n = m
+	}
+	if n < 8 { // the rest of the words, the finish and [DONE]
+		t.Errorf("the stream ended after %d events", n)
+	}
+}

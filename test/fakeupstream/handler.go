@@ -193,7 +193,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		return
 	}
 	es := s.newEventStream(w, r, cut)
-	es.hold = s.opts.Hold
+	es.hold, es.holdAfter = s.opts.Hold, s.opts.HoldAfter
 	for _, ev := range a.Events(req.StreamOptions != nil && req.StreamOptions.IncludeUsage) {
 		if !es.send(ev) {
 			return
