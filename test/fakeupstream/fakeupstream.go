@@ -213,7 +213,11 @@ func OpenHeld[T any](ctx context.Context, n int, open func(opened func()) T) (<-
 	wg.Add(n)
 	for range n {
 		go func() {
-			gate <- struct{}{}
+			select {
+			case gate <- struct{}{}:
+			case <-ctx.Done():
+				return // never started: the caller gave up on them
+			}
 			results <- open(func() { <-gate; wg.Done() })
 		}()
 	}

@@ -2,6 +2,7 @@ package fakeupstream
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -523,5 +524,52 @@ func TestHoldAfter(t *testing.T) {
 	}
 	if n < 8 { // the rest of the words, the finish and [DONE]
 		t.Errorf("the stream ended after %d events", n)
+	}
+}
+
+// TestOpenHeldAndRelease: OpenHeld opens many held streams at once and Release lets them all
+// finish at a bounded pace.
+func TestOpenHeldAndRelease(t *testing.T) {
+	const n = 100
+	hold := make(chan struct{})
+	s := Start(t, Options{Name: "up", Hold: hold})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	results, ok := OpenHeld(ctx, n, func(openedOnce func()) error {
+		var once sync.Once
+		opened := func() { once.Do(openedOnce) }
+		defer opened() // a stream that fails still counts as settled
+		req, _ := http.NewRequestWithContext(ctx, "POST", s.URL()+"/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		if !sc.Scan() { // the first event: the stream is open and held
+			return errors.New("no first event")
+		}
+		opened()
+		for sc.Scan() {
+			if sc.Text() == "data: [DONE]" {
+				return nil
+			}
+		}
+		return errors.New("no [DONE]")
+	})
+	if !ok {
+		t.Fatal("not all streams opened")
+	}
+	select {
+	case err := <-results:
+		t.Fatalf("a stream ended before the release: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	go Release(ctx, hold, n, 10, time.Millisecond)
+	for range n {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
