@@ -155,7 +155,7 @@ func (m *meter) body(b []byte) {
 
 // rawEventsLimit bounds the content events a stream keeps undecoded. Most streams end with
 // the provider's usage and never decode them; a long one decodes them in batches as it goes
-// (kept raw, a 2,000-token answer held about 1 MiB per open stream).
+// (kept raw, a 2,000-chunk answer held over half a MiB for as long as it stayed open).
 const rawEventsLimit = 8 << 10
 
 // event reads the JSON data of one stream event; it reports whether the event is the

@@ -21,7 +21,11 @@
 // Store (-scenarios store): the gateway's settler alone, in process: records queued as fast as
 // goroutines can, made durable in grouped transactions (durable settles per second; target >= 5,000/s).
 //
-// `make bench` runs all of it with the defaults.
+// Streams (-scenarios streams, streams.go): CPU per streamed chunk, and the memory of 1,000
+// streams held open. Peers (peers.go): LiteLLM's proxy beside Tollway. Soak (soak.go): ten
+// minutes at a steady rate.
+//
+// `make bench` runs all of it with the defaults but the soak, which is asked for by name.
 package main
 
 import (
@@ -621,7 +625,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// parseRates reads "200,500,1000"; "" is none.
+// parseRates reads "200,500,1000" (rates, or -hold-after's event counts); "" is none.
 func parseRates(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
@@ -630,7 +634,7 @@ func parseRates(s string) ([]int, error) {
 		}
 		n, err := strconv.Atoi(f)
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%q is not a positive rate", f)
+			return nil, fmt.Errorf("%q is not a positive whole number", f)
 		}
 		out = append(out, n)
 	}

@@ -72,3 +72,15 @@ func TestCompareAddsALatencyPathAndNeedsItsBinary(t *testing.T) {
 		}
 	}
 }
+
+func TestStreamsFlags(t *testing.T) {
+	o, err := parseFlags(nil, &strings.Builder{})
+	if err != nil || !slices.Equal(o.holdAfter, []int{1, 300}) || o.openStreams != 1000 || !o.has("streams") || !o.has("peers") || o.has("soak") {
+		t.Fatalf("defaults: hold-after %v, open-streams %d, scenarios %v, err %v", o.holdAfter, o.openStreams, o.scenarios, err)
+	}
+	for _, args := range [][]string{{"-hold-after", "0"}, {"-hold-pause", "60s"}, {"-stream-rate", "0"}, {"-open-streams", "-1"}} {
+		if _, err := parseFlags(args, &strings.Builder{}); err == nil {
+			t.Fatalf("%v accepted", args)
+		}
+	}
+}
