@@ -139,6 +139,13 @@ func TestMeterHoldsALongStreamBounded(t *testing.T) {
 	if want := int64(billing.CountText(text.String())); !est || u.CompletionTokens != want || u.PromptTokens != 7 {
 		t.Errorf("estimate %+v (estimated %v), want %d completion tokens", u, est, want)
 	}
+	// Once the provider's usage has arrived, no estimate needs the text: nothing more is kept.
+	m = &meter{}
+	m.event([]byte(`{"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`))
+	m.event([]byte(`{"choices":[{"index":0,"delta":{"content":"b"}}]}`))
+	if len(m.events) != 0 || m.text.Len() != 0 {
+		t.Errorf("after the usage the meter kept %d bytes of events and %q", len(m.events), m.text.String())
+	}
 }
 
 // BenchmarkMeterLongStream is a metered 500-chunk stream that ends with the provider's usage

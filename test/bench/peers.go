@@ -49,6 +49,14 @@ type peerRun struct {
 	cpu      map[string]time.Duration
 }
 
+// cpuTotal is the run's CPU summed over its processes.
+func (r *peerRun) cpuTotal() (d time.Duration) {
+	for _, c := range r.cpu {
+		d += c
+	}
+	return d
+}
+
 type peerSetup struct {
 	targets map[string]*target
 	procs   map[string][]proc // gateway processes only: the bench's own CPU is not charged
@@ -316,12 +324,6 @@ func reportPeers(w io.Writer, what, mode string, rate int, dur time.Duration, ro
 		}
 		return pct(pick(r.res), .5) - pct(pick(direct.res), .5), pct(pick(r.res), .99) - pct(pick(direct.res), .99), true
 	}
-	cpuTotal := func(r *peerRun) (d time.Duration) {
-		for _, c := range r.cpu {
-			d += c
-		}
-		return d
-	}
 	for _, r := range runs {
 		res := r.res
 		a50, a99 := "-", "-"
@@ -339,7 +341,7 @@ func reportPeers(w io.Writer, what, mode string, rate int, dur time.Duration, ro
 		}
 		tot := "-"
 		if len(r.cpu) > 0 {
-			tot = fmt.Sprintf("%.0f", perReq(cpuTotal(r), res))
+			tot = fmt.Sprintf("%.0f", perReq(r.cpuTotal(), res))
 		}
 		fmt.Fprintf(w, "%s %7s  %s\n", line, tot, errCell(res))
 	}
@@ -374,7 +376,7 @@ func reportPeers(w io.Writer, what, mode string, rate int, dur time.Duration, ro
 		if ok1 && ok2 {
 			fmt.Fprintf(w, "litellm / tollway (billing on): added p50 %s, added p99 %s, CPU per request %s; litellm failed %.2f%% of %d requests\n",
 				x(float64(l50), float64(t50)), x(float64(l99), float64(t99)),
-				x(perReq(cpuTotal(ll), ll.res), perReq(cpuTotal(tw), tw.res)), 100*ll.res.errRate(), ll.res.requests)
+				x(perReq(ll.cpuTotal(), ll.res), perReq(tw.cpuTotal(), tw.res)), 100*ll.res.errRate(), ll.res.requests)
 		} else {
 			fmt.Fprintf(w, "litellm / tollway: n/a (litellm served %d of %d requests)\n", len(ll.res.lat), ll.res.requests)
 		}
@@ -384,7 +386,7 @@ func reportPeers(w io.Writer, what, mode string, rate int, dur time.Duration, ro
 		if direct != nil {
 			d = direct.res
 		}
-		fmt.Fprintln(w, versus(pick, d, tw.res, cmp.res, perReq(cpuTotal(tw), tw.res), perReq(cpuTotal(cmp), cmp.res)))
+		fmt.Fprintln(w, versus(pick, d, tw.res, cmp.res, perReq(tw.cpuTotal(), tw.res), perReq(cmp.cpuTotal(), cmp.res)))
 	}
 }
 

@@ -70,14 +70,6 @@ func runStreams(ctx context.Context, o *options, dir string, stdout, stderr io.W
 	return nil
 }
 
-// chunkRun is one path's CPU over the streams of one length.
-type chunkRun struct {
-	path    string
-	res     *result
-	cpu     map[string]time.Duration
-	streams int
-}
-
 func streamChunks(ctx context.Context, o *options, dir string, stdout, stderr io.Writer) error {
 	fake, err := fakeupstream.New(fakeupstream.Options{APIKey: providerKey, ChunkDelay: o.chunkDelay, NoRecord: true})
 	if err != nil {
@@ -126,10 +118,10 @@ func streamChunks(ctx context.Context, o *options, dir string, stdout, stderr io
 		return fmt.Errorf("streams: the long answer has %d events, the short %d", events[1], events[0])
 	}
 
-	runs := make([][]*chunkRun, len(bodies)) // [length][path]
+	runs := make([][]*peerRun, len(bodies)) // [length][path]
 	for i := range bodies {
 		for _, p := range paths {
-			runs[i] = append(runs[i], &chunkRun{path: p, cpu: map[string]time.Duration{}})
+			runs[i] = append(runs[i], &peerRun{path: p, cpu: map[string]time.Duration{}})
 		}
 	}
 	seg := max(o.streamDuration/time.Duration(o.peerRounds), time.Second)
@@ -157,20 +149,26 @@ func streamChunks(ctx context.Context, o *options, dir string, stdout, stderr io
 	fmt.Fprintf(stdout, "\n== streams: CPU per streamed answer by its length, %d/s, %s per path and length in %d rounds (fake: %s between chunks) ==\n",
 		o.streamRate, o.streamDuration, o.peerRounds, o.chunkDelay)
 	fmt.Fprintf(stdout, "%-22s %14s %14s %16s %10s\n", "path", "us/stream "+fmt.Sprint(events[0]), "us/stream "+fmt.Sprint(events[1]), "us per chunk", "errors")
+	// row prints CPU per stream at each length and the slope between them: CPU per chunk.
+	row := func(name string, short, long time.Duration, s, l *result) float64 {
+		a, b := perReq(short, s), perReq(long, l)
+		slope := (b - a) / float64(events[1]-events[0])
+		fmt.Fprintf(stdout, "%-22s %14.0f %14.0f %16.1f", name, a, b, slope)
+		return slope
+	}
 	slope := map[string]float64{}
 	for j, p := range paths {
 		short, long := runs[0][j], runs[1][j]
-		a, b := perReq(cpuTotalOf(short.cpu), short.res), perReq(cpuTotalOf(long.cpu), long.res)
-		slope[p] = (b - a) / float64(events[1]-events[0])
 		errs := short.res.errors + long.res.errors
-		fmt.Fprintf(stdout, "%-22s %14.0f %14.0f %16.1f %10d\n", label(p), a, b, slope[p], errs)
+		slope[p] = row(label(p), short.cpuTotal(), long.cpuTotal(), short.res, long.res)
+		fmt.Fprintf(stdout, " %10d\n", errs)
 		if er := float64(errs) / float64(max(1, short.res.requests+long.res.requests)); er > maxErrRate {
 			bad = append(bad, fmt.Sprintf("streams %s: error rate %.2f%%", label(p), 100*er))
 		}
 		if p == pathTollway {
 			for _, name := range []string{procEnvoy, procTollway} {
-				fmt.Fprintf(stdout, "  %-20s %14.0f %14.0f %16.1f\n", name, perReq(short.cpu[name], short.res), perReq(long.cpu[name], long.res),
-					(perReq(long.cpu[name], long.res)-perReq(short.cpu[name], short.res))/float64(events[1]-events[0]))
+				row("  "+name, short.cpu[name], long.cpu[name], short.res, long.res)
+				fmt.Fprintln(stdout)
 			}
 		}
 	}
@@ -187,15 +185,14 @@ func streamChunks(ctx context.Context, o *options, dir string, stdout, stderr io
 	return nil
 }
 
-func cpuTotalOf(m map[string]time.Duration) (d time.Duration) {
-	for _, c := range m {
-		d += c
-	}
-	return d
-}
-
 // countEvents makes one streamed request and counts its SSE data lines.
 func countEvents(ctx context.Context, t *target, body []byte) (int, error) {
+	return readStream(ctx, t, body, nil)
+}
+
+// readStream makes one streamed request, calls first (if set) at its first SSE data line, reads
+// it through data: [DONE] and returns how many data lines it had.
+func readStream(ctx context.Context, t *target, body []byte, first func()) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.baseURL+"/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -210,22 +207,25 @@ func countEvents(ctx context.Context, t *target, body []byte) (int, error) {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		return 0, fmt.Errorf("status %d: %.300s", resp.StatusCode, b)
 	}
-	n, done := 0, false
+	n := 0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "data:") {
-			n++
-			done = done || strings.HasPrefix(line, "data: [DONE]")
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data:") {
+			continue
+		}
+		if n++; n == 1 && first != nil {
+			first()
+		}
+		if strings.HasPrefix(line, "data: [DONE]") {
+			return n, nil
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	if !done {
-		return 0, errNoDone
-	}
-	return n, nil
+	return 0, errNoDone
 }
 
 // openStreams holds o.openStreams streams open through Envoy alone and through billing-on
@@ -376,36 +376,11 @@ func heldBody(holdAfter int) []byte {
 	return streamBodyWords(holdAfter + 16)
 }
 
-// holdOne opens one stream, calls opened at its first event, and reads it to [DONE].
+// holdOne opens one stream, calls opened at its first event (or when it fails before one), and
+// reads it to [DONE].
 func holdOne(ctx context.Context, t *target, body []byte, opened func()) error {
 	var once sync.Once
-	defer once.Do(opened) // a stream that fails before its first event still counts as settled
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.baseURL+"/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header = t.header()
-	resp, err := t.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return fmt.Errorf("status %d: %.300s", resp.StatusCode, b)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "data:") {
-			once.Do(opened)
-		}
-		if strings.HasPrefix(line, "data: [DONE]") {
-			return nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	return errNoDone
+	defer once.Do(opened)
+	_, err := readStream(ctx, t, body, func() { once.Do(opened) })
+	return err
 }
