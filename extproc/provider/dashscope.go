@@ -6,7 +6,8 @@ package provider
 // A task is created with POST /api/v1/services/aigc/video-generation/video-synthesis and the
 // header X-DashScope-Async: enable (DashScope refuses the call without it), and queried with GET
 // /api/v1/tasks/{id}. Results are kept 24 h after the task ends; UNKNOWN means an unknown or
-// expired task id.
+// expired task id. Times (end_time) are Beijing time without a zone; a result URL's expiry is the
+// Expires of its OSS signature when it carries one (resultExpiry).
 //
 // The body is the spec's: model, input {prompt, media [{type: first_frame, url}]} and
 // parameters {resolution, ratio, duration, watermark, seed}; other fields are refused with the
@@ -203,12 +204,8 @@ func (dashscope) Queried(status int, body []byte) (TaskState, error) {
 		if a.Output.VideoURL == "" {
 			return TaskState{}, fmt.Errorf("DashScope reported SUCCEEDED without a video_url")
 		}
-		end, err := time.Parse("2006-01-02 15:04:05.000", a.Output.EndTime)
-		if err != nil {
-			end = time.Now()
-		}
 		st.Status = TaskCompleted
-		st.Videos = []TaskVideo{{URL: a.Output.VideoURL, ExpiresAt: end.Add(dashscopeResultLife)}}
+		st.Videos = []TaskVideo{{URL: a.Output.VideoURL, ExpiresAt: resultExpiry(a.Output.VideoURL, dashscopeTime(a.Output.EndTime))}}
 		if d, err := decimal.NewFromString(a.Usage.Duration.String()); err == nil && d.IsPositive() {
 			st.BilledSeconds, st.Videos[0].Seconds = d, d
 		}
@@ -216,8 +213,7 @@ func (dashscope) Queried(status int, body []byte) (TaskState, error) {
 		st.Status = TaskFailed
 		st.Error = &TaskError{Code: cmp.Or(strings.ToLower(a.Output.Code), "generation_failed"), Message: cmp.Or(a.Output.Message, "DashScope reported "+a.Output.Status)}
 	case "UNKNOWN":
-		st.Status = TaskFailed
-		st.Error = &TaskError{Code: "task_expired_or_unknown", Message: "DashScope no longer knows the task (results are kept 24 h)"}
+		return st, errDashScopeUnknown
 	default:
 		return TaskState{}, fmt.Errorf("DashScope reported an unknown task_status %q", clipText(a.Output.Status))
 	}
@@ -225,3 +221,22 @@ func (dashscope) Queried(status int, body []byte) (TaskState, error) {
 }
 
 func (dashscope) Followed(*TaskState, int, []byte) error { return nil }
+
+// errDashScopeUnknown is DashScope's task_status UNKNOWN (HTTP 200): an id it never issued, or
+// a task past its 24 h retention.
+var errDashScopeUnknown = fmt.Errorf("%w: DashScope answered task_status UNKNOWN (an unknown id, or a task past its 24 h retention)", ErrTaskUnknown)
+
+// beijing is the zone of DashScope's times (submit_time, end_time): UTC+8 without DST, written
+// without a zone.
+var beijing = time.FixedZone("UTC+8", 8*60*60)
+
+// dashscopeTime reads a DashScope time ("2025-02-20 18:45:52.262", Beijing time); now when it
+// is missing or unreadable.
+func dashscopeTime(s string) time.Time {
+	// The layout has no fraction: Go reads one after the seconds all the same.
+	t, err := time.ParseInLocation(time.DateTime, s, beijing)
+	if err != nil {
+		return time.Now()
+	}
+	return t
+}

@@ -249,11 +249,7 @@ func (d dashscopeImage) Queried(status int, body []byte) (TaskState, error) {
 	case "RUNNING":
 		st.Status = TaskInProgress
 	case "SUCCEEDED":
-		end, err := time.Parse("2006-01-02 15:04:05.000", a.Output.EndTime)
-		if err != nil {
-			end = time.Now()
-		}
-		return a.Output.dsImageResult.done(a.Usage, end, a.Output.Status), nil
+		return a.Output.dsImageResult.done(a.Usage, dashscopeTime(a.Output.EndTime), a.Output.Status), nil
 	case "FAILED", "CANCELED":
 		code := strings.ToLower(a.Output.Code)
 		if a.Output.Code == "DataInspectionFailed" || strings.HasPrefix(a.Output.Code, "DataInspection") {
@@ -262,8 +258,7 @@ func (d dashscopeImage) Queried(status int, body []byte) (TaskState, error) {
 		st.Status = TaskFailed
 		st.Error = &TaskError{Code: cmp.Or(code, "generation_failed"), Message: cmp.Or(a.Output.Message, "DashScope reported "+a.Output.Status)}
 	case "UNKNOWN":
-		st.Status = TaskFailed
-		st.Error = &TaskError{Code: "task_expired_or_unknown", Message: "DashScope no longer knows the task (results are kept 24 h)"}
+		return st, errDashScopeUnknown
 	default:
 		return TaskState{}, fmt.Errorf("DashScope reported an unknown task_status %q", clipText(a.Output.Status))
 	}

@@ -291,8 +291,7 @@ func TestDashScopeImageAnswers(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"output":{"task_status":"FAILED","code":"DataInspectionFailed","message":"Output data may contain inappropriate content."}}`: "content_filter",
 		`{"output":{"task_status":"FAILED","code":"InternalError.Algo","message":"algo failed"}}`:                                      "internalerror.algo",
-		`{"output":{"task_status":"CANCELED"}}`:                            "generation_failed",
-		`{"output":{"task_id":"nope","task_status":"UNKNOWN"},"usage":{}}`: "task_expired_or_unknown",
+		`{"output":{"task_status":"CANCELED"}}`: "generation_failed",
 	} {
 		if st, err := d.Queried(200, []byte(body)); err != nil || st.Status != TaskFailed || st.Error.Code != want || st.Error.Message == "" {
 			t.Errorf("%s: %+v %v", body, st, err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -46,8 +47,8 @@ func TestDashScopeValidation(t *testing.T) {
 	}
 }
 
-// TestDashScopeAnswers: the async header on creation, statuses mapped (UNKNOWN is an expired or
-// unknown task), usage.duration billed, errors from the HTTP status and code.
+// TestDashScopeAnswers: the async header on creation, statuses mapped (UNKNOWN: see
+// TestUnknownTaskAnswers), usage.duration billed, errors from the HTTP status and code.
 func TestDashScopeAnswers(t *testing.T) {
 	up, err := dashscope{}.Create(&ir.Provider{APIKey: "sk-ds"}, &ir.Model{}, "wan2.2-t2v-plus", taskReq(t, `{"model":"wan-t2v","input":{"prompt":"a fox"},"callback_url":"https://h/x"}`))
 	if err != nil || up.Headers["x-dashscope-async"] != "enable" || up.Headers["authorization"] != "Bearer sk-ds" ||
@@ -66,7 +67,6 @@ func TestDashScopeAnswers(t *testing.T) {
 		t.Fatalf("succeeded %+v %v", st, err)
 	}
 	for body, want := range map[string]string{
-		`{"output":{"task_status":"UNKNOWN"}}`:                                                    "task_expired_or_unknown",
 		`{"output":{"task_status":"FAILED","code":"InternalError.Algo","message":"algo failed"}}`: "internalerror.algo",
 		`{"output":{"task_status":"CANCELED"}}`:                                                   "generation_failed",
 	} {
@@ -96,4 +96,33 @@ func FuzzValidateDashScope(f *testing.F) {
 			t.Fatalf("%s: a refusal that is not the client's: %v", body, err)
 		}
 	})
+}
+
+// TestDashScopeTimesAreShanghai: DashScope writes end_time as "2006-01-02 15:04:05.000" in
+// Beijing time (UTC+8), without a zone. A video's expiry is its OSS URL's own Expires when the
+// URL carries one, else 24 h after end_time read at +08:00 (read as UTC it was 8 h late, and
+// dead links were handed out as live). The recorded shape is DashScope's documented answer.
+func TestDashScopeTimesAreShanghai(t *testing.T) {
+	end := time.Date(2025, 2, 20, 10, 45, 52, 262e6, time.UTC) // 18:45:52.262 in Beijing
+	signed := `{"request_id":"r","output":{"task_id":"t","task_status":"SUCCEEDED","submit_time":"2025-02-20 18:44:40.105","scheduled_time":"2025-02-20 18:44:40.127","end_time":"2025-02-20 18:45:52.262","video_url":"https://dashscope-result-sh.oss-cn-shanghai.aliyuncs.com/1d/f8/20250220/e7d3f375/a.mp4?Expires=1740137152&OSSAccessKeyId=LTAIfake&Signature=fake%3D"},"usage":{"duration":5,"video_count":1}}`
+	st, err := dashscope{}.Queried(200, []byte(signed))
+	if err != nil || st.Videos[0].ExpiresAt.Unix() != 1740137152 {
+		t.Fatalf("signed URL: expires %v (%d), want its Expires 1740137152; %v", st.Videos[0].ExpiresAt, st.Videos[0].ExpiresAt.Unix(), err)
+	}
+	plain := strings.Replace(signed, "?Expires=1740137152&OSSAccessKeyId=LTAIfake&Signature=fake%3D", "", 1)
+	st, err = dashscope{}.Queried(200, []byte(plain))
+	if want := end.Add(24 * time.Hour); err != nil || !st.Videos[0].ExpiresAt.Equal(want) {
+		t.Fatalf("unsigned URL: expires %v, want %v (end_time at +08:00 plus 24 h); %v", st.Videos[0].ExpiresAt.UTC(), want, err)
+	}
+	// Images read end_time the same way, for URLs without a signature.
+	img := `{"output":{"task_id":"t","task_status":"SUCCEEDED","end_time":"2025-02-20 18:45:52.262","results":[{"url":"https://r.example/q.png"}]},"usage":{"image_count":1}}`
+	st, err = dashscopeImage{family: "I2"}.Queried(200, []byte(img))
+	if want := end.Add(24 * time.Hour); err != nil || !st.Images[0].ExpiresAt.Equal(want) {
+		t.Fatalf("image: expires %v, want %v; %v", st.Images[0].ExpiresAt.UTC(), want, err)
+	}
+	// Without milliseconds too.
+	st, err = dashscope{}.Queried(200, []byte(strings.Replace(plain, "18:45:52.262", "18:45:52", 1)))
+	if want := end.Truncate(time.Second).Add(24 * time.Hour); err != nil || !st.Videos[0].ExpiresAt.Equal(want) {
+		t.Fatalf("whole seconds: expires %v, want %v; %v", st.Videos[0].ExpiresAt.UTC(), want, err)
+	}
 }

@@ -287,17 +287,15 @@ func (kling) Queried(status int, body []byte) (TaskState, error) {
 const klingUnknownTask = 1203
 
 // klingQueried reads a task answer's envelope and maps its status; the caller adds the
-// results of a succeed (what names them in messages: video, image). An unknown task id is a
-// failed task.
+// results of a succeed (what names them in messages: video, image). An unknown task id is
+// ErrTaskUnknown.
 func klingQueried(status int, body []byte, what string) (klingEnvelope, TaskState, error) {
 	var e klingEnvelope
 	if err := json.Unmarshal(body, &e); err != nil && status == http.StatusOK {
 		return e, TaskState{}, fmt.Errorf("Kling's task answer is not JSON")
 	}
 	if status == http.StatusNotFound && e.Code != nil && *e.Code == klingUnknownTask {
-		// Asked again it would stay unknown: the task ends (Kling keeps results 30 days).
-		return e, TaskState{Status: TaskFailed, FamilyStatus: "not found", Error: &TaskError{Code: "task_expired_or_unknown",
-			Message: "Kling no longer knows the task (it keeps results 30 days): " + e.Message}}, nil
+		return e, TaskState{FamilyStatus: "not found"}, fmt.Errorf("%w: Kling HTTP 404 code %d (it keeps results 30 days): %s", ErrTaskUnknown, klingUnknownTask, clipText(e.Message))
 	}
 	if err := e.failure(status); err != nil {
 		return e, TaskState{}, err

@@ -6,8 +6,8 @@ package provider
 // queried with GET /v1/images/generations/{id}; a succeed carries task_result.images[{index,
 // url}]. Kling clears generated images after 30 days, so a URL is reported to expire then (it
 // gives no expiry of its own). Kling reports no usage: an image task is billed on the images it
-// returned. An unknown or cleared task id (HTTP 404, code 1203) fails the task with
-// task_expired_or_unknown instead of being asked again for ever.
+// returned. An unknown or cleared task id (HTTP 404, code 1203) is ErrTaskUnknown: the
+// lifecycle fails the task with task_expired_or_unknown once Kling has said so a few times.
 //
 // The spec shows I1 as model, prompt, cfg_scale, mode, duration (a string) and aspect_ratio
 // and nothing more. How they map:

@@ -129,10 +129,6 @@ func TestKlingImageAnswers(t *testing.T) {
 	if err != nil || st.Status != TaskFailed || st.Error.Code != "generation_failed" || st.Error.Message != "Failure to pass the risk control system" {
 		t.Fatalf("failed %+v %v", st, err)
 	}
-	st, err = klingImage{}.Queried(404, []byte(`{"code":1203,"message":"task not found","request_id":"r"}`))
-	if err != nil || st.Status != TaskFailed || st.Error.Code != "task_expired_or_unknown" {
-		t.Fatalf("unknown task: %+v %v", st, err)
-	}
 	if _, err := (klingImage{}).Queried(500, []byte(`{"code":5000,"message":"internal error"}`)); !errors.As(err, &te) || te.Code != "upstream_error" {
 		t.Fatalf("a 5xx query: %v", err)
 	}

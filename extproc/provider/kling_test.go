@@ -91,11 +91,6 @@ func TestKlingAnswers(t *testing.T) {
 	if err != nil || st.Status != TaskFailed || st.Error.Message != "risk control" {
 		t.Fatalf("failed %+v %v", st, err)
 	}
-	// A task Kling no longer knows ends, rather than being asked about for ever.
-	st, err = kling{}.Queried(404, []byte(`{"code":1203,"message":"task not found","request_id":"r"}`))
-	if err != nil || st.Status != TaskFailed || st.Error.Code != "task_expired_or_unknown" {
-		t.Fatalf("unknown task: %+v %v", st, err)
-	}
 }
 
 func FuzzValidateKling(f *testing.F) {

@@ -107,6 +107,10 @@ func mustJSON(s string) json.RawMessage {
 	return b
 }
 
+// minimaxInvalidParams is MiniMax's "invalid params" (2013): the client's request at a create,
+// an unknown task id at a query ("invalid params, task not found").
+const minimaxInvalidParams = 2013
+
 // minimaxBase is the envelope every MiniMax answer carries.
 type minimaxBase struct {
 	BaseResp *struct {
@@ -125,7 +129,7 @@ func (b minimaxBase) failure(status int) error {
 	}
 	if c := b.BaseResp.StatusCode; c != 0 {
 		code := map[int]string{1002: "provider_rate_limited", 1004: "provider_auth_failed", 1008: "provider_balance",
-			1026: "content_filter", 1027: "content_filter", 2013: "invalid_request"}[c]
+			1026: "content_filter", 1027: "content_filter", minimaxInvalidParams: "invalid_request"}[c]
 		return &TaskError{Code: cmp.Or(code, "upstream_error"), Message: fmt.Sprintf("MiniMax status_code %d: %s", c, b.BaseResp.StatusMsg)}
 	}
 	return nil
@@ -174,6 +178,10 @@ func (minimax) Queried(status int, body []byte) (TaskState, error) {
 	}
 	if err := json.Unmarshal(body, &a); err != nil && status == http.StatusOK {
 		return TaskState{}, fmt.Errorf("MiniMax's query answer is not JSON")
+	}
+	if a.BaseResp != nil && a.BaseResp.StatusCode == minimaxInvalidParams && status == http.StatusOK {
+		// The task id is the query's only parameter: MiniMax does not know it.
+		return TaskState{}, fmt.Errorf("%w: MiniMax status_code %d: %s", ErrTaskUnknown, minimaxInvalidParams, clipText(a.BaseResp.StatusMsg))
 	}
 	if err := a.failure(status); err != nil {
 		return TaskState{}, err

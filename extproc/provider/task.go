@@ -8,6 +8,7 @@ package provider
 // reads a provider's shapes.
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -128,6 +129,12 @@ type TaskAdapter interface {
 type FormStrings interface{ FormStrings() []string }
 
 func (e *TaskError) Error() string { return e.Code + ": " + e.Message }
+
+// ErrTaskUnknown is what Queried wraps when the provider says it does not know the task id (one
+// it never issued, or one past its retention). It is not a failed task by itself: right after a
+// create a provider's query side may not know the task yet, so the lifecycle (tasks.Service)
+// ends the task only once the provider has said so several times over a while.
+var ErrTaskUnknown = errors.New("the provider does not know the task")
 
 var taskAdapters = map[string]TaskAdapter{}
 

@@ -8,7 +8,9 @@ import (
 
 // schedule is when each running task is queried next, in memory: the poller reads it every
 // tick without touching the store, and a query that changes nothing writes nothing. A restart
-// loses it on purpose: every running task is then due at once (Resume).
+// loses it on purpose: every running task is then due at once (Resume); its deadline comes
+// from its stored created_at, so max_age holds across restarts (a run of unknown answers
+// starts again).
 type schedule struct {
 	mu    sync.Mutex
 	tasks map[string]*polling
@@ -17,20 +19,34 @@ type schedule struct {
 // polling is one running task's place in the schedule.
 type polling struct {
 	created  time.Time
+	deadline time.Time // when the task times out (created + max_age): it is due then at the latest
 	next     time.Time // the poller queries it at or after next
 	last     time.Time // the last query (a GET refreshes only when it is older than RefreshEvery)
 	failures int       // queries in a row that failed (backoff)
+	// unknown counts the answers in a row saying the provider does not know the task, the
+	// first of them at unknownSince.
+	unknown      int
+	unknownSince time.Time
 }
 
-// track adds a running task, due at next.
-func (s *schedule) track(id string, created, next time.Time) {
+// outcome is what one query of a task came to.
+type outcome int
+
+const (
+	answered    outcome = iota // the provider said how the task is
+	unknownTask                // the provider said it does not know the task
+	failed                     // no answer (unreachable, an error): back off
+)
+
+// track adds a running task, due at next, timing out at deadline.
+func (s *schedule) track(id string, created, next, deadline time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.tasks == nil {
 		s.tasks = map[string]*polling{}
 	}
 	if _, ok := s.tasks[id]; !ok {
-		s.tasks[id] = &polling{created: created, next: next}
+		s.tasks[id] = &polling{created: created, next: earliest(next, deadline), deadline: deadline}
 	}
 }
 
@@ -39,6 +55,13 @@ func (s *schedule) forget(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.tasks, id)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // lastQuery is when the task was last queried (zero: never, or not running here).
@@ -52,22 +75,35 @@ func (s *schedule) lastQuery(id string) time.Time {
 }
 
 // queried records a query's outcome: the next one is due after backoff on failure, else after
-// the task's polling interval.
-func (s *schedule) queried(id string, now time.Time, ok bool, every time.Duration) {
+// the task's polling interval, and never after the task's deadline. It returns the answers in a
+// row that did not know the task and when the first of them came (a failed query neither
+// breaks nor extends the run).
+func (s *schedule) queried(id string, now time.Time, o outcome, every time.Duration) (unknown int, since time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.tasks[id]
 	if p == nil {
-		return
+		return 0, time.Time{}
 	}
 	p.last = now
-	if !ok {
+	switch o {
+	case failed:
 		p.failures++
 		p.next = now.Add(backoff(p.failures))
-		return
+	case unknownTask:
+		if p.unknown == 0 {
+			p.unknownSince = now
+		}
+		p.unknown++
+		p.failures, p.next = 0, now.Add(interval(now.Sub(p.created), every))
+	default:
+		p.unknown = 0
+		p.failures, p.next = 0, now.Add(interval(now.Sub(p.created), every))
 	}
-	p.failures = 0
-	p.next = now.Add(interval(now.Sub(p.created), every))
+	if now.Before(p.deadline) {
+		p.next = earliest(p.next, p.deadline)
+	}
+	return p.unknown, p.unknownSince
 }
 
 // due lists the tasks due at now, the longest overdue first.

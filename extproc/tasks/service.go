@@ -47,6 +47,13 @@ type Service struct {
 	Bill func(t *store.Task)
 	// RefreshEvery is the least time between two provider queries of one task.
 	RefreshEvery time.Duration
+	// MaxAge is how long after its creation a task may stay unfinished before it fails with
+	// task_timeout (tasks.max_age; 0: DefaultMaxAge).
+	MaxAge time.Duration
+	// UnknownGrace is how long a provider must keep saying it does not know a task (at least
+	// UnknownConfirmations answers in a row) before the task fails with task_expired_or_unknown
+	// (tasks.unknown_grace; 0: DefaultUnknownGrace).
+	UnknownGrace time.Duration
 	// Changed, when set, hears of each status a task takes, after the store committed it
 	// (metrics): from is "" for a task just created; usage is the record its end settled, if any.
 	Changed func(t *store.Task, from string, usage *store.UsageRecord)
@@ -161,7 +168,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			return nil, &Error{Kind: KindInternal, Code: "internal_error", Message: "the task could not be recorded; it was not charged; retry"}
 		}
 		if !t.Terminal() {
-			s.sched.track(t.ID, now, now.Add(s.RefreshEvery))
+			s.sched.track(t.ID, now, now.Add(s.RefreshEvery), s.deadline(t))
 		}
 		if s.Changed != nil {
 			s.Changed(t, "", ch.Usage)
@@ -192,7 +199,7 @@ func (s *Service) Get(ctx context.Context, account, id string) (*store.Task, err
 	if t == nil || t.Account != account {
 		return nil, &Error{Kind: KindNotFound, Code: "not_found", Message: fmt.Sprintf("no task %q for this API key's account", clip(id))}
 	}
-	if !t.Terminal() && s.Now().Sub(s.sched.lastQuery(t.ID)) >= s.RefreshEvery {
+	if now := s.Now(); !t.Terminal() && (now.Sub(s.sched.lastQuery(t.ID)) >= s.RefreshEvery || !now.Before(s.deadline(t))) {
 		if nt, err := s.Refresh(ctx, t); err == nil {
 			t = nt
 		} // a failed refresh answers from the store: the poller tries again
@@ -211,7 +218,7 @@ func (s *Service) Resume() (int, error) {
 		}
 		for _, t := range open {
 			after = t.ID
-			s.sched.track(t.ID, t.CreatedAt, now)
+			s.sched.track(t.ID, t.CreatedAt, now, s.deadline(&t))
 			n++
 		}
 		if len(open) < 500 {
@@ -228,7 +235,9 @@ func (s *Service) Queries() int64 { return s.queries.Load() }
 
 // Refresh queries the provider for t and stores what changed, with the callback of a status
 // change in the same transaction; a task that ended is billed. A query that changes nothing
-// writes nothing.
+// writes nothing. A task still unfinished at its deadline (MaxAge after its creation) fails
+// with task_timeout, whatever the provider answered; one its provider has not known for
+// UnknownGrace fails with task_expired_or_unknown (expiry.go).
 func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, error) {
 	if _, busy := s.refreshing.LoadOrStore(t.ID, struct{}{}); busy {
 		return t, nil
@@ -237,12 +246,41 @@ func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, erro
 	cat := s.Catalog()
 	p, m := cat.Provider(t.Provider), cat.Model(t.Model)
 	s.queries.Add(1)
-	st, err := s.query(ctx, p, m, t)
+	st, qerr := s.query(ctx, p, m, t)
 	now := s.Now()
-	s.sched.queried(t.ID, now, err == nil, s.RefreshEvery)
-	if err != nil {
-		return t, err
+	o := answered
+	switch {
+	case errors.Is(qerr, provider.ErrTaskUnknown):
+		o = unknownTask
+	case qerr != nil:
+		o = failed
 	}
+	n, since := s.sched.queried(t.ID, now, o, s.RefreshEvery)
+	switch {
+	case o == unknownTask && n >= UnknownConfirmations && now.Sub(since) >= s.unknownGrace():
+		return s.commit(t, s.unknownEnd(t, qerr, n, now.Sub(since)), now)
+	case o == answered:
+		var err error
+		if t, err = s.commit(t, st, now); err != nil {
+			return t, err
+		}
+	}
+	if !t.Terminal() && !now.Before(s.deadline(t)) {
+		return s.commit(t, s.timeoutEnd(t), now)
+	}
+	if o == failed {
+		return t, qerr
+	}
+	return t, nil
+}
+
+// errEnded stops an update of a task that has already ended: its end is final.
+var errEnded = errors.New("the task has already ended")
+
+// commit stores the provider's view st of t if it changes anything, with what the change writes
+// beside it (changeOf), and bills a task that just ended. A task stored as ended stays as it
+// is: a late answer (a success after the task timed out) is logged and changes nothing.
+func (s *Service) commit(t *store.Task, st provider.TaskState, now time.Time) (*store.Task, error) {
 	if probe := *t; !s.apply(&probe, st, now) {
 		return t, nil
 	}
@@ -252,6 +290,9 @@ func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, erro
 		usage  *store.UsageRecord
 	)
 	out, uerr := s.Store.UpdateTask(t.ID, func(r *store.Task) (store.TaskChange, error) {
+		if r.Terminal() {
+			return store.TaskChange{}, errEnded
+		}
 		before = r.Status
 		s.apply(r, st, now)
 		var ch store.TaskChange
@@ -259,6 +300,14 @@ func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, erro
 		usage = ch.Usage
 		return ch, nil
 	})
+	if errors.Is(uerr, errEnded) {
+		if st.Status == provider.TaskCompleted {
+			s.Log.Warn("a provider finished a task after it had ended: the result is not kept and nothing is billed",
+				"task", t.ID, "provider", t.Provider, "provider_task_id", t.ProviderTaskID)
+		}
+		s.sched.forget(t.ID)
+		return s.Store.GetTask(t.ID)
+	}
 	if errors.Is(uerr, store.ErrUsageNotSettled) {
 		s.Log.Error("TASK NOT BILLED: its usage record was refused", "task", t.ID, "account", t.Account, "error", uerr)
 		uerr, usage = nil, nil
@@ -463,7 +512,7 @@ func (s *Service) Poll(ctx context.Context, every time.Duration, workers int) {
 				if err != nil || t.Terminal() {
 					if !errors.Is(err, store.ErrTaskNotFound) && err != nil {
 						s.Log.Error("task poller: the store failed", "task", id, "error", err)
-						s.sched.queried(id, s.Now(), false, s.RefreshEvery)
+						s.sched.queried(id, s.Now(), failed, s.RefreshEvery)
 						return
 					}
 					s.sched.forget(id) // gone or ended elsewhere

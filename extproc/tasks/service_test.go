@@ -52,6 +52,9 @@ func (standIn) Query(p *ir.Provider, m *ir.Model, id string) (*provider.Upstream
 }
 func (standIn) Queried(status int, body []byte) (provider.TaskState, error) {
 	var a struct{ Status, URL string }
+	if status == 404 {
+		return provider.TaskState{}, fmt.Errorf("%w: stand-in: no such task", provider.ErrTaskUnknown)
+	}
 	if status != 200 || json.Unmarshal(body, &a) != nil {
 		return provider.TaskState{}, fmt.Errorf("HTTP %d", status)
 	}
@@ -95,18 +98,30 @@ func fakeEnvoy(t *testing.T) (*Envoy, *atomic.Int32) {
 			w.Write([]byte(`{"code":"provider_auth_failed"}`))
 		case r.URL.Path == "/create" && strings.Contains(string(body), "forbidden"):
 			w.Write([]byte(`{"code":"content_filter"}`))
-		case r.URL.Path == "/create" && strings.Contains(string(body), "blocked"):
-			w.Write([]byte(`{"task_id":"blocked-` + fmt.Sprint(time.Now().UnixNano()) + `"}`))
-		case r.URL.Path == "/create" && strings.Contains(string(body), "slow"):
-			w.Write([]byte(`{"task_id":"slow-` + fmt.Sprint(time.Now().UnixNano()) + `"}`))
 		case r.URL.Path == "/create":
-			w.Write([]byte(`{"task_id":"t-` + fmt.Sprint(time.Now().UnixNano()) + `"}`))
+			// The task id starts with the prompt's behaviour word, which the queries read.
+			kind := "t"
+			for _, k := range []string{"blocked", "slow", "never", "lost", "flaky"} {
+				if strings.Contains(string(body), k) {
+					kind = k
+					break
+				}
+			}
+			w.Write([]byte(`{"task_id":"` + kind + `-` + fmt.Sprint(time.Now().UnixNano()) + `"}`))
 		case strings.HasPrefix(r.URL.Path, "/query/"):
 			queries.Add(1)
 			mu.Lock()
 			polls[r.URL.Path]++
 			n := polls[r.URL.Path]
 			mu.Unlock()
+			switch {
+			case strings.Contains(r.URL.Path, "/never-"), strings.Contains(r.URL.Path, "/flaky-") && n == 3:
+				w.Write([]byte(`{"status":"in_progress"}`)) // never: a task the provider never finishes
+				return
+			case strings.Contains(r.URL.Path, "/lost-"), strings.Contains(r.URL.Path, "/flaky-"):
+				w.WriteHeader(404) // the provider does not know the task (flaky: but at its 3rd query)
+				return
+			}
 			if n < 2 || (strings.Contains(r.URL.Path, "/slow-") && n < 5) {
 				w.Write([]byte(`{"status":"in_progress"}`))
 			} else {
@@ -136,6 +151,9 @@ func newService(t *testing.T) (*Service, *[]string) {
 	s := &Service{Store: st, Envoy: e, Log: slog.New(slog.DiscardHandler), Now: time.Now,
 		Catalog: func() Catalog { return cat },
 		Price: func(t *store.Task) decimal.Decimal {
+			if t.Status != "completed" { // a failed task: the tokens its provider reported (none here)
+				return decimal.Zero
+			}
 			return decimal.RequireFromString("0.1").Add(decimal.RequireFromString("0.05").Mul(Seconds(t)))
 		},
 		Bill: func(t *store.Task) {

@@ -12,8 +12,9 @@ import (
 // The DashScope video API (family V2): POST
 // /api/v1/services/aigc/video-generation/video-synthesis with X-DashScope-Async: enable (refused
 // without it, as the real API does), GET /api/v1/tasks/{id}: PENDING, RUNNING, then SUCCEEDED
-// with video_url, end_time and usage.duration, or FAILED; UNKNOWN (HTTP 200) for ids it does
-// not know. Errors are {code, message, request_id} with an HTTP status.
+// with video_url (an OSS signed URL: ?Expires=unix), end_time (Beijing time, no zone, as
+// DashScope writes it) and usage.duration, or FAILED; UNKNOWN (HTTP 200) for ids it does not
+// know. Errors are {code, message, request_id} with an HTTP status.
 
 // DashScopeURL is the base URL a dashscope provider config uses: the API host root.
 func (s *Server) DashScopeURL() string { return strings.TrimSuffix(s.url, "/v1") }
@@ -26,11 +27,27 @@ type dashscopeState struct {
 type dashscopeTask struct {
 	polls    int
 	fail     bool
+	never    bool
+	unsigned bool // its video URL carries no OSS signature (DashScopeUnsignedTrigger)
 	duration int
 }
 
+// DashScopeUnsignedTrigger makes the DashScope video fake answer with a video URL without an OSS
+// signature (no Expires): its expiry is then 24 h after end_time.
+const DashScopeUnsignedTrigger = "#unsigned-url"
+
+// beijing is the zone DashScope writes its times in (end_time, submit_time), without saying so.
+var beijing = time.FixedZone("UTC+8", 8*60*60)
+
+// dashscopeNow is now as DashScope writes it: "2025-02-20 18:45:52.262", Beijing time.
+func dashscopeNow() string { return time.Now().In(beijing).Format("2006-01-02 15:04:05.000") }
+
 func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []byte) bool {
 	path := r.URL.Path
+	if strings.HasPrefix(path, "/dashscope-videos/") {
+		s.dashscopeDownload(w, r)
+		return true
+	}
 	if path != "/api/v1/services/aigc/video-generation/video-synthesis" && !strings.HasPrefix(path, "/api/v1/tasks/") {
 		return false
 	}
@@ -71,7 +88,10 @@ func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []b
 			req.Parameters.Duration = 5
 		}
 		id := "ds-task-" + s.nextID()
-		s.ds.tasks[id] = &dashscopeTask{fail: strings.Contains(req.Input.Prompt, MediaFailTrigger), duration: req.Parameters.Duration}
+		if p := req.Input.Prompt; !strings.Contains(p, MediaForgetTrigger) {
+			s.ds.tasks[id] = &dashscopeTask{fail: strings.Contains(p, MediaFailTrigger), never: strings.Contains(p, MediaNeverTrigger),
+				unsigned: strings.Contains(p, DashScopeUnsignedTrigger), duration: req.Parameters.Duration}
+		}
 		writeJSON(w, map[string]any{"request_id": reqID, "output": map[string]any{"task_id": id, "task_status": "PENDING"}})
 		return true
 	}
@@ -84,14 +104,18 @@ func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []b
 		out["task_status"] = "UNKNOWN"
 	case t.polls == 0:
 		out["task_status"] = "PENDING"
-	case t.polls < 3:
+	case t.polls < 3 || t.never:
 		out["task_status"] = "RUNNING"
 	case t.fail:
 		out["task_status"], out["code"], out["message"] = "FAILED", "InternalError.Algo", "video generation failed"
 	default:
 		out["task_status"] = "SUCCEEDED"
-		out["end_time"] = time.Now().UTC().Format("2006-01-02 15:04:05.000")
-		out["video_url"] = s.DashScopeURL() + "/files/" + id + ".mp4?expires=" + strconv.FormatInt(time.Now().Add(s.mediaTTL()).Unix(), 10)
+		out["end_time"] = dashscopeNow()
+		// An OSS signed URL, as DashScope's: it stops working at its Expires (unix seconds).
+		out["video_url"] = s.DashScopeURL() + "/dashscope-videos/" + id + ".mp4"
+		if !t.unsigned {
+			out["video_url"] = out["video_url"].(string) + "?Expires=" + strconv.FormatInt(time.Now().Add(s.mediaTTL()).Unix(), 10) + "&OSSAccessKeyId=LTAIfake&Signature=fake%3D"
+		}
 		usage = map[string]any{"duration": t.duration, "video_count": 1}
 	}
 	if t != nil {
@@ -99,6 +123,19 @@ func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []b
 	}
 	writeJSON(w, map[string]any{"request_id": reqID, "output": out, "usage": usage})
 	return true
+}
+
+// dashscopeDownload serves a video until its URL's Expires (403 after, as OSS does); an unsigned
+// one always.
+func (s *Server) dashscopeDownload(w http.ResponseWriter, r *http.Request) {
+	if exp := r.URL.Query().Get("Expires"); exp != "" {
+		if n, err := strconv.ParseInt(exp, 10, 64); err != nil || time.Now().Unix() >= n {
+			http.Error(w, "<Error><Code>AccessDenied</Code><Message>Request has expired.</Message></Error>", http.StatusForbidden)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "video/mp4")
+	_, _ = w.Write([]byte("\x00\x00\x00\x18ftypmp42fake video"))
 }
 
 func dashscopeError(w http.ResponseWriter, status int, code, msg, reqID string) {

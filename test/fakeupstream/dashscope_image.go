@@ -205,7 +205,7 @@ func (s *Server) dashscopeImageRoute(w http.ResponseWriter, r *http.Request, bod
 
 // dashscopeImageTask answers a query of task id t.
 func (s *Server) dashscopeImageTask(w http.ResponseWriter, id string, t *dashscopeImageTask, reqID string) {
-	out := map[string]any{"task_id": id, "submit_time": time.Now().UTC().Format("2006-01-02 15:04:05.000")}
+	out := map[string]any{"task_id": id, "submit_time": dashscopeNow()}
 	usage := map[string]any{}
 	switch {
 	case t.polls == 0:
@@ -221,7 +221,7 @@ func (s *Server) dashscopeImageTask(w http.ResponseWriter, id string, t *dashsco
 		out["task_id"], out["task_status"] = id, "SUCCEEDED"
 	}
 	if t.polls >= 3 {
-		out["end_time"] = time.Now().UTC().Format("2006-01-02 15:04:05.000")
+		out["end_time"] = dashscopeNow()
 	}
 	t.polls++
 	writeJSON(w, map[string]any{"request_id": reqID, "output": out, "usage": usage})

@@ -31,6 +31,7 @@ type klingState struct {
 type klingTask struct {
 	polls    int
 	fail     bool
+	never    bool
 	duration string
 }
 
@@ -78,7 +79,9 @@ func (s *Server) klingRoute(w http.ResponseWriter, r *http.Request, body []byte)
 		}
 		s.kl.models = append(s.kl.models, req.ModelName)
 		id := strconv.FormatUint(780000000000+s.seq.Add(1), 10)
-		s.kl.tasks[id] = &klingTask{fail: strings.Contains(req.Prompt, MediaFailTrigger), duration: dur}
+		if !strings.Contains(req.Prompt, MediaForgetTrigger) {
+			s.kl.tasks[id] = &klingTask{fail: strings.Contains(req.Prompt, MediaFailTrigger), never: strings.Contains(req.Prompt, MediaNeverTrigger), duration: dur}
+		}
 		writeJSON(w, map[string]any{"code": 0, "message": "SUCCEED", "request_id": reqID,
 			"data": map[string]any{"task_id": id, "task_status": "submitted", "created_at": time.Now().UnixMilli()}})
 		return true
@@ -93,7 +96,7 @@ func (s *Server) klingRoute(w http.ResponseWriter, r *http.Request, body []byte)
 	switch {
 	case t.polls == 0:
 		data["task_status"] = "submitted"
-	case t.polls < 3:
+	case t.polls < 3 || t.never:
 		data["task_status"] = "processing"
 	case t.fail:
 		data["task_status"], data["task_status_msg"] = "failed", "Failure to pass the risk control system"

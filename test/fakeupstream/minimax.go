@@ -22,6 +22,12 @@ func (s *Server) MiniMaxURL() string { return strings.TrimSuffix(s.url, "/v1") }
 const (
 	MediaFailTrigger        = "#fail-task"    // the task fails at the provider
 	MediaCreateErrorTrigger = "#create-error" // the create is refused (MiniMax: HTTP 200, status_code 1002)
+	// MediaNeverTrigger: the video fakes never finish the task (it stays running at every query).
+	MediaNeverTrigger = "#never-finish"
+	// MediaForgetTrigger: the video fakes accept the task and forget it at once, so every query
+	// gets the API's answer for an id it does not know (MiniMax HTTP 200 with status_code 2013,
+	// DashScope task_status UNKNOWN, Kling HTTP 404 code 1203).
+	MediaForgetTrigger = "#forget-task"
 )
 
 // mediaURLTTL is how long a fake download URL works, unless Options.MediaURLTTL says.
@@ -30,6 +36,7 @@ const mediaURLTTL = time.Hour
 type minimaxTask struct {
 	polls   int
 	fail    bool
+	never   bool
 	res     string
 	created time.Time
 }
@@ -92,7 +99,10 @@ func (s *Server) minimaxRoute(w http.ResponseWriter, r *http.Request, body []byt
 			return true
 		}
 		id := strconv.FormatInt(106916112212000+int64(s.seq.Add(1)), 10)
-		s.mm.tasks[id] = &minimaxTask{fail: strings.Contains(req.Prompt, MediaFailTrigger), res: req.Resolution, created: time.Now()}
+		if !strings.Contains(req.Prompt, MediaForgetTrigger) {
+			s.mm.tasks[id] = &minimaxTask{fail: strings.Contains(req.Prompt, MediaFailTrigger), never: strings.Contains(req.Prompt, MediaNeverTrigger),
+				res: req.Resolution, created: time.Now()}
+		}
 		minimaxReply(w, map[string]any{"task_id": id}, 0, "success")
 	case "/v1/query/video_generation":
 		id := r.URL.Query().Get("task_id")
@@ -103,8 +113,8 @@ func (s *Server) minimaxRoute(w http.ResponseWriter, r *http.Request, body []byt
 		}
 		out := map[string]any{"task_id": id}
 		switch {
-		case t.polls < len(minimaxStatuses):
-			out["status"] = minimaxStatuses[t.polls]
+		case t.polls < len(minimaxStatuses) || t.never:
+			out["status"] = minimaxStatuses[min(t.polls, len(minimaxStatuses)-1)]
 		case t.fail:
 			out["status"] = "Fail"
 		default:

@@ -89,6 +89,14 @@ type Config struct {
 		// by default callbacks go to public addresses only.
 		AllowPrivate []string `mapstructure:"allow_private"`
 	} `mapstructure:"callbacks"`
+	Tasks struct {
+		// MaxAge: a media task its provider has not finished this long after its creation fails
+		// with task_timeout (its hold released, its callback sent).
+		MaxAge time.Duration `mapstructure:"max_age"`
+		// UnknownGrace: a task its provider keeps saying it does not know, this long and at
+		// least 3 answers in a row, fails with task_expired_or_unknown.
+		UnknownGrace time.Duration `mapstructure:"unknown_grace"`
+	} `mapstructure:"tasks"`
 	Providers []ProviderConfig `mapstructure:"providers"`
 	Models    []ModelConfig    `mapstructure:"models"`
 	Routes    []RouteConfig    `mapstructure:"routes"`
@@ -175,6 +183,8 @@ var defaults = map[string]any{
 	"routing.attempt_timeout":        "60s",
 	"limits.max_concurrent_requests": ir.DefaultMaxConcurrentRequests,
 	"listen.xff_num_trusted_hops":    0,
+	"tasks.max_age":                  "6h",
+	"tasks.unknown_grace":            "1m",
 }
 
 // LoadConfig reads path (the embedded default when path is ""), applies TOLLWAY_* environment
@@ -280,6 +290,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("store.task_retention_days is %d: give a number of days, e.g. 30, or 0 to keep finished tasks for good", c.Store.TaskRetentionDays))
 	}
 	errs = append(errs, c.checkValues()...)
+	errs = append(errs, c.checkTasks()...)
 	if _, err := c.callbackAllow(); err != nil {
 		errs = append(errs, err)
 	}

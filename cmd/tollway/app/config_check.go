@@ -50,6 +50,24 @@ func (c *Config) checkValues() []error {
 	return errs
 }
 
+// Bounds of tasks.max_age and tasks.unknown_grace.
+const (
+	maxTaskAge      = 30 * 24 * time.Hour // Kling, the longest keeper, drops results after 30 days
+	maxUnknownGrace = time.Hour
+)
+
+// checkTasks checks the media tasks' time limits.
+func (c *Config) checkTasks() []error {
+	var errs []error
+	if d := c.Tasks.MaxAge; d < time.Second || d > maxTaskAge {
+		errs = append(errs, fmt.Errorf("tasks.max_age is %v: give a duration from 1s to %v, e.g. 6h (the default): a task its provider has not finished by then fails with task_timeout", d, maxTaskAge))
+	}
+	if d := c.Tasks.UnknownGrace; d < time.Second || d > maxUnknownGrace {
+		errs = append(errs, fmt.Errorf("tasks.unknown_grace is %v: give a duration from 1s to %v, e.g. 1m (the default): a task its provider says it does not know for that long fails with task_expired_or_unknown", d, maxUnknownGrace))
+	}
+	return errs
+}
+
 // strictValues is a decode hook: a duration must be written with its unit (a bare number would
 // be nanoseconds) and a count must be a whole number (1.5 would silently be 1).
 func strictValues(from, to reflect.Type, data any) (any, error) {

@@ -92,6 +92,10 @@ func (g *gateway) applyConfig(ctx context.Context, c *Config) error {
 	if g.cfg != nil && c.Envoy.Concurrency != g.cfg.Envoy.Concurrency {
 		g.log.Warn("envoy.concurrency changed; Envoy's workers follow on restart", "from", g.cfg.Envoy.Concurrency, "to", c.Envoy.Concurrency)
 	}
+	if g.cfg != nil && c.Tasks != g.cfg.Tasks {
+		g.log.Warn("tasks.max_age or tasks.unknown_grace changed; they take effect on restart",
+			"max_age", c.Tasks.MaxAge.String(), "unknown_grace", c.Tasks.UnknownGrace.String())
+	}
 	if g.cfg != nil && c.Admin.Token != g.cfg.Admin.Token {
 		g.log.Warn("admin.token changed; it takes effect on restart") // never the token itself
 	}

@@ -131,7 +131,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv, internal: internal, callbacks: allow}
 	taskSvc := &tasks.Service{Store: st, Envoy: &tasks.Envoy{},
 		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second,
-		ImageLife: time.Duration(cfg.Store.ImageRetentionHours) * time.Hour}
+		ImageLife: time.Duration(cfg.Store.ImageRetentionHours) * time.Hour, MaxAge: cfg.Tasks.MaxAge, UnknownGrace: cfg.Tasks.UnknownGrace}
 	if cfg.Metrics.Enabled {
 		gw.metrics = newMetricsEndpoint(observe(ctrl, ext, ledger, bill, taskSvc))
 	}
