@@ -102,7 +102,7 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	}
 	ch := rt.chains[ir.ModelChainCluster(m.ID)]
 	if len(ch) == 0 {
-		return nil, rt.unavailable(m)
+		return nil, rt.unavailable(m, noRefusal)
 	}
 	plan.cluster, plan.attempts = ir.ModelChainCluster(m.ID), len(ch)
 	return plan, nil
@@ -140,7 +140,7 @@ func (rt *Runtime) planRoute(plan *chatPlan, id, mode string) *APIError {
 	if r.Rule == ir.RuleModeMapping {
 		ch := rt.chains[ir.ModelChainCluster(plan.model.ID)]
 		if len(ch) == 0 {
-			return rt.unavailable(plan.model)
+			return rt.unavailable(plan.model, noRefusal)
 		}
 		plan.cluster, plan.attempts = ir.ModelChainCluster(plan.model.ID), len(ch)
 		return nil
@@ -201,14 +201,28 @@ func (rt *Runtime) planPinned(plan *chatPlan, pin string) *APIError {
 		clip(pin), m.ID, strings.Join(names, ", "))
 }
 
-func (rt *Runtime) unavailable(m *model) *APIError {
+// unavailable is the answer for model m when none of its providers can take traffic; refused
+// says why a provider refusing the gateway's credential is passed over ("" when it is not).
+func (rt *Runtime) unavailable(m *model, refused func(provider string) string) *APIError {
 	var reasons []string
 	for _, t := range m.Targets {
-		reasons = append(reasons, "provider "+t.Provider+" has no API key configured")
+		p := rt.providers[t.Provider]
+		switch why := refused(t.Provider); {
+		case p == nil || !p.Ready():
+			reasons = append(reasons, "provider "+t.Provider+" has no API key configured")
+		case why != "":
+			reasons = append(reasons, why)
+		default:
+			reasons = append(reasons, "provider "+t.Provider+" cannot take traffic now")
+		}
 	}
 	return apiErr(http.StatusServiceUnavailable, "model_unavailable",
 		"model %q has no provider that can take traffic (%s); try another model", m.ID, strings.Join(reasons, "; "))
 }
+
+// noRefusal: chat never passes over a provider for a refused credential (Envoy's chain keeps
+// it, so each request tries it); only one without a credential is missing from the chain.
+func noRefusal(string) string { return "" }
 
 // attempt builds the upstream request of one attempt: the client's body for catalog model m on
 // provider p, without the gateway's own fields and the parameters m does not support, with the

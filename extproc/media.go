@@ -62,11 +62,14 @@ type Tasks struct {
 	holds         sync.Map // task id -> *billing.Reservation, until the task is billed
 }
 
-// SetTasks turns the media endpoints on; the service's Price and Bill are the server's, and
-// it charges accounts when billing is on.
+// SetTasks turns the media endpoints on; the service's Price and Bill are the server's, it
+// reports the providers' refusals of the gateway's credential, and it charges accounts when
+// billing is on.
 func (s *Server) SetTasks(t *Tasks) {
 	t.Service.Price = s.taskPrice
 	t.Service.Bill = s.billTask
+	// Task calls bypass the response path the chat's refusals are read on: the service says.
+	t.Service.Refused, t.Service.Answered = s.providerRefused, s.providerAnswered
 	t.Service.Charge = s.billing != nil
 	s.tasks = t
 }
@@ -187,6 +190,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		first    *model // the model of the first attempt: the task's, until a fallback moves on
 		tr       provider.TaskRequest
 	)
+	now := time.Now()
 	for _, m := range models {
 		adapter, err := provider.TaskFor(m.Family)
 		if err != nil {
@@ -195,7 +199,8 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		var ready []tasks.Attempt
 		for _, t := range m.Targets {
 			p := rt.providers[t.Provider]
-			if p == nil || (pin != "" && pin != p.Name) || !p.Ready() || x.s.refusals.has(p.Name) {
+			// A provider refusing the gateway's credential is tried again now and then (refusals.go).
+			if p == nil || (pin != "" && pin != p.Name) || !p.Ready() || !x.s.refusals.mayTry(p.Name, now) {
 				continue
 			}
 			ready = append(ready, tasks.Attempt{Provider: p, Model: t.Model, Spec: &m.Model})
@@ -221,12 +226,14 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	case len(attempts) > 0:
 	case refusal != nil:
 		return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%s", strings.TrimPrefix(refusal.Error(), provider.ErrBadRequest.Error()+": ")))
+	case pin != "" && x.s.refusals.has(pin):
+		return x.fail(apiErr(http.StatusServiceUnavailable, "provider_not_available", "%s; remove route.provider or choose another", x.s.refusals.reason(pin)))
 	case pin != "":
 		return x.fail(apiErr(http.StatusBadRequest, "provider_not_available", "provider %q does not serve model %q or cannot take traffic; remove route.provider or choose another", clip(pin), models[0].ID))
 	case route != nil:
 		return x.fail(apiErr(http.StatusServiceUnavailable, "route_unavailable", "no model of route %s has a provider that can take traffic; check their providers' credentials", route.ID))
 	default:
-		return x.fail(rt.unavailable(models[0]))
+		return x.fail(rt.unavailable(models[0], x.s.refusals.reason))
 	}
 	m := first
 	if tr.CallbackURL != "" {

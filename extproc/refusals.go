@@ -1,13 +1,24 @@
 package extproc
 
-// Providers that refused the gateway's credential (HTTP 401): such a provider cannot serve
-// anyone until its configuration changes or it answers again, so the catalog's is_ready and
-// route health count it as down, and the operator is told loudly, once, rather than every
-// client being told to change a valid key.
+// Providers that refused the gateway's credential (HTTP 401, or a family's own refusal: Gemini's
+// API_KEY_INVALID, MiniMax's status_code 1004 inside an HTTP 200): such a provider cannot serve
+// anyone until its configuration changes or it answers again, so the catalog's is_ready, route
+// health and the admin status count it as down, and the operator is told loudly, once a minute,
+// rather than every client being told to change a valid key.
+//
+// It is tried again on a bounded schedule, so a key fixed at the provider (re-enabled, topped
+// up) clears without a restart: chat keeps it in Envoy's chain, so the next chat request tries
+// it; a media create, which the gateway sends itself, tries it again once refusalRetry has
+// passed since its last refusal (or its last retry); a running task's status query tries it at
+// every poll. Any answer that accepts the credential clears the refusal, and so does a config
+// reload (the operator's word that the credential changed).
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,22 +29,49 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// refusalReminder is how often a provider that keeps refusing is logged again.
-const refusalReminder = time.Minute
+const (
+	// refusalReminder is how often a provider that keeps refusing is logged again.
+	refusalReminder = time.Minute
+	// refusalRetry is how long a media create waits after a provider's last refusal (or the
+	// last retry) before it tries that provider again: one client request in that while pays a
+	// refused round trip, not every one.
+	refusalRetry = 15 * time.Second
+)
 
-// refusals is the set of providers whose last answer was a 401.
+// refusals is the set of providers whose last answer refused the gateway's credential.
 type refusals struct {
 	mu     sync.Mutex
 	byName map[string]*refusal
 }
 
 type refusal struct {
-	since, logged time.Time
-	count         int
+	since, last, logged, retried time.Time
+	count                        int
 }
 
-// refused records a 401 from provider; it reports whether to log (the first refusal, or the
-// first after refusalReminder).
+// ProviderRefusal is a provider refusing the gateway's credential, as the admin API shows it.
+type ProviderRefusal struct {
+	Since time.Time `json:"since"` // the first refusal since it last accepted the credential
+	Last  time.Time `json:"last"`
+	Count int       `json:"count"`
+	// NextRetry is when a media create may try the provider again (chat tries it with every
+	// request); a config reload retries it at once.
+	NextRetry time.Time `json:"next_retry"`
+}
+
+func (r *refusal) view() ProviderRefusal {
+	return ProviderRefusal{Since: r.since.UTC(), Last: r.last.UTC(), Count: r.count, NextRetry: r.nextRetry().UTC()}
+}
+
+func (r *refusal) nextRetry() time.Time {
+	if r.retried.After(r.last) {
+		return r.retried.Add(refusalRetry)
+	}
+	return r.last.Add(refusalRetry)
+}
+
+// refused records a refusal from provider; it reports whether to log (the first refusal, or
+// the first after refusalReminder).
 func (r *refusals) refused(provider string, now time.Time) (log bool, rf refusal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -46,6 +84,7 @@ func (r *refusals) refused(provider string, now time.Time) (log bool, rf refusal
 		r.byName[provider] = cur
 	}
 	cur.count++
+	cur.last = now
 	if cur.logged.IsZero() || now.Sub(cur.logged) >= refusalReminder {
 		cur.logged = now
 		return true, *cur
@@ -53,8 +92,8 @@ func (r *refusals) refused(provider string, now time.Time) (log bool, rf refusal
 	return false, *cur
 }
 
-// accepted clears provider after an answer that was not a 401; it reports whether it had been
-// refusing.
+// accepted clears provider after an answer that accepted the credential; it reports whether it
+// had been refusing.
 func (r *refusals) accepted(provider string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -70,6 +109,45 @@ func (r *refusals) has(provider string) bool {
 	return ok
 }
 
+// get is provider's refusal, if it is refusing.
+func (r *refusals) get(provider string) (ProviderRefusal, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.byName[provider]; cur != nil {
+		return cur.view(), true
+	}
+	return ProviderRefusal{}, false
+}
+
+// mayTry reports whether a media create may send to provider now: yes when it is not refusing;
+// when it is, once per refusalRetry (the caller's create is the retry).
+func (r *refusals) mayTry(provider string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.byName[provider]
+	if cur == nil {
+		return true
+	}
+	if now.Before(cur.nextRetry()) {
+		return false
+	}
+	cur.retried = now
+	return true
+}
+
+// forgetAll clears every refusal (a config reload) and returns the providers it cleared.
+func (r *refusals) forgetAll() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	names := make([]string, 0, len(r.byName))
+	for name := range r.byName {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	r.byName = nil
+	return names
+}
+
 // reconfigured forgets the refusals of providers whose configuration changed (a new key, a new
 // address): the next attempt says whether the change fixed it.
 func (r *refusals) reconfigured(old, cur map[string]*ir.Provider) {
@@ -83,18 +161,42 @@ func (r *refusals) reconfigured(old, cur map[string]*ir.Provider) {
 	}
 }
 
-// providerRefused records that provider answered 401 to the gateway's credential.
+// reason says why provider cannot take traffic because of a refusal ("" : it has not refused).
+func (r *refusals) reason(provider string) string {
+	rf, ok := r.get(provider)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("provider %s refused the gateway's credential (%d times since %s, last at %s); it is tried again from %s, or at a config reload: check its api_key",
+		provider, rf.Count, rf.Since.Format(time.RFC3339), rf.Last.Format(time.RFC3339), rf.NextRetry.Format(time.RFC3339))
+}
+
+// ProviderRefusal is provider's refusal of the gateway's credential, if it is refusing (admin
+// status and health).
+func (s *Server) ProviderRefusal(provider string) (ProviderRefusal, bool) {
+	return s.refusals.get(provider)
+}
+
+// RetryRefusedProviders forgets every provider's refusal, so the next request tries each (a
+// config reload: its credentials were read again).
+func (s *Server) RetryRefusedProviders() {
+	if names := s.refusals.forgetAll(); len(names) > 0 {
+		s.log.Info("config reloaded: providers that refused the gateway's credential are tried again", "providers", strings.Join(names, ","))
+	}
+}
+
+// providerRefused records that provider refused the gateway's credential.
 func (s *Server) providerRefused(provider string) {
 	log, rf := s.refusals.refused(provider, time.Now())
 	if !log {
 		return
 	}
 	// One line, naming the provider and never the key.
-	s.log.Error("PROVIDER REFUSED THE GATEWAY'S CREDENTIAL: fix the provider's api_key; its models show is_ready false until it answers again or its configuration changes",
-		"provider", provider, "status", 401, "refusals", rf.count, "since", rf.since.UTC().Format(time.RFC3339))
+	s.log.Error("PROVIDER REFUSED THE GATEWAY'S CREDENTIAL: fix the provider's api_key; its models show is_ready false until it accepts it again (chat tries it with every request, media creates every 15 s, a config reload at once)",
+		"provider", provider, "refusals", rf.count, "since", rf.since.UTC().Format(time.RFC3339))
 }
 
-// providerAnswered records an answer from provider that was not a 401.
+// providerAnswered records an answer from provider that accepted the gateway's credential.
 func (s *Server) providerAnswered(provider string) {
 	if s.refusals.accepted(provider) {
 		s.log.Info("provider accepts the gateway's credential again", "provider", provider)

@@ -2,10 +2,12 @@ package tasks
 
 // How a task ends when its provider never ends it: it times out at max_age (task_timeout), or
 // the provider no longer knows it (task_expired_or_unknown). Either way it fails like a task
-// the provider failed: its hold is released, nothing is billed, its callback is sent.
+// the provider failed: its hold is released, nothing is billed, its callback is sent. And how
+// the provider's reading of the gateway's credential is reported (heard).
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,4 +55,21 @@ func (s *Service) unknownEnd(t *store.Task, why error, n int, span time.Duration
 // ended is t failed with code and message, its provider's last status word kept.
 func ended(t *store.Task, code, message string) provider.TaskState {
 	return provider.TaskState{Status: provider.TaskFailed, FamilyStatus: t.FamilyStatus, Error: &provider.TaskError{Code: code, Message: message}}
+}
+
+// heard reports what a provider's answer (err: its adapter's reading) says of the gateway's
+// credential: refused (provider_auth_failed, in whatever HTTP status), or accepted (a task
+// created; a query answered, even to say the task is unknown). Other failures say nothing.
+func (s *Service) heard(name string, err error, query bool) {
+	var te *provider.TaskError
+	switch {
+	case errors.As(err, &te) && te.Code == "provider_auth_failed":
+		if s.Refused != nil {
+			s.Refused(name)
+		}
+	case err == nil || (query && errors.Is(err, provider.ErrTaskUnknown)):
+		if s.Answered != nil {
+			s.Answered(name)
+		}
+	}
 }

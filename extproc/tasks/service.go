@@ -54,6 +54,9 @@ type Service struct {
 	// UnknownConfirmations answers in a row) before the task fails with task_expired_or_unknown
 	// (tasks.unknown_grace; 0: DefaultUnknownGrace).
 	UnknownGrace time.Duration
+	// Refused and Answered, when set, hear of each provider that refused the gateway's
+	// credential on a task call, and of each that accepted it (a task created or answered for).
+	Refused, Answered func(provider string)
 	// Changed, when set, hears of each status a task takes, after the store committed it
 	// (metrics): from is "" for a task just created; usage is the record its end settled, if any.
 	Changed func(t *store.Task, from string, usage *store.UsageRecord)
@@ -128,6 +131,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			continue
 		}
 		created, err := ad.Created(ans.Status, ans.Body)
+		s.heard(a.Provider.Name, err, false)
 		var te *provider.TaskError
 		// The adapter's reading of a refusal comes first: Gemini answers a bad key with a 400,
 		// which is the gateway's credential, not the client's request.
@@ -381,6 +385,7 @@ func (s *Service) query(ctx context.Context, p *ir.Provider, m *ir.Model, t *sto
 		return provider.TaskState{}, err
 	}
 	st, err := ad.Queried(ans.Status, ans.Body)
+	s.heard(p.Name, err, true)
 	if err != nil {
 		return st, err
 	}

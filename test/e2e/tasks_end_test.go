@@ -198,3 +198,86 @@ func TestDashScopeVideoExpiresAtItsURL(t *testing.T) {
 		t.Fatalf("unsigned URL: expires_at %s is %s from 24 h after it ended (%s)", at.UTC(), d, done.UTC())
 	}
 }
+
+// TestMediaProviderRefusalClears: a media-only provider refusing the gateway's credential
+// (DashScope's 401; MiniMax's status_code 1004 inside an HTTP 200) shows is_ready false in the
+// catalog and the refusal in the admin status, and a create it would take says the provider
+// refused the key (not that none is configured). Once the key works again, a create reaches the
+// provider within the retry schedule (15 s) and succeeds; a config reload retries at once.
+func TestMediaProviderRefusalClears(t *testing.T) {
+	mm := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	ds := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, mediaConfig("", mm.MiniMaxURL(), ds.DashScopeURL()), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	mm.SetAPIKey("revoked-at-the-provider")
+	ds.SetAPIKey("revoked-at-the-provider")
+	for _, c := range []struct{ model, body string }{{"hailuo-02", hailuoBody("a fox", "")}, {"wan-t2v", wanBody("a fox", "")}} {
+		code, obj := g.do("POST", key, "/videos", c.body)
+		if e, _ := obj["error"].(map[string]any); code != 503 || e["code"] != "upstream_unavailable" {
+			t.Fatalf("%s refused: %d %v", c.model, code, obj)
+		}
+		waitFor(t, c.model+" not ready", 5*time.Second, func() bool { return g.catalogEntries()[c.model]["is_ready"] == false })
+	}
+	providers := func() map[string]map[string]any {
+		_, st := g.adminJSON("GET", "/admin/v1/status", nil)
+		out := map[string]map[string]any{}
+		for _, p := range st["providers"].([]any) {
+			out[p.(map[string]any)["name"].(string)] = p.(map[string]any)
+		}
+		return out
+	}
+	for name, p := range providers() {
+		r, _ := p["refused"].(map[string]any)
+		if r == nil || r["count"].(float64) < 1 || r["since"] == nil || r["next_retry"] == nil {
+			t.Fatalf("status of %s: %v, want its refusal", name, p)
+		}
+	}
+	// Within the retry window the provider is not asked again, and the answer says why.
+	before := ds.RequestCount()
+	code, obj := g.do("POST", key, "/videos", wanBody("a fox", ""))
+	e, _ := obj["error"].(map[string]any)
+	msg, _ := e["message"].(string)
+	if code != 503 || e["code"] != "model_unavailable" || !strings.Contains(msg, "provider wan refused the gateway's credential") || strings.Contains(msg, "no API key") || ds.RequestCount() != before {
+		t.Fatalf("within the retry window: %d %v (%d provider requests)", code, obj, ds.RequestCount()-before)
+	}
+
+	// The key works again: a create within the schedule reaches the provider and succeeds.
+	mm.SetAPIKey(providerKey)
+	ds.SetAPIKey(providerKey)
+	fixed := time.Now()
+	for _, body := range []string{hailuoBody("a fox", ""), wanBody("a fox", "")} {
+		waitFor(t, "a create to reach the provider again", 25*time.Second, func() bool {
+			code, _ := g.do("POST", key, "/videos", body)
+			return code == 200
+		})
+	}
+	if took := time.Since(fixed); took > 20*time.Second {
+		t.Errorf("the refusals cleared %s after the keys were fixed, want within the 15 s schedule", took)
+	}
+	for _, m := range []string{"hailuo-02", "wan-t2v"} {
+		if g.catalogEntries()[m]["is_ready"] != true {
+			t.Fatalf("%s not ready after its provider accepted the key", m)
+		}
+	}
+	for name, p := range providers() {
+		if p["refused"] != nil {
+			t.Fatalf("status of %s still shows a refusal: %v", name, p)
+		}
+	}
+
+	// A config reload (credentials read again) retries at once, without waiting for the schedule.
+	mm.SetAPIKey("revoked-again")
+	if code, _ := g.do("POST", key, "/videos", hailuoBody("a fox", "")); code != 503 {
+		t.Fatalf("revoked again: %d", code)
+	}
+	mm.SetAPIKey(providerKey)
+	if code, out := g.adminJSON("POST", "/admin/v1/reload", nil); code != 200 {
+		t.Fatalf("reload: %d %v", code, out)
+	}
+	if code, obj := g.do("POST", key, "/videos", hailuoBody("a fox", "")); code != 200 {
+		t.Fatalf("after the reload: %d %v", code, obj)
+	}
+}

@@ -31,12 +31,12 @@ func (s *Server) anthropicRoute(w http.ResponseWriter, r *http.Request, body []b
 		writeAnthropicError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
 		return true
 	}
-	if s.opts.APIKey != "" {
+	if s.apiKey() != "" {
 		switch key := r.Header.Get("X-Api-Key"); {
 		case key == "":
 			writeAnthropicError(w, http.StatusUnauthorized, "x-api-key header is required")
 			return true
-		case key != s.opts.APIKey:
+		case key != s.apiKey():
 			writeAnthropicError(w, http.StatusUnauthorized, "invalid x-api-key")
 			return true
 		}

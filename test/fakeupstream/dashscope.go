@@ -52,7 +52,7 @@ func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []b
 		return false
 	}
 	reqID := "ds-" + s.nextID()
-	if s.opts.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.opts.APIKey {
+	if s.apiKey() != "" && r.Header.Get("Authorization") != "Bearer "+s.apiKey() {
 		dashscopeError(w, http.StatusUnauthorized, "InvalidApiKey", "Invalid API-key provided.", reqID)
 		return true
 	}

@@ -98,7 +98,7 @@ func (s *Server) dashscopeImageRoute(w http.ResponseWriter, r *http.Request, bod
 		}
 	}
 	reqID := "dsi-" + s.nextID()
-	if s.opts.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.opts.APIKey {
+	if s.apiKey() != "" && r.Header.Get("Authorization") != "Bearer "+s.apiKey() {
 		dashscopeError(w, http.StatusUnauthorized, "InvalidApiKey", "Invalid API-key provided.", reqID)
 		return true
 	}

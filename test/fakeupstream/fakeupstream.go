@@ -95,10 +95,11 @@ type Server struct {
 	url  string
 	wg   sync.WaitGroup // in-flight handlers, so Close waits for them
 
-	seq atomic.Uint64  // ids for completions, tool calls and request ids
-	mm  minimaxState   // MiniMax video tasks
-	ds  dashscopeState // DashScope video tasks
-	kl  klingState     // Kling video tasks
+	seq atomic.Uint64          // ids for completions, tool calls and request ids
+	key atomic.Pointer[string] // SetAPIKey's key, replacing Options.APIKey
+	mm  minimaxState           // MiniMax video tasks
+	ds  dashscopeState         // DashScope video tasks
+	kl  klingState             // Kling video tasks
 
 	mu       sync.Mutex
 	closed   bool
@@ -142,6 +143,18 @@ func Start(tb testing.TB, opts Options) *Server {
 	}
 	tb.Cleanup(func() { s.Close() })
 	return s
+}
+
+// SetAPIKey changes the key the server accepts from now on, as a provider does when a key is
+// revoked or rotated ("" accepts any).
+func (s *Server) SetAPIKey(key string) { s.key.Store(&key) }
+
+// apiKey is the key the server accepts now ("" : any).
+func (s *Server) apiKey() string {
+	if k := s.key.Load(); k != nil {
+		return *k
+	}
+	return s.opts.APIKey
 }
 
 // URL is the OpenAI base URL a provider config uses: http://127.0.0.1:PORT/v1.

@@ -28,7 +28,7 @@ func (s *Server) geminiRoute(w http.ResponseWriter, r *http.Request, body []byte
 	if !ok {
 		return false
 	}
-	if s.opts.APIKey != "" {
+	if s.apiKey() != "" {
 		key := r.Header.Get("X-Goog-Api-Key")
 		if key == "" {
 			key = r.URL.Query().Get("key")
@@ -37,7 +37,7 @@ func (s *Server) geminiRoute(w http.ResponseWriter, r *http.Request, body []byte
 		case key == "":
 			writeGeminiError(w, http.StatusForbidden, "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.")
 			return true
-		case key != s.opts.APIKey:
+		case key != s.apiKey():
 			writeGeminiError(w, http.StatusBadRequest, "API key not valid. Please pass a valid API key.")
 			return true
 		}

@@ -36,9 +36,9 @@ func (s *Server) handler() http.Handler {
 			s.dashscopeRoute(w, r, body) || s.klingRoute(w, r, body) {
 			return // native APIs check their own credentials
 		}
-		if s.opts.APIKey != "" {
+		if s.apiKey() != "" {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || got != s.opts.APIKey {
+			if !ok || got != s.apiKey() {
 				msg := "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
 				if ok {
 					msg = "Incorrect API key provided: " + redact(got) + "."

@@ -58,7 +58,7 @@ func (s *Server) minimaxRoute(w http.ResponseWriter, r *http.Request, body []byt
 	default:
 		return false
 	}
-	if s.opts.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.opts.APIKey {
+	if s.apiKey() != "" && r.Header.Get("Authorization") != "Bearer "+s.apiKey() {
 		minimaxReply(w, map[string]any{}, 1004, "login fail: Please carry the API secret key in the 'Authorization' field of the request header")
 		return true
 	}

@@ -11,7 +11,7 @@ import (
 // TestVideoFakesUnhappyTasks: the video fakes answer as the real APIs do for a task that never
 // finishes (running at every query) and for one they no longer know (MiniMax 2013 in an HTTP
 // 200, DashScope UNKNOWN, Kling 404 code 1203); DashScope writes end_time in Beijing time and
-// signs its video URL with Expires.
+// signs its video URL with Expires; a key the provider revoked (SetAPIKey) is refused.
 func TestVideoFakesUnhappyTasks(t *testing.T) {
 	s := Start(t, Options{APIKey: "k", KlingAccessKey: "ak", KlingSecretKey: "sk"})
 	mm := map[string]string{"Authorization": "Bearer k", "Content-Type": "application/json"}
@@ -28,6 +28,11 @@ func TestVideoFakesUnhappyTasks(t *testing.T) {
 	if _, q := imageCall(t, s, "GET", "/v1/query/video_generation?task_id="+lost, mm, ""); q["base_resp"].(map[string]any)["status_code"] != float64(2013) {
 		t.Fatalf("MiniMax forgotten task: %v", q)
 	}
+	s.SetAPIKey("rotated")
+	if _, q := imageCall(t, s, "GET", "/v1/query/video_generation?task_id="+never, mm, ""); q["base_resp"].(map[string]any)["status_code"] != float64(1004) {
+		t.Fatalf("MiniMax with a revoked key: %v", q)
+	}
+	s.SetAPIKey("k")
 
 	ds := map[string]string{"Authorization": "Bearer k", "Content-Type": "application/json", "X-DashScope-Async": "enable"}
 	dsCreate := func(prompt string) string {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -20,8 +21,11 @@ type providerHealth struct {
 	Credential bool `json:"credential"`
 	// Health is Envoy's health check of it: healthy, unhealthy, or unknown (no reading yet, or
 	// no cluster: a provider without a credential).
-	Health string   `json:"health"`
-	Models []string `json:"models"` // catalog models it serves
+	Health string `json:"health"`
+	// Refused is set while the provider refuses the gateway's credential: its models are not
+	// ready (is_ready false) until it accepts it again.
+	Refused *extproc.ProviderRefusal `json:"refused,omitempty"`
+	Models  []string                 `json:"models"` // catalog models it serves
 }
 
 // modelHealth is a catalog model's readiness (as is_ready in GET /v1/models) and providers.
@@ -126,6 +130,9 @@ func (g *gateway) healthReport() ([]providerHealth, []modelHealth, error) {
 		}
 		if ok, known := health[p.Name]; known && ph.Credential {
 			ph.Health = map[bool]string{true: "healthy", false: "unhealthy"}[ok]
+		}
+		if rf, refused := g.ext.ProviderRefusal(p.Name); refused {
+			ph.Refused = &rf
 		}
 		providers = append(providers, ph)
 	}

@@ -103,8 +103,11 @@ func printStatus(w io.Writer, st statusReport) error {
 	var ps []string
 	for _, p := range st.Providers {
 		h := p.Health
-		if !p.Credential {
+		switch {
+		case !p.Credential:
 			h = "no credential"
+		case p.Refused != nil:
+			h = fmt.Sprintf("refused its credential %d times since %s (retried from %s)", p.Refused.Count, p.Refused.Since.Format(time.RFC3339), p.Refused.NextRetry.Format(time.RFC3339))
 		}
 		ps = append(ps, p.Name+" "+h)
 	}

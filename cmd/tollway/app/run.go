@@ -175,7 +175,12 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		if err != nil {
 			return badRequest(err.Error())
 		}
-		return gw.applyConfig(context.Background(), next)
+		if err := gw.applyConfig(context.Background(), next); err != nil {
+			return err
+		}
+		// Credentials were read again: providers that refused them are tried at once.
+		ext.RetryRefusedProviders()
+		return nil
 	}
 	adminSrv := &http.Server{Handler: gw.adminHandler(cfg.Listen.Admin, adminToken, reload), ReadHeaderTimeout: 5 * time.Second}
 
