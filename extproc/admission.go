@@ -152,9 +152,10 @@ func (x *exchange) settle() {
 }
 
 // cost is what the answer cost: its usage at the answering model's prices, plus the usage the
-// provider reports on other models (an Anthropic advisor's iterations), each at the prices of
-// the catalog model that serves it (Runtime.pricedAs). Usage on a model the catalog does not
-// have is logged and not billed: the gateway has no price for it.
+// provider reports on other models (an Anthropic advisor's iterations), each at the token
+// prices of the catalog model that serves it (Runtime.pricedAs; not its request price: they are
+// part of this request). Usage on a model the catalog does not have is logged and not billed:
+// the gateway has no price for it.
 func (x *exchange) cost(u ir.Usage) decimal.Decimal {
 	cost := x.plan.model.Pricing.Cost(u)
 	for _, o := range x.meter.others() {
@@ -165,7 +166,7 @@ func (x *exchange) cost(u ir.Usage) decimal.Decimal {
 				"model", o.Model, "provider", x.provider, "request_id", x.requestID, "prompt_tokens", ou.PromptTokens, "completion_tokens", ou.CompletionTokens)
 			continue
 		}
-		cost = cost.Add(m.Pricing.Cost(ou))
+		cost = cost.Add(m.Pricing.TokenCost(ou))
 	}
 	return cost
 }

@@ -232,7 +232,7 @@ func TestAdmissionBillsOtherModels(t *testing.T) {
 	g.Models[0].Pricing = price(map[string]any{"prompt": "1", "completion": "2"})
 	g.Models[0].MaxOutputLength = 1000 // a hold well above the bill
 	g.Models = append(g.Models,
-		ir.Model{ID: "advisor", Pricing: price(map[string]any{"prompt": "10", "completion": "20", "input_cache_read": "5"}), Targets: []ir.Target{{Provider: "openai", Model: "o3-advisor"}}},
+		ir.Model{ID: "advisor", Pricing: price(map[string]any{"prompt": "10", "completion": "20", "input_cache_read": "5", "request": "1000"}), Targets: []ir.Target{{Provider: "openai", Model: "o3-advisor"}}},
 		ir.Model{ID: "advisor-groq", Pricing: price(map[string]any{"prompt": "3", "completion": "7"}), Targets: []ir.Target{{Provider: "groq", Model: "o4-advisor"}}},
 		ir.Model{ID: "advisor-local", Pricing: price(map[string]any{"prompt": "1000"}), Targets: []ir.Target{{Provider: "local", Model: "o3-advisor"}}},
 	)
@@ -248,8 +248,8 @@ func TestAdmissionBillsOtherModels(t *testing.T) {
 		`"other_models":[{"model":"o3-advisor","prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":2}},` +
 		`{"model":"o4-advisor","prompt_tokens":1,"completion_tokens":1},{"model":"mystery","prompt_tokens":100,"completion_tokens":100}]}}`))
 	s.close()
-	// 3x1 + 4x2; o3-advisor on openai: 8x10 + 2x5 + 1x20; o4-advisor on groq (type openai):
-	// 1x3 + 1x7; mystery: not billed.
+	// 3x1 + 4x2; o3-advisor on openai: 8x10 + 2x5 + 1x20 (tokens only: its request price is
+	// not this request's); o4-advisor on groq (type openai): 1x3 + 1x7; mystery: not billed.
 	recs := rec.all()
 	if len(recs) != 1 || !recs[0].Cost.Equal(decimal.NewFromInt(11+110+10)) || recs[0].PromptTokens != 3 || recs[0].CompletionTokens != 4 || recs[0].Model != "gpt" {
 		t.Fatalf("records %+v: want one of $131", recs)

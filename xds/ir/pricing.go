@@ -361,6 +361,14 @@ func (p Pricing) TierFor(promptTokens int64) Tier {
 // are treated as 0, CachedTokens is capped at PromptTokens and ImageTokens at CompletionTokens,
 // so a bogus upstream usage block can never produce a negative or credited cost.
 func (p Pricing) Cost(u Usage) decimal.Decimal {
+	t := p.TierFor(max(u.PromptTokens, 0))
+	return p.TokenCost(u).Add(t.Request).Add(t.Image.Mul(decimal.NewFromInt(max(u.Images, 0))))
+}
+
+// TokenCost is the tokens' part of Cost: prompt, cached and completion tokens at their prices,
+// without the request and image prices (what usage a request ran on another model costs: an
+// Anthropic advisor's iterations are not requests of their own).
+func (p Pricing) TokenCost(u Usage) decimal.Decimal {
 	prompt := max(u.PromptTokens, 0)
 	cached := min(max(u.CachedTokens, 0), prompt)
 	t := p.TierFor(prompt)
@@ -373,9 +381,7 @@ func (p Pricing) Cost(u Usage) decimal.Decimal {
 	}
 	return t.Prompt.Mul(decimal.NewFromInt(prompt - cached)).
 		Add(t.InputCacheRead.Mul(decimal.NewFromInt(cached))).
-		Add(t.Completion.Mul(decimal.NewFromInt(completion))).
-		Add(t.Request).
-		Add(t.Image.Mul(decimal.NewFromInt(max(u.Images, 0))))
+		Add(t.Completion.Mul(decimal.NewFromInt(completion)))
 }
 
 // WorstCase is the most a chat request can cost before it runs: the full completion budget,

@@ -176,6 +176,10 @@ func TestCostImageTokens(t *testing.T) {
 	// No image price: every output token at the completion price, the image tokens included.
 	tokensOnly := mustParse(t, map[string]any{"prompt": "0.0000003", "completion": "0.00003"})
 	wantCost(t, tokensOnly, Usage{PromptTokens: 17, CompletionTokens: 1336, ImageTokens: 1290, Images: 1}, "0.0400851")
+	// TokenCost leaves out the request and image prices, not the split.
+	if got := perImage.TokenCost(Usage{PromptTokens: 17, CompletionTokens: 1336, ImageTokens: 1290, Images: 1}); !got.Equal(dec("0.0001201")) {
+		t.Errorf("TokenCost = %s, want 0.0001201", got)
+	}
 }
 
 func TestFree(t *testing.T) {
