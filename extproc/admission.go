@@ -131,7 +131,7 @@ func (x *exchange) settle() {
 	b := x.s.billing
 	usage, estimated := x.meter.result(x.promptTokens)
 	usage = storable(usage)
-	cost := x.plan.model.Pricing.Cost(usage)
+	cost := x.cost(usage)
 	b.Ledger.Settle(x.hold, cost)
 	x.hold = nil
 	x.bill = &billed{usage: usage, estimated: estimated, cost: cost}
@@ -151,6 +151,26 @@ func (x *exchange) settle() {
 	})
 }
 
+// cost is what the answer cost: its usage at the answering model's prices, plus the usage the
+// provider reports on other models (an Anthropic advisor's iterations), each at the token
+// prices of the catalog model that serves it (Runtime.pricedAs; not its request price: they are
+// part of this request). Usage on a model the catalog does not have is logged and not billed:
+// the gateway has no price for it.
+func (x *exchange) cost(u ir.Usage) decimal.Decimal {
+	cost := x.plan.model.Pricing.Cost(u)
+	for _, o := range x.meter.others() {
+		ou := storable(o.billing())
+		m := x.rt.pricedAs(x.provider, o.Model)
+		if m == nil {
+			x.s.log.Warn("usage on a model the catalog does not price is not billed: add a catalog model for it on this provider to bill it",
+				"model", o.Model, "provider", x.provider, "request_id", x.requestID, "prompt_tokens", ou.PromptTokens, "completion_tokens", ou.CompletionTokens)
+			continue
+		}
+		cost = cost.Add(m.Pricing.TokenCost(ou))
+	}
+	return cost
+}
+
 // storable bounds a provider's reported usage to what a usage record holds (0 to
 // store.MaxTokens each, cached within prompt), so the bill and the record agree and the store
 // never refuses a record the ledger was already debited for.
@@ -158,6 +178,7 @@ func storable(u ir.Usage) ir.Usage {
 	clamp := func(n int64) int64 { return min(max(n, 0), store.MaxTokens) }
 	u.PromptTokens, u.CompletionTokens, u.Images = clamp(u.PromptTokens), clamp(u.CompletionTokens), clamp(u.Images)
 	u.CachedTokens = min(clamp(u.CachedTokens), u.PromptTokens)
+	u.ImageTokens = min(clamp(u.ImageTokens), u.CompletionTokens)
 	return u
 }
 

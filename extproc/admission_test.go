@@ -215,3 +215,46 @@ func BenchmarkAdmission(b *testing.B) {
 		})
 	}
 }
+
+// TestAdmissionBillsOtherModels: usage the provider reports on other models than the one asked
+// (an Anthropic advisor's iterations, usage.other_models) is billed at the prices of the
+// catalog model that serves it, on the answering provider first, else on a provider of the
+// same type; a model the catalog does not have is not billed (issue 26 item 11).
+func TestAdmissionBillsOtherModels(t *testing.T) {
+	g := testGateway()
+	price := func(m map[string]any) ir.Pricing {
+		p, err := ir.ParsePricing(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	g.Models[0].Pricing = price(map[string]any{"prompt": "1", "completion": "2"})
+	g.Models[0].MaxOutputLength = 1000 // a hold well above the bill
+	g.Models = append(g.Models,
+		ir.Model{ID: "advisor", Pricing: price(map[string]any{"prompt": "10", "completion": "20", "input_cache_read": "5", "request": "1000"}), Targets: []ir.Target{{Provider: "openai", Model: "o3-advisor"}}},
+		ir.Model{ID: "advisor-groq", Pricing: price(map[string]any{"prompt": "3", "completion": "7"}), Targets: []ir.Target{{Provider: "groq", Model: "o4-advisor"}}},
+		ir.Model{ID: "advisor-local", Pricing: price(map[string]any{"prompt": "1000"}), Targets: []ir.Target{{Provider: "local", Model: "o3-advisor"}}},
+	)
+	rt := Compile(g, []store.Key{keyRecord("key_valid", validSecret, false)})
+	ledger := billing.NewLedger(map[string]decimal.Decimal{"acct-key_valid": decimal.NewFromInt(10000)}, nil, "2026-11")
+	rec := &recorder{}
+	e := startServerWith(t, rt, &Billing{Ledger: ledger, Record: rec.record, Now: func() time.Time { return testNow }})
+	s := e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r1", true))
+	s.roundTrip(requestBody(shortPrompt))
+	s.roundTrip(servedHeaders("200", "application/json", "openai/gpt"))
+	s.roundTrip(responseBody(`{"choices":[{"index":0,"message":{"role":"assistant","content":"4"}}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,` +
+		`"other_models":[{"model":"o3-advisor","prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":2}},` +
+		`{"model":"o4-advisor","prompt_tokens":1,"completion_tokens":1},{"model":"mystery","prompt_tokens":100,"completion_tokens":100}]}}`))
+	s.close()
+	// 3x1 + 4x2; o3-advisor on openai: 8x10 + 2x5 + 1x20 (tokens only: its request price is
+	// not this request's); o4-advisor on groq (type openai): 1x3 + 1x7; mystery: not billed.
+	recs := rec.all()
+	if len(recs) != 1 || !recs[0].Cost.Equal(decimal.NewFromInt(11+110+10)) || recs[0].PromptTokens != 3 || recs[0].CompletionTokens != 4 || recs[0].Model != "gpt" {
+		t.Fatalf("records %+v: want one of $131", recs)
+	}
+	if avail, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); !avail.Equal(decimal.NewFromInt(10000 - 131)) {
+		t.Fatalf("available %s after settling $131 of 10000", avail)
+	}
+}

@@ -350,17 +350,20 @@ func taskAPIError(err error) *APIError {
 
 // taskPrice is what a finished task costs. Completed: the request price, the duration price
 // for every second produced, the image price for every image, and the token prices for the
-// tokens the provider reports (I3), at the tier of its prompt tokens. Failed: only the tokens
-// the provider reports it used anyway (Gemini bills a prompt that produced no image).
+// tokens the provider reports (I3; its images' tokens priced per image where the model has an
+// image price, see ir.Pricing.Cost), at the tier of its prompt tokens. Failed: only the tokens
+// the provider reports it used anyway (Gemini bills a prompt that produced no image), never
+// those of an image the client did not get.
 func (s *Server) taskPrice(t *store.Task) decimal.Decimal {
 	m := s.runtime.Load().models[t.Model]
 	if m == nil {
 		return decimal.Zero
 	}
-	u := ir.Usage{PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens}
+	u := ir.Usage{PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens, ImageTokens: t.ImageTokens}
 	if t.Status != string(provider.TaskCompleted) {
 		tier := m.Pricing.TierFor(u.PromptTokens)
-		return tier.Prompt.Mul(decimal.NewFromInt(u.PromptTokens)).Add(tier.Completion.Mul(decimal.NewFromInt(u.CompletionTokens)))
+		completion := u.CompletionTokens - min(max(u.ImageTokens, 0), u.CompletionTokens)
+		return tier.Prompt.Mul(decimal.NewFromInt(u.PromptTokens)).Add(tier.Completion.Mul(decimal.NewFromInt(completion)))
 	}
 	u.Images = tasks.Images(t)
 	return m.Pricing.TaskCost(u, tasks.Seconds(t))

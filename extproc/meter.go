@@ -17,19 +17,34 @@ import (
 // repeated member must not cost the usage (encoding/json/v2 is fast on large answers).
 var lenient = json.JoinOptions(jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
 
-// upstreamUsage is OpenAI's usage object, with the cached-prompt detail.
+// upstreamUsage is OpenAI's usage object, with the cached-prompt and image-output details and
+// the usage on other models that the Anthropic adapter reports (other_models).
 type upstreamUsage struct {
 	PromptTokens        int64 `json:"prompt_tokens"`
 	CompletionTokens    int64 `json:"completion_tokens"`
 	PromptTokensDetails *struct {
 		CachedTokens int64 `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails *struct {
+		ImageTokens int64 `json:"image_tokens"`
+	} `json:"completion_tokens_details"`
+	OtherModels []otherUsage `json:"other_models"`
+}
+
+// otherUsage is usage on a model other than the one asked (an Anthropic advisor's), by the
+// provider's name for it.
+type otherUsage struct {
+	Model string `json:"model"`
+	upstreamUsage
 }
 
 func (u *upstreamUsage) billing() ir.Usage {
 	out := ir.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 	if u.PromptTokensDetails != nil {
 		out.CachedTokens = u.PromptTokensDetails.CachedTokens
+	}
+	if u.CompletionTokensDetails != nil {
+		out.ImageTokens = u.CompletionTokensDetails.ImageTokens
 	}
 	return out
 }
@@ -231,6 +246,14 @@ func hasMember(data []byte, name string, first byte) bool {
 func isUsageOnly(data []byte) bool {
 	c := usageEvent(data)
 	return c != nil && len(c.Choices) == 0 && (c.Usage.PromptTokens > 0 || c.Usage.CompletionTokens > 0)
+}
+
+// others is the provider's usage on other models than the one asked, when it reported usage.
+func (m *meter) others() []otherUsage {
+	if m.usage == nil {
+		return nil
+	}
+	return m.usage.OtherModels
 }
 
 // result is the usage to bill and whether it is an estimate.

@@ -302,7 +302,7 @@ func (x *exchange) settlementEvent() []byte {
 func (x *exchange) paidCost() (decimal.Decimal, store.UsageRecord) {
 	usage, estimated := x.meter.result(x.promptTokens)
 	usage = storable(usage)
-	cost := x.plan.model.Pricing.Cost(usage)
+	cost := x.cost(usage)
 	return cost, store.UsageRecord{
 		RequestID: x.billingID(), KeyID: x.key.ID, Account: x.key.Account, Model: x.plan.model.ID, Provider: x.provider,
 		Route: x.plan.routeID(), PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens,

@@ -15,8 +15,11 @@ import (
 // Runtime is the immutable, compiled view of configuration the request path reads. A new one is
 // built on every change and swapped in atomically; requests in flight keep the one they started with.
 type Runtime struct {
-	models    map[string]*model
-	modelIDs  []string // sorted, for the catalog
+	models   map[string]*model
+	modelIDs []string // sorted, for the catalog
+	// priced finds the chat model that prices usage a provider reports on a model by its own
+	// name (pricedAs).
+	priced    map[string]*model
 	providers map[string]*ir.Provider
 	keys      map[[32]byte]*keyInfo
 	routes    map[string]*ir.Route    // by id, route:<slug>
@@ -157,6 +160,7 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		keys:      make(map[[32]byte]*keyInfo, len(keys)),
 		routes:    make(map[string]*ir.Route, len(g.Routes)),
 		chains:    map[string][]ir.Attempt{},
+		priced:    map[string]*model{},
 		accessLog: !g.AccessLog.Off,
 	}
 	for i := range g.Routes {
@@ -189,6 +193,7 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		}
 		rt.models[m.ID] = cm
 		rt.modelIDs = append(rt.modelIDs, m.ID)
+		rt.indexPriced(cm)
 	}
 	sort.Strings(rt.modelIDs)
 	for _, k := range keys {
@@ -209,6 +214,39 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		rt.keys[h] = ki
 	}
 	return rt
+}
+
+// indexPriced lists a chat model under each provider's name for it, on that provider and on
+// its provider type; the first model of the configuration to claim a name keeps it.
+func (rt *Runtime) indexPriced(m *model) {
+	if m.Family != "" {
+		return // media models price tasks, not a chat answer's tokens
+	}
+	for _, t := range m.Targets {
+		keys := []string{"provider\x00" + t.Provider + "\x00" + t.Model}
+		if p := rt.providers[t.Provider]; p != nil {
+			keys = append(keys, "type\x00"+p.Type+"\x00"+t.Model)
+		}
+		for _, k := range keys {
+			if rt.priced[k] == nil {
+				rt.priced[k] = m
+			}
+		}
+	}
+}
+
+// pricedAs is the catalog model whose prices bill usage that provider reports on a model by
+// the provider's own name for it (upstream): the first chat model of the configuration that
+// this provider serves under that name, else the first that a provider of the same type
+// serves under it; nil when the catalog has none.
+func (rt *Runtime) pricedAs(provider, upstream string) *model {
+	if m := rt.priced["provider\x00"+provider+"\x00"+upstream]; m != nil {
+		return m
+	}
+	if p := rt.providers[provider]; p != nil {
+		return rt.priced["type\x00"+p.Type+"\x00"+upstream]
+	}
+	return nil
 }
 
 // Provider and Model give the configuration a task needs (tasks.Catalog).

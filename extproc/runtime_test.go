@@ -93,3 +93,35 @@ func TestParameterRule(t *testing.T) {
 		}
 	}
 }
+
+// TestPricedAs: the catalog model that prices usage a provider reports on a model by its own
+// name: one this provider serves under that name, else one a provider of the same type serves
+// under it, the first of the configuration either way; media models never.
+func TestPricedAs(t *testing.T) {
+	g := testGateway()
+	g.Providers = append(g.Providers, ir.Provider{Name: "claude", Type: ir.ProviderTypeAnthropic, Host: "api.anthropic.com", Port: 443, TLS: true, BasePath: "/v1", NeedsKey: true, APIKey: "k"})
+	g.Models = append(g.Models,
+		ir.Model{ID: "opus-groq", Targets: []ir.Target{{Provider: "groq", Model: "opus"}}},
+		ir.Model{ID: "opus-local", Targets: []ir.Target{{Provider: "local", Model: "opus"}}},
+		ir.Model{ID: "opus-local-2", Targets: []ir.Target{{Provider: "local", Model: "opus"}}},
+		ir.Model{ID: "video", Family: "V1", Targets: []ir.Target{{Provider: "claude", Model: "clip"}}},
+	)
+	rt := Compile(g, nil)
+	for _, c := range []struct{ provider, upstream, want string }{
+		{"local", "opus", "opus-local"},  // this provider's, the first configured
+		{"groq", "opus", "opus-groq"},    // this provider's
+		{"openai", "opus", "opus-groq"},  // none here: the first of the same type (groq before local)
+		{"openai", "qwen2.5:7b", "free"}, // local serves it, local is of type openai
+		{"claude", "opus", ""},           // no anthropic provider serves it
+		{"claude", "clip", ""},           // a video model prices tasks, not tokens
+		{"gone", "opus", ""},             // a provider no longer configured
+	} {
+		got := ""
+		if m := rt.pricedAs(c.provider, c.upstream); m != nil {
+			got = m.ID
+		}
+		if got != c.want {
+			t.Errorf("pricedAs(%s, %s) = %q, want %q", c.provider, c.upstream, got, c.want)
+		}
+	}
+}

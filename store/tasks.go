@@ -55,9 +55,10 @@ type Task struct {
 	// BilledImages is the provider's image count (usage), when it reports one.
 	BilledImages int64 `json:"billed_images,omitempty"`
 	// PromptTokens and CompletionTokens are the provider's token usage, for families also
-	// billed by tokens (I3).
+	// billed by tokens (I3); ImageTokens is the part of CompletionTokens that was images.
 	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
 	CompletionTokens int64 `json:"completion_tokens,omitempty"`
+	ImageTokens      int64 `json:"image_tokens,omitempty"`
 	// RequestedSeconds is the duration asked for: what is billed when the provider reports
 	// neither usage nor the videos' durations (MiniMax).
 	RequestedSeconds int64           `json:"requested_seconds"`

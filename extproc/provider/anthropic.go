@@ -390,26 +390,69 @@ type anthUsage struct {
 	OutputTokens        int64 `json:"output_tokens"`
 	CacheReadTokens     int64 `json:"cache_read_input_tokens"`
 	CacheCreationTokens int64 `json:"cache_creation_input_tokens"`
+	// Iterations, when the answer has them, replace the counts above: see summed.
+	Iterations []anthIteration `json:"iterations"`
+	// others is the usage on other models than the one asked (an advisor), per model.
+	others []modelUsage
+}
+
+// anthIteration is one sampling iteration of usage.iterations. Server-side compaction runs a
+// summarising iteration before the answer's, an advisor runs on another model between the
+// executor's: the top-level counts then cover only part of what ran (the last iteration, or
+// the executor's), and Anthropic bills every iteration.
+type anthIteration struct {
+	Type  string `json:"type"`
+	Model string `json:"model"` // named when it ran on another model (an advisor's)
+	anthUsage
+}
+
+// summed is the usage of an answer with iterations: the sum of those that ran on the model
+// asked (no model named, or the one asked or the one answering), and apart, per model, the
+// sum of those on other models, billed at their own prices. Without iterations it is u.
+func (u anthUsage) summed(asked, answered string) anthUsage {
+	if len(u.Iterations) == 0 {
+		return u
+	}
+	var out anthUsage
+	for _, it := range u.Iterations {
+		if it.Model == "" || it.Model == asked || it.Model == answered {
+			out.InputTokens = tokens(out.InputTokens, it.InputTokens)
+			out.OutputTokens = tokens(out.OutputTokens, it.OutputTokens)
+			out.CacheReadTokens = tokens(out.CacheReadTokens, it.CacheReadTokens)
+			out.CacheCreationTokens = tokens(out.CacheCreationTokens, it.CacheCreationTokens)
+			continue
+		}
+		out.others = addModelUsage(out.others, it.Model, it.anthUsage.chat(0))
+	}
+	return out
 }
 
 // chat reports Anthropic usage the OpenAI way: prompt_tokens counts every input token,
 // cached or not, and cached_tokens says how many were cache reads. Anthropic bills thinking as
 // output and reports no count of it: reasoning is the thinking text's token count, an estimate.
 func (u anthUsage) chat(reasoning int64) *chatUsage {
-	return newUsage(tokens(u.InputTokens, u.CacheReadTokens, u.CacheCreationTokens), tokens(u.OutputTokens), tokens(u.CacheReadTokens), reasoning)
+	c := newUsage(tokens(u.InputTokens, u.CacheReadTokens, u.CacheCreationTokens), tokens(u.OutputTokens), tokens(u.CacheReadTokens), reasoning)
+	c.OtherModels = u.others
+	return c
 }
 
 // anthUsageUpdate is a usage object of a stream event: only the counts it names change.
 type anthUsageUpdate struct {
-	InputTokens         *int64 `json:"input_tokens"`
-	OutputTokens        *int64 `json:"output_tokens"`
-	CacheReadTokens     *int64 `json:"cache_read_input_tokens"`
-	CacheCreationTokens *int64 `json:"cache_creation_input_tokens"`
+	InputTokens         *int64          `json:"input_tokens"`
+	OutputTokens        *int64          `json:"output_tokens"`
+	CacheReadTokens     *int64          `json:"cache_read_input_tokens"`
+	CacheCreationTokens *int64          `json:"cache_creation_input_tokens"`
+	Iterations          []anthIteration `json:"iterations"`
 }
 
 // merge takes every count a later event reports, 0 included (the latest value is the
-// provider's final word, and billing uses it); counts it leaves out keep earlier values.
-func (u *anthUsage) merge(v anthUsageUpdate) {
+// provider's final word, and billing uses it); counts it leaves out keep earlier values. An
+// event with iterations (message_delta's) says everything that ran: its sum replaces them all.
+func (u *anthUsage) merge(v anthUsageUpdate, asked, answered string) {
+	if len(v.Iterations) > 0 {
+		*u = anthUsage{Iterations: v.Iterations}.summed(asked, answered)
+		return
+	}
 	for _, f := range []struct {
 		to   *int64
 		from *int64
@@ -435,6 +478,8 @@ type anthContent struct {
 // anthropicResponse translates one Anthropic answer; for streams it keeps the state.
 type anthropicResponse struct {
 	sse      sseReader
+	asked    string                // the model the request named: its iterations are its own
+	answered string                // the model message_start names
 	out      chunkWriter           // id and model until message_start names the real ones
 	calls    []*streamedCall       // in OpenAI tool_calls index order
 	blocks   map[int]*streamedCall // by Anthropic content block index
@@ -454,7 +499,7 @@ type streamedCall struct {
 }
 
 func newAnthropicResponse(model string) *anthropicResponse {
-	return &anthropicResponse{out: chunkWriter{id: "chatcmpl-anthropic", model: model, created: now().Unix()}}
+	return &anthropicResponse{asked: model, out: chunkWriter{id: "chatcmpl-anthropic", model: model, created: now().Unix()}}
 }
 
 func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
@@ -493,7 +538,7 @@ func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
 	return marshal(chatCompletion{
 		ID: cmp.Or(in.ID, r.out.id), Object: "chat.completion", Created: r.out.created, Model: cmp.Or(in.Model, r.out.model),
 		Choices: []completionChoice{{Message: msg, FinishReason: anthropicFinish(in.StopReason)}},
-		Usage:   in.Usage.chat(r.thinking.count()),
+		Usage:   in.Usage.summed(r.asked, in.Model).chat(r.thinking.count()),
 	}), nil
 }
 
@@ -557,8 +602,9 @@ func (r *anthropicResponse) event(data []byte) error {
 		if !r.out.started { // one id and model per stream
 			r.out.id = cmp.Or(ev.Message.ID, r.out.id)
 			r.out.model = cmp.Or(ev.Message.Model, r.out.model)
+			r.answered = ev.Message.Model
 		}
-		r.usage.merge(ev.Message.Usage)
+		r.usage.merge(ev.Message.Usage, r.asked, r.answered)
 		r.out.start() // clients see the role before the first token
 		// A resumed answer (programmatic tool calling) arrives whole in message_start: its
 		// blocks and stop_reason, then message_stop.
@@ -603,7 +649,7 @@ func (r *anthropicResponse) event(data []byte) error {
 			r.closeCall(c)
 		}
 	case "message_delta":
-		r.usage.merge(ev.Usage)
+		r.usage.merge(ev.Usage, r.asked, r.answered)
 		r.reason = cmp.Or(ev.Delta.StopReason, r.reason)
 	case "message_stop":
 		// One finish, the last stop_reason reported (stop when none was: OpenAI clients wait

@@ -419,3 +419,42 @@ func TestAnthropicToolCallsHaveIDs(t *testing.T) {
 		t.Errorf("streamed calls %+v, want id call_0", s.Calls)
 	}
 }
+
+// TestAnthropicIterations: with usage.iterations (server-side compaction, an advisor), the
+// top-level counts are only part of what ran; the usage is the sum of the iterations on the
+// model asked (none named, or the one asked or answering), and the iterations on other models
+// are reported apart, per model, whole and streamed alike (issue 26 item 11).
+func TestAnthropicIterations(t *testing.T) {
+	iterations := `"iterations":[` +
+		`{"type":"compaction","input_tokens":100,"output_tokens":83,"cache_read_input_tokens":55096,"cache_creation_input_tokens":0},` +
+		`{"type":"advisor_message","model":"claude-opus-4-8","input_tokens":2518,"output_tokens":22,"cache_read_input_tokens":7,"cache_creation_input_tokens":0},` +
+		`{"type":"message","model":"claude-sonnet-4-6","input_tokens":40,"output_tokens":4,"cache_read_input_tokens":0,"cache_creation_input_tokens":3},` +
+		`{"type":"advisor_message","model":"claude-opus-4-8","input_tokens":10,"output_tokens":1,"cache_read_input_tokens":0,"cache_creation_input_tokens":0},` +
+		`{"type":"message","input_tokens":181,"output_tokens":8,"cache_read_input_tokens":0,"cache_creation_input_tokens":0}]`
+	// 100+55096+40+3+181 prompt, 55096 of it cached, 83+4+8 completion; opus: 2518+7+10, 7, 23.
+	want := `"usage":{"prompt_tokens":55420,"completion_tokens":95,"total_tokens":55515,"prompt_tokens_details":{"cached_tokens":55096},` +
+		`"other_models":[{"model":"claude-opus-4-8","prompt_tokens":2535,"completion_tokens":23,"total_tokens":2558,"prompt_tokens_details":{"cached_tokens":7}}]}`
+	whole := `{"id":"msg_1","type":"message","model":"claude-sonnet-4-6","content":[{"type":"compaction","content":"Summary."},{"type":"text","text":"Hello!"}],` +
+		`"stop_reason":"end_turn","usage":{"input_tokens":181,"output_tokens":8,"cache_read_input_tokens":0,"cache_creation_input_tokens":0,` + iterations + `}}`
+	out, err := newAnthropicResponse("claude-sonnet-4-6").Body([]byte(whole))
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Fatalf("whole: %s %v\nwant %s", out, err, want)
+	}
+	stream := "event: message_start\ndata: " + `{"type":"message_start","message":{"id":"msg_1","model":"claude-sonnet-4-6","content":[],"usage":{"input_tokens":100,"cache_read_input_tokens":55096,"output_tokens":7}}}` + "\n\n" +
+		"event: content_block_start\ndata: " + `{"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":null}}` + "\n\n" +
+		"event: content_block_delta\ndata: " + `{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"Summary."}}` + "\n\n" +
+		"event: content_block_stop\ndata: " + `{"type":"content_block_stop","index":0}` + "\n\n" +
+		"event: content_block_start\ndata: " + `{"type":"content_block_start","index":1,"content_block":{"type":"text","text":"Hello!"}}` + "\n\n" +
+		"event: content_block_stop\ndata: " + `{"type":"content_block_stop","index":1}` + "\n\n" +
+		"event: message_delta\ndata: " + `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":181,"cache_read_input_tokens":0,"output_tokens":8,` + iterations + `}}` + "\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	got, err := newAnthropicResponse("claude-sonnet-4-6").Chunk([]byte(stream), true)
+	if err != nil || !strings.Contains(string(got), want) || strings.Count(string(got), `"usage"`) != 1 {
+		t.Fatalf("stream: %s %v\nwant %s", got, err, want)
+	}
+	// Without iterations the top-level counts stand, as before.
+	out, err = newAnthropicResponse("claude-sonnet-4-6").Body([]byte(`{"type":"message","content":[{"type":"text","text":"x"}],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":2}}`))
+	if err != nil || !strings.Contains(string(out), `"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0}}}`) {
+		t.Fatalf("no iterations: %s %v", out, err)
+	}
+}

@@ -17,8 +17,7 @@ package provider
 // and reasoning) are not the answer and are left out. A 200 without an image (a blocked
 // prompt, finishReason NO_IMAGE, IMAGE_SAFETY, ...) is a failed task: billed only the tokens
 // Gemini reports, never an image. Usage (geminiImageUsage): the prompt tokens Gemini reports,
-// and as completion the text it wrote and its thinking, not the images, which are billed per
-// image.
+// and as completion every output token (text, images, thinking), the images' named apart.
 
 import (
 	"bytes"
@@ -301,7 +300,7 @@ func geminiTaskError(status int, body []byte) *TaskError {
 func geminiImageState(a *gemImageWire) TaskState {
 	st := TaskState{Status: TaskFailed, Progress: 100}
 	if len(a.Candidates) == 0 {
-		st.PromptTokens, st.CompletionTokens = geminiImageUsage(a.UsageMetadata, "", 0)
+		st.PromptTokens, st.CompletionTokens, st.ImageTokens = geminiImageUsage(a.UsageMetadata, "", 0)
 		if pf := a.PromptFeedback; pf != nil && pf.BlockReason != "" {
 			st.FamilyStatus = "blockReason " + clipText(pf.BlockReason)
 			st.Error = &TaskError{Code: "content_filter", Message: clipMessage((&BlockedError{Provider: "Gemini", Reason: pf.BlockReason, Message: pf.BlockReasonMessage}).Error())}
@@ -325,7 +324,7 @@ func geminiImageState(a *gemImageWire) TaskState {
 			if err != nil {
 				st.Error = &TaskError{Code: "upstream_error", Message: "Gemini sent an image that is not valid base64"}
 				st.Images = nil
-				st.PromptTokens, st.CompletionTokens = geminiImageUsage(a.UsageMetadata, text.String(), 0)
+				st.PromptTokens, st.CompletionTokens, st.ImageTokens = geminiImageUsage(a.UsageMetadata, text.String(), 0)
 				return st
 			}
 			im := TaskImage{Data: data, MIMEType: clipText(p.InlineData.MimeType)}
@@ -338,7 +337,7 @@ func geminiImageState(a *gemImageWire) TaskState {
 		}
 	}
 	st.Text = clipUTF8(text.String(), geminiMaxText)
-	st.PromptTokens, st.CompletionTokens = geminiImageUsage(a.UsageMetadata, text.String(), len(st.Images))
+	st.PromptTokens, st.CompletionTokens, st.ImageTokens = geminiImageUsage(a.UsageMetadata, text.String(), len(st.Images))
 	if len(st.Images) > 0 {
 		st.Status = TaskCompleted
 		return st
@@ -359,31 +358,32 @@ func geminiImageState(a *gemImageWire) TaskState {
 }
 
 // geminiImageUsage is the usage of an image answer that returned text and images images:
-// prompt tokens (grounding's tool-use prompt included), and completion = the TEXT tokens of
-// candidatesTokensDetails plus thinking (both billed as text output; images are billed per
-// image). Without a breakdown, an answer without images is all text; otherwise the text is
-// counted with the gateway's tokenizer (o200k_base, an estimate), at most what Gemini reports.
-func geminiImageUsage(u *gemUsage, text string, images int) (prompt, completion int64) {
+// prompt tokens (grounding's tool-use prompt included), completion = every output token
+// Gemini reports (candidatesTokenCount, text and images alike, plus thinking), and of those
+// the images' (candidatesTokensDetails' IMAGE entries), which the bill prices per image
+// where the model has an image price (ir.Pricing.Cost). Gemini's breakdown may list only the
+// IMAGE entry though text came back, so the text is what is left, never the TEXT entries
+// alone. Without a breakdown the text is counted with the gateway's tokenizer (o200k_base, an
+// estimate, at most what Gemini reports) and the images are the rest.
+func geminiImageUsage(u *gemUsage, text string, images int) (prompt, completion, imageTokens int64) {
 	if u == nil {
 		if text == "" {
-			return 0, 0
+			return 0, 0, 0
 		}
-		return 0, int64(billing.CountText(text))
+		return 0, int64(billing.CountText(text)), 0
 	}
-	prompt = tokens(u.PromptTokenCount, u.ToolUsePromptTokenCount)
+	output := tokens(u.CandidatesTokenCount)
 	switch {
 	case len(u.CandidatesTokensDetails) > 0:
 		for _, d := range u.CandidatesTokensDetails {
-			if d.Modality == "TEXT" {
-				completion = tokens(completion, d.TokenCount)
+			if d.Modality == "IMAGE" {
+				imageTokens = tokens(imageTokens, d.TokenCount)
 			}
 		}
-	case images == 0:
-		completion = tokens(u.CandidatesTokenCount)
-	case text != "":
-		completion = min(int64(billing.CountText(text)), tokens(u.CandidatesTokenCount))
+	case images > 0:
+		imageTokens = output - min(int64(billing.CountText(text)), output)
 	}
-	return prompt, tokens(completion, u.ThoughtsTokenCount)
+	return tokens(u.PromptTokenCount, u.ToolUsePromptTokenCount), tokens(output, u.ThoughtsTokenCount), min(imageTokens, output)
 }
 
 // The answer is the finished task: there is nothing to query.

@@ -85,8 +85,10 @@ type imageURL struct {
 
 // imageBody translates an image model's whole answer: its text and image parts in order
 // (consecutive text joined), thoughts left out, at most GeminiMaxImages images, the images'
-// base64 copied as it came. Usage as geminiImageUsage: the images are billed per image from
-// the content, not as tokens. Failures as Body's: a blocked prompt is a BlockedError.
+// base64 copied as it came. Usage as geminiImageUsage: every output token, the images' named
+// in completion_tokens_details.image_tokens (billed per image where the model has an image
+// price, at the completion price where it has none). Failures as Body's: a blocked prompt is a
+// BlockedError.
 func (r *geminiResponse) imageBody(b []byte) ([]byte, error) {
 	var a gemImageWire
 	if err := jsonv2.Unmarshal(b, &a, imageWireOptions); err != nil {
@@ -134,8 +136,9 @@ func (r *geminiResponse) imageBody(b []byte) ([]byte, error) {
 		Choices: []imageChoice{{Message: imageMessage{Role: "assistant", Content: parts}, FinishReason: geminiFinish(cand.FinishReason, false)}},
 	}
 	if u := a.UsageMetadata; u != nil {
-		prompt, completion := geminiImageUsage(u, text.String(), images)
+		prompt, completion, imageTokens := geminiImageUsage(u, text.String(), images)
 		c.Usage = newUsage(prompt, completion, tokens(u.CachedContentTokenCount), tokens(u.ThoughtsTokenCount))
+		c.Usage.imageTokens(imageTokens)
 	}
 	out, err := jsonv2.Marshal(c, jsonv2.FormatNilSliceAsNull(true))
 	if err != nil {

@@ -209,12 +209,13 @@ func TestGeminiImageAnswers(t *testing.T) {
 		st.Images[1].MIMEType != "image/jpeg" || st.Images[1].Width != 12 || st.Images[1].Height != 24 || !st.Images[0].ExpiresAt.IsZero() {
 		t.Fatalf("images %+v", st.Images)
 	}
-	if st.PromptTokens != 12 || st.CompletionTokens != 7+37 {
-		t.Fatalf("usage %d %d", st.PromptTokens, st.CompletionTokens)
+	if st.PromptTokens != 12 || st.CompletionTokens != 1297+37 || st.ImageTokens != 1290 {
+		t.Fatalf("usage %d %d %d", st.PromptTokens, st.CompletionTokens, st.ImageTokens)
 	}
-	// Without a breakdown, the text is counted by the tokenizer, at most what Gemini reports.
+	// Without a breakdown, the text is counted by the tokenizer, at most what Gemini reports;
+	// the images are the rest.
 	c, _ = geminiImage{}.Created(200, gemImageAnswer(`{"text":"Here is a fox."},{"inlineData":{"mimeType":"image/png","data":"`+pngData+`"}}`, "STOP", `{"promptTokenCount":5,"candidatesTokenCount":1295}`))
-	if c.Done.CompletionTokens != 5 || c.Done.PromptTokens != 5 { // "Here is a fox." is 5 o200k tokens
+	if c.Done.CompletionTokens != 1295 || c.Done.ImageTokens != 1295-5 || c.Done.PromptTokens != 5 { // "Here is a fox." is 5 o200k tokens
 		t.Fatalf("no details: %+v", c.Done)
 	}
 	for _, tc := range []struct {
@@ -313,7 +314,7 @@ func TestGeminiImageChat(t *testing.T) {
 		`{"promptTokenCount":12,"candidatesTokenCount":1300,"thoughtsTokenCount":5,"candidatesTokensDetails":[{"modality":"TEXT","tokenCount":10},{"modality":"IMAGE","tokenCount":1290}]}`))
 	want := `{"id":"r1","object":"chat.completion","created":` + itoa(up.Response.(*geminiResponse).out.created) + `,"model":"gemini-2.5-flash-image","choices":[{"index":0,"message":{"role":"assistant","content":[` +
 		`{"type":"text","text":"Here it is."},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + pngData + `"}},{"type":"text","text":"Done."}]},"finish_reason":"stop"}],` +
-		`"usage":{"prompt_tokens":12,"completion_tokens":15,"total_tokens":27,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":5}}}`
+		`"usage":{"prompt_tokens":12,"completion_tokens":1305,"total_tokens":1317,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":5,"image_tokens":1290}}}`
 	if err != nil || string(out) != want {
 		t.Fatalf("answer\n%s\nwant\n%s\n%v", out, want, err)
 	}
@@ -420,5 +421,28 @@ func TestGeminiImageBase64Chunks(t *testing.T) {
 	}
 	if !strings.Contains(b64PNG(16, 16), "/") {
 		t.Fatal(`the escaped-slash case above needs a "/" in its base64`)
+	}
+}
+
+// TestGeminiImageUsageImageOnlyDetails: Gemini's candidatesTokensDetails lists only the IMAGE
+// entry though text and thinking came back (as real answers of gemini-2.5-flash-image and
+// gemini-3-pro-image-preview show): every output token is reported, the images' apart, for
+// tasks and chat alike (issue 26 item 12; the old reading billed only TEXT entries: none).
+func TestGeminiImageUsageImageOnlyDetails(t *testing.T) {
+	answer := gemImageAnswer(`{"text":"Archie the axolotl peeked out of his tank."},{"inlineData":{"mimeType":"image/png","data":"`+b64PNG(4, 4)+`"}}`, "STOP",
+		`{"promptTokenCount":14,"candidatesTokenCount":1283,"thoughtsTokenCount":174,"totalTokenCount":1471,"candidatesTokensDetails":[{"modality":"IMAGE","tokenCount":1120}]}`)
+	c, err := geminiImage{}.Created(200, answer)
+	if err != nil || c.Done.PromptTokens != 14 || c.Done.CompletionTokens != 1283+174 || c.Done.ImageTokens != 1120 {
+		t.Fatalf("task usage %+v %v", c.Done, err)
+	}
+	up, err := GeminiImageChat(&ir.Provider{Name: "g", APIKey: "k"}, &ir.Model{ID: "nb-pro", Family: "I3", Variant: "pro"}, "gemini-3-pro-image-preview",
+		taskReq(t, `{"messages":[{"role":"user","content":"a fox"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := up.Response.Body(answer)
+	want := `"usage":{"prompt_tokens":14,"completion_tokens":1457,"total_tokens":1471,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":174,"image_tokens":1120}}`
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Fatalf("chat answer %s %v\nwant %s", out, err, want)
 	}
 }

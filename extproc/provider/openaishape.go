@@ -367,6 +367,10 @@ type chatUsage struct {
 	TotalTokens             int64              `json:"total_tokens"`
 	PromptTokensDetails     promptDetails      `json:"prompt_tokens_details"`
 	CompletionTokensDetails *completionDetails `json:"completion_tokens_details,omitempty"`
+	// OtherModels is the gateway's own member: usage on other models than the one asked, which
+	// the provider ran for this request and bills at their own prices (an Anthropic advisor's
+	// iterations), per model, by the provider's name for it.
+	OtherModels []modelUsage `json:"other_models,omitempty"`
 }
 
 type promptDetails struct {
@@ -375,6 +379,28 @@ type promptDetails struct {
 
 type completionDetails struct {
 	ReasoningTokens int64 `json:"reasoning_tokens"`
+	// ImageTokens is the part of completion_tokens that was images (Gemini's image models).
+	ImageTokens int64 `json:"image_tokens,omitempty"`
+}
+
+// modelUsage is usage on one other model (chatUsage.OtherModels).
+type modelUsage struct {
+	Model string `json:"model"`
+	chatUsage
+}
+
+// addModelUsage adds u to model's entry of list, or appends one.
+func addModelUsage(list []modelUsage, model string, u *chatUsage) []modelUsage {
+	for i := range list {
+		if e := &list[i]; e.Model == model {
+			e.PromptTokens = tokens(e.PromptTokens, u.PromptTokens)
+			e.CompletionTokens = tokens(e.CompletionTokens, u.CompletionTokens)
+			e.TotalTokens = tokens(e.PromptTokens, e.CompletionTokens)
+			e.PromptTokensDetails.CachedTokens = tokens(e.PromptTokensDetails.CachedTokens, u.PromptTokensDetails.CachedTokens)
+			return list
+		}
+	}
+	return append(list, modelUsage{Model: model, chatUsage: *u})
 }
 
 // newUsage is OpenAI usage from token counts; cached tokens are part of the prompt, reasoning
@@ -390,6 +416,17 @@ func newUsage(prompt, completion, cached, reasoning int64) *chatUsage {
 		u.CompletionTokensDetails = &completionDetails{ReasoningTokens: min(reasoning, completion)}
 	}
 	return u
+}
+
+// imageTokens names the part of the completion that was images.
+func (u *chatUsage) imageTokens(n int64) {
+	if n <= 0 {
+		return
+	}
+	if u.CompletionTokensDetails == nil {
+		u.CompletionTokensDetails = &completionDetails{}
+	}
+	u.CompletionTokensDetails.ImageTokens = min(n, u.CompletionTokens)
 }
 
 // tokens adds a provider's token counts. Usage is billed, so a bogus count can neither turn

@@ -39,7 +39,9 @@ func translatorFor(rec *recorded.Recording) ResponseTranslator {
 	if rec.Provider == "anthropic" {
 		return newAnthropicResponse("claude-recorded")
 	}
-	return newGeminiResponse("gemini-recorded")
+	r := newGeminiResponse("gemini-recorded")
+	r.images = rec.IsImage() // an image model's answer, as GeminiImageChat reads it
+	return r
 }
 
 func checkRecording(rec *recorded.Recording) error {

@@ -61,8 +61,9 @@ type TaskState struct {
 	// does; zero: count Images.
 	BilledImages int64
 	// PromptTokens and CompletionTokens are the tokens the provider reports (I3), billed at the
-	// model's token prices; CompletionTokens counts text, not the images (billed per image).
-	PromptTokens, CompletionTokens int64
+	// model's token prices; ImageTokens is the part of CompletionTokens that was images, billed
+	// per image instead where the model has an image price (ir.Pricing.Cost).
+	PromptTokens, CompletionTokens, ImageTokens int64
 	// Follow, when set, is one more request needed to complete the state (MiniMax: the file
 	// retrieve that turns a file id into a download URL); its answer goes to Followed. Without
 	// headers of its own it carries the query's.

@@ -443,6 +443,7 @@ func (s *Service) apply(r *store.Task, st provider.TaskState, now time.Time) boo
 	}
 	if st.PromptTokens > 0 || st.CompletionTokens > 0 {
 		r.PromptTokens, r.CompletionTokens = max(st.PromptTokens, 0), max(st.CompletionTokens, 0)
+		r.ImageTokens = min(max(st.ImageTokens, 0), r.CompletionTokens)
 	}
 	if st.Error != nil {
 		r.Error = &store.TaskError{Code: st.Error.Code, Message: st.Error.Message}

@@ -176,7 +176,10 @@ func TestGeminiImageVariants(t *testing.T) {
 				r = rec
 			}
 		}
-		if !r.Cost.Equal(cost) || r.Provider != "gem-a" || r.PromptTokens != words(prompt) || r.CompletionTokens != completion || r.Estimated {
+		// The record counts every output token, the image's too (the fake lists only the IMAGE
+		// entry by modality, as Gemini does); the image's are billed per image, not as tokens.
+		if imageTokens := int64(fakeupstream.GeminiImageTokens(c.m.upstream, c.size)); !r.Cost.Equal(cost) || r.Provider != "gem-a" ||
+			r.PromptTokens != words(prompt) || r.CompletionTokens != completion+imageTokens || r.Estimated {
 			t.Fatalf("%s: usage record %+v", c.m.id, r)
 		}
 		waitFor(t, "the debit", 10*time.Second, func() bool { return g.balance("acme").Equal(decimal.NewFromInt(10).Sub(spent)) })
@@ -511,8 +514,12 @@ func TestGeminiImageChat(t *testing.T) {
 			FinishReason string `json:"finish_reason"`
 		}
 		Usage struct {
-			PromptTokens     int64 `json:"prompt_tokens"`
-			CompletionTokens int64 `json:"completion_tokens"`
+			PromptTokens            int64 `json:"prompt_tokens"`
+			CompletionTokens        int64 `json:"completion_tokens"`
+			CompletionTokensDetails struct {
+				ReasoningTokens int64 `json:"reasoning_tokens"`
+				ImageTokens     int64 `json:"image_tokens"`
+			} `json:"completion_tokens_details"`
 		}
 	}
 	if err := json.Unmarshal(raw, &ans); err != nil || ans.Model != "nb-pro" || ans.Choices[0].FinishReason != "stop" || len(ans.Choices[0].Message.Content) != 4 {
@@ -535,10 +542,13 @@ func TestGeminiImageChat(t *testing.T) {
 	if gc := sent["generationConfig"].(map[string]any); fmt.Sprint(gc["responseModalities"]) != "[TEXT IMAGE]" || !strings.Contains(fmt.Sprint(sent["contents"]), in) {
 		t.Fatalf("Gemini got %v", sent["generationConfig"])
 	}
-	// Prompt: the words plus the input image (258); completion: the two texts and 37 thinking.
+	// Prompt: the words plus the input image (258); completion: the two texts, 37 thinking and
+	// the two images (1,120 each), which are billed per image, not as tokens.
 	promptTokens, completion := words(prompt)+258, words("Here is your image: "+prompt)+words("And another one.")+37
-	if ans.Usage.PromptTokens != promptTokens || ans.Usage.CompletionTokens != completion {
-		t.Fatalf("usage %+v, want %d %d", ans.Usage, promptTokens, completion)
+	imageTokens := int64(2 * fakeupstream.GeminiImageTokens(i3Models[0].upstream, ""))
+	if u := ans.Usage; u.PromptTokens != promptTokens || u.CompletionTokens != completion+imageTokens ||
+		u.CompletionTokensDetails.ImageTokens != imageTokens || u.CompletionTokensDetails.ReasoningTokens != 37 {
+		t.Fatalf("usage %+v, want %d %d (%d of the images)", ans.Usage, promptTokens, completion+imageTokens, imageTokens)
 	}
 	want := i3Models[0].cost(promptTokens, completion, 2)
 	if r := g.waitRecords("acme", 1)[0]; !r.Cost.Equal(want) || r.Model != "nb-pro" || r.Estimated {

@@ -87,6 +87,7 @@ type usageRecord struct {
 	Route            string
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
+	CachedTokens     int64 `json:"cached_tokens"`
 	Cost             decimal.Decimal
 	Estimated        bool
 	Payment          *struct {

@@ -312,14 +312,17 @@ func (s *Server) anthropicReplyText(req *anthropicRequest) string {
 	if out, ok := req.lastToolResult(); ok {
 		return "Tool said: " + out
 	}
-	var prompt string
+	return "Hello from " + s.opts.Name + "/" + req.Model + ": " + req.lastUserText()
+}
+
+// lastUserText is the text of the last user message.
+func (req *anthropicRequest) lastUserText() string {
 	for i := len(req.Messages) - 1; i >= 0; i-- {
 		if m := req.Messages[i]; m.Role == "user" {
-			prompt = anthropicText(anthropicBlocks(m.Content))
-			break
+			return anthropicText(anthropicBlocks(m.Content))
 		}
 	}
-	return "Hello from " + s.opts.Name + "/" + req.Model + ": " + prompt
+	return ""
 }
 
 // promptTokens counts words, like the OpenAI fake: the system prompt and every message.
@@ -332,6 +335,11 @@ func (req *anthropicRequest) promptTokens() int {
 }
 
 type anthropicUsage struct {
+	anthropicCounts
+	Iterations []anthropicIteration `json:"iterations,omitempty"` // see anthropic_iterations.go
+}
+
+type anthropicCounts struct {
 	InputTokens              int `json:"input_tokens"`
 	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
@@ -356,20 +364,28 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request, body 
 			rp.Pieces, rp.Finish = rp.Pieces[:max], "max_tokens"
 		}
 	}
-	u := anthropicUsage{InputTokens: req.promptTokens(), OutputTokens: len(rp.Pieces)}
+	u := anthropicUsage{anthropicCounts: anthropicCounts{InputTokens: req.promptTokens(), OutputTokens: len(rp.Pieces)}}
+	ss, ok := anthropicServerSide(req.lastUserText(), u)
+	if !ok {
+		ss = serverSide{start: u, final: u}
+		ss.start.OutputTokens = 1 // what Anthropic reports before any output
+	}
 	if req.Stream {
-		s.anthropicStream(w, r, &rp, u, cut)
+		s.anthropicStream(w, r, &rp, ss, cut)
 		return
 	}
 	var content []any
+	for _, b := range ss.blocks {
+		content = append(content, b)
+	}
 	if rp.ToolName != "" {
-		content = []any{map[string]any{"type": "tool_use", "id": rp.ToolID, "name": rp.ToolName, "input": json.RawMessage(toolArgs)}}
+		content = append(content, map[string]any{"type": "tool_use", "id": rp.ToolID, "name": rp.ToolName, "input": json.RawMessage(toolArgs)})
 	} else {
-		content = []any{map[string]any{"type": "text", "text": strings.Join(rp.Pieces, "")}}
+		content = append(content, map[string]any{"type": "text", "text": strings.Join(rp.Pieces, "")})
 	}
 	b, _ := json.Marshal(map[string]any{
 		"id": rp.ID, "type": "message", "role": "assistant", "model": rp.Model, "content": content,
-		"stop_reason": rp.Finish, "stop_sequence": nil, "usage": u,
+		"stop_reason": rp.Finish, "stop_sequence": nil, "usage": ss.final,
 	})
 	writeWhole(w, append(b, '\n'), cut)
 }
@@ -460,7 +476,7 @@ func (es *eventStream) send(event []byte) bool {
 // stop reason and the final counts (input and cache counts repeated, output cumulative),
 // message_stop. A tool call's input arrives as an
 // empty input_json_delta followed by several pieces, as Claude sends them.
-func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *demo.Answer, u anthropicUsage, cut int) {
+func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *demo.Answer, ss serverSide, cut int) {
 	es := s.newEventStream(w, r, cut)
 	var buf bytes.Buffer
 	event := func(name string, data any) bool {
@@ -471,21 +487,23 @@ func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *dem
 		buf.WriteString("\n\n")
 		return es.send(buf.Bytes())
 	}
-	start := u
-	start.OutputTokens = 1 // what Anthropic reports before any output
 	if !event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": rp.ID, "type": "message", "role": "assistant", "model": rp.Model, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil, "usage": start,
+		"stop_reason": nil, "stop_sequence": nil, "usage": ss.start,
 	}}) {
 		return
 	}
+	if !s.anthropicLeadingBlocks(event, ss.blocks) {
+		return
+	}
+	index := len(ss.blocks)
 	block := map[string]any{"type": "text", "text": ""}
 	pieces := rp.Pieces
 	if rp.ToolName != "" {
 		block = map[string]any{"type": "tool_use", "id": rp.ToolID, "name": rp.ToolName, "input": map[string]any{}}
 		pieces = append([]string{""}, rp.Pieces...)
 	}
-	if !event("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": block}) ||
+	if !event("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": block}) ||
 		!event("ping", map[string]any{"type": "ping"}) {
 		return
 	}
@@ -494,14 +512,14 @@ func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, rp *dem
 		if rp.ToolName != "" {
 			delta = map[string]any{"type": "input_json_delta", "partial_json": p}
 		}
-		if !event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": delta}) {
+		if !event("content_block_delta", map[string]any{"type": "content_block_delta", "index": index, "delta": delta}) {
 			return
 		}
 	}
-	if !event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0}) ||
+	if !event("content_block_stop", map[string]any{"type": "content_block_stop", "index": index}) ||
 		!event("message_delta", map[string]any{"type": "message_delta",
 			"delta": map[string]any{"stop_reason": rp.Finish, "stop_sequence": nil},
-			"usage": u}) { // the current API repeats every count here, as the recordings show
+			"usage": ss.final}) { // the current API repeats every count here, as the recordings show
 		return
 	}
 	event("message_stop", map[string]any{"type": "message_stop"})

@@ -113,7 +113,7 @@ func TestAnthropicReplies(t *testing.T) {
 		len(m.Content) != 1 || m.Content[0].Type != "text" || m.Content[0].Text != "Hello from up/claude-x: hi [image] there" {
 		t.Errorf("text reply %+v", m)
 	}
-	if m.Usage != (anthropicUsage{InputTokens: 5, OutputTokens: 6}) {
+	if m.Usage.anthropicCounts != (anthropicCounts{InputTokens: 5, OutputTokens: 6}) || m.Usage.Iterations != nil {
 		t.Errorf("usage %+v", m.Usage)
 	}
 
@@ -188,6 +188,19 @@ func readEvents(t *testing.T, resp *http.Response, sep string) ([]sseEvent, erro
 	}
 }
 
+// anthropicEvent is what the stream tests read of an event.
+type anthropicEvent struct {
+	Type  string `json:"type"`
+	Delta struct {
+		Text       string `json:"text"`
+		StopReason string `json:"stop_reason"`
+	} `json:"delta"`
+	Usage   *anthropicUsage `json:"usage"`
+	Message struct {
+		Usage anthropicUsage `json:"usage"`
+	} `json:"message"`
+}
+
 func TestAnthropicStream(t *testing.T) {
 	s := Start(t, Options{Name: "up"})
 	events, err := readEvents(t, postAnthropic(t, s, "", `{"model":"c","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"one two"}]}`), "\n")
@@ -198,17 +211,7 @@ func TestAnthropicStream(t *testing.T) {
 	var text strings.Builder
 	for _, ev := range events {
 		names = append(names, ev.name)
-		var d struct {
-			Type  string `json:"type"`
-			Delta struct {
-				Text       string `json:"text"`
-				StopReason string `json:"stop_reason"`
-			} `json:"delta"`
-			Usage   *anthropicUsage `json:"usage"`
-			Message struct {
-				Usage anthropicUsage `json:"usage"`
-			} `json:"message"`
-		}
+		var d anthropicEvent
 		if err := json.Unmarshal([]byte(ev.data), &d); err != nil || d.Type != ev.name {
 			t.Fatalf("event %s: %v %s", ev.name, err, ev.data)
 		}
@@ -301,5 +304,56 @@ func TestNativeURLs(t *testing.T) {
 	s := Start(t, Options{})
 	if s.AnthropicURL() != "http://"+s.Addr()+"/v1" || s.GeminiURL() != "http://"+s.Addr()+"/v1beta" {
 		t.Errorf("AnthropicURL %s, GeminiURL %s", s.AnthropicURL(), s.GeminiURL())
+	}
+}
+
+// TestAnthropicIterationsFake: the compaction and advisor triggers answer as the API does with
+// server-side iterations: the leading blocks, usage.iterations, top-level counts covering only
+// the message (compaction) or the executor (advisor); streamed, message_start reports the
+// first iteration's input and message_delta the rest.
+func TestAnthropicIterationsFake(t *testing.T) {
+	s := Start(t, Options{Name: "up"})
+	type out struct {
+		Content []struct{ Type string }
+		Usage   anthropicUsage
+	}
+	// "one two #compaction": 3 prompt tokens; the answer "Hello from up/c: one two #compaction" 6.
+	m := decode[out](t, postAnthropic(t, s, "", `{"model":"c","max_tokens":100,"messages":[{"role":"user","content":"one two `+AnthropicCompactionTrigger+`"}]}`))
+	compaction := anthropicCounts{InputTokens: 3, CacheReadInputTokens: AnthropicCompactionCacheRead, OutputTokens: AnthropicCompactionOutput}
+	message := anthropicCounts{InputTokens: AnthropicCompactedInput, OutputTokens: 6}
+	if len(m.Content) != 2 || m.Content[0].Type != "compaction" || m.Content[1].Type != "text" || m.Usage.anthropicCounts != message ||
+		len(m.Usage.Iterations) != 2 || m.Usage.Iterations[0] != (anthropicIteration{Type: "compaction", anthropicCounts: compaction}) ||
+		m.Usage.Iterations[1] != (anthropicIteration{Type: "message", anthropicCounts: message}) {
+		t.Fatalf("compaction %+v", m)
+	}
+	m = decode[out](t, postAnthropic(t, s, "", `{"model":"c","max_tokens":100,"messages":[{"role":"user","content":"two `+AnthropicAdvisorTrigger+`claude-opus-4-8"}]}`))
+	its := m.Usage.Iterations
+	if len(m.Content) != 3 || m.Content[0].Type != "server_tool_use" || m.Content[1].Type != "advisor_tool_result" || len(its) != 3 ||
+		its[1].Model != "claude-opus-4-8" || its[1].InputTokens != AnthropicAdvisorInput || its[0].Model != "" ||
+		m.Usage.InputTokens != 2+AnthropicAdvisorResumeInput || m.Usage.OutputTokens != AnthropicAdvisorCallOutput+5 {
+		t.Fatalf("advisor %+v", m)
+	}
+	events, err := readEvents(t, postAnthropic(t, s, "", `{"model":"c","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"one two `+AnthropicCompactionTrigger+`"}]}`), "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, ev := range events {
+		names = append(names, ev.name)
+		var d anthropicEvent
+		_ = json.Unmarshal([]byte(ev.data), &d)
+		switch ev.name {
+		case "message_start":
+			if d.Message.Usage.CacheReadInputTokens != AnthropicCompactionCacheRead || d.Message.Usage.Iterations != nil {
+				t.Errorf("message_start %s", ev.data)
+			}
+		case "message_delta":
+			if d.Usage == nil || d.Usage.anthropicCounts != message || len(d.Usage.Iterations) != 2 {
+				t.Errorf("message_delta %s", ev.data)
+			}
+		}
+	}
+	if got := strings.Join(names[:5], " "); got != "message_start content_block_start content_block_delta content_block_stop content_block_start" {
+		t.Errorf("events %v", names)
 	}
 }

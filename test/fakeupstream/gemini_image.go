@@ -22,9 +22,12 @@ import (
 // Gemini's image models (family I3): POST /v1beta/models/{model}:generateContent for a model
 // whose name has "-image" (gemini-2.5-flash-image, gemini-3-pro-image-preview,
 // gemini-3.1-flash-image-preview) answers as those models do: real images as inlineData parts
-// (PNG, or JPEG on request), text beside them when responseModalities has TEXT, usageMetadata
-// split by modality in candidatesTokensDetails, and thought parts (an interim image and
-// reasoning, thought: true) from pro models. The API key is checked by geminiRoute.
+// (PNG, or JPEG on request), text beside them when responseModalities has TEXT, thought parts
+// (an interim image and reasoning, thought: true) and thoughtsTokenCount from pro models, and
+// usageMetadata as the real API writes it: candidatesTokenCount counts the text and the
+// images, but candidatesTokensDetails lists only the IMAGE entry (recorded answers of
+// gemini-2.5-flash-image and gemini-3-pro-image-preview show it; Vertex lists TEXT too, see
+// GeminiTextDetailsTrigger). The API key is checked by geminiRoute.
 //
 // The request is checked as the real API would: generationConfig.imageConfig (never the
 // spec's responseFormat, which Gemini does not know), its aspect ratio and size allowed for
@@ -47,6 +50,9 @@ const (
 	GeminiTwoImagesTrigger = "#two-images"
 	// GeminiNoDetailsTrigger: usageMetadata without candidatesTokensDetails.
 	GeminiNoDetailsTrigger = "#no-details"
+	// GeminiTextDetailsTrigger: candidatesTokensDetails lists the TEXT entry beside the IMAGE
+	// one, as Vertex writes it.
+	GeminiTextDetailsTrigger = "#text-details"
 	// GeminiSlowTrigger followed by a Go duration ("#slow=6s") waits that long before answering.
 	GeminiSlowTrigger = "#slow="
 )
@@ -287,13 +293,15 @@ func (s *Server) geminiImageAnswer(w http.ResponseWriter, model, prompt string, 
 	usage["totalTokenCount"] = promptTokens + textTokens + imageTokens
 	if !strings.Contains(prompt, GeminiNoDetailsTrigger) {
 		var details []geminiModalityCount
-		if textTokens > 0 {
+		if textTokens > 0 && strings.Contains(prompt, GeminiTextDetailsTrigger) {
 			details = append(details, geminiModalityCount{"TEXT", textTokens})
 		}
 		if imageTokens > 0 {
 			details = append(details, geminiModalityCount{"IMAGE", imageTokens})
 		}
-		usage["candidatesTokensDetails"] = details
+		if details != nil {
+			usage["candidatesTokensDetails"] = details
+		}
 	}
 	if pro {
 		usage["thoughtsTokenCount"] = geminiFakeThoughts

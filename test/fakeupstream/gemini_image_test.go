@@ -9,7 +9,8 @@ import (
 )
 
 // TestGeminiImageFake: the image fake answers with real PNGs in inlineData (the bytes
-// GeminiImageFor names, sized by imageConfig), usage split by modality, and refuses what the
+// GeminiImageFor names, sized by imageConfig), usage as the real API writes it (only the
+// IMAGE entry listed by modality), and refuses what the
 // real API refuses: the spec's responseFormat, a size the model lacks, a missing key.
 func TestGeminiImageFake(t *testing.T) {
 	s := Start(t, Options{APIKey: "k"})
@@ -45,9 +46,23 @@ func TestGeminiImageFake(t *testing.T) {
 	if !bytes.Equal(got, want) || mime != "image/png" || err != nil || cfg.Width != 128 || cfg.Height != 72 {
 		t.Fatalf("image %v %dx%d", err, cfg.Width, cfg.Height)
 	}
+	// As the real API: the text counts in candidatesTokenCount, only the IMAGE entry is listed.
 	u := out.UsageMetadata
-	if u.CandidatesTokenCount != 6+1120 || u.ThoughtsTokenCount != 37 || len(u.CandidatesTokensDetails) != 2 || u.CandidatesTokensDetails[1].TokenCount != 1120 {
+	if u.CandidatesTokenCount != 6+1120 || u.ThoughtsTokenCount != 37 || len(u.CandidatesTokensDetails) != 1 ||
+		u.CandidatesTokensDetails[0].Modality != "IMAGE" || u.CandidatesTokensDetails[0].TokenCount != 1120 {
 		t.Fatalf("usage %+v", u)
+	}
+	// Vertex's way: TEXT listed beside IMAGE.
+	vertex := decode[struct {
+		UsageMetadata struct {
+			CandidatesTokensDetails []struct {
+				Modality   string
+				TokenCount int
+			}
+		}
+	}](t, postGemini(t, s, "k", "gemini-3-pro-image-preview:generateContent", strings.Replace(body, "a fox", "a fox "+GeminiTextDetailsTrigger, 1)))
+	if d := vertex.UsageMetadata.CandidatesTokensDetails; len(d) != 2 || d[0].Modality != "TEXT" || d[0].TokenCount != 7 || d[1].Modality != "IMAGE" {
+		t.Fatalf("text details %+v", d)
 	}
 	for _, c := range []struct{ model, body, msg string }{
 		{"gemini-2.5-flash-image", strings.Replace(body, `"imageConfig"`, `"responseFormat"`, 1), `Unknown name "responseFormat"`},

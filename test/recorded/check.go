@@ -19,8 +19,18 @@ type chatUsage struct {
 	} `json:"prompt_tokens_details"`
 	CompletionTokensDetails *struct {
 		ReasoningTokens *int64 `json:"reasoning_tokens"`
+		ImageTokens     int64  `json:"image_tokens"`
 	} `json:"completion_tokens_details"`
 	Estimated bool `json:"estimated"` // the gateway's estimate, where the provider reported none
+	// OtherModels is the gateway's usage on models other than the one asked (an advisor).
+	OtherModels []struct {
+		Model               string `json:"model"`
+		PromptTokens        int64  `json:"prompt_tokens"`
+		CompletionTokens    int64  `json:"completion_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"other_models"`
 }
 
 type toolCall struct {
@@ -196,8 +206,8 @@ func (e *Expected) CheckBody(status int, out []byte, translatorErr error) error 
 		Object  string `json:"object"`
 		Choices []struct {
 			Message struct {
-				Content   *string    `json:"content"`
-				ToolCalls []toolCall `json:"tool_calls"`
+				Content   json.RawMessage `json:"content"`
+				ToolCalls []toolCall      `json:"tool_calls"`
 			} `json:"message"`
 			FinishReason *string `json:"finish_reason"`
 		} `json:"choices"`
@@ -220,7 +230,14 @@ func (e *Expected) CheckBody(status int, out []byte, translatorErr error) error 
 		}
 		calls = append(calls, Call{tc.Function.Name, json.RawMessage(*tc.Function.Arguments)})
 	}
-	if err := e.checkContent(deref(ch.Message.Content), calls); err != nil {
+	text, images, err := messageContent(ch.Message.Content)
+	if err != nil {
+		return err
+	}
+	if images != e.Images {
+		return fmt.Errorf("%d images, want %d", images, e.Images)
+	}
+	if err := e.checkContent(text, calls); err != nil {
 		return err
 	}
 	if c.Usage == nil {
@@ -230,6 +247,39 @@ func (e *Expected) CheckBody(status int, out []byte, translatorErr error) error 
 		return nil
 	}
 	return e.checkUsage(c.Usage)
+}
+
+// messageContent reads a message's content: a string (or null), or an image model's array of
+// text and image_url parts, whose text is joined and whose images are counted.
+func messageContent(raw json.RawMessage) (text string, images int64, err error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", 0, nil
+	}
+	if raw[0] == '"' {
+		err = json.Unmarshal(raw, &text)
+		return text, 0, err
+	}
+	var parts []struct {
+		Type     string `json:"type"`
+		Text     string `json:"text"`
+		ImageURL *struct {
+			URL string `json:"url"`
+		} `json:"image_url"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", 0, fmt.Errorf("message content is neither a string nor parts: %q", clip(string(raw)))
+	}
+	for i, p := range parts {
+		switch {
+		case p.Type == "text":
+			text += p.Text
+		case p.Type == "image_url" && p.ImageURL != nil && strings.HasPrefix(p.ImageURL.URL, "data:image/"):
+			images++
+		default:
+			return "", 0, fmt.Errorf("content part %d is neither text nor an image data URL: %q", i, clip(string(raw)))
+		}
+	}
+	return text, images, nil
 }
 
 func (e *Expected) checkContent(text string, calls []Call) error {
@@ -280,6 +330,20 @@ func (e *Expected) checkUsage(u *chatUsage) error {
 	if *u.PromptTokens != e.Usage.Prompt || *u.CompletionTokens != e.Usage.Completion || cached != e.Usage.Cached {
 		return fmt.Errorf("usage prompt/completion/cached = %d/%d/%d, want %d/%d/%d", *u.PromptTokens, *u.CompletionTokens, cached,
 			e.Usage.Prompt, e.Usage.Completion, e.Usage.Cached)
+	}
+	var imageTokens int64
+	if d := u.CompletionTokensDetails; d != nil {
+		imageTokens = d.ImageTokens
+	}
+	if imageTokens != e.Usage.ImageTokens {
+		return fmt.Errorf("completion_tokens_details.image_tokens %d, want %d", imageTokens, e.Usage.ImageTokens)
+	}
+	var others []ModelUsage
+	for _, o := range u.OtherModels {
+		others = append(others, ModelUsage{Model: o.Model, Prompt: o.PromptTokens, Completion: o.CompletionTokens, Cached: o.PromptTokensDetails.CachedTokens})
+	}
+	if !reflect.DeepEqual(others, e.Usage.Others) {
+		return fmt.Errorf("usage on other models %+v, want %+v", others, e.Usage.Others)
 	}
 	if e.Usage.Reasoning != nil {
 		if u.CompletionTokensDetails == nil || u.CompletionTokensDetails.ReasoningTokens == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -16,6 +17,9 @@ type Expected struct {
 	Calls  []Call // the function calls, in order
 	Finish string // the OpenAI finish_reason; "" when Fails
 	Usage  *Usage // the provider's final counts; nil when it reported none
+	// Images is the number of images of an image model's answer (kind "image"): its message
+	// content is then an array of text and image_url parts.
+	Images int64
 }
 
 // Call is one function call the provider asked for.
@@ -28,7 +32,25 @@ type Call struct {
 type Usage struct {
 	Prompt, Completion, Cached int64
 	Reasoning                  *int64 // asserted only when the provider reports it (Gemini thoughtsTokenCount)
+	// ImageTokens is the part of Completion that was images (Gemini's IMAGE modality).
+	ImageTokens int64
+	// Others is usage on models other than the one asked (an Anthropic advisor's iterations),
+	// per model in the order they first ran: billed at that model's price.
+	Others []ModelUsage
 }
+
+// ModelUsage is token usage on one model, by the provider's name for it.
+type ModelUsage struct {
+	Model                      string
+	Prompt, Completion, Cached int64
+}
+
+// imageKind marks a recording of an image model's answer (Gemini's image models): the gateway
+// answers it as an image model's chat answer, message content in parts.
+const imageKind = "image"
+
+// IsImage reports whether r is an image model's answer.
+func (r *Recording) IsImage() bool { return slices.Contains(r.Meta.Kinds, imageKind) }
 
 // Expect reads a recording with the reference reader of its provider.
 func Expect(r *Recording) (*Expected, error) {
@@ -44,9 +66,12 @@ func Expect(r *Recording) (*Expected, error) {
 		events = [][]byte{r.Raw}
 	}
 	var err error
-	if r.Provider == "anthropic" {
+	switch {
+	case r.Provider == "anthropic":
 		err = e.anthropic(events)
-	} else {
+	case r.IsImage():
+		err = e.geminiImage(events)
+	default:
 		err = e.gemini(events)
 	}
 	if err != nil {
@@ -91,6 +116,8 @@ var anthropicUsageFields = []string{"input_tokens", "output_tokens", "cache_read
 func (e *Expected) anthropic(events [][]byte) error {
 	counts := map[string]int64{}
 	seen := false
+	answered := ""          // the answer's model: iterations naming it ran on the model asked
+	var others []ModelUsage // iterations on other models (an advisor), per model
 	takeUsage := func(raw json.RawMessage) error {
 		if len(raw) == 0 || string(raw) == "null" {
 			return nil
@@ -98,6 +125,45 @@ func (e *Expected) anthropic(events [][]byte) error {
 		var u map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &u); err != nil {
 			return err
+		}
+		var iterations []map[string]json.RawMessage
+		if it, ok := u["iterations"]; ok && string(it) != "null" {
+			if err := json.Unmarshal(it, &iterations); err != nil {
+				return fmt.Errorf("usage.iterations: %w", err)
+			}
+		}
+		if len(iterations) > 0 {
+			// Server-side compaction and advisors: the top-level counts are only part of what
+			// ran (the last iteration, or the executor's); every iteration is billed.
+			counts, others, seen = map[string]int64{}, nil, true
+			for i, it := range iterations {
+				var model string
+				if v, ok := it["model"]; ok && string(v) != "null" {
+					if err := json.Unmarshal(v, &model); err != nil {
+						return fmt.Errorf("usage.iterations[%d].model: %w", i, err)
+					}
+				}
+				n := map[string]int64{}
+				for _, f := range anthropicUsageFields {
+					if v, ok := it[f]; ok && string(v) != "null" {
+						var c int64
+						if err := json.Unmarshal(v, &c); err != nil {
+							return fmt.Errorf("usage.iterations[%d].%s: %w", i, f, err)
+						}
+						n[f] = c
+					}
+				}
+				if model == "" || model == answered {
+					for f, c := range n {
+						counts[f] += c
+					}
+					continue
+				}
+				others = addModelUsage(others, ModelUsage{Model: model,
+					Prompt:     n["input_tokens"] + n["cache_read_input_tokens"] + n["cache_creation_input_tokens"],
+					Completion: n["output_tokens"], Cached: n["cache_read_input_tokens"]})
+			}
+			return nil
 		}
 		for _, f := range anthropicUsageFields {
 			if v, ok := u[f]; ok && string(v) != "null" {
@@ -121,6 +187,7 @@ func (e *Expected) anthropic(events [][]byte) error {
 	if !e.Stream {
 		var m struct {
 			Type       string          `json:"type"`
+			Model      string          `json:"model"`
 			Content    []block         `json:"content"`
 			StopReason string          `json:"stop_reason"`
 			Usage      json.RawMessage `json:"usage"`
@@ -128,6 +195,7 @@ func (e *Expected) anthropic(events [][]byte) error {
 		if err := json.Unmarshal(events[0], &m); err != nil {
 			return err
 		}
+		answered = m.Model
 		if m.Type == "error" {
 			e.Fails = true
 			return nil
@@ -153,6 +221,7 @@ func (e *Expected) anthropic(events [][]byte) error {
 				Type    string `json:"type"`
 				Index   int    `json:"index"`
 				Message struct {
+					Model      string          `json:"model"`
 					Content    []block         `json:"content"`
 					StopReason string          `json:"stop_reason"`
 					Usage      json.RawMessage `json:"usage"`
@@ -173,6 +242,9 @@ func (e *Expected) anthropic(events [][]byte) error {
 			case "error":
 				e.Fails = true
 			case "message_start":
+				if answered == "" {
+					answered = ev.Message.Model
+				}
 				// Usually empty; a resumed programmatic tool call arrives whole in it.
 				for _, b := range ev.Message.Content {
 					switch b.Type {
@@ -245,9 +317,23 @@ func (e *Expected) anthropic(events [][]byte) error {
 			Prompt:     counts["input_tokens"] + counts["cache_read_input_tokens"] + counts["cache_creation_input_tokens"],
 			Completion: counts["output_tokens"],
 			Cached:     counts["cache_read_input_tokens"],
+			Others:     others,
 		}
 	}
 	return nil
+}
+
+// addModelUsage adds u to the usage of its model in list, or appends it.
+func addModelUsage(list []ModelUsage, u ModelUsage) []ModelUsage {
+	for i := range list {
+		if list[i].Model == u.Model {
+			list[i].Prompt += u.Prompt
+			list[i].Completion += u.Completion
+			list[i].Cached += u.Cached
+			return list
+		}
+	}
+	return append(list, u)
 }
 
 func objectOrEmpty(raw json.RawMessage) json.RawMessage {
@@ -268,21 +354,62 @@ func geminiFinish(reason string, calls bool) string {
 		return "stop"
 	case "MAX_TOKENS":
 		return "length"
-	case "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY":
+	case "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION":
 		return "content_filter"
 	}
 	return "stop"
 }
 
-func (e *Expected) gemini(events [][]byte) error {
-	type usage struct {
-		Prompt     int64  `json:"promptTokenCount"`
-		Candidates int64  `json:"candidatesTokenCount"`
-		Thoughts   *int64 `json:"thoughtsTokenCount"`
-		ToolUse    int64  `json:"toolUsePromptTokenCount"`
-		Cached     int64  `json:"cachedContentTokenCount"`
+// gemAnswer is a GenerateContentResponse (or a stream's event) as the reference reader reads it.
+type gemAnswer struct {
+	Error      json.RawMessage `json:"error"`
+	Candidates []struct {
+		Content struct {
+			Parts []struct {
+				Text         *string `json:"text"`
+				Thought      bool    `json:"thought"`
+				FunctionCall *struct {
+					Name         string          `json:"name"`
+					Args         json.RawMessage `json:"args"`
+					PartialArgs  []partialArg    `json:"partialArgs"`
+					WillContinue bool            `json:"willContinue"`
+				} `json:"functionCall"`
+				InlineData *struct {
+					MimeType string `json:"mimeType"`
+				} `json:"inlineData"`
+			} `json:"parts"`
+		} `json:"content"`
+		FinishReason string `json:"finishReason"`
+	} `json:"candidates"`
+	PromptFeedback *struct {
+		BlockReason string `json:"blockReason"`
+	} `json:"promptFeedback"`
+	UsageMetadata *gemUsage `json:"usageMetadata"`
+}
+
+type gemUsage struct {
+	Prompt     int64  `json:"promptTokenCount"`
+	Candidates int64  `json:"candidatesTokenCount"`
+	Thoughts   *int64 `json:"thoughtsTokenCount"`
+	ToolUse    int64  `json:"toolUsePromptTokenCount"`
+	Cached     int64  `json:"cachedContentTokenCount"`
+	Details    []struct {
+		Modality   string `json:"modality"`
+		TokenCount int64  `json:"tokenCount"`
+	} `json:"candidatesTokensDetails"`
+}
+
+// usage is u the OpenAI way: thinking is output, tool-use prompts are prompt.
+func (u *gemUsage) usage() *Usage {
+	out := &Usage{Prompt: u.Prompt + u.ToolUse, Completion: u.Candidates, Cached: u.Cached, Reasoning: u.Thoughts}
+	if u.Thoughts != nil {
+		out.Completion += *u.Thoughts
 	}
-	var last *usage
+	return out
+}
+
+func (e *Expected) gemini(events [][]byte) error {
+	var last *gemUsage
 	finish := ""
 	blocked := false
 	// A call whose arguments stream as partialArgs: it ends at an empty functionCall, at the
@@ -297,28 +424,7 @@ func (e *Expected) gemini(events [][]byte) error {
 		}
 	}
 	for _, d := range events {
-		var a struct {
-			Error      json.RawMessage `json:"error"`
-			Candidates []struct {
-				Content struct {
-					Parts []struct {
-						Text         *string `json:"text"`
-						Thought      bool    `json:"thought"`
-						FunctionCall *struct {
-							Name         string          `json:"name"`
-							Args         json.RawMessage `json:"args"`
-							PartialArgs  []partialArg    `json:"partialArgs"`
-							WillContinue bool            `json:"willContinue"`
-						} `json:"functionCall"`
-					} `json:"parts"`
-				} `json:"content"`
-				FinishReason string `json:"finishReason"`
-			} `json:"candidates"`
-			PromptFeedback *struct {
-				BlockReason string `json:"blockReason"`
-			} `json:"promptFeedback"`
-			UsageMetadata *usage `json:"usageMetadata"`
-		}
+		var a gemAnswer
 		if err := json.Unmarshal(d, &a); err != nil {
 			return fmt.Errorf("event %q: %w", d, err)
 		}
@@ -372,10 +478,7 @@ func (e *Expected) gemini(events [][]byte) error {
 		e.Finish = geminiFinish(finish, len(e.Calls) > 0)
 	}
 	if last != nil {
-		e.Usage = &Usage{Prompt: last.Prompt + last.ToolUse, Completion: last.Candidates, Cached: last.Cached, Reasoning: last.Thoughts}
-		if last.Thoughts != nil {
-			e.Usage.Completion += *last.Thoughts
-		}
+		e.Usage = last.usage()
 	}
 	return nil
 }
@@ -458,6 +561,49 @@ func (pa partialArg) apply(root map[string]any) error {
 			set(next)
 		}
 		cur = next
+	}
+	return nil
+}
+
+// maxImages is the most images the gateway keeps of one answer; more are dropped unbilled.
+const maxImages = 16
+
+// geminiImage reads an image model's whole answer as the gateway's image chat answer shows it:
+// its text (thoughts left out) and its images, at most maxImages; a blocked prompt fails. Its
+// usage is every output token Gemini reports, text, images and thinking alike
+// (candidatesTokenCount, all of it output, plus thoughtsTokenCount), with the IMAGE
+// modality's tokens named apart: Gemini's candidatesTokensDetails may list only the IMAGE
+// entry though text came back.
+func (e *Expected) geminiImage(events [][]byte) error {
+	if e.Stream || len(events) != 1 {
+		return fmt.Errorf("an image model answers whole: the recording must be one JSON answer")
+	}
+	var a gemAnswer
+	if err := json.Unmarshal(events[0], &a); err != nil {
+		return err
+	}
+	if len(a.Error) > 0 && string(a.Error) != "null" || len(a.Candidates) == 0 {
+		e.Fails = true // an error, or a blocked prompt: 400 content_filter
+		return nil
+	}
+	c := a.Candidates[0]
+	for _, p := range c.Content.Parts {
+		switch {
+		case p.Thought:
+		case p.InlineData != nil && strings.HasPrefix(p.InlineData.MimeType, "image/"):
+			e.Images = min(e.Images+1, maxImages)
+		case p.Text != nil:
+			e.Text += *p.Text
+		}
+	}
+	e.Finish = geminiFinish(c.FinishReason, false) // a whole answer: no reason reads as stop
+	if u := a.UsageMetadata; u != nil {
+		e.Usage = u.usage()
+		for _, d := range u.Details {
+			if d.Modality == "IMAGE" {
+				e.Usage.ImageTokens += d.TokenCount
+			}
+		}
 	}
 	return nil
 }

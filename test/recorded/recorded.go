@@ -41,6 +41,17 @@ type Meta struct {
 	Upstream    string   `json:"upstream"` // anthropic, gemini-api or vertex
 	Kinds       []string `json:"kinds"`
 	Notes       string   `json:"notes"`
+	// ShapeOf, on a case written rather than recorded, names the public recording whose shape
+	// and usage counts it reproduces (written anew: recordings stay out of this repository).
+	ShapeOf *Source `json:"shape_of,omitempty"`
+}
+
+// Source is a file of a public repository at a commit.
+type Source struct {
+	Repo    string `json:"repo"`
+	Path    string `json:"path"`
+	Commit  string `json:"commit"`
+	License string `json:"license"`
 }
 
 // FullName is provider/name, unique in the corpus.

@@ -49,9 +49,11 @@ type Pricing struct {
 	tiered bool
 }
 
-// Usage is what one request consumed. CachedTokens is the part of PromptTokens read from cache.
+// Usage is what one request consumed. CachedTokens is the part of PromptTokens read from cache;
+// ImageTokens the part of CompletionTokens that were images (Gemini's image models), which Cost
+// bills per image instead when the model has an image price.
 type Usage struct {
-	PromptTokens, CompletionTokens, CachedTokens, Images int64
+	PromptTokens, CompletionTokens, CachedTokens, Images, ImageTokens int64
 }
 
 var priceFields = []string{"prompt", "completion", "input_cache_read", "request", "image", "duration"}
@@ -353,20 +355,33 @@ func (p Pricing) TierFor(promptTokens int64) Tier {
 
 // Cost prices a finished request. Cached tokens are billed at input_cache_read; when that price is
 // 0 the model has no cache pricing (spec 2.4: 0 means the unit is not used), so they are billed as
-// ordinary prompt tokens. Negative counts are treated as 0 and CachedTokens is capped at
-// PromptTokens, so a bogus upstream usage block can never produce a negative or credited cost.
+// ordinary prompt tokens. Output tokens that were images are billed per image when the model has
+// an image price and images were billed (the two units differ, so the tokens are split off);
+// otherwise they are output like the rest, at the completion price: never both. Negative counts
+// are treated as 0, CachedTokens is capped at PromptTokens and ImageTokens at CompletionTokens,
+// so a bogus upstream usage block can never produce a negative or credited cost.
 func (p Pricing) Cost(u Usage) decimal.Decimal {
+	t := p.TierFor(max(u.PromptTokens, 0))
+	return p.TokenCost(u).Add(t.Request).Add(t.Image.Mul(decimal.NewFromInt(max(u.Images, 0))))
+}
+
+// TokenCost is the tokens' part of Cost: prompt, cached and completion tokens at their prices,
+// without the request and image prices (what usage a request ran on another model costs: an
+// Anthropic advisor's iterations are not requests of their own).
+func (p Pricing) TokenCost(u Usage) decimal.Decimal {
 	prompt := max(u.PromptTokens, 0)
 	cached := min(max(u.CachedTokens, 0), prompt)
 	t := p.TierFor(prompt)
 	if t.InputCacheRead.IsZero() {
 		cached = 0
 	}
+	completion := max(u.CompletionTokens, 0)
+	if !t.Image.IsZero() && u.Images > 0 {
+		completion -= min(max(u.ImageTokens, 0), completion)
+	}
 	return t.Prompt.Mul(decimal.NewFromInt(prompt - cached)).
 		Add(t.InputCacheRead.Mul(decimal.NewFromInt(cached))).
-		Add(t.Completion.Mul(decimal.NewFromInt(max(u.CompletionTokens, 0)))).
-		Add(t.Request).
-		Add(t.Image.Mul(decimal.NewFromInt(max(u.Images, 0))))
+		Add(t.Completion.Mul(decimal.NewFromInt(completion)))
 }
 
 // WorstCase is the most a chat request can cost before it runs: the full completion budget,

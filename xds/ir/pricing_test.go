@@ -161,6 +161,27 @@ func TestCostRequestAndImages(t *testing.T) {
 	}
 }
 
+// TestCostImageTokens: output tokens that were images are billed per image when the model has
+// an image price, and at the completion price like all other output when it has none; never
+// both (issue 26 item 12).
+func TestCostImageTokens(t *testing.T) {
+	perImage := mustParse(t, map[string]any{"request": "0.01", "image": "0.039", "prompt": "0.0000003", "completion": "0.0000025"})
+	// A real gemini-2.5-flash-image answer: 1,336 output tokens of which 1,290 are the image.
+	// 0.01 + 0.039 + 17 x 0.0000003 + 46 x 0.0000025
+	wantCost(t, perImage, Usage{PromptTokens: 17, CompletionTokens: 1336, ImageTokens: 1290, Images: 1}, "0.0491201")
+	// No image billed (none came back): its tokens are output like the rest.
+	wantCost(t, perImage, Usage{PromptTokens: 17, CompletionTokens: 1336, ImageTokens: 1290}, "0.0133451")
+	// More image tokens than output (a bogus report) never credits the text.
+	wantCost(t, perImage, Usage{CompletionTokens: 10, ImageTokens: 99, Images: 1}, "0.049")
+	// No image price: every output token at the completion price, the image tokens included.
+	tokensOnly := mustParse(t, map[string]any{"prompt": "0.0000003", "completion": "0.00003"})
+	wantCost(t, tokensOnly, Usage{PromptTokens: 17, CompletionTokens: 1336, ImageTokens: 1290, Images: 1}, "0.0400851")
+	// TokenCost leaves out the request and image prices, not the split.
+	if got := perImage.TokenCost(Usage{PromptTokens: 17, CompletionTokens: 1336, ImageTokens: 1290, Images: 1}); !got.Equal(dec("0.0001201")) {
+		t.Errorf("TokenCost = %s, want 0.0001201", got)
+	}
+}
+
 func TestFree(t *testing.T) {
 	for name, v := range map[string]any{
 		"nil":       nil,

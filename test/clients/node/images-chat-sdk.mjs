@@ -42,7 +42,8 @@ test('a text prompt gets an image part', async () => {
   const texts = resp.choices[0].message.content.filter((p) => p.type === 'text').map((p) => p.text);
   assert.deepEqual(texts, ['Here is your image: a red fox in snow']);
   assert.equal(resp.usage.prompt_tokens, 5);
-  assert.equal(resp.usage.completion_tokens, 9); // the text's; images are billed per image
+  assert.equal(resp.usage.completion_tokens, 9 + 1290); // the text's and the image's
+  assert.equal(resp.usage.completion_tokens_details.image_tokens, 1290); // billed per image
 });
 
 test('an input image as an image_url part', async () => {

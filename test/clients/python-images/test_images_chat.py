@@ -47,8 +47,10 @@ def test_text_prompt_gets_an_image():
     assert hashlib.sha256(got[0]).hexdigest() == os.environ["TOLLWAY_IMAGE_SHA256"]
     texts = [p["text"] for p in parts(msg) if p["type"] == "text"]
     assert texts == ["Here is your image: a red fox in snow"]
-    # Completion tokens are the text's (images are billed per image), as the fake counts words.
-    assert resp.usage.prompt_tokens == 5 and resp.usage.completion_tokens == 9
+    # Completion tokens are every output token (the text's 9 words, as the fake counts them, and
+    # the image's 1,290); image_tokens says which were the image (billed per image).
+    assert resp.usage.prompt_tokens == 5 and resp.usage.completion_tokens == 9 + 1290
+    assert resp.usage.model_dump()["completion_tokens_details"]["image_tokens"] == 1290
 
 
 def test_input_image_as_image_url():
