@@ -89,6 +89,8 @@ type pendingSettlement struct {
 	last       string                   // the last attempt's outcome, for the unpaid reason
 	tx         string                   // a transaction the facilitator named
 	result     *store.PaymentResolution // known, not written yet
+	// storeFailed: writing the outcome failed once (logged once).
+	storeFailed bool
 }
 
 // NewSettlements makes a resolver over st.
@@ -256,7 +258,7 @@ func (s *Settlements) step(ctx context.Context, e *pendingSettlement) {
 	s.mu.Lock()
 	ready, res, releasedAt := e.result != nil && e.released, e.result, e.releasedAt
 	s.mu.Unlock()
-	done := ready && s.write(e.Record, *res, releasedAt)
+	done := ready && s.write(e, *res, releasedAt)
 	s.mu.Lock()
 	e.busy = false
 	switch {
@@ -314,11 +316,12 @@ func (s *Settlements) ask(ctx context.Context, e *pendingSettlement) *store.Paym
 	return nil
 }
 
-// write stores the outcome res of the settlement of rec (the deferred draft) and reports
+// write stores the outcome res of e (busy: only this step touches its storeFailed) and reports
 // whether it is done with: the record's payment and its aggregates changed and the entry went,
 // or the record cannot be stored at all. A record not in the store yet is waited for (false);
-// past recordGrace after the request ended the draft is written instead.
-func (s *Settlements) write(rec store.UsageRecord, res store.PaymentResolution, releasedAt time.Time) bool {
+// past recordGrace after the request ended the deferred draft is written instead.
+func (s *Settlements) write(e *pendingSettlement, res store.PaymentResolution, releasedAt time.Time) bool {
+	rec := e.Record
 	id := rec.RequestID
 	err := s.Store.ResolvePayment(id, res)
 	if errors.Is(err, store.ErrNotFound) && s.Now().Sub(releasedAt) > recordGrace {
@@ -330,8 +333,9 @@ func (s *Settlements) write(rec store.UsageRecord, res store.PaymentResolution, 
 		}
 	}
 	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) {
-			s.Log.Error("x402: a settlement's outcome could not be stored; retrying", "request_id", store.ShortID(id), "status", res.Status, "error", err)
+		if !errors.Is(err, store.ErrNotFound) && !e.storeFailed { // once, not every second
+			e.storeFailed = true
+			s.Log.Error("x402: a settlement's outcome could not be stored; retrying every second", "request_id", store.ShortID(id), "status", res.Status, "error", err)
 		}
 		return false
 	}
