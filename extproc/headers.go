@@ -102,11 +102,14 @@ func upstreamDropped(k string) bool {
 const maxShown = 64
 
 // clip shortens a client's value for an error message, cutting at a character boundary.
-func clip(s string) string {
-	if len(s) <= maxShown {
+func clip(s string) string { return clipTo(s, maxShown) }
+
+// clipTo cuts s to at most n bytes and "...", at a character boundary.
+func clipTo(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	cut := maxShown
+	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

@@ -8,7 +8,9 @@ package extproc
 // facilitator), recorded as used (bbolt, before the business call: a replay is a 402), verified
 // by the facilitator, and only then does the business call run, routed and metered like a
 // keyed one. It is settled only when it succeeded: exact before the first byte, upto at the end
-// for the cost metered (see the README for streams). The protocol itself is extproc/x402.
+// for the cost metered (see the README for streams). Only the facilitator's refusal withholds
+// the result; a settlement whose answer is lost is served as pending and finished by
+// Settlements (settlements.go). The protocol itself is extproc/x402.
 
 import (
 	"context"
@@ -41,38 +43,41 @@ var (
 // Payments is the x402 configuration the server runs with; a reload replaces it.
 type Payments struct {
 	Offers      map[string]*x402.Offer // by slug
-	Facilitator *x402.Facilitator
+	Facilitator *x402.Facilitator      // its Timeout bounds each call (Envoy is told to wait)
 	// Claim records a credential as used, durably, failing with store.ErrExists when it is.
 	Claim func(key string, until time.Time) error
+	// Settlements resolves settlements whose outcome was unknown when the result went out
+	// (one for the server's life: every reload passes the same); nil: they stay pending.
+	Settlements *Settlements
 }
 
 // SetPayments turns the paid endpoints on (nil: off).
 func (s *Server) SetPayments(p *Payments) { s.payments.Store(p) }
 
-// Timeouts of the facilitator calls a client waits for (Envoy is told to wait for them).
-const (
-	payVerifyTimeout = 15 * time.Second
-	paySettleTimeout = 60 * time.Second
-)
-
 // payState is one paid request's payment.
 type payState struct {
-	slug    string
-	offer   *x402.Offer
-	fac     *x402.Facilitator
-	payload *x402.PaymentPayload // nil: the request carries no PAYMENT-SIGNATURE
-	offered []x402.Requirements  // this request's offer (priced once the body is known)
-	chosen  int                  // the offer the credential matched
-	cred    x402.Credential
-	// settled is the facilitator's settlement (or the local burn of a zero charge); header its
-	// PAYMENT-RESPONSE value. done: nothing is left to settle (settled, failed or refused).
-	settled *x402.SettlementResponse
+	slug        string
+	offer       *x402.Offer
+	fac         *x402.Facilitator
+	settlements *Settlements
+	payload     *x402.PaymentPayload // nil: the request carries no PAYMENT-SIGNATURE
+	offered     []x402.Requirements  // this request's offer (priced once the body is known)
+	chosen      int                  // the offer the credential matched
+	cred        x402.Credential
+	// charge is what was settled (upto: the charge); resp the PAYMENT-RESPONSE (the
+	// facilitator's settlement, the local burn of a zero charge, its refusal, or the pending
+	// outcome) and header its value. done: the settlement was attempted; outcome says how it
+	// went (SettleSettled, SettleRefused, SettlePending).
+	charge  x402.Requirements
+	resp    *x402.SettlementResponse
 	header  string
 	done    bool
-	// recorded: the settled payment's usage record was written.
+	outcome string
+	why     string // pending: why the outcome is unknown
+	// recordID is the usage record's request id (also the pending settlement's); recorded:
+	// the record was handed over.
+	recordID string
 	recorded bool
-	// cost is what a settled paid business call cost (its usage record's Cost).
-	cost decimal.Decimal
 }
 
 // paidAccount is the account of requests paid without an API key: the endpoint's own.
@@ -112,7 +117,7 @@ func (x *exchange) paidHeaders(rest, method, auth, contentType, contentLength, s
 	if method != http.MethodPost {
 		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s%s is not supported; use POST (it runs POST %s)", clip(method), payPrefix, slug, ep.Target))
 	}
-	x.pay = &payState{slug: slug, offer: offer, fac: ps.Facilitator}
+	x.pay = &payState{slug: slug, offer: offer, fac: ps.Facilitator, settlements: ps.Settlements}
 	if len(ep.Models) > 0 {
 		x.key = x.key.narrowed(ep.Models)
 	}
@@ -184,12 +189,10 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 		return apiErr(http.StatusInternalServerError, "internal_error", "the payment could not be recorded; nothing was charged; retry")
 	}
 	// From here the credential is used: a refusal below does not free it.
-	if err := x.extendTimeout(payVerifyTimeout + 5*time.Second); err != nil {
+	if err := x.extendTimeout(p.fac.CallTimeout() + 5*time.Second); err != nil {
 		return errLostEnvoy
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), payVerifyTimeout)
-	defer cancel()
-	if _, err := p.fac.Verify(ctx, p.payload, offered[i]); err != nil {
+	if _, err := p.fac.Verify(context.Background(), p.payload, offered[i]); err != nil {
 		if errors.Is(err, x402.ErrUnavailable) {
 			return apiErr(http.StatusServiceUnavailable, "facilitator_unavailable", "the payment facilitator cannot be reached, so the request was not run; retry later with a new credential")
 		}
@@ -210,10 +213,12 @@ func (x *exchange) paymentRequired(reason, code, message string) *APIError {
 	return e
 }
 
-// paySettle settles the business call that cost cost: exact the signed amount, upto the cost
-// (at most the signed cap; zero burns the credential with no transaction). It records the
-// outcome in x.pay and reports a failed settlement.
-func (x *exchange) paySettle(cost decimal.Decimal) error {
+// paySettle settles the business call that cost cost (draft: its usage record as known now):
+// exact the signed amount, upto the cost (at most the signed cap; zero burns the credential
+// with no transaction). It records the outcome in x.pay and returns an error only when the
+// result must be withheld: the facilitator refused. An unknown outcome is pending: the result
+// goes out and x.pay.settlements settles it again (deferSettlement).
+func (x *exchange) paySettle(cost decimal.Decimal, draft store.UsageRecord) error {
 	p := x.pay
 	if p == nil || p.done {
 		return nil
@@ -229,47 +234,110 @@ func (x *exchange) paySettle(cost decimal.Decimal) error {
 			x.s.log.Warn("x402: the request cost more than the signed cap; settling the cap", "endpoint", p.slug, "cost", cost.String(), "cap", req.Amount)
 		}
 		req = charge
-		if req.Amount == "0" { // nothing to transfer: the credential stays burned locally
-			p.settled = &x402.SettlementResponse{Success: true, Payer: p.cred.Payer, Network: req.Network, Amount: "0"}
-		}
 	}
-	if p.settled == nil {
-		_ = x.extendTimeout(paySettleTimeout + 5*time.Second)
-		ctx, cancel := context.WithTimeout(context.Background(), paySettleTimeout)
-		defer cancel()
-		sr, err := p.fac.Settle(ctx, p.payload, req)
-		if err != nil {
-			sr.Success = false
-			if sr.Network == "" {
-				sr.Network = req.Network
-			}
-			p.header, _ = x402.EncodeSettlementResponse(sr)
-			x.s.log.Error("x402: SETTLEMENT FAILED: the business call ran unpaid", "endpoint", p.slug, "payer", p.cred.Payer, "scheme", req.Scheme, "amount", req.Amount, "error", err)
-			return err
-		}
+	p.charge = req
+	var sr x402.SettlementResponse
+	var err error
+	if req.Amount == "0" { // nothing to transfer: the credential stays burned locally
+		sr = x402.SettlementResponse{Success: true, Payer: p.cred.Payer, Network: req.Network}
+	} else {
+		_ = x.extendTimeout(p.fac.CallTimeout() + 5*time.Second)
+		sr, err = p.fac.Settle(context.Background(), p.payload, req)
+	}
+	switch {
+	case err == nil:
 		if sr.Amount == "" {
 			sr.Amount = req.Amount
 		}
-		p.settled = &sr
+		p.resp, p.outcome = &sr, SettleSettled
+	case errors.Is(err, x402.ErrSettleFailed):
+		sr.Success = false
+		p.resp, p.outcome = &sr, SettleRefused
+		x.s.log.Error("x402: SETTLEMENT FAILED: the business call ran unpaid", "endpoint", p.slug, "payer", p.cred.Payer, "scheme", req.Scheme, "amount", req.Amount, "error", err)
+	default:
+		x.deferSettlement(sr, err, draft)
 	}
-	p.header, _ = x402.EncodeSettlementResponse(*p.settled)
-	p.cost = cost
+	p.header, _ = x402.EncodeSettlementResponse(*p.resp)
+	if p.outcome != SettlePending {
+		p.settlements.observe(p.outcome)
+	}
+	if p.outcome == SettleRefused {
+		return err
+	}
 	return nil
 }
 
-// payRecord is the usage record of a settled paid request: the business call's usage, its
-// cost (debited from no credits) and what the payment settled.
+// pendingMessage is PAYMENT-RESPONSE's errorMessage while the settlement is pending.
+const pendingMessage = "the settlement was sent but its outcome is not known yet; the gateway settles this authorization again until it is (it can be charged only once)"
+
+// deferSettlement handles a settlement whose outcome is unknown (err): the payer may have been
+// charged, so the result goes out with a PAYMENT-RESPONSE saying settlement_pending, and the
+// settlement is handed, durably, to Settlements, with draft as its record for a crash.
+func (x *exchange) deferSettlement(sr x402.SettlementResponse, err error, draft store.UsageRecord) {
+	p := x.pay
+	p.outcome, p.why = SettlePending, err.Error()
+	p.resp = &x402.SettlementResponse{Success: false, ErrorReason: x402.ReasonSettlementPending, ErrorMessage: pendingMessage,
+		Payer: p.cred.Payer, Transaction: sr.Transaction, Network: p.charge.Network, Amount: p.charge.Amount}
+	x.s.log.Warn("x402: settlement outcome unknown; the result is served and the settlement resolved in the background", "endpoint", p.slug,
+		"payer", p.cred.Payer, "scheme", p.charge.Scheme, "amount", p.charge.Amount, "request_id", store.ShortID(x.payRecordID()), "error", err)
+	if p.settlements == nil {
+		return
+	}
+	reqJSON, jerr := json.Marshal(p.charge)
+	if jerr != nil { // Requirements always marshal
+		x.s.log.Error("x402: a pending settlement cannot be kept", "error", jerr)
+		return
+	}
+	draft.RequestID = x.payRecordID()
+	if draft.Time.IsZero() {
+		draft.Time = time.Now().UTC()
+	}
+	p.settlements.Defer(store.PendingPayment{Record: x.payRecord(draft), Payload: json.RawMessage(p.payload.Raw),
+		Requirements: reqJSON, Until: p.cred.ValidBefore})
+}
+
+// payRecordID is the paid request's usage record id, made once.
+func (x *exchange) payRecordID() string {
+	if x.pay.recordID == "" {
+		x.pay.recordID = x.billingID()
+	}
+	return x.pay.recordID
+}
+
+// payRecord is the usage record of a paid request that settled or is pending: the business
+// call's usage, its cost (debited from no credits) and what the payment settled.
 func (x *exchange) payRecord(rec store.UsageRecord) store.UsageRecord {
 	p := x.pay
 	req := p.offered[p.chosen]
-	amount := p.settled.Amount
+	amount := p.resp.Amount
 	usd := decimal.Zero
 	if a, err := decimal.NewFromString(amount); err == nil {
 		usd = a.Shift(-int32(p.offer.Decimals(p.chosen)))
 	}
 	rec.Payment = &store.Payment{Endpoint: p.slug, Scheme: req.Scheme, Network: req.Network, Asset: req.Asset,
-		Payer: p.cred.Payer, Amount: amount, AmountUSD: usd, Transaction: p.settled.Transaction}
+		Payer: p.cred.Payer, Amount: amount, AmountUSD: usd, Transaction: p.resp.Transaction, Status: store.PaymentSettled}
+	if p.outcome == SettlePending {
+		rec.Payment.Status, rec.Payment.Reason = store.PaymentPending, clipTo(p.why, 200) // a record's fields stop at 256 bytes
+	}
 	return rec
+}
+
+// recordPaid hands the usage record of a paid request that settled or is pending to billing
+// (once), and lets a pending settlement be resolved.
+func (x *exchange) recordPaid(rec store.UsageRecord) {
+	p := x.pay
+	if p.recorded || (p.outcome != SettleSettled && p.outcome != SettlePending) {
+		return
+	}
+	p.recorded = true
+	rec.RequestID = x.payRecordID()
+	if b := x.s.billing; b != nil {
+		rec.Time = b.Now().UTC()
+		b.Record(x.payRecord(rec))
+	}
+	if p.outcome == SettlePending && p.settlements != nil {
+		p.settlements.Release(rec.RequestID)
+	}
 }
 
 // settlementFailed is the answer to a business call whose settlement failed: 402 with
@@ -282,11 +350,12 @@ func (x *exchange) settlementFailed(err error) *APIError {
 
 // settlementEvent is the last event of a streamed upto answer, before [DONE]: the settlement,
 // which is known only once the stream's cost is (its headers went out long before). It is shaped
-// as a chunk with no choices, like the usage chunk, so OpenAI clients pass over it.
+// as a chunk with no choices, like the usage chunk, so OpenAI clients pass over it. A pending
+// settlement says so (success false, errorReason settlement_pending).
 func (x *exchange) settlementEvent() []byte {
-	cost, _ := x.paidCost()
-	err := x.paySettle(cost)
-	sr := x.pay.settled
+	cost, rec := x.paidCost()
+	err := x.paySettle(cost, rec)
+	sr := x.pay.resp
 	if err != nil || sr == nil {
 		sr = &x402.SettlementResponse{Success: false, Network: x.pay.offered[x.pay.chosen].Network, ErrorReason: "settlement_failed"}
 	}
@@ -298,34 +367,28 @@ func (x *exchange) settlementEvent() []byte {
 	return append(append([]byte("data: "), ev...), "\n\n"...)
 }
 
-// paidCost is what the answered paid request cost, from its metered usage.
+// paidCost is what the answered paid request cost, from its metered usage, and its record.
 func (x *exchange) paidCost() (decimal.Decimal, store.UsageRecord) {
 	usage, estimated := x.meter.result(x.promptTokens)
 	usage = storable(usage)
 	cost := x.cost(usage)
 	return cost, store.UsageRecord{
-		RequestID: x.billingID(), KeyID: x.key.ID, Account: x.key.Account, Model: x.plan.model.ID, Provider: x.provider,
+		RequestID: x.payRecordID(), KeyID: x.key.ID, Account: x.key.Account, Model: x.plan.model.ID, Provider: x.provider,
 		Route: x.plan.routeID(), PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens,
 		CachedTokens: usage.CachedTokens, Cost: cost, Estimated: estimated,
 	}
 }
 
 // paidSettle ends a paid chat request that got an answer: upto is settled now if it was not
-// (a stream cut before [DONE], a whole answer), and a settled payment leaves its usage record.
+// (a stream cut before [DONE], a whole answer), and a settled or pending payment leaves its
+// usage record. An error means the facilitator refused: the result is withheld.
 func (x *exchange) paidSettle() error {
 	if x.pay == nil || x.pay.payload == nil || x.pay.offered == nil {
 		return nil
 	}
 	cost, rec := x.paidCost()
-	err := x.paySettle(cost)
-	if x.pay.settled != nil && !x.pay.recorded {
-		x.pay.recorded = true
-		if b := x.s.billing; b != nil {
-			rec.Cost = cost
-			rec.Time = b.Now().UTC()
-			b.Record(x.payRecord(rec))
-		}
-	}
+	err := x.paySettle(cost, rec)
+	x.recordPaid(rec)
 	return err
 }
 
@@ -336,7 +399,8 @@ func (x *exchange) paidSettle() error {
 func (x *exchange) payOnAnswer(common *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
 	p := x.pay
 	if p.offered[p.chosen].Scheme == x402.SchemeExact {
-		if err := x.paySettle(decimal.Zero); err != nil {
+		_, draft := x.paidCost()
+		if err := x.paySettle(decimal.Zero, draft); err != nil {
 			return x.fail(x.settlementFailed(err))
 		}
 		if common.HeaderMutation == nil {
@@ -370,16 +434,17 @@ func (x *exchange) replaceAnswer(common *extprocv3.CommonResponse, e *APIError) 
 // payTask settles a paid task once its provider accepted it (its business answer): its cost
 // is known only when it ends, long after any credential expires, so exact settles the signed
 // price and upto the task's worst case (what a keyed request holds), at most the signed cap.
-// A failed settlement answers 402; the provider's task then runs unpaid and unseen (logged).
+// A refused settlement answers 402; the provider's task then runs unpaid and unseen (logged).
+// A pending one answers the task with PAYMENT-RESPONSE settlement_pending.
 func (x *exchange) payTask(t *store.Task, worst decimal.Decimal, body []byte) *extprocv3.ProcessingResponse {
-	if err := x.paySettle(worst); err != nil {
+	x.pay.recordID = x.requestID + "." + t.ID
+	rec := store.UsageRecord{RequestID: x.pay.recordID, KeyID: x.key.ID, Account: x.key.Account,
+		Model: t.Model, Provider: t.Provider, Route: t.Route, Cost: worst}
+	if err := x.paySettle(worst, rec); err != nil {
 		x.s.log.Error("x402: a paid task was created but its payment failed", "task", t.ID, "endpoint", x.pay.slug)
 		return x.fail(x.settlementFailed(err))
 	}
-	if b := x.s.billing; b != nil {
-		b.Record(x.payRecord(store.UsageRecord{RequestID: x.requestID + "." + t.ID, KeyID: x.key.ID, Account: x.key.Account,
-			Model: t.Model, Provider: t.Provider, Route: t.Route, Cost: worst, Time: b.Now().UTC()}))
-	}
+	x.recordPaid(rec)
 	resp := x.reply(http.StatusOK, body)
 	addHeaders(resp.GetImmediateResponse().Headers, map[string]string{headerPaymentResponse: x.pay.header})
 	return resp

@@ -55,7 +55,21 @@ type Payment struct {
 	Amount      string          `json:"amount"`
 	AmountUSD   decimal.Decimal `json:"amount_usd"`
 	Transaction string          `json:"transaction,omitempty"`
+	// Status is the settlement's: settled, pending (the facilitator's answer was lost; it is
+	// being settled again) or unpaid (it never settled: the result was served unpaid). Records
+	// written before it existed read as settled.
+	Status string `json:"status"`
+	// Reason says how a pending or unpaid status came about, or how a settlement that was
+	// pending was learned (at most 256 bytes).
+	Reason string `json:"reason,omitempty"`
 }
+
+// Settlement states of a Payment.
+const (
+	PaymentSettled = "settled"
+	PaymentPending = "pending"
+	PaymentUnpaid  = "unpaid"
+)
 
 // PaidAccountPrefix starts the account of requests paid through x402 without an API key
 // ("x402.<slug>"); no account may be created with it.
@@ -152,6 +166,9 @@ func validateUsage(rec *UsageRecord) error {
 		if p.AmountUSD.Sign() < 0 || p.AmountUSD.GreaterThan(maxCost) || len(p.AmountUSD.String()) > maxCostChars {
 			return errorOf(ErrInvalid, "usage record %q: payment amount %s is out of range", ShortID(rec.RequestID), ShortID(p.AmountUSD.String()))
 		}
+		if p.Status != PaymentSettled && p.Status != PaymentPending && p.Status != PaymentUnpaid && p.Status != "" {
+			return errorOf(ErrInvalid, "usage record %q: payment status %q is not settled, pending or unpaid", ShortID(rec.RequestID), ShortID(p.Status))
+		}
 	}
 	// Keys hold unix nanoseconds, which end in 2262.
 	if y := rec.Time.Year(); y < 1970 || y > 2261 {
@@ -170,8 +187,12 @@ type UsageTotals struct {
 	EstimatedRequests int64           `json:"estimated_requests"`
 	Cost              decimal.Decimal `json:"cost"`
 	// Paid is what x402 payments settled for these requests, in USD (their Cost was not
-	// debited from credits); nil when none was paid.
-	Paid *decimal.Decimal `json:"paid,omitempty"`
+	// debited from credits); nil when none was paid. Pending is what x402 payments whose
+	// settlement is still being resolved amount to, Unpaid what never settled (those results
+	// were served unpaid); nil when none.
+	Paid    *decimal.Decimal `json:"paid,omitempty"`
+	Pending *decimal.Decimal `json:"pending,omitempty"`
+	Unpaid  *decimal.Decimal `json:"unpaid,omitempty"`
 }
 
 // Add adds o to t.
@@ -182,13 +203,44 @@ func (t *UsageTotals) Add(o UsageTotals) {
 	t.CachedTokens += o.CachedTokens
 	t.EstimatedRequests += o.EstimatedRequests
 	t.Cost = t.Cost.Add(o.Cost)
-	if o.Paid != nil {
-		sum := o.Paid.Add(decimal.Zero)
-		if t.Paid != nil {
-			sum = t.Paid.Add(*o.Paid)
-		}
-		t.Paid = &sum
+	addPaid(&t.Paid, o.Paid)
+	addPaid(&t.Pending, o.Pending)
+	addPaid(&t.Unpaid, o.Unpaid)
+}
+
+// addPaid adds d to *sum; nil is nothing. A sum that comes back to zero is nil again.
+func addPaid(sum **decimal.Decimal, d *decimal.Decimal) {
+	if d == nil {
+		return
 	}
+	v := *d
+	if *sum != nil {
+		v = (*sum).Add(v)
+	}
+	*sum = &v
+}
+
+// paymentTotal is the field of t that counts payments in status.
+func (t *UsageTotals) paymentTotal(status string) **decimal.Decimal {
+	switch status {
+	case PaymentPending:
+		return &t.Pending
+	case PaymentUnpaid:
+		return &t.Unpaid
+	}
+	return &t.Paid
+}
+
+// movePayment moves usd from the payments in status from to those in status to (a pending
+// payment that settled, or did not). A pending total that comes back to zero is dropped.
+func (t *UsageTotals) movePayment(usd decimal.Decimal, from, to string) {
+	neg := usd.Neg()
+	f := t.paymentTotal(from)
+	addPaid(f, &neg)
+	if from == PaymentPending && *f != nil && (*f).IsZero() {
+		*f = nil
+	}
+	addPaid(t.paymentTotal(to), &usd)
 }
 
 // totals is one record as totals.
@@ -200,7 +252,7 @@ func (rec *UsageRecord) totals() UsageTotals {
 	}
 	if rec.Payment != nil {
 		paid := rec.Payment.AmountUSD
-		t.Paid = &paid
+		*t.paymentTotal(rec.Payment.Status) = &paid
 	}
 	return t
 }
@@ -248,6 +300,7 @@ var paymentFields = []func(p *Payment) *string{
 	func(p *Payment) *string { return &p.Payer }, func(p *Payment) *string { return &p.Amount },
 	nil, // AmountUSD, a decimal string
 	func(p *Payment) *string { return &p.Transaction },
+	func(p *Payment) *string { return &p.Status }, func(p *Payment) *string { return &p.Reason },
 }
 
 // stringField and intField map field numbers to the record's fields; nil for other numbers.
@@ -342,6 +395,9 @@ func decodePayment(b []byte) (*Payment, error) {
 			return nil, err
 		}
 	}
+	if p.Status == "" {
+		p.Status = PaymentSettled // written before statuses existed
+	}
 	return p, nil
 }
 
@@ -353,7 +409,11 @@ func decodeUsage(k, v []byte, rec *UsageRecord) error {
 		return fmt.Errorf("store: malformed usage key %q", ShortID(string(k)))
 	}
 	if len(v) > 0 && v[0] == '{' {
-		return jsonUnmarshal(v, rec) // written before the compact form
+		err := jsonUnmarshal(v, rec) // written before the compact form
+		if err == nil && rec.Payment != nil && rec.Payment.Status == "" {
+			rec.Payment.Status = PaymentSettled
+		}
+		return err
 	}
 	*rec = UsageRecord{RequestID: string(k[8:]), Time: usageKeyTime(k), Cost: decimal.Zero}
 	bad := func(why error) error {

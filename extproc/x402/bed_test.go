@@ -123,8 +123,9 @@ func TestFacilitatorWithTestBed(t *testing.T) {
 		if _, err := fac.Verify(ctx, p, exact); !errors.Is(err, ErrRejected) || Status(err) != 402 {
 			t.Errorf("verify after settle: %v, want ErrRejected", err)
 		}
-		if sr, err := fac.Settle(ctx, p, exact); !errors.Is(err, ErrSettleFailed) || sr.Success {
-			t.Errorf("settle twice: %+v %v, want ErrSettleFailed", sr, err)
+		// Settling it again is refused with the reason that says its nonce is spent.
+		if sr, err := fac.Settle(ctx, p, exact); !errors.Is(err, ErrSettleFailed) || sr.Success || !SpentNonce(SchemeExact, sr.ErrorReason) {
+			t.Errorf("settle twice: %+v %v, want ErrSettleFailed for a spent nonce", sr, err)
 		}
 	})
 
@@ -162,6 +163,12 @@ func TestFacilitatorWithTestBed(t *testing.T) {
 		if got := before.Sub(balance()); got.String() != "12346" {
 			t.Errorf("the payer paid %s atomic units, want the actual cost 12346 (cap 50000)", got)
 		}
+		// The same charge again: @x402/evm simulates first and says so; SpentNonce reads it.
+		if sr, err := fac.Settle(ctx, p, settle); !errors.Is(err, ErrSettleFailed) || !SpentNonce(SchemeUpto, sr.ErrorReason) {
+			t.Errorf("settle twice: %+v %v, want ErrSettleFailed for a spent nonce", sr, err)
+		} else {
+			t.Logf("upto settled twice: %s", sr.ErrorReason)
+		}
 	})
 
 	t.Run("no funds: rejected", func(t *testing.T) {
@@ -185,9 +192,10 @@ func TestFacilitatorWithTestBed(t *testing.T) {
 			{`{"verify":"invalid"}`, false, ErrRejected},
 			{`{"down":true,"down_mode":"503"}`, false, ErrUnavailable},
 			{`{"down":true,"down_mode":"drop"}`, false, ErrUnavailable},
-			{`{"settle":"error"}`, true, ErrUnavailable},
+			{`{"settle":"error"}`, true, ErrSettleUnknown},
 			{`{"settle":"fail"}`, true, ErrSettleFailed},
-			{`{"down":true,"down_mode":"drop"}`, true, ErrUnavailable},
+			{`{"down":true,"down_mode":"drop"}`, true, ErrSettleUnknown},
+			{`{"down":true,"down_mode":"503"}`, true, ErrSettleUnknown},
 		} {
 			control(c.control)
 			var err error
@@ -207,7 +215,7 @@ func TestFacilitatorWithTestBed(t *testing.T) {
 		}
 		control(`{"delay_ms":2000}`)
 		slow := NewFacilitator(b.FacilitatorURL)
-		slow.VerifyTimeout = 200 * time.Millisecond
+		slow.Timeout = 200 * time.Millisecond
 		if _, err := slow.Verify(ctx, p, exact); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "within 200ms") {
 			t.Errorf("slow facilitator: %v", err)
 		}

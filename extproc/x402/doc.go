@@ -38,6 +38,9 @@
 //		if settle.Amount == "0" { return answer }       // no transaction; burned locally
 //	}
 //	sr, err := fac.Settle(ctx, pp, settle)                // ErrSettleFailed: 402 + PAYMENT-RESPONSE(sr)
+//	// ErrSettleUnknown (or ErrUnavailable: never sent): the answer goes out with PAYMENT-RESPONSE
+//	// {success: false, errorReason: ReasonSettlementPending}; Settle again later until it
+//	// succeeds or refuses with SpentNonce (settled), or the credential expires (unpaid)
 //	h, _ = x402.EncodeSettlementResponse(sr)               // PAYMENT-RESPONSE on the answer
 //
 // Status maps every error of this package to its HTTP status and Code to a stable error code;

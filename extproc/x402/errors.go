@@ -22,8 +22,13 @@ var (
 	// PAYMENT-RESPONSE success:false).
 	ErrSettleFailed = errors.New("x402: settlement failed")
 	// ErrUnavailable: the facilitator could not be used (unreachable, timeout, 5xx, an answer
-	// without a verdict). The gateway answers 503 and never runs the business call unpaid.
+	// without a verdict). Before the business call the gateway answers 503 and never runs it
+	// unpaid; a /settle that never left is settled later, like ErrSettleUnknown.
 	ErrUnavailable = errors.New("x402: facilitator unavailable")
+	// ErrSettleUnknown: /settle was sent and no verdict came back, so the payer may have been
+	// charged. The gateway returns the result and settles again in the background (never an
+	// HTTP status of its own).
+	ErrSettleUnknown = errors.New("x402: settlement outcome unknown")
 	// ErrConfig: the x402 configuration is wrong; the message names the YAML path.
 	ErrConfig = errors.New("x402: invalid configuration")
 	// ErrQuote: an exact option priced per request got no usable quote (a gateway bug, 500).

@@ -3,11 +3,14 @@ package x402
 // The x402 facilitator's HTTP API: POST /verify and POST /settle with {x402Version,
 // paymentPayload, paymentRequirements}, GET /supported. The only I/O of this package.
 //
-// Errors tell apart what the gateway answers differently: ErrUnavailable (unreachable, timeout,
-// 5xx, redirect, an answer without a verdict: 503, never the business call unpaid), ErrRejected
-// (/verify said invalid: 402 with the reason) and ErrSettleFailed (/settle said success false:
-// 402 with PAYMENT-RESPONSE success:false). Settling twice is safe on chain (the nonce is single
-// use), so a settle that timed out may be retried; it may also have settled.
+// Errors tell apart what the gateway answers differently: ErrUnavailable (a /verify or
+// /supported without a verdict, or a /settle that never left: 503 before the business call),
+// ErrRejected (/verify said invalid: 402 with the reason), ErrSettleFailed (/settle refused:
+// success false with a reason, or a 4xx refusing the request; nothing moved) and
+// ErrSettleUnknown (/settle was sent and no verdict came back: a timeout, a dropped
+// connection, a 5xx, an answer that is no verdict, or the facilitator's own
+// settlement_pending; it may have settled). Settling the same authorization again is safe (its
+// nonce is single use) and is how an unknown outcome is learned: see SpentNonce.
 
 import (
 	"bytes"
@@ -17,34 +20,36 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// Default timeouts. /settle waits for the transfer to be mined, /verify simulates it.
-const (
-	DefaultVerifyTimeout    = 10 * time.Second
-	DefaultSettleTimeout    = 60 * time.Second
-	DefaultSupportedTimeout = 10 * time.Second
-)
+// DefaultTimeout bounds each facilitator call when Facilitator.Timeout is zero (the config's
+// x402.facilitator_timeout default): /settle waits for the transfer to be mined.
+const DefaultTimeout = 60 * time.Second
+
+// ReasonSettlementPending is the errorReason of a settlement whose outcome is not known yet:
+// x402's own (a facilitator that broadcast the transaction and has no receipt yet answers it,
+// with the transaction) and the gateway's PAYMENT-RESPONSE while it resolves one.
+const ReasonSettlementPending = "settlement_pending"
 
 // maxAnswer bounds a facilitator answer; a real one is a few hundred bytes.
 const maxAnswer = 64 << 10
 
-// Facilitator is a client of one facilitator. The zero timeouts mean the defaults; it is safe for
-// concurrent use once built.
+// Facilitator is a client of one facilitator. It is safe for concurrent use once built.
 type Facilitator struct {
-	URL              string // base URL, without /verify
-	HTTP             *http.Client
-	VerifyTimeout    time.Duration
-	SettleTimeout    time.Duration
-	SupportedTimeout time.Duration
+	URL  string // base URL, without /verify
+	HTTP *http.Client
+	// Timeout bounds each call (verify, settle, supported); zero means DefaultTimeout.
+	Timeout time.Duration
 }
 
-// NewFacilitator is a client of the facilitator at baseURL with the default timeouts and its own
+// NewFacilitator is a client of the facilitator at baseURL with the default timeout and its own
 // connection pool. Redirects are not followed: a facilitator that moved is a configuration error.
 func NewFacilitator(baseURL string) *Facilitator {
 	tr := &http.Transport{
@@ -61,6 +66,14 @@ func NewFacilitator(baseURL string) *Facilitator {
 			return http.ErrUseLastResponse
 		}},
 	}
+}
+
+// CallTimeout is how long one call may take.
+func (f *Facilitator) CallTimeout() time.Duration {
+	if f.Timeout > 0 {
+		return f.Timeout
+	}
+	return DefaultTimeout
 }
 
 // VerifyResponse is /verify's answer.
@@ -105,7 +118,7 @@ func body(p *PaymentPayload, req Requirements) request {
 // facilitator's reason.
 func (f *Facilitator) Verify(ctx context.Context, p *PaymentPayload, req Requirements) (VerifyResponse, error) {
 	var vr VerifyResponse
-	status, raw, err := f.call(ctx, http.MethodPost, "/verify", body(p, req), orDefault(f.VerifyTimeout, DefaultVerifyTimeout))
+	status, raw, _, err := f.call(ctx, http.MethodPost, "/verify", body(p, req))
 	if err != nil {
 		return vr, err
 	}
@@ -122,34 +135,81 @@ func (f *Facilitator) Verify(ctx context.Context, p *PaymentPayload, req Require
 
 // Settle asks the facilitator to execute p for req: the offered requirement for exact, for upto
 // the one Offer.Charge makes (amount = the actual charge; never "0", which the caller burns
-// locally). A failed settlement returns the facilitator's answer (for PAYMENT-RESPONSE) and an
-// *Error of kind ErrSettleFailed.
+// locally). It returns the facilitator's answer (for PAYMENT-RESPONSE; its own errorMessage
+// dropped) and, unless it settled:
+//   - ErrSettleFailed: a refusal, so nothing moved: 2xx or 4xx with success false and a reason
+//     other than settlement_pending, or a 4xx without a verdict (the request was refused as
+//     such; not 408 or 429, which ask to come back);
+//   - ErrSettleUnknown: it was sent and may have settled: no answer in time, the connection
+//     lost after the request went out, a 3xx, 408, 429 or 5xx, an answer that is no verdict, or
+//     settlement_pending (the answer's transaction, if any, is kept);
+//   - ErrUnavailable: it never left (the connection could not be made), so nothing moved.
 func (f *Facilitator) Settle(ctx context.Context, p *PaymentPayload, req Requirements) (SettlementResponse, error) {
 	var sr SettlementResponse
-	status, raw, err := f.call(ctx, http.MethodPost, "/settle", body(p, req), orDefault(f.SettleTimeout, DefaultSettleTimeout))
+	status, raw, sent, err := f.call(ctx, http.MethodPost, "/settle", body(p, req))
 	if err != nil {
+		if sent {
+			return sr, refuse(ErrSettleUnknown, "settlement_unknown", "%s, after the settlement was sent: it may have settled", strings.TrimSuffix(err.Error(), "; try again later"))
+		}
 		return sr, err
 	}
 	var probe map[string]jsontext.Value
 	verdict := json.Unmarshal(raw, &probe) == nil && probe["success"] != nil && json.Unmarshal(raw, &sr) == nil
+	sr.ErrorMessage = ""
 	if sr.Network == "" {
 		sr.Network = req.Network
 	}
 	switch {
-	case status == http.StatusOK && verdict && sr.Success:
+	case verdict && !sr.Success && sr.ErrorReason == ReasonSettlementPending:
+		return sr, refuse(ErrSettleUnknown, "settlement_unknown", "the payment facilitator says the settlement is pending (transaction %s)", orNone(sr.Transaction))
+	case status >= 200 && status < 300 && verdict && sr.Success:
 		return sr, nil
-	case status < 500 && verdict && !sr.Success:
+	case status < 500 && verdict && !sr.Success && (status < 300 || refusing(status)):
 		sr.Transaction = ""
 		return sr, refuse(ErrSettleFailed, "settlement_failed", "the payment could not be settled: %s", reasonOf(sr.ErrorReason))
+	case !verdict && refusing(status):
+		return SettlementResponse{Network: req.Network}, refuse(ErrSettleFailed, "settlement_failed", "the payment facilitator refused the settlement request with status %d", status)
 	}
-	return SettlementResponse{}, unavailable("/settle", status, raw)
+	e := unavailable("/settle", status, raw)
+	return SettlementResponse{}, refuse(ErrSettleUnknown, "settlement_unknown", "%s: it may have settled", strings.TrimSuffix(e.Msg, "; try again later"))
+}
+
+// refusing reports a 4xx that refuses the request as such (it was not acted on, and asking
+// again the same way cannot help); 408 and 429 ask the client to come back.
+func refusing(status int) bool {
+	return status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
+}
+
+// SpentNonce reports whether a refusal of a second settlement of one authorization says its
+// nonce is spent: then the first one settled. @x402/evm (and PyPI x402) answer
+// invalid_exact_evm_nonce_already_used for a spent EIP-3009 authorization (read on chain with
+// authorizationState), and permit2_invalid_nonce for a Permit2 transfer whose nonce is used;
+// their upto facilitator simulates before settling and then says permit2_simulation_failed
+// (after checking the balance and the allowance, which it reports as such): for a credential
+// the facilitator verified with the same simulation before the business call, only the spent
+// nonce is left to fail it. Only meaningful for a settlement sent before (see ErrSettleUnknown).
+func SpentNonce(scheme, reason string) bool {
+	switch reason {
+	case "invalid_exact_evm_nonce_already_used", "permit2_invalid_nonce":
+		return true
+	case "permit2_simulation_failed":
+		return scheme == SchemeUpto
+	}
+	return false
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "not given"
+	}
+	return quote(s)
 }
 
 // Supported reads what the facilitator settles (checked against the offers at start: see
 // Supported.Check).
 func (f *Facilitator) Supported(ctx context.Context) (Supported, error) {
 	var s Supported
-	status, raw, err := f.call(ctx, http.MethodGet, "/supported", nil, orDefault(f.SupportedTimeout, DefaultSupportedTimeout))
+	status, raw, _, err := f.call(ctx, http.MethodGet, "/supported", nil)
 	if err != nil {
 		return s, err
 	}
@@ -178,22 +238,31 @@ func (s Supported) Check(r Requirements) error {
 	return fmt.Errorf("x402: the facilitator does not settle x402 v%d %s on %s: %w", Version, r.Scheme, r.Network, ErrConfig)
 }
 
-// call does one request and reads at most maxAnswer bytes of the answer. A transport failure is
-// an *Error of kind ErrUnavailable; statuses are the caller's.
-func (f *Facilitator) call(ctx context.Context, method, path string, in any, timeout time.Duration) (int, []byte, error) {
+// call does one request and reads at most maxAnswer bytes of the answer, within the call
+// timeout. A transport failure is an *Error of kind ErrUnavailable; sent says whether the whole
+// request had been written by then (the facilitator may have acted on it). Statuses are the
+// caller's.
+func (f *Facilitator) call(ctx context.Context, method, path string, in any) (status int, raw []byte, sent bool, err error) {
+	timeout := f.CallTimeout()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rd io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return 0, nil, fmt.Errorf("x402: encode %s request: %w", path, err)
+			return 0, nil, false, fmt.Errorf("x402: encode %s request: %w", path, err)
 		}
 		rd = bytes.NewReader(b)
 	}
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			wrote.Store(true)
+		}
+	}})
 	hreq, err := http.NewRequestWithContext(ctx, method, f.URL+path, rd)
 	if err != nil {
-		return 0, nil, refuse(ErrUnavailable, "facilitator_unavailable", "the payment facilitator URL is unusable (%v)", err)
+		return 0, nil, false, refuse(ErrUnavailable, "facilitator_unavailable", "the payment facilitator URL is unusable (%v)", err)
 	}
 	hreq.Header.Set("Accept", "application/json")
 	if in != nil {
@@ -206,20 +275,23 @@ func (f *Facilitator) call(ctx context.Context, method, path string, in any, tim
 	resp, err := client.Do(hreq)
 	if err != nil {
 		why := "unreachable"
-		if errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
 			why = fmt.Sprintf("did not answer within %v", timeout)
+		case wrote.Load():
+			why = "closed the connection without an answer"
 		}
-		return 0, nil, refuse(ErrUnavailable, "facilitator_unavailable", "the payment facilitator %s (%s); try again later", why, path)
+		return 0, nil, wrote.Load(), refuse(ErrUnavailable, "facilitator_unavailable", "the payment facilitator %s (%s); try again later", why, path)
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	raw, err = io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	switch {
 	case err != nil:
-		return 0, nil, refuse(ErrUnavailable, "facilitator_unavailable", "the payment facilitator's %s answer could not be read; try again later", path)
+		return 0, nil, true, refuse(ErrUnavailable, "facilitator_unavailable", "the payment facilitator's %s answer could not be read; try again later", path)
 	case len(raw) > maxAnswer:
-		return 0, nil, refuse(ErrUnavailable, "facilitator_unavailable", "the payment facilitator's %s answer is over %d bytes", path, maxAnswer)
+		return 0, nil, true, refuse(ErrUnavailable, "facilitator_unavailable", "the payment facilitator's %s answer is over %d bytes", path, maxAnswer)
 	}
-	return resp.StatusCode, raw, nil
+	return resp.StatusCode, raw, true, nil
 }
 
 // unavailable describes an answer that is not a verdict: its status and, from a JSON error
@@ -241,11 +313,4 @@ func reasonOf(r string) string {
 		return "no reason given"
 	}
 	return quote(r)
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }

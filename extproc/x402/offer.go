@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -26,8 +27,10 @@ const (
 )
 
 // DefaultMaxTimeoutSeconds is an option's maxTimeoutSeconds when the config omits it. Clients
-// sign credentials valid for that long; 60 s covers a signature, a retry and a slow wallet.
-const DefaultMaxTimeoutSeconds = 60
+// sign credentials valid for that long: a signature, a retry and a slow wallet, and a
+// settlement whose answer took the whole default facilitator timeout (60 s) can still be asked
+// again before the credential expires (see ShortWindows).
+const DefaultMaxTimeoutSeconds = 120
 
 // Bounds of max_timeout_seconds: the facilitator refuses a credential valid for less than 6 s
 // more, and the gateway keeps each used credential until it expires.
@@ -45,9 +48,19 @@ type Config struct {
 	// PayURL is the public prefix of the paid URLs: {pay_url}/x402/{slug} (resource.url).
 	PayURL string `mapstructure:"pay_url"`
 	// FacilitatorURL is the x402 facilitator's HTTP API (/verify, /settle, /supported).
-	FacilitatorURL string     `mapstructure:"facilitator_url"`
-	Endpoints      []Endpoint `mapstructure:"endpoints"`
+	FacilitatorURL string `mapstructure:"facilitator_url"`
+	// FacilitatorTimeout bounds each call to the facilitator (verify, settle, supported); zero
+	// means DefaultTimeout (the app's config refuses an explicit 0).
+	FacilitatorTimeout time.Duration `mapstructure:"facilitator_timeout"`
+	Endpoints          []Endpoint    `mapstructure:"endpoints"`
 }
+
+// Bounds of facilitator_timeout: a client waits that long for its answer at most twice (verify,
+// settle), and Envoy waits at most 3 minutes for one ext_proc answer.
+const (
+	MinFacilitatorTimeout = time.Second
+	MaxFacilitatorTimeout = 150 * time.Second
+)
 
 // Endpoint is one paid endpoint.
 type Endpoint struct {
@@ -101,8 +114,11 @@ func (c *Config) Validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, refuse(ErrConfig, "invalid_config", "x402."+format, args...))
 	}
+	if d := c.FacilitatorTimeout; d != 0 && (d < MinFacilitatorTimeout || d > MaxFacilitatorTimeout) {
+		bad("facilitator_timeout is %v: use %v to %v (default %v); it bounds each call to the facilitator, and a paid request waits for up to two of them", d, MinFacilitatorTimeout, MaxFacilitatorTimeout, DefaultTimeout)
+	}
 	if len(c.Endpoints) == 0 {
-		return nil
+		return errors.Join(errs...)
 	}
 	if err := checkURL(c.PayURL); err != nil {
 		bad("pay_url %q: %v; write the public prefix clients call, e.g. http://127.0.0.1:8080", c.PayURL, err)
@@ -119,6 +135,33 @@ func (c *Config) Validate() error {
 		errs = append(errs, e.validate(fmt.Sprintf("x402.endpoints[%d]", i))...)
 	}
 	return errors.Join(errs...)
+}
+
+// retryWindow is how long a credential must stay valid after a settlement that used the whole
+// facilitator timeout for it to be asked again: a facilitator refuses a credential with less
+// than 6 s left, and the gateway asks again after a pause.
+const retryWindow = 16 * time.Second
+
+// ShortWindows names the options (YAML paths) whose credentials expire too soon for a
+// settlement whose answer timed out to be asked again: it would end unpaid even if it settled.
+func (c *Config) ShortWindows() []string {
+	timeout := c.FacilitatorTimeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	var out []string
+	for i, e := range c.Endpoints {
+		for j, a := range e.Accepts {
+			window := a.MaxTimeoutSeconds
+			if window == 0 {
+				window = DefaultMaxTimeoutSeconds
+			}
+			if time.Duration(window)*time.Second < timeout+retryWindow {
+				out = append(out, fmt.Sprintf("x402.endpoints[%d].accepts[%d]: max_timeout_seconds %d is under facilitator_timeout %v + %v", i, j, window, timeout, retryWindow))
+			}
+		}
+	}
+	return out
 }
 
 func checkURL(s string) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shopspring/decimal"
 )
@@ -50,7 +51,7 @@ func TestOfferRequirements(t *testing.T) {
 	want := `"accepts":[{"scheme":"exact","network":"eip155:84532","amount":"10000","asset":"` + testToken + `","payTo":"` + testPayTo +
 		`","maxTimeoutSeconds":60,"extra":{"name":"USDC","version":"2"}},` +
 		`{"scheme":"upto","network":"eip155:84532","amount":"50000","asset":"` + testToken + `","payTo":"` + testPayTo +
-		`","maxTimeoutSeconds":60,"extra":{"facilitatorAddress":"` + testFacilitator + `","name":"USDC","version":"2"}}]`
+		`","maxTimeoutSeconds":120,"extra":{"facilitatorAddress":"` + testFacilitator + `","name":"USDC","version":"2"}}]`
 	if got := mustB64(t, h); !strings.Contains(got, want) {
 		t.Fatalf("PAYMENT-REQUIRED\n got %s\nwant ...%s...", got, want)
 	}
@@ -200,3 +201,16 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 var six = ptr(6)
 
 func ptr(n int) *int { return &n }
+
+// TestShortWindows: an option whose credentials expire before a timed-out settlement could be
+// asked again is named; the default window (120 s) fits the default timeout (60 s).
+func TestShortWindows(t *testing.T) {
+	c := Config{Endpoints: []Endpoint{{Slug: "a", Accepts: []Accept{{}, {MaxTimeoutSeconds: 76}, {MaxTimeoutSeconds: 60}}}}}
+	if got := c.ShortWindows(); len(got) != 1 || !strings.Contains(got[0], "accepts[2]: max_timeout_seconds 60 is under facilitator_timeout 1m0s + 16s") {
+		t.Errorf("default timeout: %q", got)
+	}
+	c.FacilitatorTimeout = 3 * time.Second
+	if got := c.ShortWindows(); len(got) != 0 {
+		t.Errorf("3s: %q", got)
+	}
+}

@@ -79,10 +79,13 @@ type PaymentPayload struct {
 type SettlementResponse struct {
 	Success     bool   `json:"success"`
 	ErrorReason string `json:"errorReason,omitempty"`
-	Payer       string `json:"payer,omitempty"`
-	Transaction string `json:"transaction"`
-	Network     string `json:"network"`
-	Amount      string `json:"amount,omitempty"`
+	// ErrorMessage is for people (the reference clients' schemas have it). A facilitator's own
+	// is never passed on (viem's are pages long); the gateway writes one for a pending outcome.
+	ErrorMessage string `json:"errorMessage,omitempty"`
+	Payer        string `json:"payer,omitempty"`
+	Transaction  string `json:"transaction"`
+	Network      string `json:"network"`
+	Amount       string `json:"amount,omitempty"`
 }
 
 func malformed(format string, args ...any) *Error {

@@ -91,8 +91,8 @@ type usageRecord struct {
 	Cost             decimal.Decimal
 	Estimated        bool
 	Payment          *struct {
-		Endpoint, Scheme, Network, Asset, Payer, Amount, Transaction string
-		AmountUSD                                                    decimal.Decimal `json:"amount_usd"`
+		Endpoint, Scheme, Network, Asset, Payer, Amount, Transaction, Status, Reason string
+		AmountUSD                                                                    decimal.Decimal `json:"amount_usd"`
 	}
 }
 

@@ -84,6 +84,14 @@ func startPaid(t *testing.T, bedArgs ...string) *paidGateway {
 	}
 	t.Cleanup(bed.Stop)
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	return startPaidOn(t, bed, fake, t.TempDir(), "")
+}
+
+// startPaidOn starts a paid gateway in dir (a restart in the same dir finds its store again)
+// on a running bed and fake; x402Extra is more keys of the x402: section, each line indented
+// two spaces.
+func startPaidOn(t *testing.T, bed *harness.Bed, fake *fakeupstream.Server, dir, x402Extra string) *paidGateway {
+	t.Helper()
 	body := fmt.Sprintf(`billing: {enabled: true}
 callbacks: {allow_private: [127.0.0.1]}
 providers:
@@ -101,8 +109,8 @@ models:
     family: V1
     providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
     pricing: {request: "0.05", duration: "0.045"}
-`, fake.URL(), fake.MiniMaxURL()) + fmt.Sprintf(x402Config, bed.Network, bed.Asset, bed.PayTo, bed.FacilitatorURL, bed.FacilitatorAddress)
-	g := startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey)
+`, fake.URL(), fake.MiniMaxURL()) + strings.Replace(fmt.Sprintf(x402Config, bed.Network, bed.Asset, bed.PayTo, bed.FacilitatorURL, bed.FacilitatorAddress), "x402:\n", "x402:\n"+x402Extra, 1)
+	g := startGatewayIn(t, dir, body, "FAKE_PROVIDER_KEY="+providerKey)
 	// pay_url is the public address the harness picked: written in and reloaded.
 	cfg, err := os.ReadFile(g.CfgPath)
 	if err != nil {
@@ -442,6 +450,21 @@ func (p *paidGateway) paymentRecord(account, scheme string, n int) usageRecord {
 
 const paidStream = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello paid stream"}],"max_tokens":64,"stream":true}`
 
+// streamText is the content a chat stream's events carry.
+func streamText(events []string) string {
+	var text strings.Builder
+	for _, ev := range events {
+		var c struct {
+			Choices []struct{ Delta struct{ Content string } }
+		}
+		_ = json.Unmarshal([]byte(ev), &c)
+		for _, ch := range c.Choices {
+			text.WriteString(ch.Delta.Content)
+		}
+	}
+	return text.String()
+}
+
 // checkPaidStream checks a streamed paid answer: 200, SSE ending with [DONE] and, for upto, its
 // last event before [DONE] a chunk with no choices carrying the settlement (object and header
 // value); it returns the settlement (upto: from that event, exact: from PAYMENT-RESPONSE).
@@ -451,18 +474,8 @@ func checkPaidStream(t *testing.T, who string, r payResult, scheme string) map[s
 	if r.Status != 200 || !strings.HasPrefix(r.Headers["content-type"], "text/event-stream") || len(events) < 3 || events[len(events)-1] != "[DONE]" {
 		t.Fatalf("%s %s stream: %+v", who, scheme, r)
 	}
-	var text strings.Builder
-	for _, ev := range events[:len(events)-1] {
-		var c struct {
-			Choices []struct{ Delta struct{ Content string } }
-		}
-		_ = json.Unmarshal([]byte(ev), &c)
-		for _, ch := range c.Choices {
-			text.WriteString(ch.Delta.Content)
-		}
-	}
-	if !strings.Contains(text.String(), "hello paid stream") {
-		t.Fatalf("%s %s stream text %q", who, scheme, text.String())
+	if text := streamText(events); !strings.Contains(text, "hello paid stream") {
+		t.Fatalf("%s %s stream text %q", who, scheme, text)
 	}
 	if scheme == "exact" {
 		if r.PaymentResponse["success"] != true || r.PaymentResponse["transaction"] == "" || strings.Contains(r.Body, "payment_response") {

@@ -71,7 +71,7 @@ func (g *gateway) metricsRoutes(mux *http.ServeMux) {
 
 // observe makes the metrics and wires every component to them; it runs before anything is
 // served (the observers are set once, never swapped).
-func observe(ctrl *xds.Server, ext *extproc.Server, ledger *billing.Ledger, bill *extproc.Billing, taskSvc *tasks.Service) *metrics.Metrics {
+func observe(ctrl *xds.Server, ext *extproc.Server, ledger *billing.Ledger, bill *extproc.Billing, taskSvc *tasks.Service, settlements *extproc.Settlements) *metrics.Metrics {
 	m := metrics.New()
 	ctrl.SetObserver(m)
 	ext.SetObserver(m)
@@ -83,6 +83,11 @@ func observe(ctrl *xds.Server, ext *extproc.Server, ledger *billing.Ledger, bill
 		bill.Record = func(r store.UsageRecord) { m.Usage(r); record(r) }
 	}
 	taskSvc.Changed = m.TaskChanged
+	if settlements != nil {
+		settlements.Outcome = m.Settlement
+		m.GaugeFunc("tollway_x402_settlements_pending", "x402 settlements whose outcome is not known yet (their results were served); each is settled again until it is.",
+			func() float64 { return float64(settlements.Pending()) })
+	}
 	m.GaugeFunc("tollway_tasks_open", "Media tasks running, followed by the poller.", func() float64 { return float64(taskSvc.Running()) })
 	m.GaugeFunc("tollway_xds_version_pushed", "The newest snapshot version pushed to Envoy.", func() float64 { return float64(ctrl.Status().Version) })
 	m.GaugeFunc("tollway_xds_version_accepted", "The newest snapshot version Envoy accepted on every resource type.", func() float64 { return float64(ctrl.Status().AcceptedVersion) })

@@ -241,23 +241,25 @@ func writeUsageCSV(w http.ResponseWriter, u groupedUsage) {
 	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.csv"`)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	cw := encsv.NewWriter(w)
-	head := make([]string, 0, len(u.By)+7)
+	head := make([]string, 0, len(u.By)+9)
 	for _, d := range u.By {
 		if d == "key" {
 			d = "key_id"
 		}
 		head = append(head, d)
 	}
-	head = append(head, "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "estimated_requests", "cost", "paid")
+	head = append(head, "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "estimated_requests", "cost", "paid", "pending", "unpaid")
 	_ = cw.Write(head)
-	line := func(group []string, t store.UsageTotals) {
-		paid := ""
-		if t.Paid != nil {
-			paid = t.Paid.String()
+	orEmpty := func(d *decimal.Decimal) string {
+		if d == nil {
+			return ""
 		}
+		return d.String()
+	}
+	line := func(group []string, t store.UsageTotals) {
 		rec := append(group, strconv.FormatInt(t.Requests, 10), strconv.FormatInt(t.PromptTokens, 10),
 			strconv.FormatInt(t.CompletionTokens, 10), strconv.FormatInt(t.CachedTokens, 10),
-			strconv.FormatInt(t.EstimatedRequests, 10), t.Cost.String(), paid)
+			strconv.FormatInt(t.EstimatedRequests, 10), t.Cost.String(), orEmpty(t.Paid), orEmpty(t.Pending), orEmpty(t.Unpaid))
 		_ = cw.Write(rec)
 	}
 	for _, r := range u.Rows {

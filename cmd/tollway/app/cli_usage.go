@@ -48,13 +48,20 @@ func cmdUsage(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	// PAID is what x402 payments settled (those requests' COST was not taken from credits).
-	fmt.Fprintln(tw, "DAY\tACCOUNT\tKEY\tMODEL\tREQUESTS\tPROMPT\tCOMPLETION\tESTIMATED\tCOST\tPAID")
+	// PAID is what x402 payments settled (those requests' COST was not taken from credits),
+	// PENDING what is still being settled, UNPAID what never settled (served unpaid).
+	fmt.Fprintln(tw, "DAY\tACCOUNT\tKEY\tMODEL\tREQUESTS\tPROMPT\tCOMPLETION\tESTIMATED\tCOST\tPAID\tPENDING\tUNPAID")
 	for _, r := range sum.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Day, r.Account, r.KeyID, r.Model, r.Requests, r.PromptTokens, r.CompletionTokens, r.EstimatedRequests, r.Cost.String(), paidCell(r.Paid))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Day, r.Account, r.KeyID, r.Model, totalsCells(r.UsageTotals))
 	}
-	fmt.Fprintf(tw, "TOTAL\t\t\t\t%d\t%d\t%d\t%d\t%s\t%s\n", sum.Requests, sum.PromptTokens, sum.CompletionTokens, sum.EstimatedRequests, sum.Cost.String(), paidCell(sum.Paid))
+	fmt.Fprintf(tw, "TOTAL\t\t\t\t%s\n", totalsCells(sum.UsageTotals))
 	return tw.Flush()
+}
+
+// totalsCells are the counters' columns of a usage row, tab-separated.
+func totalsCells(t store.UsageTotals) string {
+	return fmt.Sprintf("%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s", t.Requests, t.PromptTokens, t.CompletionTokens, t.EstimatedRequests, t.Cost.String(),
+		paidCell(t.Paid), paidCell(t.Pending), paidCell(t.Unpaid))
 }
 
 func paidCell(d *decimal.Decimal) string {

@@ -181,6 +181,7 @@ var defaults = map[string]any{
 	"metrics.enabled":                true,
 	"admin.token":                    "", // known to viper, so TOLLWAY_ADMIN_TOKEN alone sets it
 	"routing.attempt_timeout":        "60s",
+	"x402.facilitator_timeout":       "60s",
 	"limits.max_concurrent_requests": ir.DefaultMaxConcurrentRequests,
 	"listen.xff_num_trusted_hops":    0,
 	"tasks.max_age":                  "6h",

@@ -18,6 +18,7 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -220,12 +221,15 @@ var payTargets = []string{"/v1/chat/completions", "/v1/videos", "/v1/images"}
 
 // checkX402 checks the x402: section beyond its own rules: what it runs must exist here.
 func (c *Config) checkX402() []error {
-	if len(c.X402.Endpoints) == 0 {
-		return nil
-	}
 	var errs []error
+	if c.X402.FacilitatorTimeout == 0 { // x402 reads 0 as its default; here the default is written out
+		errs = append(errs, fmt.Errorf("x402.facilitator_timeout is 0s: use %v to %v (default %v); it bounds each call to the facilitator", x402.MinFacilitatorTimeout, x402.MaxFacilitatorTimeout, x402.DefaultTimeout))
+	}
 	if err := c.X402.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if len(c.X402.Endpoints) == 0 {
+		return errs
 	}
 	if !c.Billing.Enabled {
 		errs = append(errs, errors.New("x402.endpoints need billing: {enabled: true}: paid requests are metered, settled and recorded like keyed ones"))

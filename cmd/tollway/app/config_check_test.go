@@ -3,6 +3,7 @@ package app
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollway/tollway/test/fuzzcheck"
 )
@@ -56,6 +57,12 @@ func TestConfigValuesTheGatewayUses(t *testing.T) {
 		{"envoy: {concurrency: 2.5}", "envoy.concurrency is 2.5: write a whole number"},
 		{"routing: {attempt_timeout: 300us}", "routing.attempt_timeout is 300µs: Envoy counts milliseconds, use 1ms or more (or 0 for the default)"},
 		{"models: [{id: m, max_output_length: 1.5, providers: [{provider: p, model: x}]}]", "models[0].max_output_length is 1.5: write a whole number"},
+		{"x402: {facilitator_timeout: 60}", "x402.facilitator_timeout is the number 60: write a duration with its unit, such as 60s"},
+		{"x402: {facilitator_timeout: soon}", `x402.facilitator_timeout is "soon": write a duration such as 30s or 500ms`},
+		{"x402: {facilitator_timeout: 0s}", "x402.facilitator_timeout is 0s: use 1s to 2m30s (default 1m0s)"},
+		{"x402: {facilitator_timeout: 500ms}", "x402.facilitator_timeout is 500ms: use 1s to 2m30s (default 1m0s)"},
+		{"x402: {facilitator_timeout: -5s}", "x402.facilitator_timeout is -5s: use 1s to 2m30s"},
+		{"x402: {facilitator_timeout: 5m}", "x402.facilitator_timeout is 5m0s: use 1s to 2m30s"},
 	} {
 		_, err := LoadConfig(writeConfig(t, tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -70,8 +77,11 @@ routing: {attempt_timeout: 1ms}
 providers: [{name: p, type: openai, base_url: "http://127.0.0.1:1/v1"}]
 models: [{id: m, context_length: 8e3, providers: [{provider: p, model: x}]}]
 `))
-	if err != nil || c.Models[0].ContextLength != 8000 || c.Envoy.Concurrency != 2 {
+	if err != nil || c.Models[0].ContextLength != 8000 || c.Envoy.Concurrency != 2 || c.X402.FacilitatorTimeout != 60*time.Second {
 		t.Fatalf("LoadConfig: %v (%+v)", err, c)
+	}
+	if c, err := LoadConfig(writeConfig(t, "x402: {facilitator_timeout: 2m30s}")); err != nil || c.X402.FacilitatorTimeout != 150*time.Second {
+		t.Fatalf("facilitator_timeout 2m30s: %v", err)
 	}
 }
 

@@ -51,6 +51,9 @@ type gateway struct {
 	supervisor atomic.Pointer[envoy.Supervisor]
 	// metrics serves GET /metrics and /metrics/envoy (admin_metrics.go); nil: metrics are off.
 	metrics *metricsEndpoint
+	// settlements resolves x402 settlements whose outcome was unknown (nil: billing is off,
+	// so there are no paid endpoints).
+	settlements *extproc.Settlements
 
 	mu     sync.Mutex
 	cfg    *Config
@@ -137,9 +140,18 @@ func (g *gateway) payments(c *Config) *extproc.Payments {
 		g.log.Error("x402 endpoints not served", "error", err)
 		return nil
 	}
+	for _, w := range c.X402.ShortWindows() {
+		g.log.Warn("x402: a settlement whose answer times out cannot be asked again before its credential expires, so it would end unpaid even if it settled; raise max_timeout_seconds or lower facilitator_timeout", "option", w)
+	}
 	fac := x402.NewFacilitator(c.X402.FacilitatorURL)
+	fac.Timeout = c.X402.FacilitatorTimeout
 	go g.checkFacilitator(fac, offers)
-	return &extproc.Payments{Offers: offers, Facilitator: fac, Claim: g.store.ClaimCredential}
+	if g.settlements != nil {
+		// Pending settlements are asked of the facilitator configured now; with no x402:
+		// section they keep the last one.
+		g.settlements.SetFacilitator(fac)
+	}
+	return &extproc.Payments{Offers: offers, Facilitator: fac, Claim: g.store.ClaimCredential, Settlements: g.settlements}
 }
 
 // checkFacilitator warns when the facilitator cannot settle an option the endpoints offer
@@ -147,9 +159,7 @@ func (g *gateway) payments(c *Config) *extproc.Payments {
 // with credentials it refuses. A facilitator down now is no error: requests get 503 until it
 // is back.
 func (g *gateway) checkFacilitator(fac *x402.Facilitator, offers map[string]*x402.Offer) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	sup, err := fac.Supported(ctx)
+	sup, err := fac.Supported(context.Background()) // within x402.facilitator_timeout
 	if err != nil {
 		g.log.Warn("x402 facilitator not reachable now; paid requests get 503 facilitator_unavailable until it is", "facilitator", fac.URL, "error", err)
 		return

@@ -129,11 +129,21 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	}
 	allow := tasks.NewAllowList(allowed)
 	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv, internal: internal, callbacks: allow}
+	if bill != nil { // x402 needs billing
+		gw.settlements = extproc.NewSettlements(st, log.With("component", "x402"))
+		n, err := gw.settlements.Resume()
+		if err != nil { // the rest still resume
+			log.Error("pending x402 settlements that cannot be read stay in the store, unresolved", "error", err)
+		}
+		if n > 0 {
+			log.Info("pending x402 settlements resumed", "settlements", n)
+		}
+	}
 	taskSvc := &tasks.Service{Store: st, Envoy: &tasks.Envoy{},
 		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second,
 		ImageLife: time.Duration(cfg.Store.ImageRetentionHours) * time.Hour, MaxAge: cfg.Tasks.MaxAge, UnknownGrace: cfg.Tasks.UnknownGrace}
 	if cfg.Metrics.Enabled {
-		gw.metrics = newMetricsEndpoint(observe(ctrl, ext, ledger, bill, taskSvc))
+		gw.metrics = newMetricsEndpoint(observe(ctrl, ext, ledger, bill, taskSvc, gw.settlements))
 	}
 	if internal != nil {
 		taskSvc.Envoy.Addr = fmt.Sprintf("%s:%d", internal.Address, internal.Port)
@@ -219,6 +229,9 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	// Running tasks advance and their callbacks go out without anybody asking.
 	if internal != nil {
 		serve("task poller", func() error { taskSvc.Poll(serveCtx, time.Second, 8); return nil })
+	}
+	if gw.settlements != nil {
+		serve("x402 settlements", func() error { gw.settlements.Run(serveCtx); return nil })
 	}
 	deliverer := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient(allow), Log: log.With("component", "callbacks"), Now: time.Now}
 	serve("callbacks", func() error { deliverer.Run(serveCtx, time.Second); return nil })

@@ -24,6 +24,11 @@ function defaultControls() {
     verify: 'real', // "real" | "invalid" (200 {isValid:false}) | "error" (500)
     settle: 'real', // "real"|"ok" | "fail" (200 {success:false}) | "error" (500)
     delay_ms: 0, // extra latency before /verify and /settle answer
+    // What /settle does once the real settlement is done (on chain): "answer" (its result),
+    // "delay" (answer after after_settle_delay_ms), "drop" (destroy the connection, no answer)
+    // or "500" (answer 500 {error}), for every settle until changed.
+    after_settle: 'answer',
+    after_settle_delay_ms: 0,
   };
 }
 
@@ -139,11 +144,31 @@ export async function startFacilitator(o) {
     try {
       const r = await facilitator.settle(paymentPayload, paymentRequirements);
       if (!r.success) log(`settle refused: ${r.errorReason}`);
-      return answer(200, r);
+      return await afterSettle(entry, req, res, () => answer(200, r));
     } catch (e) {
       log(`settle threw: ${e.message}`);
       return answer(500, { error: String(e.message ?? e) });
     }
+  }
+
+  // afterSettle answers a settle that ran as the after_settle control says (fault injection:
+  // a facilitator that settled on chain but answers late, never, or with an error).
+  async function afterSettle(entry, req, res, answerResult) {
+    const mode = controls.after_settle;
+    if (mode === 'answer') return answerResult();
+    entry.after_settle = mode;
+    if (mode === 'drop') {
+      entry.status = -1;
+      req.socket.destroy();
+      return undefined;
+    }
+    if (mode === '500') {
+      entry.status = 500;
+      entry.response = { error: 'settled, then failed (test control)' };
+      return json(res, 500, entry.response);
+    }
+    await new Promise((r) => setTimeout(r, controls.after_settle_delay_ms));
+    return answerResult();
   }
 
   async function handleControl(path, url, req, res) {
@@ -166,6 +191,15 @@ export async function startFacilitator(o) {
       if ('settle' in patch) {
         if (!['real', 'ok', 'fail', 'error'].includes(patch.settle)) return json(res, 400, { error: 'settle must be real|ok|fail|error' });
         next.settle = patch.settle === 'ok' ? 'real' : patch.settle;
+      }
+      if ('after_settle' in patch) {
+        if (!['answer', 'delay', 'drop', '500'].includes(String(patch.after_settle))) return json(res, 400, { error: 'after_settle must be answer|delay|drop|500' });
+        next.after_settle = String(patch.after_settle);
+      }
+      if ('after_settle_delay_ms' in patch) {
+        const n = Number(patch.after_settle_delay_ms);
+        if (!Number.isInteger(n) || n < 0 || n > MAX_DELAY_MS) return json(res, 400, { error: `after_settle_delay_ms must be a whole number 0..${MAX_DELAY_MS}` });
+        next.after_settle_delay_ms = n;
       }
       if ('delay_ms' in patch) {
         const d = Number(patch.delay_ms);

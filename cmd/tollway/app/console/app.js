@@ -586,11 +586,15 @@
     const dims = u.by;
     const cell = (d, v) => d === 'key' && v ? td([h('code', {}, v), keyName.has(v) ? h('span', { class: 'muted' }, ' ' + keyName.get(v)) : null])
       : td(v || (d === 'route' ? h('span', { class: 'muted' }, 'none') : ''), 'nowrap');
-    const rows = u.rows.map((r) => h('tr', {}, dims.map((d) => cell(d, r.group[d])), num(r.requests), num(r.prompt_tokens),
-      num(r.completion_tokens), num(r.cached_tokens), money(r.cost), td(r.paid ? usd(r.paid) : '', 'num')));
     const t = u.totals;
+    // x402: what payments settled; pending (still being settled) and unpaid (never settled,
+    // served unpaid) only when there are any.
+    const pay = [['paid', 'Paid (x402)'], ['pending', 'Pending (x402)'], ['unpaid', 'Unpaid (x402)']].filter(([k]) => k === 'paid' || t[k]);
+    const payCells = (r, foot) => pay.map(([k]) => h('td', { class: 'num', id: foot ? 'usage-total-' + k : null }, r[k] ? usd(r[k]) : ''));
+    const rows = u.rows.map((r) => h('tr', {}, dims.map((d) => cell(d, r.group[d])), num(r.requests), num(r.prompt_tokens),
+      num(r.completion_tokens), num(r.cached_tokens), money(r.cost), payCells(r, false)));
     const foot = h('tr', { id: 'usage-total' }, dims.map((d, i) => td(i === 0 ? 'Total' : '')), num(t.requests), num(t.prompt_tokens),
-      num(t.completion_tokens), num(t.cached_tokens), h('td', { class: 'num', id: 'usage-total-cost' }, usd(t.cost)), td(t.paid ? usd(t.paid) : '', 'num'));
+      num(t.completion_tokens), num(t.cached_tokens), h('td', { class: 'num', id: 'usage-total-cost' }, usd(t.cost)), payCells(t, true));
     const source = u.source === 'aggregates'
       ? 'From the daily totals, kept for good: the same numbers as `tollway usage`.'
       : 'From the usage records (they alone know the route), kept ' + (u.records_kept_days ? u.records_kept_days + ' days' : 'for good') + '.';
@@ -599,7 +603,7 @@
       h('section', { class: 'panel' }, form),
       table(source, [...dims.map((d) => d === 'key' ? 'Key' : d[0].toUpperCase() + d.slice(1)),
         { label: 'Requests', num: true }, { label: 'Prompt tokens', num: true }, { label: 'Completion tokens', num: true },
-        { label: 'Cached tokens', num: true }, { label: 'Cost', num: true }, { label: 'Paid (x402)', num: true }], rows, foot),
+        { label: 'Cached tokens', num: true }, { label: 'Cost', num: true }, ...pay.map(([, label]) => ({ label, num: true }))], rows, foot),
     ];
   };
 

@@ -67,6 +67,8 @@ type Metrics struct {
 
 	taskChanges *prometheus.CounterVec
 
+	settlements *prometheus.CounterVec
+
 	seen  sync.Map // label value -> struct{}: the values admitted so far
 	nseen atomic.Int64
 }
@@ -142,6 +144,13 @@ func New() *Metrics {
 	m.taskChanges = counter("tollway_task_transitions_total",
 		"Media task status changes (created tasks count under their first status), by kind (video, image), family and the status taken.",
 		"kind", "family", "status")
+
+	m.settlements = counter("tollway_x402_settlements_total",
+		"x402 settlements by outcome: settled (the facilitator settled it, at the request or later), refused (it refused: the result was withheld), pending (its answer was lost: the result was served and the settlement is resolved in the background; each later counts once more as settled or unpaid) or unpaid (a pending one that never settled).",
+		"outcome")
+	for _, o := range []string{extproc.SettleSettled, extproc.SettleRefused, extproc.SettlePending, extproc.SettleUnpaid} {
+		m.settlements.WithLabelValues(o) // every outcome is exported, at zero until it happens
+	}
 
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -226,6 +235,9 @@ func (m *Metrics) TaskChanged(t *store.Task, _ string, usage *store.UsageRecord)
 		m.Usage(*usage)
 	}
 }
+
+// Settlement counts an x402 settlement's outcome (extproc.SettleSettled, ...).
+func (m *Metrics) Settlement(outcome string) { m.settlements.WithLabelValues(outcome).Inc() }
 
 // Held counts a hold asked of the ledger.
 func (m *Metrics) Held(err error) {
