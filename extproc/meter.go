@@ -140,6 +140,9 @@ type meter struct {
 	// estimate, once made, is the answer's usage: a stream that got an estimated usage chunk is
 	// billed exactly what that chunk said.
 	estimate *ir.Usage
+	// counted bytes of text were counted as countedTokens by the last progress report.
+	counted       int
+	countedTokens int64
 }
 
 // body reads a whole (non-streamed) JSON answer.
@@ -231,6 +234,23 @@ func hasMember(data []byte, name string, first byte) bool {
 func isUsageOnly(data []byte) bool {
 	c := usageEvent(data)
 	return c != nil && len(c.Choices) == 0 && (c.Usage.PromptTokens > 0 || c.Usage.CompletionTokens > 0)
+}
+
+// progress is the usage of an answer still streaming, for a checkpoint: the provider's once it
+// came, else the prompt and the completion text so far, counted as an estimate would count it
+// (only the text since the last report is tokenized).
+func (m *meter) progress(promptTokens func() int64) ir.Usage {
+	if m.usage != nil {
+		u := m.usage.billing()
+		u.Images = m.images
+		return u
+	}
+	m.fold()
+	if m.text.Len() > m.counted {
+		m.countedTokens += int64(billing.CountText(string(m.text.Bytes()[m.counted:])))
+		m.counted = m.text.Len()
+	}
+	return ir.Usage{PromptTokens: promptTokens(), CompletionTokens: m.countedTokens, Images: m.images}
 }
 
 // result is the usage to bill and whether it is an estimate.

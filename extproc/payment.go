@@ -180,6 +180,8 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 	claim := x.s.payments.Load().Claim
 	if err := claim(cred.Key(), cred.KeepUntil()); errors.Is(err, store.ErrExists) {
 		return x.paymentRequired("the credential was already used", "payment_already_used", "this credential was already used (a credential pays for one request); sign a new one from PAYMENT-REQUIRED")
+	} else if e := x.s.storeRefusal(); err != nil && e != nil {
+		return e // the store failed as the claim was written: the credential is not used
 	} else if err != nil {
 		return apiErr(http.StatusInternalServerError, "internal_error", "the payment could not be recorded; nothing was charged; retry")
 	}
@@ -303,11 +305,7 @@ func (x *exchange) paidCost() (decimal.Decimal, store.UsageRecord) {
 	usage, estimated := x.meter.result(x.promptTokens)
 	usage = storable(usage)
 	cost := x.plan.model.Pricing.Cost(usage)
-	return cost, store.UsageRecord{
-		RequestID: x.billingID(), KeyID: x.key.ID, Account: x.key.Account, Model: x.plan.model.ID, Provider: x.provider,
-		Route: x.plan.routeID(), PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens,
-		CachedTokens: usage.CachedTokens, Cost: cost, Estimated: estimated,
-	}
+	return cost, x.usageRecord(usage, cost, estimated, time.Time{})
 }
 
 // paidSettle ends a paid chat request that got an answer: upto is settled now if it was not

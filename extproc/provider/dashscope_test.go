@@ -97,3 +97,22 @@ func FuzzValidateDashScope(f *testing.F) {
 		}
 	})
 }
+
+// TestDashScopeCancel: video and image tasks are cancelled through DashScope's task API.
+func TestDashScopeCancel(t *testing.T) {
+	p := &ir.Provider{Name: "ds", Type: "dashscope", APIKey: "sk-ds"}
+	for _, family := range []string{"V2", "I2"} {
+		a, err := TaskFor(family)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, ok := a.(TaskCanceler)
+		if !ok {
+			t.Fatalf("family %s cannot cancel", family)
+		}
+		up, err := c.Cancel(p, &ir.Model{Family: family}, "task/1")
+		if err != nil || up.Method != "POST" || up.Path != "/api/v1/tasks/task%2F1/cancel" || up.Headers["authorization"] != "Bearer sk-ds" {
+			t.Fatalf("%s cancel: %+v %v", family, up, err)
+		}
+	}
+}
