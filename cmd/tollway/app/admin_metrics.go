@@ -71,7 +71,7 @@ func (g *gateway) metricsRoutes(mux *http.ServeMux) {
 
 // observe makes the metrics and wires every component to them; it runs before anything is
 // served (the observers are set once, never swapped).
-func observe(ctrl *xds.Server, ext *extproc.Server, ledger *billing.Ledger, bill *extproc.Billing, taskSvc *tasks.Service) *metrics.Metrics {
+func observe(ctrl *xds.Server, ext *extproc.Server, ledger *billing.Ledger, bill *extproc.Billing, taskSvc *tasks.Service, st *store.Store, settle *store.Settler) *metrics.Metrics {
 	m := metrics.New()
 	ctrl.SetObserver(m)
 	ext.SetObserver(m)
@@ -83,6 +83,15 @@ func observe(ctrl *xds.Server, ext *extproc.Server, ledger *billing.Ledger, bill
 		bill.Record = func(r store.UsageRecord) { m.Usage(r); record(r) }
 	}
 	taskSvc.Changed = m.TaskChanged
+	m.GaugeFunc("tollway_store_available", "1 while the store can make records durable; 0 during an outage (a full, read-only or failing disk), when billable requests, task creates and paid requests are refused with 503 store_unavailable.", func() float64 {
+		if st.Unavailable() != nil {
+			return 0
+		}
+		return 1
+	})
+	if settle != nil {
+		m.GaugeFunc("tollway_usage_records_queued", "Usage records and holds waiting to be written: queued, or held while the store cannot commit.", func() float64 { return float64(settle.Queued()) })
+	}
 	m.GaugeFunc("tollway_tasks_open", "Media tasks running, followed by the poller.", func() float64 { return float64(taskSvc.Running()) })
 	m.GaugeFunc("tollway_xds_version_pushed", "The newest snapshot version pushed to Envoy.", func() float64 { return float64(ctrl.Status().Version) })
 	m.GaugeFunc("tollway_xds_version_accepted", "The newest snapshot version Envoy accepted on every resource type.", func() float64 { return float64(ctrl.Status().AcceptedVersion) })
