@@ -89,6 +89,7 @@ type usageRecord struct {
 	CompletionTokens int64 `json:"completion_tokens"`
 	Cost             decimal.Decimal
 	Estimated        bool
+	EstimateReason   string `json:"estimate_reason"`
 	Payment          *struct {
 		Endpoint, Scheme, Network, Asset, Payer, Amount, Transaction string
 		AmountUSD                                                    decimal.Decimal `json:"amount_usd"`

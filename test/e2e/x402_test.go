@@ -78,6 +78,12 @@ const x402Config = `x402:
 
 func startPaid(t *testing.T, bedArgs ...string) *paidGateway {
 	t.Helper()
+	return startPaidIn(t, "", bedArgs...)
+}
+
+// startPaidIn is startPaid with its store in dir ("": a temporary directory).
+func startPaidIn(t *testing.T, dir string, bedArgs ...string) *paidGateway {
+	t.Helper()
 	bed, err := harness.StartBed(bedArgs...)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +108,7 @@ models:
     providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
     pricing: {request: "0.05", duration: "0.045"}
 `, fake.URL(), fake.MiniMaxURL()) + fmt.Sprintf(x402Config, bed.Network, bed.Asset, bed.PayTo, bed.FacilitatorURL, bed.FacilitatorAddress)
-	g := startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey)
+	g := startWith(t, harness.Options{Dir: dir, Body: body, Env: []string{"FAKE_PROVIDER_KEY=" + providerKey}})
 	// pay_url is the public address the harness picked: written in and reloaded.
 	cfg, err := os.ReadFile(g.CfgPath)
 	if err != nil {
