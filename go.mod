@@ -17,7 +17,7 @@ require (
 	go.etcd.io/bbolt v1.5.0 // the store
 	go.yaml.in/yaml/v3 v3.0.4 // golden files rendered as YAML
 	golang.org/x/image v0.47.0 // WebP headers: a first-frame image is checked by its decoded size, not its declared type
-	golang.org/x/sys v0.49.0 // inotify for the config watch with its own event mask (fsnotify asks for every write in the directory)
+	golang.org/x/sys v0.49.0 // inotify for the config watch with its own event mask (fsnotify asks for every write in the directory); statfs and fallocate for the store's health and reserve
 	google.golang.org/grpc v1.85.0 // ext_proc and xDS servers
 	google.golang.org/protobuf v1.36.12 // protojson, Any
 	k8s.io/api v0.37.2 // tests only: the Kubernetes manifests in configs/deploy decoded strictly into their API types

@@ -18,14 +18,19 @@ import (
 // estimated bill uses the prompt bound.
 const maxRetainedBody = 1 << 20
 
-// promptTokens counts the prompt with the tokenizer, for a bill the provider gave no usage for.
+// promptTokens counts the prompt with the tokenizer (once), for a bill the provider gave no
+// usage for.
 func (x *exchange) promptTokens() int64 {
+	if x.promptCounted {
+		return x.promptCount
+	}
+	x.promptCount, x.promptCounted = x.promptEstimate, true
 	if x.body != nil {
 		if n, err := billing.CountChatPrompt(x.body); err == nil {
-			return int64(n)
+			x.promptCount = int64(n)
 		}
 	}
-	return x.promptEstimate
+	return x.promptCount
 }
 
 // defaultOutputCap bounds the hold for a request with no max_tokens on a model whose catalog
@@ -49,6 +54,9 @@ func (x *exchange) admit(body []byte) *APIError {
 	if b == nil && x.pay == nil {
 		return nil
 	}
+	if e := x.s.storeRefusal(); e != nil {
+		return e // nothing could be billed: refused before any hold or payment
+	}
 	worst := x.worstCase()
 	if x.pay != nil {
 		// Paid through x402: the payment covers it, not the account's credits.
@@ -59,6 +67,7 @@ func (x *exchange) admit(body []byte) *APIError {
 		return e
 	}
 	x.hold = hold
+	x.holdDurable()
 	return nil
 }
 
@@ -135,20 +144,7 @@ func (x *exchange) settle() {
 	b.Ledger.Settle(x.hold, cost)
 	x.hold = nil
 	x.bill = &billed{usage: usage, estimated: estimated, cost: cost}
-	b.Record(store.UsageRecord{
-		RequestID:        x.billingID(),
-		KeyID:            x.key.ID,
-		Account:          x.key.Account,
-		Model:            x.plan.model.ID,
-		Provider:         x.provider,
-		Route:            x.plan.routeID(),
-		PromptTokens:     usage.PromptTokens,
-		CompletionTokens: usage.CompletionTokens,
-		CachedTokens:     usage.CachedTokens,
-		Cost:             cost,
-		Estimated:        estimated,
-		Time:             b.Now().UTC(),
-	})
+	b.Record(x.usageRecord(usage, cost, estimated, b.Now()))
 }
 
 // cost is what the answer cost: its usage at the answering model's prices, plus the usage the
@@ -187,6 +183,7 @@ func (x *exchange) release() {
 	if x.hold != nil {
 		x.s.billing.Ledger.Release(x.hold)
 		x.hold = nil
+		x.endHold()
 	}
 }
 
@@ -202,10 +199,14 @@ func (x *exchange) finish() {
 	x.release()
 }
 
-// billingID makes the usage record's id: the request id for tracing plus a random suffix,
-// because clients can set x-request-id and a repeated id must not make a request free.
+// billingID is the usage record's id (made once, so a request's hold and record share it):
+// the request id for tracing plus a random suffix, because clients can set x-request-id and a
+// repeated id must not make a request free.
 func (x *exchange) billingID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return x.requestID + "." + hex.EncodeToString(b[:])
+	if x.billID == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		x.billID = x.requestID + "." + hex.EncodeToString(b[:])
+	}
+	return x.billID
 }

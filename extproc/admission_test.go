@@ -37,8 +37,9 @@ func (r *recorder) all() []store.UsageRecord {
 var testNow = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
 // billedServer runs the ext_proc server with billing: model "gpt" priced at $1 per prompt token
-// and $2 per completion token (so costs are easy to read), key_valid on account acct-key_valid.
-func billedServer(t *testing.T, credits string, limit *decimal.Decimal) (*envoy, *billing.Ledger, *recorder) {
+// and $2 per completion token (so costs are easy to read), key_valid on account acct-key_valid;
+// opts change the billing before it serves.
+func billedServer(t *testing.T, credits string, limit *decimal.Decimal, opts ...func(*Billing)) (*envoy, *billing.Ledger, *recorder) {
 	t.Helper()
 	g := testGateway()
 	p, err := ir.ParsePricing(map[string]any{"prompt": "1", "completion": "2"})
@@ -52,7 +53,11 @@ func billedServer(t *testing.T, credits string, limit *decimal.Decimal) (*envoy,
 	rt := Compile(g, []store.Key{k})
 	ledger := billing.NewLedger(map[string]decimal.Decimal{"acct-key_valid": decimal.RequireFromString(credits)}, nil, "2026-11")
 	rec := &recorder{}
-	e := startServerWith(t, rt, &Billing{Ledger: ledger, Record: rec.record, Now: func() time.Time { return testNow }})
+	b := &Billing{Ledger: ledger, Record: rec.record, Now: func() time.Time { return testNow }}
+	for _, o := range opts {
+		o(b)
+	}
+	e := startServerWith(t, rt, b)
 	return e, ledger, rec
 }
 
@@ -190,7 +195,7 @@ func TestAdmissionStreamsAndCuts(t *testing.T) {
 }
 
 // BenchmarkAdmission is the request side's CPU with and without billing: parse and plan, then
-// (billing on) the prompt bound, the worst-case price and the hold.
+// (billing on) the prompt bound, the worst-case price, the hold and its provisional record.
 func BenchmarkAdmission(b *testing.B) {
 	g := testGateway()
 	p, _ := ir.ParsePricing(map[string]any{"prompt": "0.00000015", "completion": "0.0000006"})
@@ -201,7 +206,7 @@ func BenchmarkAdmission(b *testing.B) {
 		var bl *Billing
 		if billed {
 			ledger := billing.NewLedger(map[string]decimal.Decimal{"acct-key_valid": decimal.NewFromInt(1e9)}, nil, "2026-11")
-			bl = &Billing{Ledger: ledger, Record: func(store.UsageRecord) {}, Now: time.Now}
+			bl = &Billing{Ledger: ledger, Record: func(store.UsageRecord) {}, Hold: func(store.UsageRecord, func() decimal.Decimal) {}, End: func(string) {}, Now: time.Now}
 		}
 		s := NewServer(nil, rt, bl)
 		hdrs := chatHeaders("Bearer "+validSecret, "r1", true).GetRequestHeaders()

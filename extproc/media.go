@@ -241,6 +241,11 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 			return x.fail(apiErr(http.StatusBadRequest, "invalid_callback_url", "%v", err))
 		}
 	}
+	// A task the store cannot record must not be created: the provider would run (and bill)
+	// a task nobody can see.
+	if e := x.s.storeRefusal(); e != nil {
+		return x.fail(e)
+	}
 	var hold *billing.Reservation
 	if x.pay != nil {
 		// Paid through x402: the payment covers it, never the account's credits.

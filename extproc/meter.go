@@ -155,6 +155,9 @@ type meter struct {
 	// estimate, once made, is the answer's usage: a stream that got an estimated usage chunk is
 	// billed exactly what that chunk said.
 	estimate *ir.Usage
+	// counted bytes of text were counted as countedTokens by the last progress report.
+	counted       int
+	countedTokens int64
 }
 
 // body reads a whole (non-streamed) JSON answer.
@@ -254,6 +257,23 @@ func (m *meter) others() []otherUsage {
 		return nil
 	}
 	return m.usage.OtherModels
+}
+
+// progress is the usage of an answer still streaming, for a checkpoint: the provider's once it
+// came, else the prompt and the completion text so far, counted as an estimate would count it
+// (only the text since the last report is tokenized).
+func (m *meter) progress(promptTokens func() int64) ir.Usage {
+	if m.usage != nil {
+		u := m.usage.billing()
+		u.Images = m.images
+		return u
+	}
+	m.fold()
+	if m.text.Len() > m.counted {
+		m.countedTokens += int64(billing.CountText(string(m.text.Bytes()[m.counted:])))
+		m.counted = m.text.Len()
+	}
+	return ir.Usage{PromptTokens: promptTokens(), CompletionTokens: m.countedTokens, Images: m.images}
 }
 
 // result is the usage to bill and whether it is an estimate.

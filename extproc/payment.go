@@ -183,9 +183,13 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 		return apiErr(x402.Status(err), x402.Code(err), "%v", err)
 	}
 	claim := x.s.payments.Load().Claim
-	if err := claim(cred.Key(), cred.KeepUntil()); errors.Is(err, store.ErrExists) {
+	err = claim(cred.Key(), cred.KeepUntil())
+	switch {
+	case errors.Is(err, store.ErrExists):
 		return x.paymentRequired("the credential was already used", "payment_already_used", "this credential was already used (a credential pays for one request); sign a new one from PAYMENT-REQUIRED")
-	} else if err != nil {
+	case errors.Is(err, store.ErrUnavailable) && x.s.storeRefusal() != nil:
+		return x.s.storeRefusal() // the store failed as the claim was written: the credential is unused
+	case err != nil:
 		return apiErr(http.StatusInternalServerError, "internal_error", "the payment could not be recorded; nothing was charged; retry")
 	}
 	// From here the credential is used: a refusal below does not free it.
@@ -372,11 +376,7 @@ func (x *exchange) paidCost() (decimal.Decimal, store.UsageRecord) {
 	usage, estimated := x.meter.result(x.promptTokens)
 	usage = storable(usage)
 	cost := x.cost(usage)
-	return cost, store.UsageRecord{
-		RequestID: x.payRecordID(), KeyID: x.key.ID, Account: x.key.Account, Model: x.plan.model.ID, Provider: x.provider,
-		Route: x.plan.routeID(), PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens,
-		CachedTokens: usage.CachedTokens, Cost: cost, Estimated: estimated,
-	}
+	return cost, x.usageRecord(usage, cost, estimated, time.Time{})
 }
 
 // paidSettle ends a paid chat request that got an answer: upto is settled now if it was not

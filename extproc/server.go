@@ -19,6 +19,7 @@ import (
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/shopspring/decimal"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -47,15 +48,24 @@ type Server struct {
 	tasksOff atomic.Pointer[string]   // why they are off, for their answer
 	payments atomic.Pointer[Payments] // nil: no paid endpoints
 	obs      Observer                 // nil: nothing is measured
+	// storeCheck reports the store's outage (nil: none): see SetStoreCheck.
+	storeCheck atomic.Pointer[func() error]
 }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go.
 // A nil *Billing turns admission and metering off (responses then pass untouched).
 type Billing struct {
 	Ledger *billing.Ledger
-	// Record hands a settled request to durable storage; it must not block for long.
+	// Record hands a settled request to durable storage; it must not block for long. It ends
+	// the request's durable hold.
 	Record func(store.UsageRecord)
-	Now    func() time.Time
+	// Hold makes an admitted request's hold durable with the next batch: the record a restart
+	// bills if the request never settles, its cost from price when price is not nil (asked for
+	// only if the hold is written); a later Hold of the same request id is its progress. End
+	// drops the hold of a request released unbilled. Nil: holds are not recorded.
+	Hold func(rec store.UsageRecord, price func() decimal.Decimal)
+	End  func(requestID string)
+	Now  func() time.Time
 }
 
 // NewServer makes a server that serves rt until Swap replaces it.
@@ -113,6 +123,10 @@ type exchange struct {
 	hold           *billing.Reservation
 	promptEstimate int64  // strict bound of the prompt's tokens, sized the hold
 	body           []byte // the request, kept (when small) to count its prompt if a bill is estimated
+	promptCount    int64  // the prompt counted by the tokenizer, once promptCounted
+	promptCounted  bool
+	billID         string    // the usage record's id, made once (billingID)
+	checkpointed   time.Time // the hold's last durable progress (durable.go)
 	meter          meter
 	answer         *answer // rewrites a successful answer for the client
 	streaming      bool
@@ -711,6 +725,9 @@ func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespon
 		default:
 			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
 		}
+	}
+	if x.streaming && !b.GetEndOfStream() {
+		x.checkpoint()
 	}
 	if b.GetEndOfStream() {
 		if x.pay != nil && !x.streaming {

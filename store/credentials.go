@@ -33,7 +33,7 @@ func (s *Store) ClaimCredential(key string, until time.Time) error {
 	case until.Unix() <= 0 || until.Year() > 2200:
 		return errorOf(ErrInvalid, "store: credential %s kept until %v: not a time the index can order", key, until)
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketCredentials)
 		if b.Get([]byte(key)) != nil {
 			return errorOf(ErrExists, "payment credential already used")
@@ -51,7 +51,7 @@ func (s *Store) ClaimCredential(key string, until time.Time) error {
 func (s *Store) PruneCredentials(before time.Time, limit int) (PruneResult, error) {
 	var res PruneResult
 	var start time.Time
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		start = time.Now()
 		creds, expiry := tx.Bucket(bucketCredentials), tx.Bucket(bucketCredentialsExpiry)
 		old := keysBefore(expiry, usageKey(before, ""), limit)

@@ -139,7 +139,7 @@ func TestSettleTxRefusedPutFailsAlone(t *testing.T) {
 	todo := prepareSettling(recs, errs)
 	todo[1].uKey = append(todo[1].uKey, make([]byte, bolt.MaxKeySize)...) // the record's own Put fails
 	todo[2].reqKey = nil                                                  // its index Put fails after the record's
-	if err := s.db.Update(func(tx *bolt.Tx) error { return settleTx(tx, todo, errs) }); err != nil {
+	if err := s.update(func(tx *bolt.Tx) error { return settleTx(tx, todo, errs, nil) }); err != nil {
 		t.Fatalf("the transaction failed: %v", err)
 	}
 	for i, want := range []bool{false, true, true, false} {
@@ -185,7 +185,7 @@ func TestSettlerIsolatesAnUnpredictedFailure(t *testing.T) {
 		defer mu.Unlock()
 		reported = append(reported, r.RequestID)
 	}})
-	q.settle = func(batch []UsageRecord) []error {
+	q.settle = faulty(func(batch []UsageRecord) []error {
 		mu.Lock()
 		calls++
 		mu.Unlock()
@@ -198,7 +198,7 @@ func TestSettlerIsolatesAnUnpredictedFailure(t *testing.T) {
 			}
 		}
 		return s.SettleBatch(batch)
-	}
+	})
 	for i := range 200 {
 		q.Record(rec(fmt.Sprintf("a%d", i), "a", "0.25"))
 		if i == 133 {
@@ -246,6 +246,20 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 	}
 }
 
+// faulty makes a settler's settle from a test's fault: its errors per record, and as the
+// transaction's error the first that is not a record's own fault.
+func faulty(f func([]UsageRecord) []error) func([]UsageRecord, HoldChanges) ([]error, error) {
+	return func(batch []UsageRecord, _ HoldChanges) ([]error, error) {
+		errs := f(batch)
+		for _, err := range errs {
+			if err != nil && !wrongRecord(err) {
+				return errs, err
+			}
+		}
+		return errs, nil
+	}
+}
+
 // failAll is a transaction that failed: err for every record.
 func failAll(batch []UsageRecord, err error) []error {
 	errs := make([]error, len(batch))
@@ -271,7 +285,7 @@ func TestDamagedRowFailsOnlyItsRecords(t *testing.T) {
 	mustAccount(t, s, "a", "10")
 	mustAccount(t, s, "b", "10")
 	bad := rec("b1", "b", "2")
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		day := bad.Time.UTC().Format(dayLayout)
 		return tx.Bucket(bucketUsageAgg).Put(aggKey(day, bad.KeyID, bad.Account, bad.Model), []byte("{not json"))
 	})

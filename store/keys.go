@@ -99,7 +99,7 @@ func (s *Store) CreateKey(account string, opts KeyOptions) (Key, string, error) 
 		ID: id, Account: account, Name: opts.Name, CreatedAt: time.Now().UTC(),
 		MonthlyLimit: limit, Models: models,
 	}, secret)
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketAccounts).Get([]byte(account)) == nil {
 			return errorOf(ErrNotFound, "account %q does not exist; create it with: tollway accounts create %s --credits N", account, account)
 		}
@@ -142,7 +142,7 @@ func (s *Store) RotateKey(id string) (Key, string, error) {
 
 func (s *Store) updateKey(id string, fn func(*Key) (string, error)) (Key, error) {
 	var k Key
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketKeys)
 		v := b.Get([]byte(id))
 		if v == nil {

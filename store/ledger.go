@@ -74,7 +74,7 @@ func (s *Store) CreateAccount(id string, credits decimal.Decimal) (Account, erro
 		return Account{}, errorOf(ErrInvalid, "account %q: credits %s are negative", id, credits)
 	}
 	a := Account{ID: id, Balance: credits, CreatedAt: time.Now().UTC()}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAccounts)
 		if b.Get([]byte(id)) != nil {
 			return errorOf(ErrExists, "account %q already exists", id)
@@ -96,7 +96,7 @@ func (s *Store) EnsureAccount(id string) (a Account, created bool, err error) {
 	if strings.HasPrefix(id, PaidAccountPrefix) {
 		return Account{}, false, errorOf(ErrInvalid, "account id %q: ids starting with %q are the gateway's own (requests paid through x402 without a key); choose another", ShortID(id), PaidAccountPrefix)
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAccounts)
 		if v := b.Get([]byte(id)); v != nil {
 			return jsonUnmarshal(v, &a)
@@ -116,7 +116,7 @@ func (s *Store) CreditAccount(id string, amount decimal.Decimal) (Account, error
 		return Account{}, errorOf(ErrInvalid, "account %q: a credit must be positive, got %s", id, amount)
 	}
 	var a Account
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAccounts)
 		if err := getAccount(b, id, &a); err != nil {
 			return err

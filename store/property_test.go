@@ -236,14 +236,14 @@ func TestSettlerProperty(t *testing.T) {
 			reported[r.RequestID] = append(reported[r.RequestID], err)
 		}})
 		t.Cleanup(q.Close) // also when the case fails half-way
-		q.settle = func(batch []UsageRecord) []error {
+		q.settle = faulty(func(batch []UsageRecord) []error {
 			for _, r := range batch {
 				if r.Provider == "poison" {
 					return failAll(batch, errPoison)
 				}
 			}
 			return s.SettleBatch(batch)
-		}
+		})
 		wantReported := map[string][]error{}
 		for n := range rapid.IntRange(1, 150).Draw(t, "records") {
 			r, kind := genRecord(t, n, m.used, true)

@@ -36,7 +36,7 @@ func (s *Store) PruneUsage(before time.Time, limit int) (PruneResult, error) {
 	var res PruneResult
 	var start time.Time
 	end := usageKey(before, "")
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		start = time.Now()
 		usage, byReq := tx.Bucket(bucketUsage), tx.Bucket(bucketUsageByRequest)
 		old := keysBefore(usage, end, limit)

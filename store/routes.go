@@ -36,7 +36,7 @@ func (s *Store) Routes() ([]Route, error) {
 // PutRoute creates or replaces a route. The creation time (and so the id) of an existing route
 // is kept.
 func (s *Store) PutRoute(r Route) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketRoutes)
 		var old Route
 		if v := b.Get([]byte(r.ID)); v != nil && jsonUnmarshal(v, &old) == nil && !old.CreatedAt.IsZero() {
@@ -52,7 +52,7 @@ func (s *Store) PutRoute(r Route) error {
 // SetRouteStatus pauses or resumes a route.
 func (s *Store) SetRouteStatus(id, status string) (Route, error) {
 	var r Route
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketRoutes)
 		v := b.Get([]byte(id))
 		if v == nil {

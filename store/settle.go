@@ -46,18 +46,7 @@ const usageFill = 1.0
 // itself. Records touching the same account, aggregate or month read and write it once per
 // batch, so a batch costs little more than its records' own rows.
 func (s *Store) SettleBatch(recs []UsageRecord) []error {
-	errs := make([]error, len(recs))
-	todo := prepareSettling(recs, errs)
-	if len(todo) == 0 {
-		return errs
-	}
-	if err := s.db.Update(func(tx *bolt.Tx) error { return settleTx(tx, todo, errs) }); err != nil {
-		for _, st := range todo {
-			if errs[st.at] == nil || !wrongRecord(errs[st.at]) {
-				errs[st.at] = err
-			}
-		}
-	}
+	errs, _ := s.settleWith(recs, HoldChanges{})
 	return errs
 }
 
@@ -96,9 +85,16 @@ func prepareSettling(recs []UsageRecord, errs []error) []settling {
 
 // settleTx writes todo in tx. Each record's own rows go first (putUsage): a record bbolt
 // refuses fails alone in errs, and only records that are in fold into the shared rows, which
-// are written once at the end. An error returned fails the transaction.
-func settleTx(tx *bolt.Tx, todo []settling, errs []error) error {
-	byReq, usage := tx.Bucket(bucketUsageByRequest), tx.Bucket(bucketUsage)
+// are written once at the end. A record whose hold row is on disk (held; nil: none is) deletes
+// it. An error returned fails the transaction.
+func settleTx(tx *bolt.Tx, todo []settling, errs []error, held func(string) bool) error {
+	byReq, usage, holds := tx.Bucket(bucketUsageByRequest), tx.Bucket(bucketUsage), tx.Bucket(bucketHolds)
+	dropHold := func(st *settling) error {
+		if held == nil || !held(st.rec.RequestID) {
+			return nil
+		}
+		return holds.Delete(st.reqKey)
+	}
 	usage.FillPercent = usageFill
 	accounts := jsonRows[Account](tx.Bucket(bucketAccounts))
 	aggs := jsonRows[UsageTotals](tx.Bucket(bucketUsageAgg))
@@ -108,6 +104,9 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error) error {
 	for _, st := range todo {
 		rec := &st.rec
 		if byReq.Get(st.reqKey) != nil {
+			if err := dropHold(&st); err != nil {
+				return err
+			}
 			continue // already settled, in an earlier transaction or earlier in this one
 		}
 		// Every shared row the record folds into is read before its own rows are written: a
@@ -151,6 +150,9 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error) error {
 			}
 			errs[st.at] = err
 			continue
+		}
+		if err := dropHold(&st); err != nil {
+			return err
 		}
 		ag.Add(st.add)
 		if rt != nil {

@@ -1,9 +1,12 @@
 package store
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shopspring/decimal"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -19,20 +22,48 @@ import (
 // until the records that fail on their own are found, the rest being stored at once; those are
 // tried again on their own, later, while the writer goes on with new records. Only when the
 // store cannot commit anything (a full or failing disk) does everything wait.
+//
+// Holds (holds.go) ride in the same transactions: a hold queued with Hold is written with the
+// next commit unless its request settled (Record) or was released (End) in the meantime, and
+// the record of a request whose hold row is on disk deletes it as it settles.
 type Settler struct {
-	settle func([]UsageRecord) []error // the store's SettleBatch; tests put faults in front
-	probe  func() error                // an empty write transaction: can the store commit at all?
-	window time.Duration
-	hooks  SettlerHooks
-	ch     chan UsageRecord
-	done   chan struct{}
-	close  sync.Once
-	closed atomic.Bool
+	// settle is the store's settleWith: per-record errors, and the transaction's own; tests
+	// put faults in front.
+	settle   func([]UsageRecord, HoldChanges) ([]error, error)
+	probe    func() error           // an empty write transaction: can the store commit at all?
+	recovery func() <-chan struct{} // closed when the store's outage ends (nil: none going on)
+	window   time.Duration
+	hooks    SettlerHooks
+	ch       chan entry
+	done     chan struct{}
+	close    sync.Once
+	closed   atomic.Bool
 
-	later []retry // records that failed alone while the store worked; only the writer uses it
+	// Only the writer uses these.
+	later  []retry          // records that failed alone while the store worked
+	pend   map[string]entry // holds to write with the next commit, by request id
+	drop   []string         // hold rows to delete with the next commit
+	onDisk map[string]bool  // requests whose hold row is on disk
 
 	records, commits atomic.Int64
+	waiting          atomic.Int64 // records the writer holds while the store cannot commit
 }
+
+// entry is one queued change: a settled record, a hold (or its progress), or a hold's end.
+type entry struct {
+	kind entryKind
+	rec  UsageRecord // for endEntry, only RequestID
+	// price, when set, is a hold's cost, worked out by the writer only for a hold it writes.
+	price func() decimal.Decimal
+}
+
+type entryKind uint8
+
+const (
+	settleEntry entryKind = iota
+	holdEntry
+	endEntry
+)
 
 // SettlerHooks tell the gateway what it must log loudly. Either may be nil.
 type SettlerHooks struct {
@@ -77,8 +108,9 @@ var settleRetries = []time.Duration{
 
 // NewSettler starts the writer.
 func NewSettler(st *Store, window time.Duration, hooks SettlerHooks) *Settler {
-	q := &Settler{settle: st.SettleBatch, probe: st.probe, window: window, hooks: hooks,
-		ch: make(chan UsageRecord, settleQueue), done: make(chan struct{})}
+	q := &Settler{settle: st.settleWith, probe: st.probe, recovery: st.recovery, window: window, hooks: hooks,
+		ch: make(chan entry, settleQueue), done: make(chan struct{}),
+		pend: map[string]entry{}, onDisk: map[string]bool{}}
 	go q.run()
 	return q
 }
@@ -89,17 +121,36 @@ var bucketProbe = []byte("settler_probe")
 // rewritten each time. A disk that is full, failing or read-only fails it; one that still has
 // room for a record passes, so a record that fails alone then is at fault itself.
 func (s *Store) probe() error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketProbe)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte("probe"), make([]byte, 4*s.db.Info().PageSize))
-	})
+	return s.update(func(tx *bolt.Tx) error { return putProbe(tx, s.db.Info().PageSize) })
 }
 
-// Record queues rec to be settled.
-func (q *Settler) Record(rec UsageRecord) { q.ch <- rec }
+func putProbe(tx *bolt.Tx, pageSize int) error {
+	b, err := tx.CreateBucketIfNotExists(bucketProbe)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte("probe"), make([]byte, 4*pageSize))
+}
+
+// Record queues rec to be settled; it ends the hold of the same request id, if any.
+func (q *Settler) Record(rec UsageRecord) { q.ch <- entry{kind: settleEntry, rec: rec} }
+
+// Hold queues the hold of an admitted request, or its progress: rec is the record a restart
+// bills if the request never settles (SettleHolds). It is written with the next commit, unless
+// the request settles or ends before. price, when not nil, is rec's cost, asked for only if
+// the hold is written (most requests settle first).
+func (q *Settler) Hold(rec UsageRecord, price func() decimal.Decimal) {
+	q.ch <- entry{kind: holdEntry, rec: rec, price: price}
+}
+
+// End queues the end of the hold of a request released unbilled.
+func (q *Settler) End(requestID string) {
+	q.ch <- entry{kind: endEntry, rec: UsageRecord{RequestID: requestID}}
+}
+
+// Queued is the number of changes waiting to be written: queued, and held by the writer while
+// the store cannot commit.
+func (q *Settler) Queued() int { return len(q.ch) + int(q.waiting.Load()) }
 
 // Close settles everything queued, gives each record waiting for a retry one last try, then
 // stops. A store that cannot commit anything is waited for through the retry pauses once
@@ -114,7 +165,7 @@ func (q *Settler) Close() {
 
 func (q *Settler) run() {
 	defer close(q.done)
-	batch := make([]UsageRecord, 0, 256)
+	batch := make([]entry, 0, 256)
 	window := time.NewTimer(time.Hour)
 	window.Stop()
 	due := time.NewTimer(time.Hour)
@@ -136,11 +187,11 @@ func (q *Settler) run() {
 		gather:
 			for len(batch) < settleMaxBatch {
 				select {
-				case rec, ok := <-q.ch:
+				case e, ok := <-q.ch:
 					if !ok {
 						break gather
 					}
-					batch = append(batch, rec)
+					batch = append(batch, e)
 				case <-window.C:
 					break gather
 				}
@@ -154,34 +205,114 @@ func (q *Settler) run() {
 	}
 }
 
-// try settles recs in one transaction: it counts what is done, reports what is wrong in itself,
-// and returns the records that failed for another reason, with that reason.
+// sort files a batch's entries: holds to write or drop go to the writer's pending changes (a
+// hold whose request ended in the meantime is never written), settled records come back.
+func (q *Settler) sort(batch []entry) []UsageRecord {
+	recs := make([]UsageRecord, 0, len(batch))
+	for _, e := range batch {
+		id := e.rec.RequestID
+		switch e.kind {
+		case holdEntry:
+			q.pend[id] = e
+		case settleEntry:
+			delete(q.pend, id)
+			recs = append(recs, e.rec)
+		case endEntry:
+			delete(q.pend, id)
+			if q.onDisk[id] {
+				q.drop = append(q.drop, id)
+			}
+		}
+	}
+	return recs
+}
+
+// holdChanges are the pending hold changes, for the next transaction.
+func (q *Settler) holdChanges() HoldChanges {
+	hc := HoldChanges{Drop: q.drop, Held: func(id string) bool { return q.onDisk[id] }}
+	for id, e := range q.pend {
+		if e.price != nil {
+			e.rec.Cost, e.price = e.price(), nil
+			q.pend[id] = e
+		}
+		hc.Put = append(hc.Put, e.rec)
+	}
+	return hc
+}
+
+// holdsWritten notes that hc committed.
+func (q *Settler) holdsWritten(hc HoldChanges) {
+	for _, rec := range hc.Put {
+		q.onDisk[rec.RequestID] = true
+		delete(q.pend, rec.RequestID)
+	}
+	for _, id := range hc.Drop {
+		delete(q.onDisk, id)
+	}
+	q.drop = q.drop[:0]
+}
+
+// try settles recs in one transaction with the pending hold changes: it counts what is done,
+// reports what is wrong in itself, and returns the records that failed for another reason,
+// with the transaction's error (nil: it committed).
 func (q *Settler) try(recs []UsageRecord) (failed []UsageRecord, err error) {
-	errs := q.settle(recs)
+	hc := q.holdChanges()
+	if len(recs) == 0 && hc.empty() {
+		return nil, nil
+	}
+	errs, txErr := q.settle(recs, hc)
 	q.commits.Add(1)
+	if txErr != nil && !errors.Is(txErr, ErrUnavailable) && len(hc.Put) > 0 {
+		// Holds are provisional bills: one the store refuses must not hold back a record.
+		clear(q.pend)
+		hc.Put = nil
+		errs, txErr = q.settle(recs, hc)
+		q.commits.Add(1)
+	}
+	if txErr == nil {
+		q.holdsWritten(hc)
+	}
 	for i, e := range errs {
 		switch {
 		case e == nil:
 			q.records.Add(1)
+			delete(q.onDisk, recs[i].RequestID) // its row went with it
 		case wrongRecord(e):
 			q.notStored(recs[i], e)
 		default:
 			failed, err = append(failed, recs[i]), e
 		}
 	}
-	return failed, err
+	return failed, cmpErr(txErr, err)
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
 }
 
 func (q *Settler) notStored(rec UsageRecord, err error) {
 	q.records.Add(1)
+	if q.onDisk[rec.RequestID] {
+		q.drop = append(q.drop, rec.RequestID) // reported: a restart must not bill it again
+	}
 	if q.hooks.NotStored != nil {
 		q.hooks.NotStored(rec, err)
 	}
 }
 
-// commit settles batch; records whose transaction failed are sorted out by bisect.
-func (q *Settler) commit(batch []UsageRecord) {
-	if failed, err := q.try(batch); len(failed) > 0 {
+// commit settles batch; records whose transaction failed wait for the store when it cannot
+// commit anything, and are sorted out by bisect otherwise.
+func (q *Settler) commit(batch []entry) {
+	recs := q.sort(batch)
+	failed, err := q.try(recs)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrUnavailable):
+		q.stall(failed, err)
+	case len(failed) > 0:
 		q.bisect(failed, err)
 	}
 }
@@ -196,7 +327,10 @@ func (q *Settler) bisect(recs []UsageRecord, err error) {
 	}
 	h := len(recs) / 2
 	for _, half := range [][]UsageRecord{recs[:h], recs[h:]} {
-		if failed, err := q.try(half); len(failed) > 0 {
+		switch failed, err := q.try(half); {
+		case errors.Is(err, ErrUnavailable):
+			q.stall(failed, err)
+		case len(failed) > 0:
 			q.bisect(failed, err)
 		}
 	}
@@ -206,7 +340,7 @@ func (q *Settler) bisect(recs []UsageRecord, err error) {
 // everything waits for it; otherwise the record is tried again later, on its own.
 func (q *Settler) failedAlone(rec UsageRecord, attempt int, err error) {
 	if perr := q.probe(); perr != nil {
-		q.stall(rec, perr)
+		q.stall([]UsageRecord{rec}, perr)
 		return
 	}
 	if attempt >= len(settleRetries) || len(q.later) >= maxLater {
@@ -216,29 +350,51 @@ func (q *Settler) failedAlone(rec UsageRecord, attempt int, err error) {
 	q.later = append(q.later, retry{rec: rec, attempt: attempt, due: time.Now().Add(settleRetries[attempt]), err: err})
 }
 
-// stall holds rec while the store cannot commit anything, trying again with growing pauses;
-// the writer waits with it, new records wait in the queue and, once it is full, in Record
-// (backpressure). It gives up, reporting rec, only once Close was called and the pauses ran out.
-func (q *Settler) stall(rec UsageRecord, err error) {
+// stall holds recs (and the pending hold changes) while the store cannot commit anything,
+// trying again with growing pauses, at once when the store's outage ends; the writer waits with
+// them, new records wait in the queue and, once it is full, in Record (backpressure). It gives
+// up, reporting recs, only once Close was called and the pauses ran out.
+func (q *Settler) stall(recs []UsageRecord, err error) {
+	q.waiting.Store(int64(len(recs)))
+	defer q.waiting.Store(0)
 	for attempt := 0; ; attempt++ {
 		if attempt >= len(settleRetries) && q.closed.Load() {
-			q.notStored(rec, err)
+			for _, rec := range recs {
+				q.notStored(rec, err)
+			}
 			return
 		}
 		pause := settleRetries[min(attempt, len(settleRetries)-1)]
 		if q.hooks.Stalled != nil {
-			q.hooks.Stalled(err, len(q.ch), pause)
+			q.hooks.Stalled(err, len(q.ch)+len(recs), pause)
 		}
-		time.Sleep(pause)
-		failed, ferr := q.try([]UsageRecord{rec})
-		if len(failed) == 0 {
+		q.pause(pause)
+		failed, ferr := q.try(recs)
+		if ferr == nil {
 			return
 		}
-		if perr := q.probe(); perr == nil { // the store works again: the record's own doing
-			q.failedAlone(rec, 0, ferr)
+		if !errors.Is(ferr, ErrUnavailable) && q.probe() == nil { // the store works: the records' own doing
+			if len(failed) > 0 {
+				q.bisect(failed, ferr)
+			}
 			return
 		}
-		err = ferr
+		recs, err = failed, ferr
+		q.waiting.Store(int64(len(recs)))
+	}
+}
+
+// pause waits d, or until the store's outage ends.
+func (q *Settler) pause(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var recovered <-chan struct{}
+	if q.recovery != nil {
+		recovered = q.recovery()
+	}
+	select {
+	case <-t.C:
+	case <-recovered:
 	}
 }
 

@@ -201,28 +201,38 @@ func TestSettlerWindow(t *testing.T) {
 }
 
 // BenchmarkSettler measures durable (fsync'd) settlements per second through the gateway's
-// writer: records queued as fast as they come, grouped into transactions.
+// writer: records queued as fast as they come, grouped into transactions. holds: each record
+// is preceded by its request's hold, as the gateway queues them (a quick request's hold is
+// never written).
 func BenchmarkSettler(b *testing.B) {
-	s, err := Open(b.TempDir() + "/bench.db")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	mustAccount(b, s, "acct", "1000000")
-	q := NewSettler(s, SettleWindow, SettlerHooks{NotStored: func(r UsageRecord, err error) { b.Error(r.RequestID, err) }})
-	cost := dec("0.00000015")
-	b.ResetTimer()
-	for i := range b.N {
-		q.Record(UsageRecord{
-			RequestID: fmt.Sprintf("bench-%d", i), KeyID: fmt.Sprintf("key_%d", i%16), Account: "acct",
-			Model: "gpt-4o", Provider: "openai", PromptTokens: 100, CompletionTokens: 50, Cost: cost,
+	for _, holds := range []bool{false, true} {
+		b.Run(map[bool]string{false: "records", true: "holds"}[holds], func(b *testing.B) {
+			s, err := Open(b.TempDir() + "/bench.db")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			mustAccount(b, s, "acct", "1000000")
+			q := NewSettler(s, SettleWindow, SettlerHooks{NotStored: func(r UsageRecord, err error) { b.Error(r.RequestID, err) }})
+			cost := dec("0.00000015")
+			b.ResetTimer()
+			for i := range b.N {
+				r := UsageRecord{
+					RequestID: fmt.Sprintf("bench-%d", i), KeyID: fmt.Sprintf("key_%d", i%16), Account: "acct",
+					Model: "gpt-4o", Provider: "openai", PromptTokens: 100, CompletionTokens: 50, Cost: cost,
+				}
+				if holds {
+					q.Hold(r, nil)
+				}
+				q.Record(r)
+			}
+			q.Close()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "settles/s")
+			if n := count(b, s); n != b.N {
+				b.Fatalf("%d records after %d settlements", n, b.N)
+			}
 		})
-	}
-	q.Close()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "settles/s")
-	if n := count(b, s); n != b.N {
-		b.Fatalf("%d records after %d settlements", n, b.N)
 	}
 }
 
@@ -277,7 +287,7 @@ func TestSettlerWaitsForAFailingStore(t *testing.T) {
 			stalls.Add(1)
 		},
 	})
-	q.settle, q.probe = f.settle, f.probe
+	q.settle, q.probe = faulty(f.settle), f.probe
 	q.Record(rec("kept-1", "acct", "1"))
 	q.Record(rec("kept-2", "acct", "2"))
 	q.Record(rec("ghost", "nobody", "1"))
@@ -308,7 +318,7 @@ func TestSettlerWaitsForAFailingStore(t *testing.T) {
 		}
 		reported = append(reported, r.RequestID)
 	}})
-	q.settle, q.probe = f.settle, f.probe
+	q.settle, q.probe = faulty(f.settle), f.probe
 	q.Record(rec("lost", "acct", "1"))
 	q.Close()
 	if len(reported) != 1 || f.calls.Load() < 4 {

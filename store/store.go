@@ -127,7 +127,8 @@ type Key struct {
 
 // Store is a bbolt-backed record store.
 type Store struct {
-	db *bolt.DB
+	db     *bolt.DB
+	health health
 }
 
 // Open opens (creating if needed) the bbolt file at path. A lock held by another process fails
@@ -164,8 +165,11 @@ func Open(path string) (*Store, error) {
 	return &Store{db: db}, nil
 }
 
-// Close releases the file lock.
-func (s *Store) Close() error { return s.db.Close() }
+// Close stops the watcher (Watch) and releases the file lock.
+func (s *Store) Close() error {
+	s.stopWatching()
+	return s.db.Close()
+}
 
 // Catalog is the set of providers and models, read in one transaction.
 type Catalog struct {
@@ -177,7 +181,7 @@ type Catalog struct {
 // ReplaceConfig makes the config-owned records equal to c in one transaction: records the file
 // no longer names are deleted, admin-owned records are left alone unless the file names them.
 func (s *Store) ReplaceConfig(c Catalog) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		if err := replaceSource(tx.Bucket(bucketProviders), providerRecords(c.Providers)); err != nil {
 			return err
 		}
@@ -248,12 +252,12 @@ func replaceSource(b *bolt.Bucket, recs []sourced) error {
 
 // PutProvider upserts one provider (admin API).
 func (s *Store) PutProvider(p Provider) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketProviders), p.Name, p) })
+	return s.update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketProviders), p.Name, p) })
 }
 
 // PutModel upserts one model (admin API).
 func (s *Store) PutModel(m Model) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketModels), m.ID, m) })
+	return s.update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketModels), m.ID, m) })
 }
 
 // DeleteProvider removes a provider; ErrNotFound if absent.
@@ -263,7 +267,7 @@ func (s *Store) DeleteProvider(name string) error { return s.delete(bucketProvid
 func (s *Store) DeleteModel(id string) error { return s.delete(bucketModels, id) }
 
 func (s *Store) delete(bucket []byte, key string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket)
 		if b.Get([]byte(key)) == nil {
 			return fmt.Errorf("%s %q: %w", bucket[:len(bucket)-1], key, ErrNotFound)
@@ -292,7 +296,7 @@ func (s *Store) Catalog() (Catalog, error) {
 
 // PutKey stores a new or updated key record.
 func (s *Store) PutKey(k Key) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketKeys), k.ID, k) })
+	return s.update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketKeys), k.ID, k) })
 }
 
 // GetKey returns one key record.
@@ -346,7 +350,7 @@ func jsonUnmarshal(v []byte, out any) error {
 
 // RestoreCatalog puts providers and models back exactly as c has them (undoing a rejected change).
 func (s *Store) RestoreCatalog(c Catalog) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketProviders, bucketModels, bucketRoutes} {
 			if err := tx.DeleteBucket(name); err != nil {
 				return err

@@ -182,7 +182,7 @@ func (s *Store) PutTaskChange(t *Task, ch TaskChange) error {
 		return errorOf(ErrInvalid, "store: %v", err)
 	}
 	var usageErr error
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketTasks).Get([]byte(t.ID)) != nil {
 			return errorOf(ErrExists, "store: task %s exists", t.ID)
 		}
@@ -212,7 +212,7 @@ func writeChange(tx *bolt.Tx, ch TaskChange) (usageErr, err error) {
 	}
 	errs := []error{nil}
 	if todo := prepareSettling([]UsageRecord{*ch.Usage}, errs); len(todo) > 0 {
-		if err := settleTx(tx, todo, errs); err != nil {
+		if err := settleTx(tx, todo, errs, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -276,7 +276,7 @@ func (s *Store) PruneTasks(before time.Time, limit int) (PruneResult, error) {
 	var res PruneResult
 	var start time.Time
 	end := usageKey(before, "")
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		start = time.Now()
 		done, tasks := tx.Bucket(bucketTasksDone), tx.Bucket(bucketTasks)
 		old := keysBefore(done, end, limit)
@@ -362,7 +362,7 @@ func imageKey(expires time.Time) string {
 func (s *Store) PruneImages(before time.Time, limit int) (PruneResult, error) {
 	var res PruneResult
 	var start time.Time
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		start = time.Now()
 		b := tx.Bucket(bucketImages)
 		old := keysBefore(b, []byte(imageKey(before)), limit)
@@ -400,7 +400,7 @@ var ErrUsageNotSettled = errors.New("usage not settled")
 func (s *Store) UpdateTask(id string, fn func(t *Task) (TaskChange, error)) (*Task, error) {
 	var out *Task
 	var usageErr error
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		usageErr = nil
 		v := tx.Bucket(bucketTasks).Get([]byte(id))
 		if v == nil {
@@ -502,12 +502,12 @@ func (s *Store) DueCallbacks(now time.Time, limit int) ([]Callback, error) {
 
 // AckCallback removes a delivered (or given up) callback from the outbox.
 func (s *Store) AckCallback(c Callback) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketOutbox).Delete([]byte(outboxKey(c))) })
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketOutbox).Delete([]byte(outboxKey(c))) })
 }
 
 // RetryCallback puts a callback back for another attempt at next.
 func (s *Store) RetryCallback(c Callback, next time.Time) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketOutbox).Delete([]byte(outboxKey(c))); err != nil {
 			return err
 		}
@@ -520,7 +520,7 @@ func (s *Store) RetryCallback(c Callback, next time.Time) error {
 // CallbackSecret is the account's secret for signing callbacks, made on first use.
 func (s *Store) CallbackSecret(account string) (string, error) {
 	var secret string
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSecrets)
 		key := []byte(account)
 		if v := b.Get(key); v != nil {

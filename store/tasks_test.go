@@ -199,7 +199,7 @@ func TestFinishedTasksArePruned(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An older file: no finished-task index. Reopening builds it.
-	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketTasksDone) }); err != nil {
+	if err := s.update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketTasksDone) }); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

@@ -37,7 +37,10 @@ type UsageRecord struct {
 	CachedTokens     int64           `json:"cached_tokens,omitempty"`
 	Cost             decimal.Decimal `json:"cost"`
 	Estimated        bool            `json:"estimated"`
-	Time             time.Time       `json:"time"`
+	// EstimateReason says why an estimated record was not billed from the provider's usage,
+	// when the answer did not end in the gateway: EstimateGatewayRestart. Empty otherwise.
+	EstimateReason string    `json:"estimate_reason,omitempty"`
+	Time           time.Time `json:"time"`
 	// Payment is set on a request paid through x402: it was paid by its payer, not from the
 	// account's credits (nothing is debited; Cost is the business cost).
 	Payment *Payment `json:"payment,omitempty"`
@@ -70,6 +73,10 @@ const (
 	PaymentPending = "pending"
 	PaymentUnpaid  = "unpaid"
 )
+
+// EstimateGatewayRestart is the EstimateReason of a request the gateway stopped before it
+// settled (a crash, kill -9): billed at the next start from its durable hold (holds.go).
+const EstimateGatewayRestart = "gateway_restart"
 
 // PaidAccountPrefix starts the account of requests paid through x402 without an API key
 // ("x402.<slug>"); no account may be created with it.
@@ -135,6 +142,7 @@ func validateUsage(rec *UsageRecord) error {
 		{"model", rec.Model, maxNameBytes, false},
 		{"provider", rec.Provider, maxNameBytes, false},
 		{"route", rec.Route, maxNameBytes, false},
+		{"estimate reason", rec.EstimateReason, maxNameBytes, false},
 	}
 	for _, f := range ids {
 		if err := checkID(rec, f.field, f.v, f.max, f.required); err != nil {
@@ -293,6 +301,9 @@ const (
 	fieldPayment // a nested value: paymentFields
 )
 
+// fieldEstimateReason is numbered apart from the sequence above, which other fields extend.
+const fieldEstimateReason protowire.Number = 16
+
 // paymentFields are the field numbers inside fieldPayment, in Payment's order.
 var paymentFields = []func(p *Payment) *string{
 	func(p *Payment) *string { return &p.Endpoint }, func(p *Payment) *string { return &p.Scheme },
@@ -316,6 +327,8 @@ func (rec *UsageRecord) stringField(n protowire.Number) *string {
 		return &rec.Provider
 	case fieldRoute:
 		return &rec.Route
+	case fieldEstimateReason:
+		return &rec.EstimateReason
 	}
 	return nil
 }
@@ -350,6 +363,9 @@ func encodeUsage(rec *UsageRecord) []byte {
 	b = protowire.AppendString(protowire.AppendTag(b, fieldCost, protowire.BytesType), rec.Cost.String())
 	if rec.Estimated {
 		b = protowire.AppendVarint(protowire.AppendTag(b, fieldEstimated, protowire.VarintType), 1)
+	}
+	if rec.EstimateReason != "" {
+		b = protowire.AppendString(protowire.AppendTag(b, fieldEstimateReason, protowire.BytesType), rec.EstimateReason)
 	}
 	if p := rec.Payment; p != nil {
 		var pb []byte

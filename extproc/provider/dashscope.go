@@ -174,6 +174,12 @@ func (dashscope) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, error
 	return &Upstream{Method: http.MethodGet, Path: "/api/v1/tasks/" + url.PathEscape(id), Headers: bearer(p.APIKey)}, nil
 }
 
+// Cancel is DashScope's cancel of an asynchronous task, which it accepts while the task is
+// PENDING (POST /api/v1/tasks/{task_id}/cancel).
+func (dashscope) Cancel(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
+	return &Upstream{Method: http.MethodPost, Path: "/api/v1/tasks/" + url.PathEscape(id) + "/cancel", Headers: bearer(p.APIKey)}, nil
+}
+
 func (dashscope) Queried(status int, body []byte) (TaskState, error) {
 	var a struct {
 		dashscopeError

@@ -224,6 +224,11 @@ func (d dashscopeImage) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream
 	return dashscope{}.Query(p, m, id)
 }
 
+// Cancel: image tasks are cancelled as video tasks are.
+func (d dashscopeImage) Cancel(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
+	return dashscope{}.Cancel(p, m, id)
+}
+
 func (d dashscopeImage) Queried(status int, body []byte) (TaskState, error) {
 	var a struct {
 		dashscopeError

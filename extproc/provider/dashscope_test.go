@@ -126,3 +126,22 @@ func TestDashScopeTimesAreShanghai(t *testing.T) {
 		t.Fatalf("whole seconds: expires %v, want %v; %v", st.Videos[0].ExpiresAt.UTC(), want, err)
 	}
 }
+
+// TestDashScopeCancel: video and image tasks are cancelled through DashScope's task API.
+func TestDashScopeCancel(t *testing.T) {
+	p := &ir.Provider{Name: "ds", Type: "dashscope", APIKey: "sk-ds"}
+	for _, family := range []string{"V2", "I2"} {
+		a, err := TaskFor(family)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, ok := a.(TaskCanceler)
+		if !ok {
+			t.Fatalf("family %s cannot cancel", family)
+		}
+		up, err := c.Cancel(p, &ir.Model{Family: family}, "task/1")
+		if err != nil || up.Method != "POST" || up.Path != "/api/v1/tasks/task%2F1/cancel" || up.Headers["authorization"] != "Bearer sk-ds" {
+			t.Fatalf("%s cancel: %+v %v", family, up, err)
+		}
+	}
+}

@@ -124,6 +124,15 @@ type TaskAdapter interface {
 	Followed(st *TaskState, status int, body []byte) error
 }
 
+// TaskCanceler is implemented by task adapters whose provider can cancel a task it accepted
+// (DashScope, while the task is still queued): the gateway cancels a task it could not record,
+// rather than leave it running where nobody can see it.
+type TaskCanceler interface {
+	// Cancel builds the cancel request of the provider's task id; a 2xx answer means it is
+	// cancelled.
+	Cancel(p *ir.Provider, m *ir.Model, taskID string) (*Upstream, error)
+}
+
 // FormStrings is implemented by task adapters with string fields that a multipart form, which
 // carries only text, could be read as numbers or booleans beyond the common ones (Kling's
 // duration "5"): their paths, dot-joined without array indexes.

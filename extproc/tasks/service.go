@@ -167,9 +167,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			err, ch.Usage = nil, nil
 		}
 		if err != nil {
-			// The provider runs a task nobody can see: say so loudly, bill nothing.
-			s.Log.Error("TASK NOT RECORDED: the provider accepted it but the store failed", "provider", a.Provider.Name, "provider_task_id", created.TaskID, "error", err)
-			return nil, &Error{Kind: KindInternal, Code: "internal_error", Message: "the task could not be recorded; it was not charged; retry"}
+			return nil, s.unrecorded(ctx, ad, a.Provider, m, created.TaskID, err)
 		}
 		if !t.Terminal() {
 			s.sched.track(t.ID, now, now.Add(s.RefreshEvery), s.deadline(t))
@@ -180,6 +178,31 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 		return t, nil
 	}
 	return nil, &Error{Kind: KindUnavailable, Code: "upstream_unavailable", Message: "no provider accepted the task: " + joinReasons(reasons)}
+}
+
+// unrecorded answers a create whose task the provider accepted and the store could not record
+// (err): the task is cancelled at the provider where its API allows, and either way the
+// operator is told loudly (a task left running is one it pays for and nobody can see). Nothing
+// is charged.
+func (s *Service) unrecorded(ctx context.Context, ad provider.TaskAdapter, p *ir.Provider, m *ir.Model, taskID string, err error) error {
+	cancelled := false
+	if c, ok := ad.(provider.TaskCanceler); ok && taskID != "" {
+		if up, cerr := c.Cancel(p, m, taskID); cerr == nil {
+			ans, derr := s.Envoy.Do(ctx, p, up)
+			cancelled = derr == nil && ans.Status/100 == 2
+		}
+	}
+	s.Log.Error("TASK NOT RECORDED: the provider accepted it but the store failed", "provider", p.Name,
+		"provider_task_id", taskID, "cancelled_at_provider", cancelled, "error", err)
+	fate := "it was cancelled at the provider"
+	if !cancelled {
+		fate = "it could not be cancelled at provider " + p.Name + " and may still run there"
+	}
+	if !errors.Is(err, store.ErrUnavailable) {
+		return &Error{Kind: KindInternal, Code: "internal_error", Message: "the task could not be recorded (" + fate + "); it was not charged; retry"}
+	}
+	return &Error{Kind: KindUnavailable, Code: "store_unavailable", Message: fmt.Sprintf(
+		"provider %s accepted the task but the gateway could not record it (its store cannot make records durable), so %s; it was not charged; retry once the gateway records tasks again", p.Name, fate)}
 }
 
 func joinReasons(r []string) string {

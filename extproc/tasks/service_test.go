@@ -65,6 +65,12 @@ func (standIn) Queried(status int, body []byte) (provider.TaskState, error) {
 	return st, nil
 }
 func (standIn) Followed(*provider.TaskState, int, []byte) error { return nil }
+func (standIn) Cancel(p *ir.Provider, m *ir.Model, id string) (*provider.Upstream, error) {
+	return &provider.Upstream{Method: "POST", Path: "/cancel/" + id}, nil
+}
+
+// cancelled are the task ids fakeEnvoy's providers were asked to cancel.
+var cancelled sync.Map
 
 func init() { provider.RegisterTask("standin", standIn{}) }
 
@@ -108,6 +114,8 @@ func fakeEnvoy(t *testing.T) (*Envoy, *atomic.Int32) {
 				}
 			}
 			w.Write([]byte(`{"task_id":"` + kind + `-` + fmt.Sprint(time.Now().UnixNano()) + `"}`))
+		case strings.HasPrefix(r.URL.Path, "/cancel/"):
+			cancelled.Store(strings.TrimPrefix(r.URL.Path, "/cancel/"), true)
 		case strings.HasPrefix(r.URL.Path, "/query/"):
 			queries.Add(1)
 			mu.Lock()
@@ -209,6 +217,26 @@ func TestTaskLifecycle(t *testing.T) {
 	due, _ := s.Store.DueCallbacks(time.Now(), 10)
 	if len(due) != 2 || !strings.Contains(string(due[1].Body), `"status":"completed"`) || !strings.Contains(string(due[1].Body), `"cost":"0.4"`) {
 		t.Fatalf("callbacks %d: %+v", len(due), due)
+	}
+}
+
+// TestUnrecordedTaskIsCancelled: a task the provider accepted and the store could not record
+// (its disk failing: every write refused) is cancelled at the provider, which allows it, and
+// the client is told so with 503 store_unavailable, never given an id nobody can look up.
+func TestUnrecordedTaskIsCancelled(t *testing.T) {
+	s, billed := newService(t)
+	if err := s.Store.Close(); err != nil { // from here every write fails, as a broken disk's would
+		t.Fatal(err)
+	}
+	task, err := s.newTask(t, "a fox")
+	var te *Error
+	if !errors.As(err, &te) || te.Kind != KindUnavailable || te.Code != "store_unavailable" || !strings.Contains(te.Message, "it was cancelled at the provider") {
+		t.Fatalf("create the store cannot record: %+v %v", task, err)
+	}
+	n := 0
+	cancelled.Range(func(k, _ any) bool { n++; return strings.HasPrefix(k.(string), "t-") })
+	if n != 1 || len(*billed) != 0 {
+		t.Fatalf("%d cancels at the provider, billed %v: want the one task cancelled, nothing billed", n, *billed)
 	}
 }
 

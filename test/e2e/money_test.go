@@ -90,6 +90,7 @@ type usageRecord struct {
 	CachedTokens     int64 `json:"cached_tokens"`
 	Cost             decimal.Decimal
 	Estimated        bool
+	EstimateReason   string `json:"estimate_reason"`
 	Payment          *struct {
 		Endpoint, Scheme, Network, Asset, Payer, Amount, Transaction, Status, Reason string
 		AmountUSD                                                                    decimal.Decimal `json:"amount_usd"`

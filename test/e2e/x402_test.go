@@ -78,13 +78,22 @@ const x402Config = `x402:
 
 func startPaid(t *testing.T, bedArgs ...string) *paidGateway {
 	t.Helper()
+	return startPaidIn(t, "", bedArgs...)
+}
+
+// startPaidIn is startPaid with its store in dir ("": a temporary directory).
+func startPaidIn(t *testing.T, dir string, bedArgs ...string) *paidGateway {
+	t.Helper()
 	bed, err := harness.StartBed(bedArgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(bed.Stop)
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
-	return startPaidOn(t, bed, fake, t.TempDir(), "")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	return startPaidOn(t, bed, fake, dir, "")
 }
 
 // startPaidOn starts a paid gateway in dir (a restart in the same dir finds its store again)

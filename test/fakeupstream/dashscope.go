@@ -25,11 +25,12 @@ type dashscopeState struct {
 }
 
 type dashscopeTask struct {
-	polls    int
-	fail     bool
-	never    bool
-	unsigned bool // its video URL carries no OSS signature (DashScopeUnsignedTrigger)
-	duration int
+	polls     int
+	fail      bool
+	never     bool
+	unsigned  bool // its video URL carries no OSS signature (DashScopeUnsignedTrigger)
+	duration  int
+	cancelled bool
 }
 
 // DashScopeUnsignedTrigger makes the DashScope video fake answer with a video URL without an OSS
@@ -96,12 +97,24 @@ func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []b
 		return true
 	}
 	id := strings.TrimPrefix(path, "/api/v1/tasks/")
+	if id, ok := strings.CutSuffix(id, "/cancel"); ok && r.Method == http.MethodPost {
+		// DashScope cancels a task only while it is PENDING.
+		if t := s.ds.tasks[id]; t == nil || t.polls > 0 || t.cancelled {
+			dashscopeError(w, http.StatusBadRequest, "UnsupportedOperation", "Failed to cancel the task, please confirm if the task is in PENDING status.", reqID)
+		} else {
+			t.cancelled = true
+			writeJSON(w, map[string]any{"request_id": reqID})
+		}
+		return true
+	}
 	t := s.ds.tasks[id]
 	out := map[string]any{"task_id": id}
 	usage := map[string]any{}
 	switch {
 	case t == nil:
 		out["task_status"] = "UNKNOWN"
+	case t.cancelled:
+		out["task_status"] = "CANCELED"
 	case t.polls == 0:
 		out["task_status"] = "PENDING"
 	case t.polls < 3 || t.never:

@@ -573,3 +573,40 @@ func TestOpenHeldAndRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestDashScopeCancel: like DashScope's API, a task is cancelled while it is PENDING (and then
+// queried as CANCELED); a running or unknown task cannot be.
+func TestDashScopeCancel(t *testing.T) {
+	s := Start(t, Options{APIKey: "k"})
+	call := func(method, path, body string) (int, map[string]any) {
+		req, _ := http.NewRequest(method, s.DashScopeURL()+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer k")
+		req.Header.Set("X-DashScope-Async", "enable")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	create := func() string {
+		_, out := call("POST", "/api/v1/services/aigc/video-generation/video-synthesis", `{"model":"wan2.2-t2v-plus","input":{"prompt":"a fox"}}`)
+		return out["output"].(map[string]any)["task_id"].(string)
+	}
+	id := create()
+	if code, out := call("POST", "/api/v1/tasks/"+id+"/cancel", ""); code != 200 || out["request_id"] == nil {
+		t.Fatalf("cancel a pending task: %d %v", code, out)
+	}
+	if _, out := call("GET", "/api/v1/tasks/"+id, ""); out["output"].(map[string]any)["task_status"] != "CANCELED" {
+		t.Fatalf("a cancelled task queried: %v", out)
+	}
+	running := create()
+	call("GET", "/api/v1/tasks/"+running, "")
+	for _, id := range []string{id, running, "ds-task-none"} {
+		if code, out := call("POST", "/api/v1/tasks/"+id+"/cancel", ""); code != 400 || out["code"] != "UnsupportedOperation" {
+			t.Fatalf("cancel %s: %d %v, want 400 UnsupportedOperation", id, code, out)
+		}
+	}
+}

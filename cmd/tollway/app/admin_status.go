@@ -29,11 +29,38 @@ type statusReport struct {
 		Total int `json:"total"`
 		Ready int `json:"ready"`
 	} `json:"models"`
+	Store storeStatus `json:"store"`
 	// Today is the usage settled since midnight UTC (the daily aggregates' day).
 	Today struct {
 		Day string `json:"day"`
 		store.UsageTotals
 	} `json:"today"`
+}
+
+// storeStatus is whether the store can make records durable (state "ok" or "unavailable": a
+// full, read-only or failing disk, when billable work is refused with 503 store_unavailable).
+type storeStatus struct {
+	State string     `json:"state"`
+	Cause string     `json:"cause,omitempty"` // disk full, read-only filesystem, I/O error, write failed
+	Error string     `json:"error,omitempty"` // what the filesystem said
+	Since *time.Time `json:"since,omitempty"`
+	// Reserve says whether the reserve file beside the store is in place ("held"), was spent
+	// writing what was answered when the disk filled ("released"), or is not kept ("none").
+	Reserve string `json:"reserve"`
+	// Queued are usage records and holds waiting to be written.
+	Queued int `json:"queued"`
+}
+
+func (g *gateway) storeStatus() storeStatus {
+	st := storeStatus{State: "ok", Reserve: g.store.ReserveState()}
+	if o := g.store.Outage(); o != nil {
+		since := o.Since.UTC()
+		st.State, st.Cause, st.Error, st.Since = "unavailable", o.Cause, o.Err.Error(), &since
+	}
+	if g.settler != nil {
+		st.Queued = g.settler.Queued()
+	}
+	return st
 }
 
 // envoyStatus is the Envoy this gateway runs.
@@ -73,6 +100,7 @@ func (g *gateway) status(ctx context.Context) (statusReport, error) {
 		}
 		st.Nodes = append(st.Nodes, n)
 	}
+	st.Store = g.storeStatus()
 	providers, models, err := g.healthReport()
 	if err != nil {
 		return st, err

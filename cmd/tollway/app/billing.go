@@ -30,6 +30,35 @@ func newSettler(log *slog.Logger, st *store.Store) *store.Settler {
 	})
 }
 
+// storeChanged logs the store's outages: loud when one starts (billable work is refused from
+// then on), and when it ends.
+func storeChanged(log *slog.Logger) func(now, was *store.Outage) {
+	return func(now, was *store.Outage) {
+		if now != nil {
+			log.Error("STORE UNAVAILABLE: billable requests, task creates and paid requests are refused with 503 store_unavailable until it recovers; what was answered is kept and written then",
+				"cause", now.Cause, "error", now.Err)
+			return
+		}
+		log.Warn("store available again: billable requests are served", "was", was.Cause, "outage", time.Since(was.Since).Round(time.Millisecond).String())
+	}
+}
+
+// settleCut bills the requests a stop cut before they settled (a crash, kill -9): each left a
+// durable hold, settled now as an estimate, before the ledger reads the balances.
+func settleCut(log *slog.Logger, st *store.Store) {
+	n, failed, err := st.SettleHolds(store.EstimateGatewayRestart)
+	if err != nil {
+		// Their holds stay on disk and are billed at the next start.
+		log.Error("the requests cut by the last stop could not be billed now (their holds are kept for the next start)", "error", err)
+	}
+	if n > 0 {
+		log.Warn("requests cut by the last stop billed as estimates", "requests", n, "estimate_reason", store.EstimateGatewayRestart)
+	}
+	for _, err := range failed {
+		log.Error("USAGE RECORD NOT STORED: a request cut by the last stop", "error", err)
+	}
+}
+
 // loadLedger builds the in-memory ledger from the store: balances and this month's spend per key.
 func loadLedger(st *store.Store, now time.Time) (*billing.Ledger, error) {
 	accounts, err := st.Accounts()
@@ -49,5 +78,5 @@ func loadLedger(st *store.Store, now time.Time) (*billing.Ledger, error) {
 }
 
 func newBilling(l *billing.Ledger, s *store.Settler) *extproc.Billing {
-	return &extproc.Billing{Ledger: l, Record: s.Record, Now: time.Now}
+	return &extproc.Billing{Ledger: l, Record: s.Record, Hold: s.Hold, End: s.End, Now: time.Now}
 }

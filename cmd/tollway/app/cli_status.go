@@ -113,6 +113,12 @@ func printStatus(w io.Writer, st statusReport) error {
 	}
 	line("providers", "%d: %s", len(st.Providers), strings.Join(ps, ", "))
 	line("models", "%d of %d ready", st.Models.Ready, st.Models.Total)
+	if s := st.Store; s.State == "unavailable" {
+		line("store", "UNAVAILABLE (%s) since %s: billable requests, task creates and paid requests are refused with 503 store_unavailable; %d records queued; %s",
+			s.Cause, s.Since.Format(time.RFC3339), s.Queued, s.Error)
+	} else if s.State != "" {
+		line("store", "ok, %d records queued, reserve %s", s.Queued, s.Reserve)
+	}
 	t := st.Today
 	line("today", "%d requests, %d tokens in, %d out, cost %s USD (%s UTC)", t.Requests, t.PromptTokens, t.CompletionTokens, t.Cost.String(), t.Day)
 	return tw.Flush()

@@ -35,7 +35,9 @@ type gateway struct {
 	xds    *xds.Server
 	ext    *extproc.Server
 	ledger *billing.Ledger // nil when billing is off
-	demo   *demoServer     // the in-process demo model, started when a provider of type demo is applied
+	// settler writes usage records and holds; nil when billing is off.
+	settler *store.Settler
+	demo    *demoServer // the in-process demo model, started when a provider of type demo is applied
 
 	// internal is Envoy's loopback listener for the gateway's own task requests.
 	internal *ir.Listener

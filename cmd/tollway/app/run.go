@@ -59,6 +59,9 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer st.Close()
+	// Known within a second: a store that cannot make records durable refuses billable work.
+	st.Watch(store.HealthOptions{Reserve: store.DefaultReserve, MinFree: store.DefaultMinFree, Changed: storeChanged(log.With("component", "store"))})
+	settleCut(log.With("component", "ledger"), st)
 	stopPruning := st.StartPruning(store.PruneOptions{
 		Retention:     time.Duration(cfg.Store.UsageRetentionDays) * 24 * time.Hour,
 		TaskRetention: time.Duration(cfg.Store.TaskRetentionDays) * 24 * time.Hour,
@@ -104,15 +107,17 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	ctrl := xds.New(log.With("component", "xds"))
 	var bill *extproc.Billing
 	var ledger *billing.Ledger
+	var settle *store.Settler
 	if cfg.Billing.Enabled {
 		if ledger, err = loadLedger(st, time.Now()); err != nil {
 			return err
 		}
-		settle := newSettler(log.With("component", "ledger"), st)
+		settle = newSettler(log.With("component", "ledger"), st)
 		defer settle.Close() // after the servers stop: every settled request reaches the store
 		bill = newBilling(ledger, settle)
 	}
 	ext := extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), bill)
+	ext.SetStoreCheck(st.Unavailable)
 	demoSrv := &demoServer{log: log.With("component", "demo")}
 	defer demoSrv.close() // runs after Envoy stopped, so answers being drained can finish
 	// The gateway's own task requests go through an internal listener of its own Envoy; with
@@ -128,7 +133,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		return err
 	}
 	allow := tasks.NewAllowList(allowed)
-	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv, internal: internal, callbacks: allow}
+	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, settler: settle, demo: demoSrv, internal: internal, callbacks: allow}
 	if bill != nil { // x402 needs billing
 		gw.settlements = extproc.NewSettlements(st, log.With("component", "x402"))
 		n, err := gw.settlements.Resume()
@@ -143,7 +148,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second,
 		ImageLife: time.Duration(cfg.Store.ImageRetentionHours) * time.Hour, MaxAge: cfg.Tasks.MaxAge, UnknownGrace: cfg.Tasks.UnknownGrace}
 	if cfg.Metrics.Enabled {
-		gw.metrics = newMetricsEndpoint(observe(ctrl, ext, ledger, bill, taskSvc, gw.settlements))
+		gw.metrics = newMetricsEndpoint(observe(ctrl, ext, ledger, bill, taskSvc, gw.settlements, st, settle))
 	}
 	if internal != nil {
 		taskSvc.Envoy.Addr = fmt.Sprintf("%s:%d", internal.Address, internal.Port)
