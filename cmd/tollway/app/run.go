@@ -127,8 +127,9 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	allow := tasks.NewAllowList(allowed)
-	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv, internal: internal, callbacks: allow}
+	guard := newCallbackGuard(cfg, allowed, internal)
+	demoSrv.own = guard.Own
+	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, demo: demoSrv, internal: internal, callbacks: guard}
 	taskSvc := &tasks.Service{Store: st, Envoy: &tasks.Envoy{},
 		Log: log.With("component", "tasks"), Now: time.Now, Catalog: ext.TaskCatalog, RefreshEvery: 3 * time.Second,
 		ImageLife: time.Duration(cfg.Store.ImageRetentionHours) * time.Hour}
@@ -137,7 +138,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	}
 	if internal != nil {
 		taskSvc.Envoy.Addr = fmt.Sprintf("%s:%d", internal.Address, internal.Port)
-		ext.SetTasks(&extproc.Tasks{Service: taskSvc, CallbackAllow: allow})
+		ext.SetTasks(&extproc.Tasks{Service: taskSvc, Callbacks: guard})
 		if _, err := ext.RestoreTaskHolds(st); err != nil {
 			return fmt.Errorf("running tasks: %w", err)
 		}
@@ -215,7 +216,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if internal != nil {
 		serve("task poller", func() error { taskSvc.Poll(serveCtx, time.Second, 8); return nil })
 	}
-	deliverer := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient(allow), Log: log.With("component", "callbacks"), Now: time.Now}
+	deliverer := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient(guard), Log: log.With("component", "callbacks"), Now: time.Now}
 	serve("callbacks", func() error { deliverer.Run(serveCtx, time.Second); return nil })
 	if cfg.path != "" {
 		stopWatch, err := watchFile(cfg.path, log, func() {
