@@ -181,14 +181,14 @@ func hostOf(raw string) string {
 
 func (d *Deliverer) deliver(ctx context.Context, c store.Callback) {
 	err := d.post(ctx, c)
-	if ctx.Err() != nil {
-		return // stopping: the callback stays due as it was, and goes out after the restart
-	}
 	if err == nil {
 		if err := d.Store.AckCallback(c); err != nil {
 			d.Log.Error("callbacks: delivered but not removed from the outbox (it will be sent again)", "delivery", c.ID, "error", err)
 		}
 		return
+	}
+	if ctx.Err() != nil {
+		return // stopping: the callback stays due as it was, and goes out after the restart
 	}
 	if c.Attempt+1 >= cmpInt(d.MaxAttempts, 12) {
 		d.Log.Warn("CALLBACK NOT DELIVERED: giving up", "delivery", c.ID, "task", c.TaskID, "attempts", c.Attempt+1, "error", err)

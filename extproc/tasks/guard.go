@@ -107,8 +107,11 @@ func (g *Guard) hostAddrs(ctx context.Context, host string) (addrs []netip.Addr,
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if addrs, err = r.LookupNetIP(ctx, "ip", host); err != nil || len(addrs) == 0 {
-		return nil, netip.Addr{}, fmt.Errorf("callback_url host %q does not resolve: %v", clip(host), err)
+	if addrs, err = r.LookupNetIP(ctx, "ip", host); err != nil {
+		return nil, netip.Addr{}, fmt.Errorf("callback_url host %q does not resolve: %w", clip(host), err)
+	}
+	if len(addrs) == 0 {
+		return nil, netip.Addr{}, fmt.Errorf("callback_url host %q has no address", clip(host))
 	}
 	return addrs, netip.Addr{}, nil
 }
@@ -219,8 +222,9 @@ func (l *Listeners) reaches(a netip.Addr, port uint16) string {
 	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	local := l.isLocal(a)
 	for _, o := range l.own {
-		if o.at.Port() == port && (o.at.Addr() == a || l.isLocal(a)) {
+		if o.at.Port() == port && (local || o.at.Addr() == a) {
 			return o.name
 		}
 	}
@@ -257,18 +261,18 @@ func (c *localCache) get() []netip.Addr {
 	if time.Since(c.at) < 5*time.Second {
 		return c.addrs
 	}
-	c.addrs = c.addrs[:0]
+	var addrs []netip.Addr // a new slice: callers may still read the last one
 	if ifs, err := net.InterfaceAddrs(); err == nil {
 		for _, ia := range ifs {
 			if n, ok := ia.(*net.IPNet); ok {
 				if a, ok := netip.AddrFromSlice(n.IP); ok {
-					c.addrs = append(c.addrs, a.Unmap())
+					addrs = append(addrs, a.Unmap())
 				}
 			}
 		}
 	}
-	c.at = time.Now()
-	return c.addrs
+	c.addrs, c.at = addrs, time.Now()
+	return addrs
 }
 
 // NewCallbackClient is the client deliveries use: every connection's address is checked by g
