@@ -115,45 +115,26 @@ func TestDelivererRetriesUntilDelivered(t *testing.T) {
 // never answers hold at most PerHost connections there, and another host's callback goes out
 // at once rather than after the dead host's timeouts.
 func TestDelivererDeadHostDelaysOnlyItself(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "t.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var open, most atomic.Int32
+	var most peak
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			n := open.Add(1)
-			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-			}
-			go func() { _, _ = io.Copy(io.Discard, c); open.Add(-1); c.Close() }()
+			done := most.enter()
+			go func() { _, _ = io.Copy(io.Discard, c); done(); c.Close() }()
 		}
 	}()
 	var got atomic.Int64
 	good := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { got.Store(time.Now().UnixNano()) }))
 	defer good.Close()
-	task := &store.Task{ID: store.NewTaskID("video"), Kind: "video", Account: "a", Model: "m", Provider: "p", ProviderTaskID: "x", Status: "queued"}
-	if err := st.PutTask(task); err != nil {
-		t.Fatal(err)
-	}
-	var cbs []store.Callback
-	for range 80 {
-		cbs = append(cbs, store.Callback{TaskID: task.ID, Account: "a", URL: "http://" + ln.Addr().String() + "/cb", Body: []byte(`{}`)})
-	}
-	if _, err := st.UpdateTask(task.ID, func(*store.Task) (store.TaskChange, error) { return store.TaskChange{Callbacks: cbs}, nil }); err != nil {
-		t.Fatal(err)
-	}
-	d := &Deliverer{Store: st, Client: NewCallbackClient(&Guard{Allow: NewAllowList([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})}),
-		Log: slog.New(slog.DiscardHandler), Now: time.Now}
+	st, task, d := outbox(t, 80, "http://"+ln.Addr().String()+"/cb")
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() { d.Run(ctx, 20*time.Millisecond); close(stopped) }()
@@ -170,7 +151,7 @@ func TestDelivererDeadHostDelaysOnlyItself(t *testing.T) {
 	if got.Load() == 0 || time.Unix(0, got.Load()).Sub(start) > 2*time.Second {
 		t.Fatalf("the other host's callback: delivered at %v (0: not within 15 s)", time.Unix(0, got.Load()).Sub(start))
 	}
-	if m := most.Load(); m < 1 || m > 4 {
+	if m := most.most.Load(); m < 1 || m > 4 {
 		t.Fatalf("the dead host held %d connections at once, want 1 to PerHost (4)", m)
 	}
 	cancel()
@@ -182,4 +163,64 @@ func TestDelivererDeadHostDelaysOnlyItself(t *testing.T) {
 	if due, _ := st.DueCallbacks(time.Now().Add(time.Hour), 100); len(due) != 80 {
 		t.Fatalf("%d callbacks left in the outbox, want the dead host's 80", len(due))
 	}
+}
+
+// TestDelivererKeepsAFastHostBusy: a host's lane asks for more as it drains, so 300 callbacks
+// to one fast receiver go out at once, not 64 per reading of the outbox (here read once an
+// hour), never more than PerHost at a time.
+func TestDelivererKeepsAFastHostBusy(t *testing.T) {
+	var got atomic.Int32
+	var most peak
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		defer most.enter()()
+		time.Sleep(time.Millisecond)
+		got.Add(1)
+	}))
+	defer srv.Close()
+	_, _, d := outbox(t, 300, srv.URL+"/cb")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go d.Run(ctx, time.Hour)
+	waitUntil := time.Now().Add(20 * time.Second)
+	for got.Load() < 300 && time.Now().Before(waitUntil) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got.Load() != 300 || most.most.Load() > 4 {
+		t.Fatalf("%d of 300 delivered, at most %d at once (want 300, at most 4)", got.Load(), most.most.Load())
+	}
+}
+
+// outbox is a store whose outbox holds n callbacks of one task to url, and a deliverer of it
+// that may reach loopback.
+func outbox(t *testing.T, n int, url string) (*store.Store, *store.Task, *Deliverer) {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	task := &store.Task{ID: store.NewTaskID("video"), Kind: "video", Account: "a", Model: "m", Provider: "p", ProviderTaskID: "x", Status: "queued"}
+	if err := st.PutTask(task); err != nil {
+		t.Fatal(err)
+	}
+	cbs := make([]store.Callback, n)
+	for i := range cbs {
+		cbs[i] = store.Callback{TaskID: task.ID, Account: "a", URL: url, Body: []byte(`{}`)}
+	}
+	if _, err := st.UpdateTask(task.ID, func(*store.Task) (store.TaskChange, error) { return store.TaskChange{Callbacks: cbs}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	return st, task, &Deliverer{Store: st, Client: NewCallbackClient(&Guard{Allow: NewAllowList([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})}),
+		Log: slog.New(slog.DiscardHandler), Now: time.Now}
+}
+
+// peak counts what is open at once and keeps the most.
+type peak struct{ open, most atomic.Int32 }
+
+// enter counts one more open; the function it returns counts it closed.
+func (p *peak) enter() func() {
+	n := p.open.Add(1)
+	for m := p.most.Load(); n > m && !p.most.CompareAndSwap(m, n); m = p.most.Load() {
+	}
+	return func() { p.open.Add(-1) }
 }

@@ -131,7 +131,7 @@ func runTasks(ctx context.Context, dir string, n, callbacks int, w io.Writer) er
 		Log: slog.New(slog.DiscardHandler), Now: time.Now}
 	dctx, dcancel := context.WithCancel(ctx)
 	t1, cpu1 := time.Now(), cpuNow()
-	go d.Run(dctx, 10*time.Millisecond)
+	go d.Run(dctx, time.Second) // as the gateway runs it: lanes ask for more as they drain
 	for got.Load() < int64(callbacks) && time.Since(t1) < 2*time.Minute {
 		time.Sleep(10 * time.Millisecond)
 	}
