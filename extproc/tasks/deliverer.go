@@ -54,16 +54,17 @@ type lane struct {
 
 const (
 	// laneDepth bounds the callbacks one host holds in memory (waiting and in flight); its
-	// others stay in the outbox, passed over by id.
+	// others stay in the outbox, passed over by id. maxHeld bounds them for all hosts.
 	laneDepth = 64
+	maxHeld   = 16384
 	// maxScan bounds one read of the outbox: passed-over callbacks are not decoded, so this
 	// many cost little.
 	maxScan = 100_000
 )
 
-// Run delivers due callbacks until ctx ends, reading the outbox every `every` and whenever a
-// lane empties; it returns once the deliveries in flight have ended. A restart resumes from
-// the outbox.
+// Run delivers due callbacks until ctx ends, reading the outbox every `every`, and sooner when
+// a lane with more in the outbox is half empty or a sender frees one of Workers; it returns
+// once the deliveries in flight have ended. A restart resumes from the outbox.
 func (d *Deliverer) Run(ctx context.Context, every time.Duration) {
 	d.mu.Lock()
 	d.lanes, d.held, d.kick = map[string]*lane{}, map[string]string{}, make(chan struct{}, 1)
@@ -113,6 +114,9 @@ func (d *Deliverer) dispatch(ctx context.Context) {
 			d.passed[c.ID] = host
 			d.lanes[host].more = true
 			return true
+		}
+		if len(d.held) >= maxHeld {
+			return false
 		}
 		l := d.lanes[host]
 		if l == nil {
