@@ -57,9 +57,10 @@ const (
 // Tasks is what the server needs to serve media tasks.
 type Tasks struct {
 	Service *tasks.Service
-	// CallbackAllow lists the private addresses callbacks may reach (callbacks.allow_private).
-	CallbackAllow *tasks.AllowList
-	holds         sync.Map // task id -> *billing.Reservation, until the task is billed
+	// Callbacks decides where a callback_url may point (callbacks.allow_private, the gateway's
+	// own listeners).
+	Callbacks *tasks.Guard
+	holds     sync.Map // task id -> *billing.Reservation, until the task is billed
 }
 
 // SetTasks turns the media endpoints on; the service's Price and Bill are the server's, it
@@ -237,7 +238,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	}
 	m := first
 	if tr.CallbackURL != "" {
-		if err := tasks.CheckCallbackURL(context.Background(), tr.CallbackURL, x.s.tasks.CallbackAllow.Prefixes(), nil); err != nil {
+		if err := x.s.tasks.Callbacks.CheckURL(context.Background(), tr.CallbackURL); err != nil {
 			return x.fail(apiErr(http.StatusBadRequest, "invalid_callback_url", "%v", err))
 		}
 	}

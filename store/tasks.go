@@ -485,19 +485,35 @@ func outboxKey(c Callback) string {
 // DueCallbacks lists up to limit callbacks due at now, the longest waiting first.
 func (s *Store) DueCallbacks(now time.Time, limit int) ([]Callback, error) {
 	var out []Callback
+	err := s.ScanDueCallbacks(now, limit, func(string) bool { return false }, func(c Callback) bool {
+		out = append(out, c)
+		return len(out) < limit
+	})
+	return out, err
+}
+
+// ScanDueCallbacks reads the callbacks due at now, the longest waiting first, at most scan of
+// them: one skip(id) passes over is not decoded; the others go to take until it returns false.
+// One slow receiver's backlog is thus passed over cheaply to reach the callbacks behind it.
+func (s *Store) ScanDueCallbacks(now time.Time, scan int, skip func(id string) bool, take func(Callback) bool) error {
 	until := now.UTC().Format("20060102T150405.000000000Z") + "/~"
-	err := s.db.View(func(tx *bolt.Tx) error {
+	return s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketOutbox).Cursor()
-		for k, v := c.First(); k != nil && len(out) < limit && string(k) <= until; k, v = c.Next() {
+		for k, v := c.First(); k != nil && scan > 0 && string(k) <= until; k, v = c.Next() {
+			scan--
+			if _, id, _ := strings.Cut(string(k), "/"); skip(id) {
+				continue
+			}
 			var cb Callback
 			if err := jsonUnmarshal(v, &cb); err != nil {
 				return err
 			}
-			out = append(out, cb)
+			if !take(cb) {
+				return nil
+			}
 		}
 		return nil
 	})
-	return out, err
 }
 
 // AckCallback removes a delivered (or given up) callback from the outbox.

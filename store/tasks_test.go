@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -230,5 +231,47 @@ func TestFinishedTasksArePruned(t *testing.T) {
 	}
 	if open, _ := s.OpenTasks(10, ""); len(open) != 1 || open[0].ID != running.ID {
 		t.Errorf("open tasks %+v", open)
+	}
+}
+
+// TestScanDueCallbacks: the scan reads due callbacks oldest first, passes over those skip names
+// (by id, before decoding), stops when take says so, and reads at most scan entries.
+func TestScanDueCallbacks(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	task := newTask("video")
+	if err := s.PutTask(task); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now().Add(-time.Minute)
+	var cbs []Callback
+	for i := range 6 {
+		cbs = append(cbs, Callback{ID: "cb_" + strconv.Itoa(i), TaskID: task.ID, Account: "a", URL: "http://h" + strconv.Itoa(i%2) + "/", Body: []byte(`{}`),
+			NextAt: base.Add(time.Duration(i) * time.Second)})
+	}
+	cbs = append(cbs, Callback{ID: "cb_later", TaskID: task.ID, Account: "a", URL: "http://h0/", Body: []byte(`{}`), NextAt: time.Now().Add(time.Hour)})
+	if _, err := s.UpdateTask(task.ID, func(*Task) (TaskChange, error) { return TaskChange{Callbacks: cbs}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	var taken, skipped []string
+	skip := func(id string) bool {
+		if id == "cb_0" || id == "cb_2" {
+			skipped = append(skipped, id)
+			return true
+		}
+		return false
+	}
+	if err := s.ScanDueCallbacks(time.Now(), 100, skip, func(c Callback) bool { taken = append(taken, c.ID); return len(taken) < 3 }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(taken, ",") != "cb_1,cb_3,cb_4" || strings.Join(skipped, ",") != "cb_0,cb_2" {
+		t.Fatalf("taken %v, skipped %v", taken, skipped)
+	}
+	taken = nil
+	if err := s.ScanDueCallbacks(time.Now(), 2, func(string) bool { return false }, func(c Callback) bool { taken = append(taken, c.ID); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(taken, ",") != "cb_0,cb_1" {
+		t.Fatalf("a scan of 2 took %v", taken)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -15,48 +16,6 @@ import (
 
 	"github.com/tollway/tollway/store"
 )
-
-type resolver map[string][]netip.Addr
-
-func (r resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	return r[host], nil
-}
-
-// TestCheckCallbackURL: only http(s) URLs whose every address is public pass, unless the
-// operator allowed the address; the refusal names the host, why and the fix.
-func TestCheckCallbackURL(t *testing.T) {
-	r := resolver{
-		"hooks.example.com": {netip.MustParseAddr("93.184.216.34")},
-		"rebind.example":    {netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("10.0.0.7")},
-		"meta.example":      {netip.MustParseAddr("169.254.169.254")},
-		"v6.example":        {netip.MustParseAddr("fd00::1")},
-	}
-	allow := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
-	for raw, want := range map[string]string{
-		"https://hooks.example.com/v":        "",
-		"http://127.0.0.1:9000/cb":           "", // allowed by the operator
-		"http://127.0.0.2/cb":                "loopback",
-		"http://[::1]/cb":                    "loopback",
-		"https://rebind.example/":            "private",
-		"https://meta.example/":              "metadata",
-		"http://169.254.169.254/":            "metadata",
-		"http://169.254.1.1/":                "link-local",
-		"https://v6.example/":                "private",
-		"http://100.64.0.1/":                 "private",
-		"http://[::ffff:10.1.1.1]/":          "private",
-		"ftp://hooks.example.com/":           "http or https",
-		"https://user:pw@hooks.example.com/": "credentials",
-		"not a url":                          "http or https",
-	} {
-		err := CheckCallbackURL(context.Background(), raw, allow, r)
-		switch {
-		case want == "" && err != nil:
-			t.Errorf("%s: %v", raw, err)
-		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
-			t.Errorf("%s: %v, want it to say %q", raw, err, want)
-		}
-	}
-}
 
 // TestSignatureRoundTrip: a receiver verifies what the gateway signed, and refuses a changed
 // body, another secret and an old timestamp.
@@ -112,7 +71,7 @@ func TestDelivererRetriesUntilDelivered(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	d := &Deliverer{Store: st, Client: NewCallbackClient(NewAllowList([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})),
+	d := &Deliverer{Store: st, Client: NewCallbackClient(&Guard{Allow: NewAllowList([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})}),
 		Log: slog.New(slog.DiscardHandler), Now: time.Now, Base: time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -129,13 +88,13 @@ func TestDelivererRetriesUntilDelivered(t *testing.T) {
 		t.Fatalf("outbox still holds %+v", due)
 	}
 	// Without the allow-list the same receiver (on loopback) is refused at connection time.
-	strict := NewCallbackClient(nil)
+	strict := NewCallbackClient(&Guard{})
 	if _, err := strict.Post(srv.URL, "application/json", strings.NewReader("{}")); err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Fatalf("loopback receiver without allow-list: %v", err)
 	}
 	// A reload replaces the list: the same client follows it at its next connection.
 	list := NewAllowList(nil)
-	live := NewCallbackClient(list)
+	live := NewCallbackClient(&Guard{Allow: list})
 	live.Transport.(*http.Transport).DisableKeepAlives = true
 	if _, err := live.Post(srv.URL, "application/json", strings.NewReader("{}")); err == nil {
 		t.Fatal("delivered to loopback before the list allowed it")
@@ -150,4 +109,118 @@ func TestDelivererRetriesUntilDelivered(t *testing.T) {
 	if _, err := live.Post(srv.URL, "application/json", strings.NewReader("{}")); err == nil {
 		t.Fatal("delivered to loopback after the list was emptied")
 	}
+}
+
+// TestDelivererDeadHostDelaysOnlyItself: 80 callbacks to a host that accepts connections and
+// never answers hold at most PerHost connections there, and another host's callback goes out
+// at once rather than after the dead host's timeouts.
+func TestDelivererDeadHostDelaysOnlyItself(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var most peak
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			done := most.enter()
+			go func() { _, _ = io.Copy(io.Discard, c); done(); c.Close() }()
+		}
+	}()
+	var got atomic.Int64
+	good := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { got.Store(time.Now().UnixNano()) }))
+	defer good.Close()
+	st, task, d := outbox(t, 80, "http://"+ln.Addr().String()+"/cb")
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { d.Run(ctx, 20*time.Millisecond); close(stopped) }()
+	time.Sleep(200 * time.Millisecond) // the dead host's deliveries are under way
+	if _, err := st.UpdateTask(task.ID, func(*store.Task) (store.TaskChange, error) {
+		return store.TaskChange{Callbacks: []store.Callback{{TaskID: task.ID, Account: "b", URL: good.URL + "/cb", Body: []byte(`{}`)}}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for got.Load() == 0 && time.Since(start) < 15*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got.Load() == 0 || time.Unix(0, got.Load()).Sub(start) > 2*time.Second {
+		t.Fatalf("the other host's callback: delivered at %v (0: not within 15 s)", time.Unix(0, got.Load()).Sub(start))
+	}
+	if m := most.most.Load(); m < 1 || m > 4 {
+		t.Fatalf("the dead host held %d connections at once, want 1 to PerHost (4)", m)
+	}
+	cancel()
+	select { // stopping cuts the deliveries in flight and waits for them
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if due, _ := st.DueCallbacks(time.Now().Add(time.Hour), 100); len(due) != 80 {
+		t.Fatalf("%d callbacks left in the outbox, want the dead host's 80", len(due))
+	}
+}
+
+// TestDelivererKeepsAFastHostBusy: a host's lane asks for more as it drains, so 300 callbacks
+// to one fast receiver go out at once, not 64 per reading of the outbox (here read once an
+// hour), never more than PerHost at a time.
+func TestDelivererKeepsAFastHostBusy(t *testing.T) {
+	var got atomic.Int32
+	var most peak
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		defer most.enter()()
+		time.Sleep(time.Millisecond)
+		got.Add(1)
+	}))
+	defer srv.Close()
+	_, _, d := outbox(t, 300, srv.URL+"/cb")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go d.Run(ctx, time.Hour)
+	waitUntil := time.Now().Add(20 * time.Second)
+	for got.Load() < 300 && time.Now().Before(waitUntil) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got.Load() != 300 || most.most.Load() > 4 {
+		t.Fatalf("%d of 300 delivered, at most %d at once (want 300, at most 4)", got.Load(), most.most.Load())
+	}
+}
+
+// outbox is a store whose outbox holds n callbacks of one task to url, and a deliverer of it
+// that may reach loopback.
+func outbox(t *testing.T, n int, url string) (*store.Store, *store.Task, *Deliverer) {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	task := &store.Task{ID: store.NewTaskID("video"), Kind: "video", Account: "a", Model: "m", Provider: "p", ProviderTaskID: "x", Status: "queued"}
+	if err := st.PutTask(task); err != nil {
+		t.Fatal(err)
+	}
+	cbs := make([]store.Callback, n)
+	for i := range cbs {
+		cbs[i] = store.Callback{TaskID: task.ID, Account: "a", URL: url, Body: []byte(`{}`)}
+	}
+	if _, err := st.UpdateTask(task.ID, func(*store.Task) (store.TaskChange, error) { return store.TaskChange{Callbacks: cbs}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	return st, task, &Deliverer{Store: st, Client: NewCallbackClient(&Guard{Allow: NewAllowList([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})}),
+		Log: slog.New(slog.DiscardHandler), Now: time.Now}
+}
+
+// peak counts what is open at once and keeps the most.
+type peak struct{ open, most atomic.Int32 }
+
+// enter counts one more open; the function it returns counts it closed.
+func (p *peak) enter() func() {
+	n := p.open.Add(1)
+	for m := p.most.Load(); n > m && !p.most.CompareAndSwap(m, n); m = p.most.Load() {
+	}
+	return func() { p.open.Add(-1) }
 }

@@ -127,17 +127,17 @@ func runTasks(ctx context.Context, dir string, n, callbacks int, w io.Writer) er
 			return err
 		}
 	}
-	d := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient(tasks.NewAllowList([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})),
+	d := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient(&tasks.Guard{Allow: tasks.NewAllowList([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})}),
 		Log: slog.New(slog.DiscardHandler), Now: time.Now}
 	dctx, dcancel := context.WithCancel(ctx)
 	t1, cpu1 := time.Now(), cpuNow()
-	go d.Run(dctx, 10*time.Millisecond)
+	go d.Run(dctx, time.Second) // as the gateway runs it: lanes ask for more as they drain
 	for got.Load() < int64(callbacks) && time.Since(t1) < 2*time.Minute {
 		time.Sleep(10 * time.Millisecond)
 	}
 	dcancel()
 	el, dcpu := time.Since(t1), cpuNow()-cpu1
-	fmt.Fprintf(w, "callbacks: %d delivered signed in %s = %.0f/s (16 at a time; each an HMAC, a POST and an fsynced ack), %.0f us CPU each\n",
+	fmt.Fprintf(w, "callbacks: %d delivered signed in %s = %.0f/s (4 at a time, all to one host; each an HMAC, a POST and an fsynced ack), %.0f us CPU each\n",
 		got.Load(), el.Round(time.Millisecond), float64(got.Load())/el.Seconds(), float64(dcpu.Microseconds())/float64(max(got.Load(), 1)))
 	if got.Load() < int64(callbacks) || polled < n {
 		return fmt.Errorf("tasks: %d of %d polled, %d of %d callbacks delivered", polled, n, got.Load(), callbacks)

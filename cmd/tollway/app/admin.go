@@ -37,7 +37,7 @@ func (g *gateway) adminHandler(listenAdmin, token string, reload func() error) h
 	g.consoleAPIRoutes(mux)
 	g.metricsRoutes(mux)
 	pprofRoutes(mux) // only with TOLLWAY_PPROF=1
-	guard := newAdminGuard(listenAdmin, token, jsonFallbacks(mux))
+	guard := newAdminGuard(listenAdmin, token, g.log, jsonFallbacks(mux))
 	consoleRoutes(mux, guard) // the web console: its pages and sign-in
 	return guard
 }

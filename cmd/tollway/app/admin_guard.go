@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"log/slog"
 	"mime"
 	"net"
 	"net/http"
@@ -23,7 +24,8 @@ import (
 //     headers are ever sent, so browsers keep other pages' scripts out too;
 //   - carry the admin token when admin.token is set: else 401 invalid_admin_token. The console
 //     carries a session cookie instead (console_session.go), got by signing in with the token,
-//     and then every write must also carry the session's CSRF token: else 403 csrf_failed;
+//     and then every write must also carry the session's CSRF token: else 403 csrf_failed. A
+//     source that sent 10 wrong tokens within a minute gets 429 (admin_limit.go);
 //   - be JSON when it writes (POST, PUT, PATCH, DELETE, even with an empty body): HTML forms and
 //     fetch without preflight cannot send application/json: else 415 unsupported_media_type.
 //
@@ -34,6 +36,7 @@ type adminGuard struct {
 	own       string           // listen.admin, for messages
 	tokenHash []byte           // SHA-256 of admin.token; nil when no token is required
 	sessions  *consoleSessions // console sign-ins; nil when no token is required
+	failures  *authLimiter     // wrong tokens by source
 	next      http.Handler
 }
 
@@ -41,9 +44,10 @@ type adminGuard struct {
 const maxAdminBody = 1 << 20
 
 // newAdminGuard guards next for the admin listener at listenAdmin (host:port, loopback); an
-// address it cannot read leaves no Host allowed, so the guard fails closed.
-func newAdminGuard(listenAdmin, token string, next http.Handler) *adminGuard {
-	g := &adminGuard{hosts: map[string]bool{}, own: listenAdmin, next: next}
+// address it cannot read leaves no Host allowed, so the guard fails closed. Wrong tokens are
+// logged on log.
+func newAdminGuard(listenAdmin, token string, log *slog.Logger, next http.Handler) *adminGuard {
+	g := &adminGuard{hosts: map[string]bool{}, own: listenAdmin, next: next, failures: newAuthLimiter(log)}
 	host, port, err := net.SplitHostPort(listenAdmin)
 	if ip := net.ParseIP(host); err == nil && (host == "" || ip != nil && ip.IsUnspecified()) {
 		// Listening everywhere: callers name it by any of the machine's addresses. An IP
@@ -109,6 +113,21 @@ func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxAdminBody)
 	g.next.ServeHTTP(w, r)
+}
+
+// attempt checks the token a client presents (authorization, via: "bearer token" or "console
+// sign-in"). A source over the limit of wrong tokens gets 429 (limited; the token is not
+// looked at); a wrong token counts against its source and is logged.
+func (g *adminGuard) attempt(w http.ResponseWriter, r *http.Request, authorization, via string) (ok, limited bool) {
+	if g.failures.refuse(w, r) {
+		return false, true
+	}
+	if g.tokenOK(authorization) {
+		g.failures.succeed(r)
+		return true, false
+	}
+	g.failures.fail(r, via)
+	return false, false
 }
 
 // tokenOK compares an Authorization header with the token in constant time: hashing first makes

@@ -89,7 +89,7 @@ type apiErr struct {
 }
 
 func TestAdminGuard(t *testing.T) {
-	const token = "0123456789abcdef-admin-token"
+	const token = "0123456789abcdef-admin-token-0123"
 	open, locked := newTestAdmin(t, ""), newTestAdmin(t, token)
 	bearer := map[string]string{"Authorization": "Bearer " + token}
 	with := func(base map[string]string, kv ...string) map[string]string {
@@ -186,7 +186,7 @@ func TestAdminGuardHostsOfListenAddress(t *testing.T) {
 		"localhost:80":   {"localhost:80", "localhost", "127.0.0.1", "[::1]"},
 		"127.0.0.2:9090": {"127.0.0.2:9090", "127.0.0.1:9090"},
 	} {
-		g := newAdminGuard(addr, "", http.NotFoundHandler())
+		g := newAdminGuard(addr, "", slog.New(slog.DiscardHandler), http.NotFoundHandler())
 		for _, h := range ok {
 			if !g.hosts[h] {
 				t.Errorf("listen.admin %s: Host %s refused; allowed are %v", addr, h, g.hosts)

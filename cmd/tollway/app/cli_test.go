@@ -132,7 +132,7 @@ func TestCLIChecksAmountsBeforeSending(t *testing.T) {
 // TestCLIAdminToken: --admin-token, then TOLLWAY_ADMIN_TOKEN, then the config's admin.token.
 func TestCLIAdminToken(t *testing.T) {
 	clearTollwayEnv(t)
-	const tok = "cli-admin-token-0123456789"
+	const tok = "cli-admin-token-0123456789abcdef0123"
 	f := newFakeAdmin(t, tok)
 	listen := "listen: {public: 127.0.0.1:18080, admin: " + f.addr() + "}\n"
 	refCfg := writeConfig(t, listen+`admin: {token: "${CLI_TEST_ADMIN_TOKEN}"}`+"\n")

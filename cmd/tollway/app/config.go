@@ -316,7 +316,7 @@ func resolveSecret(ref string) (secret string, ok bool) {
 
 // Admin token bounds: long enough not to be guessed, and safe in an HTTP header.
 const (
-	minAdminToken = 16
+	minAdminToken = 32
 	maxAdminToken = 512
 )
 
@@ -337,7 +337,7 @@ func checkAdminTokenRef(ref string) error {
 
 func checkAdminToken(tok string) error {
 	if len(tok) < minAdminToken || len(tok) > maxAdminToken {
-		return fmt.Errorf("the token has %d characters; use %d to %d, e.g. from `openssl rand -hex 32`", len(tok), minAdminToken, maxAdminToken)
+		return fmt.Errorf("the token has %d characters; it needs %d to %d, so that it cannot be guessed: make one with `openssl rand -hex 32` (64 characters)", len(tok), minAdminToken, maxAdminToken)
 	}
 	for i := 0; i < len(tok); i++ {
 		if tok[i] <= ' ' || tok[i] > '~' {

@@ -10,7 +10,7 @@ import (
 func TestAdminTokenConfig(t *testing.T) {
 	clearTollwayEnv(t)
 	const listen = "listen: {public: 127.0.0.1:18080, admin: 127.0.0.1:19090}\n"
-	literal := "literal-admin-token-0123456789"
+	literal := "literal-admin-token-0123456789abcdef"
 	tests := []struct {
 		name, yaml string
 		env        map[string]string
@@ -23,9 +23,11 @@ func TestAdminTokenConfig(t *testing.T) {
 		{name: "literal", yaml: listen + "admin: {token: " + literal + "}", want: literal},
 		{name: "environment alone", yaml: listen, env: map[string]string{"TOLLWAY_ADMIN_TOKEN": literal}, want: literal},
 		{name: "unset reference", yaml: listen + `admin: {token: "${T_ADMIN_UNSET}"}`, resolveErr: "${T_ADMIN_UNSET}, which is not set"},
-		{name: "short reference", yaml: listen + `admin: {token: "${T_ADMIN}"}`, env: map[string]string{"T_ADMIN": "short"}, resolveErr: "use 16 to 512"},
+		{name: "short reference", yaml: listen + `admin: {token: "${T_ADMIN}"}`, env: map[string]string{"T_ADMIN": "short"}, resolveErr: "needs 32 to 512"},
+		{name: "31 characters", yaml: listen + `admin: {token: "${T_ADMIN}"}`, env: map[string]string{"T_ADMIN": strings.Repeat("a", 31)}, resolveErr: "`openssl rand -hex 32`"},
+		{name: "16 characters", yaml: listen, env: map[string]string{"TOLLWAY_ADMIN_TOKEN": "aaaaaaaaaaaaaaaa"}, loadErr: "has 16 characters; it needs 32"},
 		{name: "short literal", yaml: listen + "admin: {token: hunter2}", loadErr: "admin.token (or TOLLWAY_ADMIN_TOKEN): the token has 7 characters"},
-		{name: "literal with a space", yaml: listen + `admin: {token: "correct horse battery staple"}`, loadErr: "printable ASCII without spaces"},
+		{name: "literal with a space", yaml: listen + `admin: {token: "correct horse battery staple, twice over"}`, loadErr: "printable ASCII without spaces"},
 		{name: "broken reference", yaml: listen + `admin: {token: "${T_ADMIN"}`, loadErr: `write an environment reference as "${NAME}"`},
 		{name: "typo", yaml: listen + "admin: {tokn: x}", loadErr: "tokn"},
 	}

@@ -136,7 +136,11 @@ func consoleRoutes(mux *http.ServeMux, guard *adminGuard) {
 			writeErr(w, err)
 			return
 		}
-		if !guard.tokenOK("Bearer " + req.Token) {
+		ok, limited := guard.attempt(w, r, "Bearer "+req.Token, "console sign-in")
+		if limited {
+			return
+		}
+		if !ok {
 			writeErr(w, &adminRefusal{http.StatusUnauthorized, "invalid_admin_token",
 				"that is not this gateway's admin token (admin.token, or TOLLWAY_ADMIN_TOKEN in the gateway's environment)"})
 			return

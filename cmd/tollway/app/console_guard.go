@@ -12,11 +12,11 @@ import (
 // authorized reports whether r may go on, answering it otherwise.
 func (g *adminGuard) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if h := r.Header.Get("Authorization"); h != "" {
-		if g.tokenOK(h) {
-			return true
+		ok, limited := g.attempt(w, r, h, "bearer token")
+		if !ok && !limited {
+			refuseAdminToken(w)
 		}
-		refuseAdminToken(w)
-		return false
+		return ok
 	}
 	if consolePublic(r) {
 		return true

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/cmd/tollway/demo"
+	"github.com/tollway/tollway/extproc/tasks"
 )
 
 // demoChunkDelay paces streamed demo answers so a terminal shows them arriving.
@@ -18,6 +19,7 @@ const demoChunkDelay = 30 * time.Millisecond
 // a configuration change that drops the demo provider leaves it idle on its loopback port.
 type demoServer struct {
 	log *slog.Logger
+	own *tasks.Listeners // the gateway's own listeners (callbacks never reach them); may be nil
 	mu  sync.Mutex
 	srv *demo.Server
 }
@@ -32,6 +34,9 @@ func (d *demoServer) addr() (string, error) {
 			return "", err
 		}
 		d.srv = srv
+		if d.own != nil {
+			d.own.Set(ownDemo, listenAddrs(srv.Addr())...)
+		}
 		d.log.Info("demo model server started", "addr", srv.Addr())
 	}
 	return d.srv.Addr(), nil

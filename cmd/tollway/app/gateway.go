@@ -41,8 +41,9 @@ type gateway struct {
 
 	// internal is Envoy's loopback listener for the gateway's own task requests.
 	internal *ir.Listener
-	// callbacks is callbacks.allow_private, replaced when a configuration is applied.
-	callbacks *tasks.AllowList
+	// callbacks decides where task callbacks may go: its allow-list (callbacks.allow_private)
+	// and the public listener follow each applied configuration.
+	callbacks *tasks.Guard
 
 	// health is Envoy's view of each provider (name -> healthy), as pollHealth last read it;
 	// nil before the first reading. The console's provider list shows it.
@@ -126,7 +127,8 @@ func (g *gateway) applyConfig(ctx context.Context, c *Config) error {
 		return err
 	}
 	if allow, err := c.callbackAllow(); err == nil && g.callbacks != nil { // Validate checked it
-		g.callbacks.Set(allow)
+		g.callbacks.Allow.Set(allow)
+		g.callbacks.Own.Set(ownPublic, listenAddrs(c.Listen.Public)...)
 	}
 	g.ext.SetPayments(g.payments(c))
 	return nil

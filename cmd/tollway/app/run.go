@@ -132,8 +132,9 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	allow := tasks.NewAllowList(allowed)
-	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, settler: settle, demo: demoSrv, internal: internal, callbacks: allow}
+	guard := newCallbackGuard(cfg, allowed, internal)
+	demoSrv.own = guard.Own
+	gw := &gateway{log: log, store: st, xds: ctrl, ext: ext, ledger: ledger, settler: settle, demo: demoSrv, internal: internal, callbacks: guard}
 	if bill != nil { // x402 needs billing
 		gw.settlements = extproc.NewSettlements(st, log.With("component", "x402"))
 		n, err := gw.settlements.Resume()
@@ -152,7 +153,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	}
 	if internal != nil {
 		taskSvc.Envoy.Addr = fmt.Sprintf("%s:%d", internal.Address, internal.Port)
-		ext.SetTasks(&extproc.Tasks{Service: taskSvc, CallbackAllow: allow})
+		ext.SetTasks(&extproc.Tasks{Service: taskSvc, Callbacks: guard})
 		if _, err := ext.RestoreTaskHolds(st); err != nil {
 			return fmt.Errorf("running tasks: %w", err)
 		}
@@ -238,7 +239,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if gw.settlements != nil {
 		serve("x402 settlements", func() error { gw.settlements.Run(serveCtx); return nil })
 	}
-	deliverer := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient(allow), Log: log.With("component", "callbacks"), Now: time.Now}
+	deliverer := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient(guard), Log: log.With("component", "callbacks"), Now: time.Now}
 	serve("callbacks", func() error { deliverer.Run(serveCtx, time.Second); return nil })
 	if cfg.path != "" {
 		stopWatch, err := watchFile(cfg.path, log, func() {
