@@ -123,7 +123,9 @@ func outputCap(m *model, asked, prompt int64) int64 {
 	return defaultOutputCap
 }
 
-// settle bills the request from the provider's usage, or from a token count of what was sent.
+// settle bills the request from the provider's usage, or from a token count of what was sent:
+// at most its hold (no settlement exceeds its hold; what the provider reported beyond it is
+// the record's overage, counted and logged for the operator).
 func (x *exchange) settle() {
 	if x.hold == nil {
 		return
@@ -131,9 +133,12 @@ func (x *exchange) settle() {
 	b := x.s.billing
 	usage, estimated := x.meter.result(x.promptTokens)
 	usage = storable(usage)
-	cost := x.plan.model.Pricing.Cost(usage)
-	b.Ledger.Settle(x.hold, cost)
+	metered, held := x.plan.model.Pricing.Cost(usage), x.hold.Amount()
+	cost := b.Ledger.Settle(x.hold, metered)
 	x.hold = nil
+	if metered.GreaterThan(held) {
+		billing.WarnOverage(x.s.log, x.provider, x.plan.model.ID, store.ShortID(x.requestID), metered, held)
+	}
 	x.bill = &billed{usage: usage, estimated: estimated, cost: cost}
 	b.Record(store.UsageRecord{
 		RequestID:        x.billingID(),
@@ -146,6 +151,7 @@ func (x *exchange) settle() {
 		CompletionTokens: usage.CompletionTokens,
 		CachedTokens:     usage.CachedTokens,
 		Cost:             cost,
+		Overage:          metered.Sub(cost),
 		Estimated:        estimated,
 		Time:             b.Now().UTC(),
 	})

@@ -24,6 +24,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
 
+	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
 )
@@ -73,6 +74,8 @@ type payState struct {
 	recorded bool
 	// cost is what a settled paid business call cost (its usage record's Cost).
 	cost decimal.Decimal
+	// hold is the request's worst case, priced at admission: no settlement exceeds it.
+	hold decimal.Decimal
 }
 
 // paidAccount is the account of requests paid without an API key: the endpoint's own.
@@ -154,6 +157,7 @@ func (k *keyInfo) narrowed(models []string) *keyInfo {
 // facilitator stays used.
 func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 	p := x.pay
+	p.hold = worst
 	var quote decimal.Decimal
 	if p.offer.NeedsQuote() {
 		quote = worst
@@ -298,15 +302,15 @@ func (x *exchange) settlementEvent() []byte {
 	return append(append([]byte("data: "), ev...), "\n\n"...)
 }
 
-// paidCost is what the answered paid request cost, from its metered usage.
+// paidCost is what the answered paid request cost, from its metered usage, at most its hold.
 func (x *exchange) paidCost() (decimal.Decimal, store.UsageRecord) {
 	usage, estimated := x.meter.result(x.promptTokens)
 	usage = storable(usage)
-	cost := x.plan.model.Pricing.Cost(usage)
+	cost, over := billing.Cap(x.plan.model.Pricing.Cost(usage), x.pay.hold)
 	return cost, store.UsageRecord{
 		RequestID: x.billingID(), KeyID: x.key.ID, Account: x.key.Account, Model: x.plan.model.ID, Provider: x.provider,
 		Route: x.plan.routeID(), PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens,
-		CachedTokens: usage.CachedTokens, Cost: cost, Estimated: estimated,
+		CachedTokens: usage.CachedTokens, Cost: cost, Overage: over, Estimated: estimated,
 	}
 }
 
@@ -320,6 +324,9 @@ func (x *exchange) paidSettle() error {
 	err := x.paySettle(cost)
 	if x.pay.settled != nil && !x.pay.recorded {
 		x.pay.recorded = true
+		if rec.Overage.IsPositive() {
+			billing.WarnOverage(x.s.log, x.provider, x.plan.model.ID, store.ShortID(x.requestID), cost.Add(rec.Overage), x.pay.hold)
+		}
 		if b := x.s.billing; b != nil {
 			rec.Cost = cost
 			rec.Time = b.Now().UTC()

@@ -88,6 +88,7 @@ type usageRecord struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	Cost             decimal.Decimal
+	Overage          decimal.Decimal // what the provider reported beyond the hold: not billed
 	Estimated        bool
 	Payment          *struct {
 		Endpoint, Scheme, Network, Asset, Payer, Amount, Transaction string

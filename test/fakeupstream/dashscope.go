@@ -1,6 +1,7 @@
 package fakeupstream
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -15,6 +16,11 @@ import (
 // with video_url, end_time and usage.duration, or FAILED; UNKNOWN (HTTP 200) for ids it does
 // not know. Errors are {code, message, request_id} with an HTTP status.
 
+// DashScopeReportTrigger followed by a number of seconds ("#report-seconds=1000") makes the
+// task's SUCCEEDED answer report that usage.duration, whatever the video lasts: a provider
+// over-reporting its usage.
+const DashScopeReportTrigger = "#report-seconds="
+
 // DashScopeURL is the base URL a dashscope provider config uses: the API host root.
 func (s *Server) DashScopeURL() string { return strings.TrimSuffix(s.url, "/v1") }
 
@@ -27,6 +33,7 @@ type dashscopeTask struct {
 	polls    int
 	fail     bool
 	duration int
+	reported int // usage.duration when it is not the video's (DashScopeReportTrigger)
 }
 
 func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []byte) bool {
@@ -71,7 +78,11 @@ func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []b
 			req.Parameters.Duration = 5
 		}
 		id := "ds-task-" + s.nextID()
-		s.ds.tasks[id] = &dashscopeTask{fail: strings.Contains(req.Input.Prompt, MediaFailTrigger), duration: req.Parameters.Duration}
+		t := &dashscopeTask{fail: strings.Contains(req.Input.Prompt, MediaFailTrigger), duration: req.Parameters.Duration}
+		if i := strings.Index(req.Input.Prompt, DashScopeReportTrigger); i >= 0 {
+			t.reported, _ = strconv.Atoi(strings.Fields(req.Input.Prompt[i+len(DashScopeReportTrigger):] + " ")[0])
+		}
+		s.ds.tasks[id] = t
 		writeJSON(w, map[string]any{"request_id": reqID, "output": map[string]any{"task_id": id, "task_status": "PENDING"}})
 		return true
 	}
@@ -92,7 +103,7 @@ func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []b
 		out["task_status"] = "SUCCEEDED"
 		out["end_time"] = time.Now().UTC().Format("2006-01-02 15:04:05.000")
 		out["video_url"] = s.DashScopeURL() + "/files/" + id + ".mp4?expires=" + strconv.FormatInt(time.Now().Add(s.mediaTTL()).Unix(), 10)
-		usage = map[string]any{"duration": t.duration, "video_count": 1}
+		usage = map[string]any{"duration": cmp.Or(t.reported, t.duration), "video_count": 1}
 	}
 	if t != nil {
 		t.polls++
