@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/shopspring/decimal"
 
@@ -23,6 +24,8 @@ type Runtime struct {
 	chains    map[string][]ir.Attempt // by cluster name; only providers that can take traffic
 	endpoints *metadataMemo           // endpoint metadata text, parsed once
 	accessLog bool                    // the access log is on: ext_proc sets its metadata
+	// silence is how long a streamed answer may pause before ext_proc ends it (silence.go).
+	silence time.Duration
 }
 
 type model struct {
@@ -158,6 +161,7 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		routes:    make(map[string]*ir.Route, len(g.Routes)),
 		chains:    map[string][]ir.Attempt{},
 		accessLog: !g.AccessLog.Off,
+		silence:   silenceAfter(g.AttemptIdle()),
 	}
 	for i := range g.Routes {
 		rt.routes[g.Routes[i].ID] = &g.Routes[i]
