@@ -132,7 +132,9 @@ func outputCap(m *model, asked, prompt int64) int64 {
 	return defaultOutputCap
 }
 
-// settle bills the request from the provider's usage, or from a token count of what was sent.
+// settle bills the request from the provider's usage, or from a token count of what was sent:
+// at most its hold (no settlement exceeds its hold; what the provider reported beyond it is
+// the record's overage, counted and logged for the operator).
 func (x *exchange) settle() {
 	if x.hold == nil {
 		return
@@ -140,11 +142,16 @@ func (x *exchange) settle() {
 	b := x.s.billing
 	usage, estimated := x.meter.result(x.promptTokens)
 	usage = storable(usage)
-	cost := x.cost(usage)
-	b.Ledger.Settle(x.hold, cost)
+	metered, held := x.cost(usage), x.hold.Amount()
+	cost := b.Ledger.Settle(x.hold, metered)
 	x.hold = nil
+	if metered.GreaterThan(held) {
+		billing.WarnOverage(x.s.log, x.provider, x.plan.model.ID, store.ShortID(x.requestID), metered, held)
+	}
 	x.bill = &billed{usage: usage, estimated: estimated, cost: cost}
-	b.Record(x.usageRecord(usage, cost, estimated, b.Now()))
+	rec := x.usageRecord(usage, cost, estimated, b.Now())
+	rec.Overage = metered.Sub(cost)
+	b.Record(rec)
 }
 
 // cost is what the answer cost: its usage at the answering model's prices, plus the usage the

@@ -135,6 +135,42 @@ func TestAdmissionBillsPlainAnswerFromUsage(t *testing.T) {
 	}
 }
 
+// TestOverReportedUsageIsBilledTheHold: a provider reporting far more completion tokens than
+// the request's cap allows is billed the hold, not its report, whole answers and streams alike;
+// the balance and the key's limit are never passed.
+func TestOverReportedUsageIsBilledTheHold(t *testing.T) {
+	limit := decimal.RequireFromString("500")
+	e, ledger, rec := billedServer(t, "1000", &limit)
+	answers := map[string][]*extprocv3.ProcessingRequest{
+		"whole": {servedHeaders("200", "application/json", "openai/gpt"),
+			responseBody(`{"choices":[{"index":0,"message":{"role":"assistant","content":"hey"}}],"usage":{"prompt_tokens":3,"completion_tokens":1000000,"total_tokens":1000003}}`)},
+		"stream": {sseHeaders(), bodyChunk("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hey\"},\"finish_reason\":\"stop\"}]}\n\n"+
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1000000}}\n\ndata: [DONE]\n\n", true)},
+	}
+	for _, name := range []string{"whole", "stream"} {
+		before, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow)
+		s := e.open()
+		s.roundTrip(chatHeaders("Bearer "+validSecret, name, true))
+		stream := ""
+		if name == "stream" {
+			stream = `"stream":true,`
+		}
+		s.roundTrip(requestBody(`{"model":"gpt",` + stream + `"messages":[{"role":"user","content":"hi"}]}`))
+		held, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow)
+		hold := before.Sub(held)
+		for _, m := range answers[name] {
+			s.roundTrip(m)
+		}
+		s.close()
+		recs := rec.all()
+		r := recs[len(recs)-1]
+		after, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow)
+		if !hold.IsPositive() || !r.Cost.Equal(hold) || !before.Sub(after).Equal(hold) || !r.Overage.Equal(decimal.NewFromInt(2_000_003).Sub(hold)) {
+			t.Fatalf("%s: record %+v, debited %s: want the hold %s, not $2,000,003", name, r, before.Sub(after), hold)
+		}
+	}
+}
+
 func TestAdmissionStreamsAndCuts(t *testing.T) {
 	// The cut stream below is billed from a token count: load the tokenizer first, outside the
 	// streams' deadline (seconds under -race on a busy machine; it is not what is tested here).
@@ -261,5 +297,24 @@ func TestAdmissionBillsOtherModels(t *testing.T) {
 	}
 	if avail, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); !avail.Equal(decimal.NewFromInt(10000 - 131)) {
 		t.Fatalf("available %s after settling $131 of 10000", avail)
+	}
+}
+
+// TestPaidCostIsCappedAtTheHold: a paid request (x402) is recorded, and an upto payment
+// settled, at most its hold (the worst case priced at admission), whatever the provider
+// reports; the rest is the record's overage.
+func TestPaidCostIsCappedAtTheHold(t *testing.T) {
+	e, _, _ := billedServer(t, "0", nil)
+	x := &exchange{s: e.srv, plan: &chatPlan{model: e.srv.runtime.Load().models["gpt"]}, key: &keyInfo{ID: "x402.s", Account: "x402.s"},
+		pay: &payState{hold: decimal.NewFromInt(32)}}
+	x.meter.body([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1000000}}`))
+	cost, rec := x.paidCost()
+	if !cost.Equal(decimal.NewFromInt(32)) || !rec.Cost.Equal(cost) || !rec.Overage.Equal(decimal.NewFromInt(2_000_003-32)) {
+		t.Fatalf("paid cost %s, record %+v: want the hold 32, the rest overage", cost, rec)
+	}
+	x.meter = meter{}
+	x.meter.body([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`))
+	if cost, rec = x.paidCost(); !cost.Equal(decimal.NewFromInt(11)) || !rec.Overage.IsZero() {
+		t.Fatalf("paid cost %s, record %+v: want the metered 11", cost, rec)
 	}
 }

@@ -112,12 +112,12 @@ func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer
 		return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
 	})
 	if s.obs == nil {
-		return serve(stream, handle)
+		return serve(stream, handle, nil)
 	}
 	var busy time.Duration
 	s.obs.StreamStarted(PhaseAttempt)
 	defer func() { s.obs.StreamEnded(PhaseAttempt, busy) }()
-	return serve(stream, timed(&busy, handle))
+	return serve(stream, timed(&busy, handle), nil)
 }
 
 // target finds the attempt's provider and catalog model: from the chosen endpoint's metadata,

@@ -26,6 +26,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
 
+	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
 )
@@ -78,6 +79,8 @@ type payState struct {
 	// the record was handed over.
 	recordID string
 	recorded bool
+	// hold is the request's worst case, priced at admission: no settlement exceeds it.
+	hold decimal.Decimal
 }
 
 // paidAccount is the account of requests paid without an API key: the endpoint's own.
@@ -159,6 +162,7 @@ func (k *keyInfo) narrowed(models []string) *keyInfo {
 // facilitator stays used.
 func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 	p := x.pay
+	p.hold = worst
 	var quote decimal.Decimal
 	if p.offer.NeedsQuote() {
 		quote = worst
@@ -371,12 +375,15 @@ func (x *exchange) settlementEvent() []byte {
 	return append(append([]byte("data: "), ev...), "\n\n"...)
 }
 
-// paidCost is what the answered paid request cost, from its metered usage, and its record.
+// paidCost is what the answered paid request cost, from its metered usage, at most its hold,
+// and its record.
 func (x *exchange) paidCost() (decimal.Decimal, store.UsageRecord) {
 	usage, estimated := x.meter.result(x.promptTokens)
 	usage = storable(usage)
-	cost := x.cost(usage)
-	return cost, x.usageRecord(usage, cost, estimated, time.Time{})
+	cost, over := billing.Cap(x.cost(usage), x.pay.hold)
+	rec := x.usageRecord(usage, cost, estimated, time.Time{})
+	rec.Overage = over
+	return cost, rec
 }
 
 // paidSettle ends a paid chat request that got an answer: upto is settled now if it was not
@@ -387,6 +394,9 @@ func (x *exchange) paidSettle() error {
 		return nil
 	}
 	cost, rec := x.paidCost()
+	if rec.Overage.IsPositive() {
+		billing.WarnOverage(x.s.log, x.provider, x.plan.model.ID, store.ShortID(x.requestID), cost.Add(rec.Overage), x.pay.hold)
+	}
 	err := x.paySettle(cost, rec)
 	x.recordPaid(rec)
 	return err

@@ -47,6 +47,9 @@ type flow struct {
 	declared int64
 	// envoyBuffers: Envoy buffers this body and sends it whole after the headers' reply.
 	envoyBuffers bool
+	// duplex: the body is FULL_DUPLEX_STREAMED (an answer on Tollway's routes): every reply
+	// carries the body the client gets (streamedBody), not a change to Envoy's copy.
+	duplex bool
 }
 
 // pipeline runs one exchange over the pipelined protocol.
@@ -97,11 +100,12 @@ func (p *pipeline) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 		}
 		return p.body(&p.request, r.RequestBody, requestBodyReply, x.requestBody, errTooLarge), nil
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		out := p.end(&p.request, requestBodyReply, x.requestBody)
+		out := p.end(&p.request, requestBodyReply, x.requestBody, false)
 		return append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
 			RequestTrailers: &extprocv3.TrailersResponse{},
 		}}), nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		p.resp.duplex = true
 		if p.mode.ResponseHeaderMode == extprocv3filter.ProcessingMode_SKIP {
 			// An answer the buffered protocol would not have shown ext_proc (a request it
 			// never accepted): it goes on untouched.
@@ -123,17 +127,28 @@ func (p *pipeline) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 				common.HeaderMutation = &extprocv3.HeaderMutation{}
 			}
 			common.HeaderMutation.RemoveHeaders = append(common.HeaderMutation.RemoveHeaders, "content-length")
+			x.watchSilence()
 		}
 		return out, nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		if p.resp.state == streaming {
-			return p.logged(x.responseBody(r.ResponseBody), req), nil
+		b := r.ResponseBody
+		switch {
+		case x.silenced:
+			return nil, nil // the watchdog ended the answer: what Envoy still sends goes nowhere
+		case p.resp.state == streaming:
+			x.heard(b.GetEndOfStream())
+			return p.logged(streamedReply(x.responseBody(b), b), req), nil
+		case p.resp.state == collecting:
+			return p.body(&p.resp, b, responseBodyReply, x.responseBody, errAnswerTooLarge), nil
 		}
-		return p.body(&p.resp, r.ResponseBody, responseBodyReply, x.responseBody, errAnswerTooLarge), nil
+		return []*extprocv3.ProcessingResponse{streamedBody(b.GetBody(), b.GetEndOfStream())}, nil // passing
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		if x.silenced {
+			return nil, nil
+		}
 		var out []*extprocv3.ProcessingResponse
 		if p.resp.state == collecting {
-			out = p.end(&p.resp, responseBodyReply, x.responseBody)
+			out = p.end(&p.resp, responseBodyReply, x.responseBody, false)
 		}
 		return append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{},
@@ -188,7 +203,7 @@ func (p *pipeline) body(f *flow, b *extprocv3.HttpBody, reply func(*extprocv3.Co
 	}
 	f.body = append(f.body, b.GetBody()...)
 	if b.GetEndOfStream() {
-		return p.end(f, reply, handle)
+		return p.end(f, reply, handle, true)
 	}
 	if int64(len(f.body)) == f.declared {
 		// All of it is in: the chunk that ends it follows at once (Envoy's HTTP/1 codec ends a
@@ -228,9 +243,10 @@ func headerNamed(h *extprocv3.HttpHeaders, k string) string {
 
 // end hands a collected body to the exchange, whole, and sends the held headers' reply merged
 // with the exchange's answer to the body, then one reply per chunk: the new body in the last,
-// or every chunk untouched when the exchange left the body as it was.
+// or every chunk untouched when the exchange left the body as it was (a duplex body: one reply
+// with the body as it goes on, ending it unless trailers follow, endOfStream false).
 func (p *pipeline) end(f *flow, reply func(*extprocv3.CommonResponse) *extprocv3.ProcessingResponse,
-	handle func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse) []*extprocv3.ProcessingResponse {
+	handle func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse, endOfStream bool) []*extprocv3.ProcessingResponse {
 	if f.state != collecting {
 		return nil
 	}
@@ -258,6 +274,14 @@ func (p *pipeline) end(f *flow, reply func(*extprocv3.CommonResponse) *extprocv3
 	out := make([]*extprocv3.ProcessingResponse, 0, 1+f.chunks)
 	out = append(out, held)
 	mut := answer.GetBodyMutation()
+	if f.duplex {
+		f.chunks = 0
+		body := whole.Body
+		if mut != nil {
+			body = mut.GetBody() // nil when cleared
+		}
+		return append(out, streamedBody(body, endOfStream))
+	}
 	for i := 0; i < f.chunks; i++ {
 		c := &extprocv3.CommonResponse{}
 		switch {

@@ -1,10 +1,12 @@
 package extproc
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -124,15 +126,26 @@ func directChat(t *testing.T, s *stream) {
 	}
 }
 
+// streamed is a FULL_DUPLEX_STREAMED body reply's body and end (t fails on any other reply).
+func streamed(t *testing.T, r *extprocv3.ProcessingResponse) ([]byte, bool) {
+	t.Helper()
+	sr := r.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+	if sr == nil {
+		t.Fatalf("reply %v, want a streamed body", r)
+	}
+	return sr.GetBody(), sr.GetEndOfStream()
+}
+
 // TestPipelinedDirectChat: a plain answer is read whole and sent on with the headers' reply
-// (provider, content-length of the rewritten answer) and the catalog model in its body.
+// (provider, content-length of the rewritten answer) and the catalog model in its body: one
+// streamed reply with the whole new body (answers are FULL_DUPLEX_STREAMED on Tollway's routes).
 func TestPipelinedDirectChat(t *testing.T) {
 	e := startServer(t, testRuntime())
 	s := e.openPhase(ir.PhaseRouter)
 	directChat(t, s)
 	// An answer without a content-length, in two chunks: read whole at the one that ends it, Envoy
 	// asked to wait past its message timeout in between.
-	out, timeouts := s.answers(3, answerWith("200", "application/json", hdr(ir.ServedHeader, "local/", true)),
+	out, timeouts := s.answers(2, answerWith("200", "application/json", hdr(ir.ServedHeader, "local/", true)),
 		chunk(false, `{"id":"c1","object":"chat.completion",`, false), chunk(false, `"model":"qwen2.5:7b","choices":[]}`, true))
 	if timeouts != 1 {
 		t.Errorf("%d message timeouts extended, want 1 (after the first chunk)", timeouts)
@@ -141,10 +154,10 @@ func TestPipelinedDirectChat(t *testing.T) {
 	if set[ir.ProviderHeader] != "local" {
 		t.Errorf("answer's headers %v, want %s: local", set, ir.ProviderHeader)
 	}
-	if !out[1].GetResponseBody().GetResponse().GetBodyMutation().GetClearBody() {
-		t.Errorf("first chunk's reply %v, want it cleared", out[1])
+	body, end := streamed(t, out[1])
+	if !end {
+		t.Error("the answer's body does not end")
 	}
-	body := out[2].GetResponseBody().GetResponse().GetBodyMutation().GetBody()
 	if want := `{"id":"c1","object":"chat.completion","model":"free","choices":[]}`; string(body) != want {
 		t.Errorf("answer %s, want %s", body, want)
 	}
@@ -165,12 +178,17 @@ func TestPipelinedStreamedAnswer(t *testing.T) {
 		t.Errorf("SSE headers' reply removes %v, want content-length removed", rm)
 	}
 	out = s.pipelined(1, chunk(false, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"qwen2.5:7b\",\"choices\":[]}\n\n", false))
-	if got := string(out[0].GetResponseBody().GetResponse().GetBodyMutation().GetBody()); !strings.Contains(got, `"model":"free"`) {
-		t.Errorf("streamed chunk %q, want the catalog model", got)
+	if got, end := streamed(t, out[0]); !strings.Contains(string(got), `"model":"free"`) || end {
+		t.Errorf("streamed chunk %q (end %v), want the catalog model", got, end)
+	}
+	// A chunk the answer leaves as it is goes on as it came: ext_proc sends the client's body.
+	out = s.pipelined(1, chunk(false, ": keep-alive\n\n", false))
+	if got, _ := streamed(t, out[0]); string(got) != ": keep-alive\n\n" {
+		t.Errorf("unchanged chunk went on as %q", got)
 	}
 	out = s.pipelined(1, chunk(false, "data: [DONE]\n\n", true))
-	if out[0].GetResponseBody() == nil {
-		t.Errorf("last chunk's reply %v", out[0])
+	if got, end := streamed(t, out[0]); string(got) != "data: [DONE]\n\n" || !end {
+		t.Errorf("last chunk's reply %q (end %v)", got, end)
 	}
 	s.close()
 }
@@ -243,23 +261,20 @@ func TestPipelinedRefusals(t *testing.T) {
 		if h := out[0].GetResponseHeaders(); h == nil || h.GetResponse() != nil {
 			t.Errorf("headers' reply %v, want an empty one", out[0])
 		}
-		if b := out[1].GetResponseBody(); b == nil || b.GetResponse().GetBodyMutation() != nil || b.GetResponse().GetHeaderMutation() != nil {
-			t.Errorf("chunk's reply %v, want one that changes nothing", out[1])
+		if body, end := streamed(t, out[1]); string(body) != "headers too large" || !end || out[1].GetResponseBody().GetResponse().GetHeaderMutation() != nil {
+			t.Errorf("chunk's reply %v, want the chunk as it came", out[1])
 		}
 		s.close()
 	})
 	t.Run("a provider's error is shaped whole", func(t *testing.T) {
 		s := e.openPhase(ir.PhaseRouter)
 		directChat(t, s)
-		out, _ := s.answers(3, answerWith("429", "application/json", hdr(ir.ServedHeader, "local/", true)),
+		out, _ := s.answers(2, answerWith("429", "application/json", hdr(ir.ServedHeader, "local/", true)),
 			chunk(false, `{"error":{"message":"slow down",`, false), chunk(false, `"code":"rate_limit_exceeded"}}`, true))
 		set := setHeaders(t, out[0].GetResponseHeaders().GetResponse().GetHeaderMutation())
-		body := out[2].GetResponseBody().GetResponse().GetBodyMutation().GetBody()
-		if !strings.Contains(string(body), "slow down") || set["content-length"] != strconv.Itoa(len(body)) || set["content-type"] != "application/json" {
+		body, end := streamed(t, out[1])
+		if !strings.Contains(string(body), "slow down") || set["content-length"] != strconv.Itoa(len(body)) || set["content-type"] != "application/json" || !end {
 			t.Errorf("error answer %s with headers %v; want the spec's shape, sized", body, set)
-		}
-		if !out[1].GetResponseBody().GetResponse().GetBodyMutation().GetClearBody() {
-			t.Errorf("first chunk's reply %v, want it cleared", out[1])
 		}
 		s.close()
 	})
@@ -302,6 +317,70 @@ func TestPipelinedSlowBodyGetsTime(t *testing.T) {
 	// The second chunk completes the declared length: no timeout is asked for after it.
 	if timeouts != 0 || out[0].GetRequestHeaders() == nil || out[3].GetRequestBody().GetResponse().GetBodyMutation().GetBody() == nil {
 		t.Errorf("replies %v (%d timeouts), want the headers' and the three chunks', no more timeout", out, timeouts)
+	}
+	s.close()
+}
+
+// TestSilentStreamEndsWithAnError: a streamed answer whose provider goes silent mid-answer is
+// ended by ext_proc, on its own, with one error event in the spec's shape (upstream_timeout,
+// the request id) that ends the body; chunks that keep coming put the end off, and what Envoy
+// sends after it goes nowhere.
+func TestSilentStreamEndsWithAnError(t *testing.T) {
+	rt := testRuntime()
+	rt.silence = 300 * time.Millisecond
+	e := startServer(t, rt)
+	s := e.openPhase(ir.PhaseRouter)
+	directChat(t, s)
+	s.pipelined(1, answerWith("200", "text/event-stream", hdr(ir.ServedHeader, "local/", true)))
+	ev := "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"qwen2.5:7b\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+	start := time.Now()
+	for range 5 { // a chunk every 100 ms: never silent for long
+		time.Sleep(100 * time.Millisecond)
+		if got, end := streamed(t, s.pipelined(1, chunk(false, ev, false))[0]); !strings.Contains(string(got), `"content":"hi"`) || end {
+			t.Fatalf("chunk's reply %q (end %v)", got, end)
+		}
+	}
+	got, end := streamed(t, s.pipelined(1)[0]) // then nothing: ext_proc ends the answer
+	silent := time.Since(start) - 500*time.Millisecond
+	var e2 struct {
+		Error struct {
+			Code, Message string
+			RequestID     string `json:"request_id"`
+		}
+	}
+	data, ok := strings.CutPrefix(string(got), "data: ")
+	if !ok || !strings.HasSuffix(data, "\n\n") || json.Unmarshal([]byte(data), &e2) != nil || !end ||
+		e2.Error.Code != "upstream_timeout" || e2.Error.RequestID != "req-pipe" || !strings.Contains(e2.Error.Message, "300ms") {
+		t.Fatalf("after the provider went silent: %q (end %v), want one upstream_timeout event ending the answer", got, end)
+	}
+	if silent < 250*time.Millisecond || silent > 3*time.Second {
+		t.Errorf("ended after %s of silence, want about 300ms", silent)
+	}
+	// The provider speaks again before Envoy tore the stream down: nothing more reaches the client.
+	if err := s.s.Send(chunk(false, ev, false)); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+}
+
+// TestPipelinedAnswerEndedByTrailers: an answer whose body ends with trailers (no chunk marked
+// the end) is read whole at the trailers: its headers' reply, the body it goes on with, not
+// ended (the trailers end it), then the trailers' reply.
+func TestPipelinedAnswerEndedByTrailers(t *testing.T) {
+	e := startServer(t, testRuntime())
+	s := e.openPhase(ir.PhaseRouter)
+	directChat(t, s)
+	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}}
+	out, _ := s.answers(3, answerWith("200", "application/json", hdr(ir.ServedHeader, "local/", true)),
+		chunk(false, `{"id":"c1","object":"chat.completion","model":"qwen2.5:7b","choices":[]}`, false), trailers)
+	if out[0].GetResponseHeaders() == nil {
+		t.Fatalf("first reply %v, want the headers'", out[0])
+	}
+	if body, end := streamed(t, out[1]); !strings.Contains(string(body), `"model":"free"`) || end {
+		t.Errorf("body %s (end %v), want the rewritten answer, ended by the trailers", body, end)
+	}
+	if out[2].GetResponseTrailers() == nil {
+		t.Errorf("third reply %v, want the trailers'", out[2])
 	}
 	s.close()
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/shopspring/decimal"
 
@@ -26,6 +27,8 @@ type Runtime struct {
 	chains    map[string][]ir.Attempt // by cluster name; only providers that can take traffic
 	endpoints *metadataMemo           // endpoint metadata text, parsed once
 	accessLog bool                    // the access log is on: ext_proc sets its metadata
+	// silence is how long a streamed answer may pause before ext_proc ends it (silence.go).
+	silence time.Duration
 }
 
 type model struct {
@@ -162,6 +165,7 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		chains:    map[string][]ir.Attempt{},
 		priced:    map[string]*model{},
 		accessLog: !g.AccessLog.Off,
+		silence:   silenceAfter(g.AttemptIdle()),
 	}
 	for i := range g.Routes {
 		rt.routes[g.Routes[i].ID] = &g.Routes[i]

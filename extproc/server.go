@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -158,6 +159,13 @@ type exchange struct {
 
 	out Outcome // what the observer hears when the stream ends (filled only with one)
 
+	// mu serializes the stream's loop and the silence watchdog (silence.go); quiet is the
+	// watchdog of a streamed answer on Tollway's own routes; silenced: it ended the answer, and
+	// Envoy's later messages are dropped.
+	mu       sync.Mutex
+	quiet    *watchdog
+	silenced bool
+
 	// For the access log (accesslog.go): the bill once settled, a task's model.
 	bill      *billed
 	taskModel string
@@ -205,26 +213,34 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		x.logMetadata(resp, req)
 		return resp, nil
 	})
+	var mu *sync.Mutex
 	if x.ownRoutes {
 		handle = newPipeline(x).handle // Tollway's own Envoys speak the pipelined protocol
+		mu = &x.mu                     // and a streamed answer has a watchdog
 	}
 	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
 	// released: a request that got an answer is billed, from an estimate if need be.
+	end := func() {
+		x.mu.Lock()
+		x.stopSilence()
+		x.mu.Unlock()
+		x.finish()
+	}
 	if s.obs == nil {
-		defer x.finish()
-		return serve(stream, handle)
+		defer end()
+		return serve(stream, handle, mu)
 	}
 	var busy time.Duration
 	s.obs.StreamStarted(PhaseRouter)
 	defer func() {
-		x.finish()
+		end()
 		s.obs.StreamEnded(PhaseRouter, busy)
 		if x.out.Start.IsZero() {
 			return // Envoy closed the stream before it sent the request's headers
 		}
 		s.obs.RequestDone(x.outcome())
 	}()
-	return serve(stream, timed(&busy, handle))
+	return serve(stream, timed(&busy, handle), mu)
 }
 
 // handler answers one of Envoy's messages with the replies owed now (none, one, or several).
@@ -252,8 +268,9 @@ func timed(busy *time.Duration, handle handler) handler {
 }
 
 // serve runs one ext_proc stream: each message from Envoy is answered by handle, until Envoy
-// closes the stream or an immediate response ends the request.
-func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle handler) error {
+// closes the stream or an immediate response ends the request. mu, when set, is held while a
+// message is handled and answered (the silence watchdog handles and sends too).
+func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle handler, mu *sync.Mutex) error {
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
@@ -262,19 +279,34 @@ func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle handler) err
 		if err != nil {
 			return err
 		}
-		out, err := handle(req)
-		if err != nil {
+		if mu != nil {
+			mu.Lock()
+		}
+		done, err := answerMessage(stream, handle, req)
+		if mu != nil {
+			mu.Unlock()
+		}
+		if done || err != nil {
 			return err
 		}
-		for _, resp := range out {
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
-			if _, done := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); done {
-				return nil
-			}
+	}
+}
+
+// answerMessage sends handle's replies to req; done: an immediate response ended the request.
+func answerMessage(stream extprocv3.ExternalProcessor_ProcessServer, handle handler, req *extprocv3.ProcessingRequest) (done bool, err error) {
+	out, err := handle(req)
+	if err != nil {
+		return false, err
+	}
+	for _, resp := range out {
+		if err := stream.Send(resp); err != nil {
+			return false, err
+		}
+		if _, done := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); done {
+			return true, nil
 		}
 	}
+	return false, nil
 }
 
 func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {

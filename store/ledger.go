@@ -44,8 +44,8 @@ const (
 	monthLayout = "2006-01"
 )
 
-// Account is a prepaid balance that keys draw on. Balance goes below zero when settled usage
-// costs more than is left: actual usage is always recorded.
+// Account is a prepaid balance that keys draw on. Settling never takes it below zero: usage
+// that costs more than is left is recorded, the rest as overage (settle.go).
 type Account struct {
 	ID        string          `json:"id"`
 	Balance   decimal.Decimal `json:"balance"`

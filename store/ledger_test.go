@@ -323,17 +323,45 @@ func TestSettleExactDecimal(t *testing.T) {
 	}
 }
 
-func TestSettleNegativeBalance(t *testing.T) {
+// TestSettleNeverTakesABalanceBelowZero: the store's settlement is the last guard of the rule
+// that no provider's report takes a balance below zero or a key past its monthly limit: what
+// neither covers is not debited (the record keeps it as overage), and every record is stored.
+func TestSettleNeverTakesABalanceBelowZero(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	mustAccount(t, s, "acct", "1")
 	mustSettle(t, s, rec("big", "acct", "3.25"))
-	wantDec(t, "balance", balance(t, s, "acct"), "-2.25")
+	wantDec(t, "balance", balance(t, s, "acct"), "0")
 	mustSettle(t, s, rec("more", "acct", "0.75"))
-	wantDec(t, "balance", balance(t, s, "acct"), "-3")
+	wantDec(t, "balance", balance(t, s, "acct"), "0")
 	if n := count(t, s); n != 2 {
-		t.Errorf("%d records, want 2: settling past zero is never refused", n)
+		t.Errorf("%d records, want 2: settling is never refused", n)
 	}
+	limit := dec("0.5")
+	k, _, err := s.CreateKey("acct", KeyOptions{MonthlyLimit: &limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreditAccount("acct", dec("10")); err != nil {
+		t.Fatal(err)
+	}
+	r := rec("limited", "acct", "100")
+	r.KeyID = k.ID
+	mustSettle(t, s, r)
+	wantDec(t, "balance", balance(t, s, "acct"), "9.5")
+	ms, err := s.MonthSpend(t0.Format(monthLayout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDec(t, "the key's month spend", ms[k.ID], "0.5")
+	over := map[string]string{"big": "2.25", "more": "0.75", "limited": "99.5"}
+	for _, r := range allRecords(t, s) {
+		if !r.Overage.Equal(dec(over[r.RequestID])) || !r.Overage.Add(r.Cost).Equal(rec(r.RequestID, "acct", map[string]string{"big": "3.25", "more": "0.75", "limited": "100"}[r.RequestID]).Cost) {
+			t.Errorf("record %s: cost %s overage %s", r.RequestID, r.Cost, r.Overage)
+		}
+	}
+	// The books still add up: credits == balance + what was debited.
+	checkLedger(t, s, map[string]string{"acct": "11"})
 }
 
 func TestSettleIdempotentSequential(t *testing.T) {

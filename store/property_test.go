@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/encoding/protowire"
 	"pgregory.net/rapid"
 )
@@ -107,10 +108,40 @@ func genRecord(t *rapid.T, n int, used []string, poison bool) (UsageRecord, stri
 	return r, kind
 }
 
+// propLimits are the monthly limits of the keys records draw from (key_3 has none).
+var propLimits = map[string]string{"key_1": "50", "key_2": "0.001"}
+
 // ledgerModel is what the store must do with each record, in order.
 type ledgerModel struct {
 	stored map[string]UsageRecord
 	used   []string
+	// balance and spend (by month and key) so far: no record takes a balance below zero or a
+	// key past its limit; what they cannot take is the record's overage.
+	balance map[string]decimal.Decimal
+	spend   map[string]decimal.Decimal
+}
+
+func newModel() *ledgerModel {
+	m := &ledgerModel{stored: map[string]UsageRecord{}, balance: map[string]decimal.Decimal{}, spend: map[string]decimal.Decimal{}}
+	for a, c := range propCredits {
+		m.balance[a] = dec(c)
+	}
+	return m
+}
+
+// debit is what the store debits for rec, and the record as it must be stored.
+func (m *ledgerModel) debit(rec UsageRecord) UsageRecord {
+	sk := rec.Time.UTC().Format(monthLayout) + " " + rec.KeyID
+	room := decimal.Max(m.balance[rec.Account], decimal.Zero)
+	if l, ok := propLimits[rec.KeyID]; ok {
+		room = decimal.Min(room, decimal.Max(dec(l).Sub(m.spend[sk]), decimal.Zero))
+	}
+	if rec.Cost.GreaterThan(room) {
+		rec.Cost, rec.Overage = room, rec.Overage.Add(rec.Cost.Sub(room))
+	}
+	m.balance[rec.Account] = m.balance[rec.Account].Sub(rec.Cost)
+	m.spend[sk] = m.spend[sk].Add(rec.Cost)
+	return rec
 }
 
 // apply returns the outcome the store must give rec: nil, ErrInvalid, ErrNotFound, or the
@@ -126,7 +157,7 @@ func (m *ledgerModel) apply(rec UsageRecord, kind string) error {
 	case propCredits[rec.Account] == "":
 		return ErrNotFound
 	}
-	m.stored[rec.RequestID] = rec
+	m.stored[rec.RequestID] = m.debit(rec)
 	m.used = append(m.used, rec.RequestID)
 	return nil
 }
@@ -149,12 +180,26 @@ func openProp(t *rapid.T) *Store {
 	for a, c := range propCredits {
 		mustAccount(t, s, a, c)
 	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for k, l := range propLimits {
+			lim := dec(l)
+			if err := putJSON(tx.Bucket(bucketKeys), k, Key{ID: k, Account: "a", MonthlyLimit: &lim}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 
 // checkModel asserts that the store holds exactly the model's records, each once, and books
-// that add up to them.
-func checkModel(t *rapid.T, s *Store, m *ledgerModel) {
+// that add up to them. exact: the records were settled in the model's order, so each one's
+// split of its cost into debit and overage is the model's; else only their sum is, and no
+// balance is below zero and no key past its limit.
+func checkModel(t *rapid.T, s *Store, m *ledgerModel, exact bool) {
 	got := allRecords(t, s)
 	if len(got) != len(m.stored) {
 		t.Errorf("%d records stored, want %d", len(got), len(m.stored))
@@ -167,11 +212,24 @@ func checkModel(t *rapid.T, s *Store, m *ledgerModel) {
 		want.Time = want.Time.UTC()
 		if r.KeyID != want.KeyID || r.Account != want.Account || r.Model != want.Model || r.Route != want.Route ||
 			r.PromptTokens != want.PromptTokens || r.CompletionTokens != want.CompletionTokens || r.CachedTokens != want.CachedTokens ||
-			!r.Cost.Equal(want.Cost) || r.Estimated != want.Estimated || !r.Time.Equal(want.Time) {
+			!r.Cost.Add(r.Overage).Equal(want.Cost.Add(want.Overage)) || r.Estimated != want.Estimated || !r.Time.Equal(want.Time) ||
+			(exact && (!r.Cost.Equal(want.Cost) || !r.Overage.Equal(want.Overage))) {
 			t.Fatalf("record %q stored as %+v, want %+v", r.RequestID, r, want)
 		}
 	}
 	sm := checkLedger(t, s, propCredits)
+	for a := range propCredits {
+		if b := balance(t, s, a); b.IsNegative() {
+			t.Fatalf("account %s: balance %s is below zero", a, b)
+		}
+	}
+	for month, spends := range sm.byMonthKey {
+		for k, sp := range spends {
+			if l, ok := propLimits[k]; ok && sp.GreaterThan(dec(l)) {
+				t.Fatalf("key %s spent %s in %s, past its limit %s", k, sp, month, l)
+			}
+		}
+	}
 	ru, err := s.RouteUsage()
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +258,7 @@ func checkModel(t *rapid.T, s *Store, m *ledgerModel) {
 func TestSettleBatchProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s := openProp(t)
-		m := &ledgerModel{stored: map[string]UsageRecord{}}
+		m := newModel()
 		n := 0
 		for b := range rapid.IntRange(1, 4).Draw(t, "batches") {
 			var recs []UsageRecord
@@ -216,7 +274,7 @@ func TestSettleBatchProperty(t *testing.T) {
 				}
 			}
 		}
-		checkModel(t, s, m)
+		checkModel(t, s, m, true)
 	})
 }
 
@@ -227,7 +285,7 @@ func TestSettlerProperty(t *testing.T) {
 	setRetries(t, time.Millisecond, time.Millisecond)
 	rapid.Check(t, func(t *rapid.T) {
 		s := openProp(t)
-		m := &ledgerModel{stored: map[string]UsageRecord{}}
+		m := newModel()
 		var mu sync.Mutex
 		reported := map[string][]error{}
 		q := NewSettler(s, time.Millisecond, SettlerHooks{NotStored: func(r UsageRecord, err error) {
@@ -267,7 +325,7 @@ func TestSettlerProperty(t *testing.T) {
 		if len(reported) != len(wantReported) {
 			t.Errorf("%d records reported, want %d", len(reported), len(wantReported))
 		}
-		checkModel(t, s, m)
+		checkModel(t, s, m, false)
 	})
 }
 
@@ -279,6 +337,9 @@ func TestUsageEncodingRoundTrip(t *testing.T) {
 		r := genValid(t, rapid.IntRange(0, 1<<20).Draw(t, "n"))
 		if rapid.Bool().Draw(t, "long id") {
 			r.RequestID = strings.Repeat("é", MaxRequestIDBytes/2)
+		}
+		if rapid.Bool().Draw(t, "overage") {
+			r.Overage = decimal.New(rapid.Int64Range(1, 1_000_000).Draw(t, "overage units"), -int32(rapid.IntRange(0, 12).Draw(t, "overage scale")))
 		}
 		r.Time = r.Time.UTC().Round(0)
 		if err := validateUsage(&r); err != nil {

@@ -18,8 +18,10 @@ import (
 // transaction, which is durable (fsync'd) when Settle returns nil. Settling a RequestID that is
 // already recorded does nothing and returns nil. A zero Time means now.
 //
-// The cost is debited even past zero: settling actual usage is never refused. An account that
-// does not exist fails with ErrNotFound and writes nothing; invalid records wrap ErrInvalid.
+// Settling is never refused, and never takes a balance below zero or a key past its monthly
+// limit: what they cannot take is not debited and is kept as the record's Overage (capDebit).
+// An account that does not exist fails with ErrNotFound and writes nothing; invalid records
+// wrap ErrInvalid.
 // The gateway settles through a Settler, which groups records into one transaction.
 func (s *Store) Settle(rec UsageRecord) error {
 	return s.SettleBatch([]UsageRecord{rec})[0]
@@ -64,6 +66,9 @@ func prepareSettling(recs []UsageRecord, errs []error) []settling {
 			rec.Time = time.Now()
 		}
 		rec.Time = rec.Time.UTC().Round(0)
+		// The bill was charged: an absurd overage (a catalog price of dollars a token times a
+		// billion tokens) is kept at the most a record holds rather than losing the record.
+		rec.Overage = decimal.Min(rec.Overage, maxCost)
 		if errs[i] = validateUsage(&rec); errs[i] != nil {
 			continue
 		}
@@ -101,6 +106,7 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error, held func(string) bool
 	routes := jsonRows[UsageTotals](tx.Bucket(bucketUsageRoute))
 	// Month spend is stored as a bare decimal string.
 	spends := foldedRows[decimal.Decimal]{b: tx.Bucket(bucketSpendMonth), decode: decodeDecimal, encode: encodeDecimal}
+	keys := jsonRows[Key](tx.Bucket(bucketKeys)) // read for their limits, never written
 	for _, st := range todo {
 		rec := &st.rec
 		if byReq.Get(st.reqKey) != nil {
@@ -142,6 +148,12 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error, held func(string) bool
 				errs[st.at] = err
 				continue
 			}
+			k, err := keys.row(rec.KeyID, false)
+			if err != nil {
+				errs[st.at] = err
+				continue
+			}
+			capDebit(&st, a.Balance, *sp, k) // st.rec, which rec points at, may change
 		}
 		if err := putUsage(usage, byReq, st.uKey, st.reqKey, st.value); err != nil {
 			var undo *undoError
@@ -164,6 +176,23 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error, held func(string) bool
 		}
 	}
 	return errors.Join(accounts.flush(), aggs.flush(), routes.flush(), spends.flush())
+}
+
+// capDebit keeps st's debit within what its account and key can take: no settlement takes a
+// balance below zero or a key past its monthly limit. The gateway's ledger already billed at
+// most each request's hold, which both covered, so this cuts only when the books changed
+// under it; what is cut moves to the record's overage.
+func capDebit(st *settling, balance, spent decimal.Decimal, k *Key) {
+	room := decimal.Max(balance, decimal.Zero)
+	if k != nil && k.MonthlyLimit != nil {
+		room = decimal.Min(room, decimal.Max(k.MonthlyLimit.Sub(spent), decimal.Zero))
+	}
+	if !st.rec.Cost.GreaterThan(room) {
+		return
+	}
+	st.rec.Overage = decimal.Min(st.rec.Overage.Add(st.rec.Cost.Sub(room)), maxCost)
+	st.rec.Cost = room
+	st.value, st.add = encodeUsage(&st.rec), st.rec.totals()
 }
 
 // foldedRows reads each row of one bucket at most once per transaction, lets every record of a

@@ -30,7 +30,7 @@ func TestSettleBatchPerRecordOutcomes(t *testing.T) {
 		bad,
 		rec("earlier", "a", "1"), // settled by an earlier transaction: nothing happens
 		rec("r3", "a", "0.125"),
-		rec("r4", "b", "0.75"),   // takes b below zero: actual usage is never refused
+		rec("r4", "b", "0.75"),   // more than b has left: stored, b taken to zero, the rest overage
 		rec("dup", "ghost", "1"), // fails alone ...
 		rec("dup", "a", "0.5"),   // ... so the same id for a real account is settled
 	}
@@ -61,7 +61,7 @@ func TestSettleBatchPerRecordOutcomes(t *testing.T) {
 		}
 	}
 	wantDec(t, "a's balance", balance(t, s, "a"), "8.125") // 10 - 1 - 0.25 - 0.125 - 0.5
-	wantDec(t, "b's balance", balance(t, s, "b"), "-0.25") // 1 - 0.5 - 0.75
+	wantDec(t, "b's balance", balance(t, s, "b"), "0")     // 1 - 0.5 - 0.5 of r4's 0.75
 	sm := checkLedger(t, s, map[string]string{"a": "10", "b": "1"})
 	if sm.requests != 6 {
 		t.Errorf("%d records, want 6 (earlier, r1, r2, r3, r4, dup)", sm.requests)

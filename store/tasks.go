@@ -65,7 +65,9 @@ type Task struct {
 	Error            *TaskError      `json:"error,omitempty"`
 	Hold             decimal.Decimal `json:"hold"` // held at creation, so a restart can hold it again
 	Cost             decimal.Decimal `json:"cost"`
-	Settled          bool            `json:"settled"`
+	// Overage is what the provider's report priced beyond the hold: the cost is capped at it.
+	Overage decimal.Decimal `json:"overage,omitzero"`
+	Settled bool            `json:"settled"`
 	// Paid: the task was paid through x402 when it was created; its cost is shown, never
 	// debited from credits.
 	Paid        bool      `json:"paid,omitempty"`

@@ -41,6 +41,10 @@ type UsageRecord struct {
 	// when the answer did not end in the gateway: EstimateGatewayRestart. Empty otherwise.
 	EstimateReason string    `json:"estimate_reason,omitempty"`
 	Time           time.Time `json:"time"`
+	// Overage is what the provider's report metered beyond what was billed: no settlement
+	// exceeds its hold (the worst case held at admission), and none takes a balance below zero
+	// or a key past its monthly limit. The operator takes it up with the provider.
+	Overage decimal.Decimal `json:"overage,omitzero"`
 	// Payment is set on a request paid through x402: it was paid by its payer, not from the
 	// account's credits (nothing is debited; Cost is the business cost).
 	Payment *Payment `json:"payment,omitempty"`
@@ -157,13 +161,18 @@ func validateUsage(rec *UsageRecord) error {
 			return errorOf(ErrInvalid, "usage record %q: token count %d is out of range (0 to %d)", ShortID(rec.RequestID), n, MaxTokens)
 		}
 	}
-	switch {
-	case rec.Cost.Sign() < 0:
-		return errorOf(ErrInvalid, "usage record %q: cost %s is negative", ShortID(rec.RequestID), ShortID(rec.Cost.String()))
-	case rec.Cost.GreaterThan(maxCost):
-		return errorOf(ErrInvalid, "usage record %q: cost %s is over %s", ShortID(rec.RequestID), ShortID(rec.Cost.String()), maxCost)
-	case len(rec.Cost.String()) > maxCostChars:
-		return errorOf(ErrInvalid, "usage record %q: cost %s has more than %d characters", ShortID(rec.RequestID), ShortID(rec.Cost.String()), maxCostChars)
+	for _, m := range []struct {
+		name string
+		v    decimal.Decimal
+	}{{"cost", rec.Cost}, {"overage", rec.Overage}} {
+		switch {
+		case m.v.Sign() < 0:
+			return errorOf(ErrInvalid, "usage record %q: %s %s is negative", ShortID(rec.RequestID), m.name, ShortID(m.v.String()))
+		case m.v.GreaterThan(maxCost):
+			return errorOf(ErrInvalid, "usage record %q: %s %s is over %s", ShortID(rec.RequestID), m.name, ShortID(m.v.String()), maxCost)
+		case len(m.v.String()) > maxCostChars:
+			return errorOf(ErrInvalid, "usage record %q: %s %s has more than %d characters", ShortID(rec.RequestID), m.name, ShortID(m.v.String()), maxCostChars)
+		}
 	}
 	if p := rec.Payment; p != nil {
 		for _, f := range paymentFields {
@@ -298,11 +307,10 @@ const (
 	fieldCachedTokens
 	fieldCost
 	fieldEstimated
-	fieldPayment // a nested value: paymentFields
+	fieldPayment        // a nested value: paymentFields
+	fieldOverage        // a decimal string, left out when zero
+	fieldEstimateReason // a string, left out when empty
 )
-
-// fieldEstimateReason is numbered apart from the sequence above, which other fields extend.
-const fieldEstimateReason protowire.Number = 16
 
 // paymentFields are the field numbers inside fieldPayment, in Payment's order.
 var paymentFields = []func(p *Payment) *string{
@@ -366,6 +374,9 @@ func encodeUsage(rec *UsageRecord) []byte {
 	}
 	if rec.EstimateReason != "" {
 		b = protowire.AppendString(protowire.AppendTag(b, fieldEstimateReason, protowire.BytesType), rec.EstimateReason)
+	}
+	if !rec.Overage.IsZero() {
+		b = protowire.AppendString(protowire.AppendTag(b, fieldOverage, protowire.BytesType), rec.Overage.String())
 	}
 	if p := rec.Payment; p != nil {
 		var pb []byte
@@ -445,17 +456,19 @@ func decodeUsage(k, v []byte, rec *UsageRecord) error {
 		}
 		b = b[n:]
 		switch {
-		case typ == protowire.BytesType && (rec.stringField(num) != nil || num == fieldCost):
+		case typ == protowire.BytesType && (rec.stringField(num) != nil || num == fieldCost || num == fieldOverage):
 			var s string
 			if s, n = protowire.ConsumeString(b); n < 0 {
 				break
 			}
-			if num != fieldCost {
-				*rec.stringField(num) = s
+			if f := rec.stringField(num); f != nil {
+				*f = s
 			} else if d, err := decimal.NewFromString(s); err != nil {
 				return bad(err)
-			} else {
+			} else if num == fieldCost {
 				rec.Cost = d
+			} else {
+				rec.Overage = d
 			}
 		case typ == protowire.BytesType && num == fieldPayment:
 			var pb []byte

@@ -6,6 +6,7 @@ package billing
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -58,7 +59,8 @@ type keyMonth struct{ key, month string }
 type Reservation struct {
 	account, keyID, month string
 	amount                decimal.Decimal
-	done                  bool // guarded by the ledger's mutex
+	limit                 *decimal.Decimal // the key's monthly limit when it was taken
+	done                  bool             // guarded by the ledger's mutex
 }
 
 func (r *Reservation) Account() string         { return r.account }
@@ -135,29 +137,60 @@ func (l *Ledger) reserve(account, keyID string, monthlyLimit *decimal.Decimal, a
 		l.accountHeld[account] = l.accountHeld[account].Add(amount)
 		l.keyHeld[km] = l.keyHeld[km].Add(amount)
 	}
-	return &Reservation{account: account, keyID: keyID, month: month, amount: amount}, nil
+	r := &Reservation{account: account, keyID: keyID, month: month, amount: amount}
+	if monthlyLimit != nil {
+		lim := *monthlyLimit
+		r.limit = &lim
+	}
+	return r, nil
 }
 
-// Settle ends a reservation with the request's actual cost: the hold is released, actual is debited
-// from the balance and added to the key's spend for the reservation's month. actual may exceed the
-// hold (the estimate was short); the balance may then go below zero, and later paid requests are
-// refused until it is credited. A negative actual counts as 0 so a bug can never credit money.
-// A second Settle or Release of the same reservation does nothing.
-func (l *Ledger) Settle(r *Reservation, actual decimal.Decimal) {
-	if actual.IsNegative() {
-		actual = decimal.Decimal{}
-	}
+// Cap is the bill of a request whose metered cost is metered and whose hold (the worst case
+// computed at admission) is hold: no settlement exceeds its hold. overage is what the provider
+// reported beyond it, kept for the operator to take up with the provider. A negative metered
+// cost bills 0: a bug can never credit money.
+func Cap(metered, hold decimal.Decimal) (bill, overage decimal.Decimal) {
+	metered = decimal.Max(metered, decimal.Zero)
+	bill = decimal.Min(metered, decimal.Max(hold, decimal.Zero))
+	return bill, metered.Sub(bill)
+}
+
+// WarnOverage logs a bill capped at its hold (overage > 0): the provider reported more than the
+// request's worst case, and the operator takes the difference up with it. requestID is cut
+// short by the caller (a client chooses it).
+func WarnOverage(log *slog.Logger, provider, model, requestID string, metered, held decimal.Decimal) {
+	log.Warn("OVERAGE: the provider reported more than the request's worst case; billed the hold (take the difference up with the provider)",
+		"provider", provider, "model", model, "request_id", requestID, "metered", metered.String(), "held", held.String(),
+		"overage", metered.Sub(held).String())
+}
+
+// Settle ends a reservation with the request's metered cost and returns what it billed: the
+// hold is released, and the bill is debited from the balance and added to the key's spend for
+// the reservation's month. The bill is actual capped at the hold (Cap), and never more than
+// leaves the balance at zero or the key at the monthly limit it was held under (which only a
+// change of the books since the hold can make smaller): balances never go negative and keys
+// never pass their limits through a provider's report. A second Settle or Release of the same
+// reservation does nothing and returns 0.
+func (l *Ledger) Settle(r *Reservation, actual decimal.Decimal) (bill decimal.Decimal) {
 	l.mu.Lock()
 	ended := l.unhold(r)
-	if ended && !actual.IsZero() {
-		l.balances[r.account] = l.balances[r.account].Sub(actual)
+	if ended {
 		km := keyMonth{r.keyID, r.month}
-		l.spent[km] = l.spent[km].Add(actual)
+		bill, _ = Cap(actual, r.amount)
+		bill = decimal.Min(bill, decimal.Max(l.balances[r.account], decimal.Zero))
+		if r.limit != nil {
+			bill = decimal.Min(bill, decimal.Max(r.limit.Sub(l.spent[km]), decimal.Zero))
+		}
+		if !bill.IsZero() {
+			l.balances[r.account] = l.balances[r.account].Sub(bill)
+			l.spent[km] = l.spent[km].Add(bill)
+		}
 	}
 	l.mu.Unlock()
 	if ended && l.obs != nil {
 		l.obs.Ended(true)
 	}
+	return bill
 }
 
 // Release ends a reservation that cost nothing (the request failed): the hold goes, nothing is

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+	"pgregory.net/rapid"
 )
 
 var nov = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
@@ -163,17 +164,26 @@ func TestSettleAndReleaseAreIdempotent(t *testing.T) {
 	l.Release(nil)
 }
 
-func TestActualAboveHold(t *testing.T) {
+// TestSettlementNeverExceedsItsHold: a provider reporting far more than the worst case held
+// (DashScope's usage.duration of 1,000 s for a 5 s video) is billed the hold: the balance never
+// goes below zero and the key never passes its limit through a provider's report.
+func TestSettlementNeverExceedsItsHold(t *testing.T) {
 	l := NewLedger(map[string]decimal.Decimal{"acme": dec("1")}, nil, "2026-11")
-	limit := ptr(dec("2"))
+	limit := ptr(dec("0.6"))
 	r, _ := l.Reserve("acme", "key1", limit, dec("0.6"), nov)
-	l.Settle(r, dec("1.25")) // the estimate was short
-	avail, spent := l.Snapshot("acme", "key1", nov)
-	if avail.String() != "-0.25" || spent.String() != "1.25" {
-		t.Errorf("available %s, spent %s; want -0.25, 1.25", avail, spent)
+	if bill := l.Settle(r, dec("100")); bill.String() != "0.6" {
+		t.Errorf("billed %s, want the hold 0.6", bill)
 	}
-	if _, err := l.Reserve("acme", "key1", limit, dec("0.0001"), nov); !errors.Is(err, ErrInsufficientCredits) {
-		t.Errorf("paid request on a negative balance: %v", err)
+	if bill := l.Settle(r, dec("100")); !bill.IsZero() {
+		t.Errorf("a second settle billed %s", bill)
+	}
+	avail, spent := l.Snapshot("acme", "key1", nov)
+	if avail.String() != "0.4" || spent.String() != "0.6" {
+		t.Errorf("available %s, spent %s; want 0.4, 0.6 (the hold, not the $100 reported)", avail, spent)
+	}
+	// The limit is used up, the rest of the balance stays.
+	if _, err := l.Reserve("acme", "key1", limit, dec("0.0001"), nov); !errors.Is(err, ErrSpendLimit) {
+		t.Errorf("paid request past the limit: %v", err)
 	}
 	// Free requests pass whatever the balance and limit.
 	if _, err := l.Reserve("acme", "key1", ptr(decimal.Zero), decimal.Zero, nov); err != nil {
@@ -185,6 +195,72 @@ func TestActualAboveHold(t *testing.T) {
 	if a, _ := l.Snapshot("acme", "key1", nov); !a.Equal(avail) {
 		t.Errorf("negative actual changed the balance to %s", a)
 	}
+}
+
+func TestCap(t *testing.T) {
+	for _, c := range []struct{ metered, hold, bill, overage string }{
+		{"100", "0.6", "0.6", "99.4"},
+		{"0.25", "0.6", "0.25", "0"},
+		{"0.6", "0.6", "0.6", "0"},
+		{"-1", "0.6", "0", "0"},
+		{"5", "0", "0", "5"},
+	} {
+		bill, over := Cap(dec(c.metered), dec(c.hold))
+		if bill.String() != c.bill || over.String() != c.overage {
+			t.Errorf("Cap(%s, %s) = %s, %s; want %s, %s", c.metered, c.hold, bill, over, c.bill, c.overage)
+		}
+	}
+}
+
+// TestLedgerInvariantsProperty: whatever requests hold, cost (providers reporting anything,
+// up to far past their holds), release and credit, in any order, no balance goes below zero,
+// no key's month spend passes its limit, and balance plus spend equals what was credited.
+func TestLedgerInvariantsProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		start := decimal.New(rapid.Int64Range(0, 1000).Draw(t, "start"), -2)
+		l := NewLedger(map[string]decimal.Decimal{"acme": start}, nil, "2026-11")
+		limits := map[string]*decimal.Decimal{"k1": ptr(decimal.New(rapid.Int64Range(0, 500).Draw(t, "limit"), -2)), "k2": nil}
+		credited := start
+		var open []*Reservation
+		for range rapid.IntRange(1, 60).Draw(t, "ops") {
+			switch op := rapid.IntRange(0, 3).Draw(t, "op"); {
+			case op == 0 || len(open) == 0:
+				key := rapid.SampledFrom([]string{"k1", "k2"}).Draw(t, "key")
+				amount := decimal.New(rapid.Int64Range(0, 300).Draw(t, "amount"), -2)
+				if r, err := l.Reserve("acme", key, limits[key], amount, nov); err == nil {
+					open = append(open, r)
+				}
+			case op == 1 || op == 2:
+				i := rapid.IntRange(0, len(open)-1).Draw(t, "which")
+				r := open[i]
+				open = append(open[:i], open[i+1:]...)
+				if op == 2 {
+					l.Release(r)
+					break
+				}
+				actual := decimal.New(rapid.Int64Range(-10, 1_000_000).Draw(t, "actual"), -2)
+				if bill := l.Settle(r, actual); bill.GreaterThan(r.Amount()) || bill.IsNegative() {
+					t.Fatalf("settled %s on a hold of %s", bill, r.Amount())
+				}
+			default:
+				c := decimal.New(rapid.Int64Range(1, 100).Draw(t, "credit"), -2)
+				l.Credit("acme", c)
+				credited = credited.Add(c)
+			}
+			spent := decimal.Zero
+			for key, lim := range limits {
+				_, s := l.Snapshot("acme", key, nov)
+				if lim != nil && s.GreaterThan(*lim) {
+					t.Fatalf("key %s spent %s past its limit %s", key, s, lim)
+				}
+				spent = spent.Add(s)
+			}
+			bal := l.balances["acme"]
+			if bal.IsNegative() || !bal.Add(spent).Equal(credited) {
+				t.Fatalf("balance %s, spent %s, credited %s", bal, spent, credited)
+			}
+		}
+	})
 }
 
 func TestMonthRollover(t *testing.T) {

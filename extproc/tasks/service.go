@@ -15,6 +15,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
@@ -361,7 +362,10 @@ func (s *Service) changeOf(r *store.Task, before string, now time.Time) (ch stor
 	if r.Terminal() && before != r.Status {
 		ended = true
 		if s.Price != nil {
-			r.Cost = s.Price(r)
+			r.Cost, r.Overage = billing.Cap(s.Price(r), r.Hold)
+			if r.Overage.IsPositive() {
+				billing.WarnOverage(s.Log.With("task", r.ID), r.Provider, r.Model, store.ShortID(r.RequestID), r.Cost.Add(r.Overage), r.Hold)
+			}
 			// A failed task is billed only what its provider charged anyway (I3's tokens).
 			r.Settled = r.Status == string(provider.TaskCompleted) || r.Cost.IsPositive()
 			if s.Charge && r.Settled && !r.Paid {
@@ -388,7 +392,7 @@ func (s *Service) changeOf(r *store.Task, before string, now time.Time) (ch stor
 func usageOf(t *store.Task, now time.Time) *store.UsageRecord {
 	return &store.UsageRecord{RequestID: t.RequestID + "." + t.ID, KeyID: t.KeyID, Account: t.Account, Model: t.Model,
 		Provider: t.Provider, Route: t.Route, PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens,
-		Cost: t.Cost, Time: now.UTC()}
+		Cost: t.Cost, Overage: t.Overage, Time: now.UTC()}
 }
 
 func (s *Service) query(ctx context.Context, p *ir.Provider, m *ir.Model, t *store.Task) (provider.TaskState, error) {

@@ -300,6 +300,46 @@ func TestCompletionCommitsItsBill(t *testing.T) {
 	}
 }
 
+// TestOverReportedTaskIsBilledItsHold: a provider reporting far more than the task's worst
+// case (DashScope's usage.duration of 1,000 s for a 5 s video) bills the hold, not the report:
+// the task's cost and its usage record say the hold, the account is not taken below it.
+func TestOverReportedTaskIsBilledItsHold(t *testing.T) {
+	s, billed := newService(t)
+	s.Charge = true
+	s.Price = func(*store.Task) decimal.Decimal { return decimal.RequireFromString("100") }
+	var logs strings.Builder
+	s.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	if _, err := s.Store.CreateAccount("acme", decimal.RequireFromString("0.6")); err != nil {
+		t.Fatal(err)
+	}
+	task, err := s.newTask(t, "a fox") // holds 0.4
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if task, err = s.Refresh(context.Background(), task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if task.Status != "completed" || !task.Cost.Equal(decimal.RequireFromString("0.4")) || !task.Overage.Equal(decimal.RequireFromString("99.6")) {
+		t.Fatalf("task %s cost %s overage %s, want completed at its hold 0.4, 99.6 over", task.Status, task.Cost, task.Overage)
+	}
+	recs, err := s.Store.UsageRecords(store.UsageFilter{Account: "acme"}, 10)
+	if err != nil || len(recs) != 1 || !recs[0].Cost.Equal(decimal.RequireFromString("0.4")) || !recs[0].Overage.Equal(decimal.RequireFromString("99.6")) {
+		t.Fatalf("usage records %+v %v", recs, err)
+	}
+	if a, _ := s.Store.GetAccount("acme"); !a.Balance.Equal(decimal.RequireFromString("0.2")) {
+		t.Fatalf("balance %s, want 0.2", a.Balance)
+	}
+	if len(*billed) != 1 || (*billed)[0] != task.ID+" completed 0.4" {
+		t.Fatalf("the ledger was told %v", *billed)
+	}
+	if l := logs.String(); !strings.Contains(l, `level=WARN msg="OVERAGE`) || !strings.Contains(l, "provider=up") ||
+		!strings.Contains(l, "metered=100 held=0.4") || !strings.Contains(l, "model=clip") {
+		t.Fatalf("log %q: want a WARN naming the provider, the model, what was metered and held", l)
+	}
+}
+
 // TestCompletionOfAGoneAccount: an account deleted while its task ran cannot be debited; the
 // task still completes (nothing is lost) and the refusal is logged.
 func TestCompletionOfAGoneAccount(t *testing.T) {

@@ -89,6 +89,7 @@ type usageRecord struct {
 	CompletionTokens int64 `json:"completion_tokens"`
 	CachedTokens     int64 `json:"cached_tokens"`
 	Cost             decimal.Decimal
+	Overage          decimal.Decimal // what the provider reported beyond the hold: not billed
 	Estimated        bool
 	EstimateReason   string `json:"estimate_reason"`
 	Payment          *struct {

@@ -258,17 +258,7 @@ func (g *gateway) postForm(key, path string, fields map[string]string) {
 // header, polled to SUCCEEDED, billed on the duration DashScope reports; V2's rules refused
 // before any provider call.
 func TestDashScopeVideoTask(t *testing.T) {
-	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
-	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
-providers:
-  - {name: wan, type: dashscope, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
-models:
-  - id: wan-t2v
-    family: V2
-    variant: t2v
-    providers: [{provider: wan, model: wan2.2-t2v-plus}]
-    pricing: {request: "0.01", duration: "0.1"}
-`, fake.DashScopeURL()), "FAKE_PROVIDER_KEY="+providerKey)
+	g, fake := startDashScope(t, `{request: "0.01", duration: "0.1"}`)
 	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +286,23 @@ models:
 	if fmt.Sprint(models["output_modalities"]) != "[video]" || fmt.Sprint(models["input_modalities"]) != "[text]" {
 		t.Fatalf("catalog entry %v", models)
 	}
+}
+
+// startDashScope runs a billing gateway whose model wan-t2v (V2, text to video) is priced
+// pricing (YAML) on a fake DashScope.
+func startDashScope(t *testing.T, pricing string) (*gateway, *fakeupstream.Server) {
+	t.Helper()
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	return startGateway(t, fmt.Sprintf(`billing: {enabled: true}
+providers:
+  - {name: wan, type: dashscope, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: wan-t2v
+    family: V2
+    variant: t2v
+    providers: [{provider: wan, model: wan2.2-t2v-plus}]
+    pricing: %s
+`, fake.DashScopeURL(), pricing), "FAKE_PROVIDER_KEY="+providerKey), fake
 }
 
 // TestKlingVideoTask: a V3 task through Envoy with the key pair from the environment: Kling

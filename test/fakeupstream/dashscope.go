@@ -1,6 +1,7 @@
 package fakeupstream
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -16,6 +17,11 @@ import (
 // DashScope writes it) and usage.duration, or FAILED; UNKNOWN (HTTP 200) for ids it does not
 // know. Errors are {code, message, request_id} with an HTTP status.
 
+// DashScopeReportTrigger followed by a number of seconds ("#report-seconds=1000") makes the
+// task's SUCCEEDED answer report that usage.duration, whatever the video lasts: a provider
+// over-reporting its usage.
+const DashScopeReportTrigger = "#report-seconds="
+
 // DashScopeURL is the base URL a dashscope provider config uses: the API host root.
 func (s *Server) DashScopeURL() string { return strings.TrimSuffix(s.url, "/v1") }
 
@@ -30,6 +36,7 @@ type dashscopeTask struct {
 	never     bool
 	unsigned  bool // its video URL carries no OSS signature (DashScopeUnsignedTrigger)
 	duration  int
+	reported  int // usage.duration when it is not the video's (DashScopeReportTrigger)
 	cancelled bool
 }
 
@@ -90,8 +97,12 @@ func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []b
 		}
 		id := "ds-task-" + s.nextID()
 		if p := req.Input.Prompt; !strings.Contains(p, MediaForgetTrigger) {
-			s.ds.tasks[id] = &dashscopeTask{fail: strings.Contains(p, MediaFailTrigger), never: strings.Contains(p, MediaNeverTrigger),
+			t := &dashscopeTask{fail: strings.Contains(p, MediaFailTrigger), never: strings.Contains(p, MediaNeverTrigger),
 				unsigned: strings.Contains(p, DashScopeUnsignedTrigger), duration: req.Parameters.Duration}
+			if i := strings.Index(p, DashScopeReportTrigger); i >= 0 {
+				t.reported, _ = strconv.Atoi(strings.Fields(p[i+len(DashScopeReportTrigger):] + " ")[0])
+			}
+			s.ds.tasks[id] = t
 		}
 		writeJSON(w, map[string]any{"request_id": reqID, "output": map[string]any{"task_id": id, "task_status": "PENDING"}})
 		return true
@@ -129,7 +140,7 @@ func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []b
 		if !t.unsigned {
 			out["video_url"] = out["video_url"].(string) + "?Expires=" + strconv.FormatInt(time.Now().Add(s.mediaTTL()).Unix(), 10) + "&OSSAccessKeyId=LTAIfake&Signature=fake%3D"
 		}
-		usage = map[string]any{"duration": t.duration, "video_count": 1}
+		usage = map[string]any{"duration": cmp.Or(t.reported, t.duration), "video_count": 1}
 	}
 	if t != nil {
 		t.polls++

@@ -72,6 +72,9 @@ type Fault struct {
 	// (without [DONE]), a non-streamed reply halfway through its body.
 	Cut      bool
 	CutAfter int
+	// ReportPrompt and ReportCompletion, when > 0, are the token counts the answer's usage
+	// reports instead of the true ones: a provider over-reporting (a chat completion).
+	ReportPrompt, ReportCompletion int
 	// Reset drops the connection before any reply (after Delay): what a crashing provider or
 	// a proxy in between does.
 	Reset bool

@@ -1,6 +1,7 @@
 package fakeupstream
 
 import (
+	"cmp"
 	"encoding/json"
 	"io"
 	"log"
@@ -183,6 +184,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		}
 	}
 	a.Usage = demo.Usage{PromptTokens: req.PromptTokens(), CompletionTokens: len(a.Pieces)}
+	if faulted {
+		a.Usage.PromptTokens = cmp.Or(fault.ReportPrompt, a.Usage.PromptTokens)
+		a.Usage.CompletionTokens = cmp.Or(fault.ReportCompletion, a.Usage.CompletionTokens)
+	}
 	a.Usage.TotalTokens = a.Usage.PromptTokens + a.Usage.CompletionTokens
 	cut := -1
 	if faulted && fault.Cut {

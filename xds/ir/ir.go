@@ -48,6 +48,18 @@ const (
 // ErrInvalid marks a configuration the IR refuses.
 var ErrInvalid = errors.New("invalid configuration")
 
+// DefaultAttemptTimeout is how long an attempt may stay silent when routing.attempt_timeout is
+// not set.
+const DefaultAttemptTimeout = 60 * time.Second
+
+// AttemptIdle is how long an attempt may stay silent: AttemptTimeout, or its default.
+func (g *Gateway) AttemptIdle() time.Duration {
+	if g.AttemptTimeout <= 0 {
+		return DefaultAttemptTimeout
+	}
+	return g.AttemptTimeout
+}
+
 // Gateway is everything Envoy and ext_proc need to serve traffic.
 type Gateway struct {
 	Listener  Listener   `json:"listener"`
@@ -55,7 +67,7 @@ type Gateway struct {
 	Models    []Model    `json:"models"`
 	Routes    []Route    `json:"routes,omitempty"`
 	// AttemptTimeout is how long one attempt may stay silent (no byte from the provider) before
-	// the next attempt of the chain is tried; 0 means the default.
+	// the next attempt of the chain is tried; 0 means the default (AttemptIdle).
 	AttemptTimeout time.Duration `json:"attemptTimeout,omitempty"`
 	Limits         Limits        `json:"limits,omitzero"`
 	// Internal, when set, is the loopback listener the gateway's own task requests (creation,

@@ -135,14 +135,19 @@ func ExtProc() *extprocv3.ExternalProcessor {
 }
 
 // PipelinedMode is ExtProc's processing mode on the gateway's routes: headers, bodies and
-// trailers in both directions (trailers mark the end of a body that has them).
+// trailers in both directions (trailers mark the end of a body that has them). An answer's body
+// is FULL_DUPLEX_STREAMED: ext_proc sends back the body the client gets, chunk by chunk, and may
+// end it on its own. That is how a stream whose provider goes silent mid-answer ends with an
+// error event: Envoy's per-try idle timeout can only reset a stream whose headers went out (the
+// client would see a cut connection and nothing else), so ext_proc ends it first
+// (extproc's silence watchdog).
 func PipelinedMode() *extprocv3.ProcessingMode {
 	return &extprocv3.ProcessingMode{
 		RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
 		RequestBodyMode:     extprocv3.ProcessingMode_STREAMED,
 		RequestTrailerMode:  extprocv3.ProcessingMode_SEND,
 		ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
-		ResponseBodyMode:    extprocv3.ProcessingMode_STREAMED,
+		ResponseBodyMode:    extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED,
 		ResponseTrailerMode: extprocv3.ProcessingMode_SEND,
 	}
 }

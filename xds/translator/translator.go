@@ -133,7 +133,7 @@ func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
 			ClusterSpecifier: &routev3.RouteAction_ClusterHeader{ClusterHeader: ir.ClusterHeader},
 			Timeout:          durationpb.New(0),
 			IdleTimeout:      durationpb.New(streamIdle),
-			RetryPolicy:      retryPolicy(g.AttemptTimeout),
+			RetryPolicy:      retryPolicy(g.AttemptIdle()),
 		}},
 		RequestHeadersToRemove: append([]string{ir.ClusterHeader}, clientAddressHeaders...),
 		// Which attempt answered, from the endpoint Envoy picked: ext_proc bills that model.
@@ -211,9 +211,6 @@ func perRouteMode(m *extprocv3.ProcessingMode) (*anypb.Any, error) {
 // other 4xx (the request itself, or a content policy, is at fault: another provider would refuse
 // it too) and anything after the first byte reached the client.
 func retryPolicy(attemptIdle time.Duration) *routev3.RetryPolicy {
-	if attemptIdle <= 0 {
-		attemptIdle = defaultAttemptIdle
-	}
 	prev, _ := anypb.New(&previouspriorities.PreviousPrioritiesConfig{UpdateFrequency: 1})
 	return &routev3.RetryPolicy{
 		RetryOn: "5xx,reset,connect-failure,retriable-status-codes",
@@ -232,9 +229,6 @@ func retryPolicy(attemptIdle time.Duration) *routev3.RetryPolicy {
 		},
 	}
 }
-
-// defaultAttemptIdle is how long an attempt may stay silent before the next one is tried.
-const defaultAttemptIdle = 60 * time.Second
 
 // endpoint is one attempt of a cluster: a provider and, in a chain, the catalog model it serves.
 type endpoint struct {

@@ -56,6 +56,7 @@ type Metrics struct {
 	tokens  *prometheus.CounterVec
 	records *prometheus.CounterVec
 	cost    *decimalCounter
+	overage *decimalCounter
 
 	holds     *prometheus.CounterVec
 	holdEnds  *prometheus.CounterVec
@@ -128,6 +129,10 @@ func New() *Metrics {
 		"Cost in USD of the usage records handed to the store: summed exactly in decimal, shown as the nearest float.",
 		"model", "provider", "route")
 	m.reg.MustRegister(m.cost)
+	m.overage = newDecimalCounter("tollway_overage_usd_total",
+		"What providers reported beyond the requests' holds, in USD, by provider: no settlement exceeds its hold, so this was not billed (take it up with the provider). Summed exactly in decimal.",
+		"provider")
+	m.reg.MustRegister(m.overage)
 
 	m.holds = counter("tollway_holds_total",
 		"Billing holds asked for: taken, or refused (insufficient_credits, spend_limit_exceeded, error).", "result")
@@ -215,13 +220,16 @@ func (m *Metrics) RequestDone(o *extproc.Outcome) {
 	}
 }
 
-// Usage records a usage record handed to the store: its tokens and its exact cost.
+// Usage records a usage record handed to the store: its tokens, its exact cost and overage.
 func (m *Metrics) Usage(r store.UsageRecord) {
 	model, provider, route := m.label(r.Model), m.label(r.Provider), m.label(r.Route)
 	m.tokens.WithLabelValues(model, provider, route, "prompt").Add(float64(r.PromptTokens))
 	m.tokens.WithLabelValues(model, provider, route, "completion").Add(float64(r.CompletionTokens))
 	m.records.WithLabelValues(model, provider, route, strconv.FormatBool(r.Estimated)).Inc()
 	m.cost.add(r.Cost, model, provider, route)
+	if r.Overage.IsPositive() {
+		m.overage.add(r.Overage, provider)
+	}
 }
 
 // CostTotal is the exact sum of every cost recorded (for tests).

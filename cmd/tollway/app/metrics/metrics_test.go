@@ -94,6 +94,25 @@ func TestCostIsExact(t *testing.T) {
 	}
 }
 
+// TestOverageByProvider: what providers reported beyond the holds is counted in exact USD by
+// provider (a task's and a request's alike), apart from what was billed.
+func TestOverageByProvider(t *testing.T) {
+	m := New()
+	m.Usage(store.UsageRecord{Model: "wan", Provider: "dashscope", Cost: decimal.RequireFromString("0.6"), Overage: decimal.RequireFromString("99.4")})
+	m.Usage(store.UsageRecord{Model: "gpt", Provider: "openai", Cost: decimal.RequireFromString("0.1")})
+	m.TaskChanged(&store.Task{Kind: "video", Family: "V2", Status: "completed"}, "in_progress",
+		&store.UsageRecord{Model: "wan", Provider: "dashscope", Cost: decimal.RequireFromString("0.6"), Overage: decimal.RequireFromString("0.1")})
+	if v := testutil.ToFloat64(m.overage); v != 99.5 {
+		t.Errorf("overage %v, want 99.5", v)
+	}
+	if !m.overage.total().Equal(decimal.RequireFromString("99.5")) || !m.CostTotal().Equal(decimal.RequireFromString("1.3")) {
+		t.Errorf("overage %s, cost %s", m.overage.total(), m.CostTotal())
+	}
+	if n := testutil.CollectAndCount(m.overage, "tollway_overage_usd_total"); n != 1 {
+		t.Errorf("%d overage series, want 1 (dashscope; openai reported nothing over)", n)
+	}
+}
+
 func TestHoldsXDSAndTasks(t *testing.T) {
 	m := New()
 	m.Held(nil)
