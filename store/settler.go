@@ -46,7 +46,9 @@ type Settler struct {
 	onDisk map[string]bool  // requests whose hold row is on disk
 
 	records, commits atomic.Int64
-	waiting          atomic.Int64 // records the writer holds while the store cannot commit
+	// inBatch counts the changes the writer took from the queue and has not written yet: the
+	// batch it gathers and commits, or the records it holds while the store cannot commit.
+	inBatch atomic.Int64
 }
 
 // entry is one queued change: a settled record, a hold (or its progress), or a hold's end.
@@ -150,7 +152,7 @@ func (q *Settler) End(requestID string) {
 
 // Queued is the number of changes waiting to be written: queued, and held by the writer while
 // the store cannot commit.
-func (q *Settler) Queued() int { return len(q.ch) + int(q.waiting.Load()) }
+func (q *Settler) Queued() int { return len(q.ch) + int(q.inBatch.Load()) }
 
 // Close settles everything queued, gives each record waiting for a retry one last try, then
 // stops. A store that cannot commit anything is waited for through the retry pauses once
@@ -183,6 +185,7 @@ func (q *Settler) run() {
 				return
 			}
 			batch = append(batch[:0], first)
+			q.inBatch.Store(1)
 			window.Reset(q.window)
 		gather:
 			for len(batch) < settleMaxBatch {
@@ -192,12 +195,14 @@ func (q *Settler) run() {
 						break gather
 					}
 					batch = append(batch, e)
+					q.inBatch.Add(1)
 				case <-window.C:
 					break gather
 				}
 			}
 			window.Stop()
 			q.commit(batch)
+			q.inBatch.Store(0)
 		case <-dueC:
 		}
 		due.Stop()
@@ -355,8 +360,7 @@ func (q *Settler) failedAlone(rec UsageRecord, attempt int, err error) {
 // them, new records wait in the queue and, once it is full, in Record (backpressure). It gives
 // up, reporting recs, only once Close was called and the pauses ran out.
 func (q *Settler) stall(recs []UsageRecord, err error) {
-	q.waiting.Store(int64(len(recs)))
-	defer q.waiting.Store(0)
+	q.inBatch.Store(int64(len(recs)))
 	for attempt := 0; ; attempt++ {
 		if attempt >= len(settleRetries) && q.closed.Load() {
 			for _, rec := range recs {
@@ -380,7 +384,7 @@ func (q *Settler) stall(recs []UsageRecord, err error) {
 			return
 		}
 		recs, err = failed, ferr
-		q.waiting.Store(int64(len(recs)))
+		q.inBatch.Store(int64(len(recs)))
 	}
 }
 
