@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/shopspring/decimal"
@@ -104,12 +105,15 @@ func (x *exchange) worstCase() decimal.Decimal {
 func (x *exchange) holdRefused(err error, worst decimal.Decimal, lower string) *APIError {
 	switch {
 	case errors.Is(err, billing.ErrInsufficientCredits):
-		return apiErr(http.StatusPaymentRequired, "insufficient_credits",
-			"account %q does not have the credits this request may cost (up to $%s); add credits with `tollway accounts credit %s AMOUNT`, or %s",
-			x.key.Account, worst.String(), x.key.Account, lower)
+		e := apiErr(http.StatusPaymentRequired, "insufficient_credits",
+			"account %q does not have the credits this request may cost (up to $%s); ask the gateway's operator to add credits, or %s",
+			x.key.Account, worst.String(), lower)
+		e.Operator = fmt.Sprintf("account %s does not have the credits its requests may cost: add credits with `tollway accounts credit %s AMOUNT`",
+			x.key.Account, x.key.Account)
+		return e
 	case errors.Is(err, billing.ErrSpendLimit):
 		return apiErr(http.StatusForbidden, "spend_limit_exceeded",
-			"this key's monthly spend limit of $%s would be exceeded (this request may cost up to $%s); raise the limit, %s, or wait for next month (UTC)",
+			"this key's monthly spend limit of $%s would be exceeded (this request may cost up to $%s); %s, wait for next month (UTC), or ask the gateway's operator to raise the limit (GET /v1/key shows what remains)",
 			x.key.MonthlyLimit.String(), worst.String(), lower)
 	case err != nil:
 		return apiErr(http.StatusInternalServerError, "internal_error", "admission: %v", err)

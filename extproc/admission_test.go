@@ -41,13 +41,7 @@ var testNow = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 // opts change the billing before it serves.
 func billedServer(t *testing.T, credits string, limit *decimal.Decimal, opts ...func(*Billing)) (*envoy, *billing.Ledger, *recorder) {
 	t.Helper()
-	g := testGateway()
-	p, err := ir.ParsePricing(map[string]any{"prompt": "1", "completion": "2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Models[0].Pricing = p
-	g.Models[0].MaxOutputLength = 10
+	g := pricedGateway(t)
 	k := keyRecord("key_valid", validSecret, false)
 	k.MonthlyLimit = limit
 	rt := Compile(g, []store.Key{k})
@@ -59,6 +53,20 @@ func billedServer(t *testing.T, credits string, limit *decimal.Decimal, opts ...
 	}
 	e := startServerWith(t, rt, b)
 	return e, ledger, rec
+}
+
+// pricedGateway is testGateway with model "gpt" at $1 per prompt token and $2 per completion
+// token, at most 10 of them.
+func pricedGateway(t *testing.T) *ir.Gateway {
+	t.Helper()
+	g := testGateway()
+	p, err := ir.ParsePricing(map[string]any{"prompt": "1", "completion": "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Models[0].Pricing = p
+	g.Models[0].MaxOutputLength = 10
+	return g
 }
 
 func sseHeaders() *extprocv3.ProcessingRequest {

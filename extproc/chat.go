@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -161,11 +162,13 @@ func (rt *Runtime) routeModels(id, mode string) (*ir.Route, []string, *APIError)
 	r, ok := rt.routes[id]
 	if !ok {
 		return nil, nil, apiErr(http.StatusBadRequest, "route_not_found",
-			"route %q does not exist; `tollway routes list` shows the routes, GET /v1/models the models", clip(id))
+			"route %q does not exist; check the route id with the gateway's operator, or send a model id (GET /v1/models lists them)", clip(id))
 	}
 	if r.Status != ir.RouteActive {
-		return nil, nil, apiErr(http.StatusConflict, "route_paused",
-			"route %s is paused; resume it (`tollway routes resume %s`) or send another route or model", id, id)
+		e := apiErr(http.StatusConflict, "route_paused",
+			"route %s is paused by the gateway's operator; send another route or a model id (GET /v1/models lists them), or ask the operator to resume it", id)
+		e.Operator = fmt.Sprintf("route %s is paused and requests still name it: resume it with `tollway routes resume %s`, or tell its clients to move", id, id)
+		return nil, nil, e
 	}
 	if r.Rule != ir.RuleModeMapping {
 		return r, r.Models, nil

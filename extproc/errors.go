@@ -17,6 +17,9 @@ type APIError struct {
 	Message string
 	// Headers go on the answer besides the body (a 402's PAYMENT-REQUIRED).
 	Headers map[string]string
+	// Operator is what the gateway's operator can do about it (a command to run), for the
+	// operator's log (hints.go); never sent to the client.
+	Operator string
 }
 
 func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -45,11 +48,11 @@ func (e *APIError) Body(requestID string) []byte {
 // Errors the request path returns; their messages name the fix.
 var (
 	errMissingKey = apiErr(http.StatusUnauthorized, "invalid_api_key",
-		"missing API key: send Authorization: Bearer ale-<key> (create one with `tollway keys create`)")
+		"missing API key: send Authorization: Bearer ale-<key> (the gateway's operator gives out keys)")
 	errMalformedKey = apiErr(http.StatusUnauthorized, "invalid_api_key",
 		"malformed API key: Tollway keys look like ale- followed by 43 characters; check for truncation or extra spaces")
 	errInvalidKey = apiErr(http.StatusUnauthorized, "invalid_api_key",
-		"invalid API key: it is unknown, revoked or rotated; use a current key or create one with `tollway keys create`")
+		"invalid API key: it is unknown, revoked or rotated; use a current key (ask the gateway's operator for one)")
 	errNoBody = apiErr(http.StatusBadRequest, "invalid_request",
 		"request body is empty: send a JSON object with model and messages")
 )

@@ -95,7 +95,7 @@ func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *e
 	}
 	if path == base {
 		if method != http.MethodPost {
-			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use POST to create a%s %s task", clip(method), base, article(kind), kind))
+			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; create a%s %s task with POST %s (GET %s/{id} reads one)", clip(method), base, article(kind), kind, base, base))
 		}
 		if mt, _, err := mime.ParseMediaType(contentType); contentType != "" && (err != nil || (mt != "application/json" && mt != "multipart/form-data")) {
 			return x.fail(apiErr(http.StatusUnsupportedMediaType, "unsupported_media_type",
@@ -105,8 +105,12 @@ func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *e
 		return nil
 	}
 	id := strings.TrimPrefix(path, base+"/")
+	if method == http.MethodPost {
+		// A create sent to a sub-path (the OpenAI SDK's images.generate posts to /images/generations).
+		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "POST %s is not supported; create a%s %s task with POST %s", clip(path), article(kind), kind, base))
+	}
 	if method != http.MethodGet || id == "" || strings.Contains(id, "/") {
-		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET %s/{id}", clip(method), clip(path), base))
+		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; read a%s %s task with GET %s/{id} (POST %s creates one)", clip(method), clip(path), article(kind), kind, base, base))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
 	defer cancel()

@@ -26,6 +26,7 @@ const (
 	EndpointVideos = "videos"
 	EndpointImages = "images"
 	EndpointPaid   = "x402"
+	EndpointKey    = "key"
 	EndpointOther  = "other"
 )
 
@@ -75,6 +76,8 @@ func endpointLabel(path string) string {
 		return EndpointModels
 	case strings.HasPrefix(path, payPrefix):
 		return EndpointPaid
+	case path == keyPath:
+		return EndpointKey
 	}
 	switch mediaKind(path) {
 	case ir.KindVideo:

@@ -133,6 +133,12 @@ type keyInfo struct {
 	MonthlyLimit *decimal.Decimal
 	models       map[string]bool // nil: every model
 	hash         [32]byte
+
+	// For the key's own view (GET /v1/key): the record as the store had it.
+	name      string
+	created   time.Time
+	modelList []string   // the allow-list in the record's order; nil: every model
+	savedUse  *time.Time // the last use the store had saved (the live one is Server.keyUse)
 }
 
 func (k *keyInfo) allows(model string) bool { return k.models == nil || k.models[model] }
@@ -208,8 +214,10 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		if n, err := hex.Decode(h[:], []byte(k.Hash)); err != nil || n != len(h) {
 			continue
 		}
-		ki := &keyInfo{ID: k.ID, Account: k.Account, Prefix: k.Prefix, MonthlyLimit: k.MonthlyLimit, hash: h}
+		ki := &keyInfo{ID: k.ID, Account: k.Account, Prefix: k.Prefix, MonthlyLimit: k.MonthlyLimit, hash: h,
+			name: k.Name, created: k.CreatedAt, savedUse: k.LastUsedAt}
 		if len(k.Models) > 0 {
+			ki.modelList = slices.Clone(k.Models)
 			ki.models = make(map[string]bool, len(k.Models))
 			for _, m := range k.Models {
 				ki.models[m] = true

@@ -51,6 +51,8 @@ type Server struct {
 	obs      Observer                 // nil: nothing is measured
 	// storeCheck reports the store's outage (nil: none): see SetStoreCheck.
 	storeCheck atomic.Pointer[func() error]
+	keyUse     keyUse // when each key was last used (keyuse.go)
+	hints      hints  // operators' hints logged for refusals (hints.go)
 }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go.
@@ -373,6 +375,9 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		}
 		return x.reply(http.StatusOK, body)
 	}
+	if path == keyPath {
+		return x.answerKey(method, auth)
+	}
 	if rest, ok := strings.CutPrefix(path, payPrefix); ok {
 		return x.paidHeaders(rest, method, auth, contentType, contentLength, paySig, h, strip)
 	}
@@ -383,8 +388,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		return x.readBody(h, contentLength, strip)
 	}
 	if path != chatPath {
-		return x.fail(apiErr(http.StatusNotFound, "not_found",
-			"no endpoint %s %s; Tollway serves POST %s and GET %s", clip(method), clip(path), chatPath, modelsPath))
+		return x.fail(apiErr(http.StatusNotFound, "not_found", "no endpoint %s %s; %s", clip(method), clip(path), x.s.endpoints()))
 	}
 	if method != http.MethodPost {
 		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed",
@@ -439,23 +443,47 @@ func unrouted() *extprocv3filter.ProcessingMode {
 	return m
 }
 
-// authenticate checks a Bearer ale- key against the hashed keys of the runtime.
+// authenticate checks a Bearer ale- key against the hashed keys of the runtime; the key is
+// then the request's, and used now.
 func (x *exchange) authenticate(auth string) *APIError {
+	k, e := x.lookupKey(auth)
+	if e != nil {
+		return e
+	}
+	x.key = k
+	x.s.keyUse.touch(k.ID, time.Now())
+	return nil
+}
+
+// lookupKey finds the runtime's key for an Authorization header.
+func (x *exchange) lookupKey(auth string) (*keyInfo, *APIError) {
 	scheme, secret, ok := strings.Cut(auth, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return errMissingKey
+		return nil, errMissingKey
 	}
 	secret = strings.TrimSpace(secret)
 	if !store.WellFormedKey(secret) {
-		return errMalformedKey
+		return nil, errMalformedKey
 	}
 	h := store.HashKey(secret)
 	k := x.rt.keys[h]
 	if k == nil { // looked up by the secret's SHA-256: the secret itself is never compared
-		return errInvalidKey
+		return nil, errInvalidKey
 	}
-	x.key = k
-	return nil
+	return k, nil
+}
+
+// endpoints names every endpoint a client can call, for the answer to a path that is none.
+func (s *Server) endpoints() string {
+	list := "Tollway serves POST " + chatPath + ", GET " + modelsPath + " and GET " + modelsPath + "/{id}"
+	for _, kind := range []string{ir.KindVideo, ir.KindImage} {
+		list += ", POST " + mediaPaths[kind] + " and GET " + mediaPaths[kind] + "/{id}"
+	}
+	list += ", GET " + keyPath
+	if ps := s.payments.Load(); ps != nil && len(ps.Offers) > 0 {
+		list += ", and POST " + payPrefix + "{slug} for its paid endpoints"
+	}
+	return list
 }
 
 // errLostEnvoy answers a request whose stream to Envoy broke while ext_proc was sending.
@@ -784,6 +812,7 @@ func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespon
 func (x *exchange) fail(e *APIError) *extprocv3.ProcessingResponse {
 	x.release()
 	x.answered(e.Status, e.Code)
+	x.s.hint(e)
 	resp := x.immediate(e.Status, e.Body(x.requestID), ir.ErrorCodeDetailsPrefix+e.Code)
 	addHeaders(resp.GetImmediateResponse().Headers, e.Headers)
 	return resp

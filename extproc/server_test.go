@@ -54,7 +54,7 @@ func TestAuthenticate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			x := &exchange{rt: rt}
+			x := &exchange{s: &Server{}, rt: rt}
 			got := x.authenticate(tt.auth)
 			if got != tt.want {
 				t.Fatalf("authenticate(%q) = %v, want %v", tt.auth, got, tt.want)
@@ -121,7 +121,7 @@ func TestAuthenticateStoreKeys(t *testing.T) {
 		{oldSecret, ""},
 		{newSecret, rot.ID},
 	} {
-		x := &exchange{rt: rt}
+		x := &exchange{s: &Server{}, rt: rt}
 		e := x.authenticate("Bearer " + tt.secret)
 		switch {
 		case tt.id == "" && e != errInvalidKey:
@@ -143,12 +143,18 @@ func startServer(t *testing.T, rt *Runtime) *envoy { return startServerWith(t, r
 
 func startServerWith(t *testing.T, rt *Runtime, b *Billing) *envoy {
 	t.Helper()
+	return startServerLogging(t, rt, b, io.Discard)
+}
+
+// startServerLogging is startServerWith with the server's log written to log.
+func startServerLogging(t *testing.T, rt *Runtime, b *Billing, log io.Writer) *envoy {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), rt, b)
+	srv := NewServer(slog.New(slog.NewTextHandler(log, nil)), rt, b)
 	extprocv3.RegisterExternalProcessorServer(gs, srv)
 	done := make(chan error, 1)
 	go func() { done <- gs.Serve(lis) }()

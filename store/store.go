@@ -123,6 +123,9 @@ type Key struct {
 	MonthlyLimit *decimal.Decimal `json:"monthly_limit,omitempty"`
 	// Models the key may use (catalog model ids or route names); nil or empty means all.
 	Models []string `json:"models,omitempty"`
+	// LastUsedAt is when the key last authenticated a request, to the second, as the gateway
+	// last saved it (at most once a minute: SetKeysUsed); nil: never.
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
 }
 
 // Store is a bbolt-backed record store.

@@ -270,3 +270,13 @@ func (l *Ledger) Snapshot(account, keyID string, now time.Time) (available, mont
 	monthSpent = l.spent[keyMonth{keyID, monthOf(now)}]
 	return available, monthSpent
 }
+
+// KeyMonth returns the key's settled spend in now's month (UTC) and what the holds of its
+// requests in flight take from its monthly limit: admission lets a request through while
+// spent + held + its worst case stays within the limit.
+func (l *Ledger) KeyMonth(keyID string, now time.Time) (spent, held decimal.Decimal) {
+	km := keyMonth{keyID, monthOf(now)}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.spent[km], l.keyHeld[km]
+}

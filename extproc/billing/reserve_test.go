@@ -362,3 +362,30 @@ func BenchmarkReserveSettleManyKeys(b *testing.B) {
 }
 
 func dec(s string) decimal.Decimal { return decimal.RequireFromString(s) }
+
+// TestKeyMonth: a key's settled spend and its holds in flight, for the month asked; remaining
+// = limit - spent - held is exactly where admission stops.
+func TestKeyMonth(t *testing.T) {
+	limit := dec("1")
+	l := NewLedger(map[string]decimal.Decimal{"acme": dec("100")}, map[string]decimal.Decimal{"key1": dec("0.25")}, "2026-11")
+	r, err := l.Reserve("acme", "key1", &limit, dec("0.5"), nov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spent, held := l.KeyMonth("key1", nov); spent.String() != "0.25" || held.String() != "0.5" {
+		t.Fatalf("spent %s held %s, want 0.25 and 0.5", spent, held)
+	}
+	if _, err := l.Reserve("acme", "key1", &limit, dec("0.2500001"), nov); !errors.Is(err, ErrSpendLimit) {
+		t.Fatalf("a request over limit - spent - held passed: %v", err)
+	}
+	l.Settle(r, dec("0.1"))
+	if spent, held := l.KeyMonth("key1", nov); spent.String() != "0.35" || !held.IsZero() {
+		t.Fatalf("after settling: spent %s held %s", spent, held)
+	}
+	if _, snap := l.Snapshot("acme", "key1", nov); snap.String() != "0.35" {
+		t.Fatalf("Snapshot's spend %s disagrees", snap)
+	}
+	if spent, held := l.KeyMonth("key1", nov.AddDate(0, 1, 0)); !spent.IsZero() || !held.IsZero() {
+		t.Fatalf("next month: spent %s held %s", spent, held)
+	}
+}

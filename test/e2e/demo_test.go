@@ -98,6 +98,7 @@ func TestDemoTryIt(t *testing.T) {
 		"HTTP/1.1 200 OK", "x-tollway-provider: demo", "x-tollway-model: demo-chat",
 		"200 200 200 200 403 \n",
 		`"code":"spend_limit_exceeded"`,
+		`"monthly_limit":"0.05"`, `"spent_this_month":"0.04076","held":"0","remaining":"0.00924"`,
 		"demo-chat", "TOTAL",
 	} {
 		i := strings.Index(rest, want)

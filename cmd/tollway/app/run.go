@@ -239,6 +239,10 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if gw.settlements != nil {
 		serve("x402 settlements", func() error { gw.settlements.Run(serveCtx); return nil })
 	}
+	serve("keys used", func() error {
+		saveKeysUsed(serveCtx, log.With("component", "keys"), st, ext, keysUsedEvery)
+		return nil
+	})
 	deliverer := &tasks.Deliverer{Store: st, Client: tasks.NewCallbackClient(guard), Log: log.With("component", "callbacks"), Now: time.Now}
 	serve("callbacks", func() error { deliverer.Run(serveCtx, time.Second); return nil })
 	if cfg.path != "" {

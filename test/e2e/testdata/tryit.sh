@@ -27,4 +27,5 @@ for i in 1 2 3 4 5; do curl -s -o /dev/null -w '%{http_code} ' localhost:8080/v1
   -d '{"model":"demo-chat","messages":[{"role":"user","content":"Hello"}]}'; done; echo   # 200 200 200 200 403
 curl -s localhost:8080/v1/chat/completions -H "authorization: Bearer $LIMITED" -H 'content-type: application/json' \
   -d '{"model":"demo-chat","messages":[{"role":"user","content":"Hello"}]}'   # 403 spend_limit_exceeded
+curl -s localhost:8080/v1/key -H "authorization: Bearer $LIMITED"   # the key's own view: spent_this_month, remaining
 bin/tollway usage --account acme           # what was billed, per key and model
