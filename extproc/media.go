@@ -276,6 +276,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		}
 		return x.fail(taskAPIError(err))
 	}
+	x.taskModel, x.provider = t.Model, t.Provider // for the access log
 	if hold != nil {
 		x.s.tasks.holds.Store(t.ID, hold)
 		if t.Terminal() { // the provider answered with the finished task

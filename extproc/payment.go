@@ -29,6 +29,7 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // payPrefix starts every paid path: {pay_url}/x402/{slug}.
@@ -331,7 +332,7 @@ func (x *exchange) payRecord(rec store.UsageRecord) store.UsageRecord {
 }
 
 // recordPaid hands the usage record of a paid request that settled or is pending to billing
-// (once), and lets a pending settlement be resolved.
+// (once), keeps its bill for the access log, and lets a pending settlement be resolved.
 func (x *exchange) recordPaid(rec store.UsageRecord) {
 	p := x.pay
 	if p.recorded || (p.outcome != SettleSettled && p.outcome != SettlePending) {
@@ -339,6 +340,9 @@ func (x *exchange) recordPaid(rec store.UsageRecord) {
 	}
 	p.recorded = true
 	rec.RequestID = x.payRecordID()
+	// The access log line carries what the record holds (x.hold is nil: settle bills nothing).
+	x.bill = &billed{usage: ir.Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens, CachedTokens: rec.CachedTokens},
+		estimated: rec.Estimated, cost: rec.Cost}
 	if b := x.s.billing; b != nil {
 		rec.Time = b.Now().UTC()
 		b.Record(x.payRecord(rec))

@@ -773,6 +773,12 @@ func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespon
 			}
 			common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, setHeader(headerPaymentResponse, x.pay.header))
 		}
+		if x.pay != nil && x.streaming {
+			// A stream's payment is recorded now, so that its last message carries the bill to
+			// the access log (upto settled before [DONE]; a stream without one settles here,
+			// its content already sent whatever the facilitator says).
+			_ = x.paidSettle()
+		}
 		x.settle()
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
