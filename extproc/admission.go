@@ -200,8 +200,10 @@ func (x *exchange) release() {
 
 // finish runs when the ext_proc stream ends. A hold still open means the exchange ended early:
 // if the provider had answered (a stream cut, a client gone mid-answer) the request is billed
-// from what was sent; if not, nothing was delivered and the hold is released.
+// from what was sent; if not, nothing was delivered and the hold is released. A paid
+// request's credential is no longer in use then.
 func (x *exchange) finish() {
+	defer x.endPaying()
 	if x.responded && x.status < 400 {
 		_ = x.paidSettle() // a paid stream cut before its end settles what was sent
 		x.settle()

@@ -20,6 +20,9 @@ type APIError struct {
 	// Operator is what the gateway's operator can do about it (a command to run), for the
 	// operator's log (hints.go); never sent to the client.
 	Operator string
+	// malformed: a 400 for a request that cannot be read (no body, an unreadable form), which
+	// a paid endpoint keeps at 400 where a refused parameter is 422 (paidRefusal).
+	malformed bool
 }
 
 func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -53,9 +56,15 @@ var (
 		"malformed API key: Tollway keys look like ale- followed by 43 characters; check for truncation or extra spaces")
 	errInvalidKey = apiErr(http.StatusUnauthorized, "invalid_api_key",
 		"invalid API key: it is unknown, revoked or rotated; use a current key (ask the gateway's operator for one)")
-	errNoBody = apiErr(http.StatusBadRequest, "invalid_request",
-		"request body is empty: send a JSON object with model and messages")
+	errNoBody = malformed(apiErr(http.StatusBadRequest, "invalid_request",
+		"request body is empty: send a JSON object with model and messages"))
 )
+
+// malformed marks e, a 400, as the refusal of a request that cannot be read.
+func malformed(e *APIError) *APIError {
+	e.malformed = true
+	return e
+}
 
 // upstreamError converts a provider's error body into the spec's shape, keeping the provider's
 // message and code where it has them.

@@ -145,12 +145,12 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		form := raw
 		var err error
 		if raw, err = formBody(x.contentType, form, nil); err != nil {
-			return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%v", err))
+			return x.fail(malformed(apiErr(http.StatusBadRequest, "invalid_request", "%v", err)))
 		}
 		// The model's family may keep more fields as strings: read the form again with them.
 		if more := familyStrings(rt, raw); len(more) > 0 {
 			if raw, err = formBody(x.contentType, form, more); err != nil {
-				return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%v", err))
+				return x.fail(malformed(apiErr(http.StatusBadRequest, "invalid_request", "%v", err)))
 			}
 		}
 	}
@@ -183,6 +183,9 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		pin = "" // the route chooses providers itself (spec 4.1 rule 3)
 	}
 	if !x.key.allowsModels(route, models) {
+		if x.endpointRefuses(route, models) {
+			return x.fail(x.endpointModels(fmt.Sprintf("model %q", clip(modelID))))
+		}
 		return x.fail(apiErr(http.StatusForbidden, "model_not_allowed", "this API key may not use %s", clip(modelID)))
 	}
 	// The candidates, in order: each model the body is valid for, with its providers that can
@@ -280,6 +283,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		}
 		return x.fail(taskAPIError(err))
 	}
+	x.taskModel, x.provider = t.Model, t.Provider // for the access log
 	if hold != nil {
 		x.s.tasks.holds.Store(t.ID, hold)
 		if t.Terminal() { // the provider answered with the finished task

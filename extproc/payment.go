@@ -2,15 +2,16 @@ package extproc
 
 // Pay per request (spec 4.6, 5.7, 7.3): POST {pay_url}/x402/{slug} runs the endpoint's business
 // API (chat completions, videos, images) paid through x402 v2 instead of, or besides, an API
-// key. The request is validated first (an invalid body gets its 400 before any payment is asked
-// for), then priced: no PAYMENT-SIGNATURE is a 402 with PAYMENT-REQUIRED; a credential is
-// matched against this request's offer, verified locally (forgeries never reach the
-// facilitator), recorded as used (bbolt, before the business call: a replay is a 402), verified
-// by the facilitator, and only then does the business call run, routed and metered like a
-// keyed one. It is settled only when it succeeded: exact before the first byte, upto at the end
-// for the cost metered (see the README for streams). Only the facilitator's refusal withholds
-// the result; a settlement whose answer is lost is served as pending and finished by
-// Settlements (settlements.go). The protocol itself is extproc/x402.
+// key. The request is validated first (a body that cannot be read gets its 400, a refused
+// business parameter its 422, before any payment is asked for), then priced: no
+// PAYMENT-SIGNATURE is a 402 with PAYMENT-REQUIRED; a credential is matched against this
+// request's offer, verified locally (forgeries never reach the facilitator), recorded as used
+// (bbolt, before the business call: a copy while its request runs is a 409, a replay after it a
+// 402; paying.go), verified by the facilitator, and only then does the business call run,
+// routed and metered like a keyed one. It is settled only when it succeeded: exact before the
+// first byte, upto at the end for the cost metered (see the README for streams). Only the
+// facilitator's refusal withholds the result; a settlement whose answer is lost is served as
+// pending and finished by Settlements (settlements.go). The protocol itself is extproc/x402.
 
 import (
 	"context"
@@ -29,6 +30,7 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // payPrefix starts every paid path: {pay_url}/x402/{slug}.
@@ -81,6 +83,10 @@ type payState struct {
 	recorded bool
 	// hold is the request's worst case, priced at admission: no settlement exceeds it.
 	hold decimal.Decimal
+	// key is the caller's key before the endpoint's models narrowed it (keyless: the
+	// endpoint's account, every model); inUse the credential held while the request runs.
+	key   *keyInfo
+	inUse string
 }
 
 // paidAccount is the account of requests paid without an API key: the endpoint's own.
@@ -120,7 +126,7 @@ func (x *exchange) paidHeaders(rest, method, auth, contentType, contentLength, s
 	if method != http.MethodPost {
 		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s%s is not supported; use POST (it runs POST %s)", clip(method), payPrefix, slug, ep.Target))
 	}
-	x.pay = &payState{slug: slug, offer: offer, fac: ps.Facilitator, settlements: ps.Settlements}
+	x.pay = &payState{slug: slug, offer: offer, fac: ps.Facilitator, settlements: ps.Settlements, key: x.key}
 	if len(ep.Models) > 0 {
 		x.key = x.key.narrowed(ep.Models)
 	}
@@ -156,6 +162,36 @@ func (k *keyInfo) narrowed(models []string) *keyInfo {
 	return &n
 }
 
+// endpointRefuses reports whether a paid endpoint's models list, and not the caller's key,
+// refuses route r (nil: none) running models: the key alone (a keyless request: none) allows
+// them.
+func (x *exchange) endpointRefuses(r *ir.Route, models []*model) bool {
+	return x.pay != nil && x.pay.key.allowsModels(r, models)
+}
+
+// endpointModels is the 403 of a request for target that the paid endpoint's models list
+// refuses: it names the endpoint and its models (there may be no key to blame).
+func (x *exchange) endpointModels(target string) *APIError {
+	return apiErr(http.StatusForbidden, "model_not_allowed", "the paid endpoint %s serves only %s, not %s; send one of those as model",
+		x.pay.slug, strings.Join(x.pay.offer.Endpoint.Models, ", "), target)
+}
+
+// paidRefusal is e as a paid endpoint answers it (spec 7.3): 400 stays for a request that
+// cannot be read (its headers, its PAYMENT-SIGNATURE, no body, JSON or form syntax); every
+// other 400, a business parameter refused by the gateway's checks or by the provider, is 422
+// with the same code and message. Keyed endpoints keep 400.
+func paidRefusal(e *APIError) *APIError {
+	if e.Status != http.StatusBadRequest || e.malformed || unreadable[e.Code] {
+		return e
+	}
+	c := *e
+	c.Status = http.StatusUnprocessableEntity
+	return &c
+}
+
+// unreadable are the codes of a request that cannot be read, whatever its parameters.
+var unreadable = map[string]bool{"invalid_json": true, "invalid_request_id": true, "invalid_payment_signature": true, "invalid_payment_payload": true}
+
 // payAdmit prices a validated paid request (worst: its worst-case cost, what a keyed request
 // would hold) and checks its credential; nil means the business call may run. Every refusal
 // before the facilitator's verify is free for the client; a credential refused by the
@@ -186,15 +222,8 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 		}
 		return apiErr(x402.Status(err), x402.Code(err), "%v", err)
 	}
-	claim := x.s.payments.Load().Claim
-	err = claim(cred.Key(), cred.KeepUntil())
-	switch {
-	case errors.Is(err, store.ErrExists):
-		return x.paymentRequired("the credential was already used", "payment_already_used", "this credential was already used (a credential pays for one request); sign a new one from PAYMENT-REQUIRED")
-	case errors.Is(err, store.ErrUnavailable) && x.s.storeRefusal() != nil:
-		return x.s.storeRefusal() // the store failed as the claim was written: the credential is unused
-	case err != nil:
-		return apiErr(http.StatusInternalServerError, "internal_error", "the payment could not be recorded; nothing was charged; retry")
+	if e := x.useCredential(cred); e != nil {
+		return e
 	}
 	// From here the credential is used: a refusal below does not free it.
 	if err := x.extendTimeout(p.fac.CallTimeout() + 5*time.Second); err != nil {
@@ -331,7 +360,7 @@ func (x *exchange) payRecord(rec store.UsageRecord) store.UsageRecord {
 }
 
 // recordPaid hands the usage record of a paid request that settled or is pending to billing
-// (once), and lets a pending settlement be resolved.
+// (once), keeps its bill for the access log, and lets a pending settlement be resolved.
 func (x *exchange) recordPaid(rec store.UsageRecord) {
 	p := x.pay
 	if p.recorded || (p.outcome != SettleSettled && p.outcome != SettlePending) {
@@ -339,6 +368,9 @@ func (x *exchange) recordPaid(rec store.UsageRecord) {
 	}
 	p.recorded = true
 	rec.RequestID = x.payRecordID()
+	// The access log line carries what the record holds (x.hold is nil: settle bills nothing).
+	x.bill = &billed{usage: ir.Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens, CachedTokens: rec.CachedTokens},
+		estimated: rec.Estimated, cost: rec.Cost}
 	if b := x.s.billing; b != nil {
 		rec.Time = b.Now().UTC()
 		b.Record(x.payRecord(rec))

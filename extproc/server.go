@@ -48,6 +48,7 @@ type Server struct {
 	tasks    *Tasks                   // nil: the media task endpoints are off
 	tasksOff atomic.Pointer[string]   // why they are off, for their answer
 	payments atomic.Pointer[Payments] // nil: no paid endpoints
+	paying   inFlight                 // credentials whose paid request is running
 	obs      Observer                 // nil: nothing is measured
 	// storeCheck reports the store's outage (nil: none): see SetStoreCheck.
 	storeCheck atomic.Pointer[func() error]
@@ -518,6 +519,9 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 		return x.fail(e)
 	}
 	if !x.key.allowsPlan(plan) {
+		if x.endpointRefuses(plan.route, plan.models) {
+			return x.fail(x.endpointModels(plan.target()))
+		}
 		return x.fail(apiErr(http.StatusForbidden, "model_not_allowed",
 			"this API key may not use %s; use one of its allowed models (GET /v1/models with this key lists them) or another key", plan.target()))
 	}
@@ -750,6 +754,11 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 		set = append(set, setHeader(":status", strconv.Itoa(e.Status)))
 		code = e.Code
 	}
+	if x.pay != nil && e.Status == http.StatusBadRequest {
+		// The provider refused a business parameter: a paid endpoint's 422 (spec 7.3).
+		e = paidRefusal(e)
+		set = append(set, setHeader(":status", strconv.Itoa(e.Status)))
+	}
 	x.answered(e.Status, code)
 	body := e.Body(x.requestID)
 	set = append(set, setHeader("content-type", "application/json"), setHeader("content-length", strconv.Itoa(len(body))))
@@ -801,6 +810,12 @@ func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespon
 			}
 			common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, setHeader(headerPaymentResponse, x.pay.header))
 		}
+		if x.pay != nil && x.streaming {
+			// A stream's payment is recorded now, so that its last message carries the bill to
+			// the access log (upto settled before [DONE]; a stream without one settles here,
+			// its content already sent whatever the facilitator says).
+			_ = x.paidSettle()
+		}
 		x.settle()
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
@@ -810,6 +825,9 @@ func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespon
 
 // fail answers the client directly with e in the spec's error shape.
 func (x *exchange) fail(e *APIError) *extprocv3.ProcessingResponse {
+	if x.pay != nil {
+		e = paidRefusal(e)
+	}
 	x.release()
 	x.answered(e.Status, e.Code)
 	x.s.hint(e)

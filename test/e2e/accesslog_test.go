@@ -105,3 +105,55 @@ func TestAccessLogCarriesWhatExtProcKnows(t *testing.T) {
 		t.Error("an API key reached the gateway's output")
 	}
 }
+
+// TestAccessLogPaid: the access line of each paid (x402) request, paid with the official Node
+// client, carries what its usage record holds: the exact cost, the tokens and whether they were
+// estimated, with the endpoint, the payer and the endpoint's account; for whole and streamed
+// answers, exact and upto, and a paid task's creation.
+func TestAccessLogPaid(t *testing.T) {
+	p := startPaid(t)
+	cases := []struct{ name, slug, body, scheme string }{
+		{"exact", "chat-mini", paidChat, "exact"},
+		{"upto", "chat-mini", paidChat, "upto"},
+		{"exact stream", "chat-mini", paidStream, "exact"},
+		{"upto stream", "chat-mini", paidStream, "upto"},
+		{"video", "video", `{"model":"hailuo-02","prompt":"a logged fox","duration":6,"resolution":"1080P"}`, "exact"},
+	}
+	ids := make([]string, len(cases))
+	for i, c := range cases {
+		r := p.payNode(c.slug, c.body, "--scheme", c.scheme)
+		if r.Status != 200 || r.Headers["x-request-id"] == "" {
+			t.Fatalf("%s: %+v", c.name, r)
+		}
+		ids[i] = r.Headers["x-request-id"]
+	}
+	// Envoy writes its access log every few seconds: the lines are read once all were sent.
+	for i, c := range cases {
+		account := "x402." + c.slug
+		var rec *usageRecord
+		waitFor(t, c.name+"'s usage record", 10*time.Second, func() bool {
+			for _, x := range p.records("account=" + account) {
+				if strings.HasPrefix(x.RequestID, ids[i]+".") {
+					rec = &x
+					return true
+				}
+			}
+			return false
+		})
+		line := p.accessLine(ids[i])
+		want := map[string]any{"status": float64(200), "code": nil, "account": account, "endpoint": c.slug,
+			"model": rec.Model, "cost": rec.Cost.String(), "estimated": rec.Estimated,
+			"prompt_tokens": float64(rec.PromptTokens), "completion_tokens": float64(rec.CompletionTokens)}
+		for k, v := range want {
+			if line[k] != v {
+				t.Errorf("%s: %s = %v, want %v as its record has (line %v)", c.name, k, line[k], v, line)
+			}
+		}
+		if payer, _ := line["payer"].(string); rec.Payment == nil || !strings.EqualFold(payer, rec.Payment.Payer) || payer == "" {
+			t.Errorf("%s: payer %v, record %+v", c.name, line["payer"], rec.Payment)
+		}
+		if c.slug != "video" && (rec.Cost.Sign() <= 0 || rec.CompletionTokens <= 0) {
+			t.Errorf("%s: record %+v has no cost or tokens to compare", c.name, rec)
+		}
+	}
+}

@@ -732,21 +732,67 @@ func TestX402Endpoints(t *testing.T) {
 		t.Fatalf("another request's quote: %v", pr)
 	}
 
-	// Refusals before any payment.
+	// Refusals before any payment (spec 7.3): a request that cannot be read is 400, a business
+	// parameter refused is 422 with the code the keyed business API gives it (which stays 400),
+	// the endpoint's own model list 403 (in words that speak of the endpoint, not of a key).
 	p.reset()
+	hi := `"messages":[{"role":"user","content":"hi"}]`
 	for _, c := range []struct {
 		method, path, body string
 		status             int
 		code               string
 	}{
-		{"POST", "/x402/chat-mini", `{"model":"gpt-4o-mini","messages":"hello"}`, 400, "invalid_messages"},
-		{"POST", "/x402/chat-mini", `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":-1}`, 400, "invalid_request"},
-		{"POST", "/x402/video", `{"model":"hailuo-02"}`, 400, "invalid_request"},
+		{"POST", "/x402/chat-mini", `{"model":"gpt-4o-mini","messages":"hello"}`, 422, "invalid_messages"},
+		{"POST", "/x402/chat-mini", `{"model":"gpt-4o-mini",` + hi + `,"max_tokens":-1}`, 422, "invalid_request"},
+		{"POST", "/x402/chat-mini", `{` + hi + `}`, 422, "missing_model"},
+		{"POST", "/x402/chat-quote", `{"model":"no-such-model",` + hi + `}`, 422, "model_not_found"},
+		{"POST", "/x402/chat-quote", `{"model":"route:nope",` + hi + `}`, 422, "route_not_found"},
+		{"POST", "/x402/chat-quote", `{"model":"gpt-4o","route_mode":"sideways",` + hi + `}`, 422, "invalid_route_mode"},
+		{"POST", "/x402/chat-quote", `{"model":"gpt-4o","route":{"provider":"hailuo"},` + hi + `}`, 422, "provider_not_available"},
+		{"POST", "/x402/video", `{"model":"hailuo-02"}`, 422, "invalid_request"},
+		{"POST", "/x402/video", `{"model":"hailuo-02","prompt":"a fox","duration":7}`, 422, "invalid_request"},
+		{"POST", "/x402/video", `{"model":"gpt-4o","prompt":"a fox"}`, 422, "model_not_found"},
+		{"POST", "/x402/video", `{"model":"hailuo-02","prompt":"a fox","callback_url":"ftp://example.com/cb"}`, 422, "invalid_callback_url"},
+		{"POST", "/x402/chat-mini", `{"model":"gpt-4o-mini",`, 400, "invalid_json"},
+		{"POST", "/x402/chat-mini", `{"model":"gpt-4o-mini"} {}`, 400, "invalid_json"},
+		{"POST", "/x402/video", `{"model":`, 400, "invalid_json"},
+		{"POST", "/x402/chat-mini", "", 400, "invalid_request"}, // no body at all
 		{"POST", "/x402/nope", paidChat, 404, "payment_endpoint_not_found"},
 		{"POST", "/x402/chat-mini", strings.Replace(paidChat, "gpt-4o-mini", "gpt-4o", 1), 403, "model_not_allowed"},
 		{"GET", "/x402/chat-mini", "", 405, "method_not_allowed"},
 	} {
-		wantPayError(t, p.paidDo(c.method, c.path, c.body, nil), c.status, c.code)
+		e, _ := wantPayError(t, p.paidDo(c.method, c.path, c.body, nil), c.status, c.code)
+		if c.status != http.StatusUnprocessableEntity {
+			continue
+		}
+		// The keyed business API refuses the same body with 400 and the same code.
+		keyedPath := "/v1/chat/completions"
+		if strings.HasPrefix(c.path, "/x402/video") {
+			keyedPath = "/v1/videos"
+		}
+		if k := wantError(t, p.paidDo("POST", keyedPath, c.body, map[string]string{"authorization": "Bearer " + key}), 400, c.code); k.Error.Message != e.Error.Message {
+			t.Errorf("%s %s: the paid message %q differs from the keyed one %q", c.path, c.body, e.Error.Message, k.Error.Message)
+		}
+	}
+	// A multipart form that cannot be parsed is a body that cannot be read: 400.
+	form, _ := http.NewRequest("POST", p.paidURL("video"), strings.NewReader("--b\r\nnot a part header\r\n"))
+	form.Header.Set("content-type", "multipart/form-data; boundary=b")
+	formResp, err := http.DefaultClient.Do(form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPayError(t, formResp, 400, "invalid_request")
+	// The endpoint's model list refused a request without a key: no key to blame.
+	e, _ := wantPayError(t, p.paidDo("POST", "/x402/chat-mini", strings.Replace(paidChat, "gpt-4o-mini", "gpt-4o", 1), nil), 403, "model_not_allowed")
+	if strings.Contains(strings.ToLower(e.Error.Message), "key") || !strings.Contains(e.Error.Message, "chat-mini") || !strings.Contains(e.Error.Message, "gpt-4o-mini") {
+		t.Errorf("the endpoint's model list, no key sent: %q (want the endpoint and its models named, no key)", e.Error.Message)
+	}
+	// The reference clients see the 422 as it is, and sign nothing.
+	bad := `{"model":"gpt-4o-mini",` + hi + `,"temperature":"hot"}`
+	for name, r := range map[string]payResult{"node": p.payNode("chat-mini", bad), "python": p.payPython("chat-mini", bad)} {
+		if r.wantError(t, 422, "invalid_request"); r.Signature != "" {
+			t.Errorf("%s signed a credential for a refused body", name)
+		}
 	}
 	// The model list narrows a keyed request too; an unrestricted endpoint runs the model.
 	wantPayError(t, p.paidDo("POST", "/x402/chat-quote", strings.Replace(paidChat, "gpt-4o-mini", "gpt-4o", 1), nil), 402, "payment_required")
@@ -791,10 +837,11 @@ func TestX402Endpoints(t *testing.T) {
 // malformed PAYMENT-SIGNATURE (bad base64, bad JSON, x402Version 1: 400); `accepted` tampered
 // in amount, payTo, network or asset (402 payment_mismatch, the fresh PAYMENT-REQUIRED's error
 // naming the field); forged signatures (402, the facilitator never called); fifty concurrent
-// copies of one credential (one 200, forty-nine 402s, one business call, one settle); a replay
-// and the same credential at a twin endpoint (402 payment_already_used); a payer without
-// tokens (402 from the facilitator's verify); the facilitator down (503); a business error
-// (passed on, the business call ran, nothing settled); a failed settlement
+// copies of one credential (one 200, the others 409 payment_in_progress while it runs and 402
+// payment_already_used after, one business call, one settle); a replay and the same credential
+// at a twin endpoint (402 payment_already_used); a payer without tokens (402 from the
+// facilitator's verify); the facilitator down (503); a business error (a provider's 400 passed
+// on as 422, the business call ran, nothing settled); a failed settlement
 // (402 with PAYMENT-RESPONSE success:false, the result withheld though the business call ran,
 // nothing moved on chain); a credential with less than 6 s left, or past its validBefore
 // (402 payment_expired, the facilitator never called).
@@ -823,6 +870,7 @@ func TestX402Credentials(t *testing.T) {
 		t.Fatalf("chat-short credential valid until %d (now %d)", validBefore, time.Now().Unix())
 	}
 	cred := p.capture("chat-mini", paidChat, "--scheme", "exact").Signature
+	fifty := p.capture("chat-mini", paidChat, "--scheme", "exact").Signature
 	p.reset()
 	calls := chatCalls()
 	noBusiness := func(what string) {
@@ -881,8 +929,10 @@ func TestX402Credentials(t *testing.T) {
 	}
 	noBusiness("refused credentials")
 
-	// The untampered credential was not burned by any of those: fifty concurrent copies of it
-	// run exactly one business call.
+	// The untampered credential was not burned by any of those. A copy of it sent while the
+	// request it pays for is still running (its business call held 2 s) is 409
+	// payment_in_progress, at this endpoint and at its twin; once that request has ended, a copy
+	// is 402 payment_already_used.
 	payer, payTo := p.tokenBalance(p.bed.PayerAddress), p.tokenBalance(p.bed.PayTo)
 	type outcome struct {
 		status int
@@ -890,47 +940,77 @@ func TestX402Credentials(t *testing.T) {
 		body   string
 		header http.Header
 	}
-	outcomes := make([]outcome, 50)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 50}, Timeout: 60 * time.Second}
 	defer client.CloseIdleConnections()
+	do := func(slug, sig string) outcome {
+		req, _ := http.NewRequest("POST", p.paidURL(slug), strings.NewReader(paidChat))
+		req.Header.Set("content-type", "application/json")
+		req.Header.Set("payment-signature", sig)
+		resp, err := client.Do(req)
+		if err != nil {
+			return outcome{body: err.Error()}
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var e apiError
+		_ = json.Unmarshal(b, &e)
+		return outcome{resp.StatusCode, e.Error.Code, string(b), resp.Header}
+	}
+	paid := func(o outcome) bool {
+		return o.status == 200 && strings.Contains(o.body, "hello paid world") && o.header.Get("Payment-Response") != ""
+	}
+	p.fake.Script(fakeupstream.Fault{Delay: 2 * time.Second})
+	held := make(chan outcome, 1)
+	go func() { held <- do("chat-mini", cred) }()
+	waitFor(t, "the paid request's business call", 10*time.Second, func() bool { return chatCalls() == calls+1 })
+	for _, slug := range []string{"chat-mini", "chat-twin"} {
+		e, _ := wantPayError(t, send(slug, paidChat, cred), 409, "payment_in_progress")
+		if !strings.Contains(e.Error.Message, "in progress") {
+			t.Errorf("409 at %s: %q", slug, e.Error.Message)
+		}
+	}
+	if o := <-held; !paid(o) {
+		t.Fatalf("the held paid request: %d %s %v", o.status, o.body, o.header)
+	}
+	calls++
+	wantPayError(t, send("chat-mini", paidChat, cred), 402, "payment_already_used")
+	noBusiness("copies of a credential in use")
+	if v, s := p.facilitatorCalls(); v != 1 || s != 1 {
+		t.Fatalf("a credential and its copies: verify %d settle %d, want 1 each", v, s)
+	}
+
+	// Fifty concurrent copies of another credential run exactly one business call (held 1 s):
+	// the others are 409 while it runs, 402 once it ended.
+	p.reset()
+	p.fake.Script(fakeupstream.Fault{Delay: time.Second})
+	outcomes := make([]outcome, 50)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range outcomes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequest("POST", p.paidURL("chat-mini"), strings.NewReader(paidChat))
-			req.Header.Set("content-type", "application/json")
-			req.Header.Set("payment-signature", cred)
+		wg.Go(func() {
 			<-start
-			resp, err := client.Do(req)
-			if err != nil {
-				outcomes[i] = outcome{body: err.Error()}
-				return
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			var e apiError
-			_ = json.Unmarshal(b, &e)
-			outcomes[i] = outcome{resp.StatusCode, e.Error.Code, string(b), resp.Header}
-		}()
+			outcomes[i] = do("chat-mini", fifty)
+		})
 	}
 	close(start)
 	wg.Wait()
-	ok, used := 0, 0
+	ok, inProgress, used := 0, 0, 0
 	for _, o := range outcomes {
 		switch {
-		case o.status == 200 && strings.Contains(o.body, "hello paid world") && o.header.Get("Payment-Response") != "":
+		case paid(o):
 			ok++
+		case o.status == 409 && o.code == "payment_in_progress" && o.header.Get("Payment-Required") == "" && strings.Contains(o.body, `"request_id"`):
+			inProgress++
 		case o.status == 402 && o.code == "payment_already_used" && o.header.Get("Payment-Required") != "" && strings.Contains(o.body, `"request_id"`):
 			used++
 		default:
 			t.Errorf("concurrent copy: %d %s %v", o.status, o.body, o.header)
 		}
 	}
-	if ok != 1 || used != 49 {
-		t.Fatalf("fifty copies of one credential: %d paid, %d refused as used", ok, used)
+	if ok != 1 || inProgress == 0 || inProgress+used != 49 {
+		t.Fatalf("fifty copies of one credential: %d paid, %d refused in progress, %d refused as used", ok, inProgress, used)
 	}
+	t.Logf("fifty copies of one credential: 1 paid, %d in progress (409), %d already used (402)", inProgress, used)
 	if n := chatCalls(); n != calls+1 {
 		t.Fatalf("fifty copies of one credential ran %d business calls", n-calls)
 	}
@@ -938,11 +1018,11 @@ func TestX402Credentials(t *testing.T) {
 	if v, s := p.facilitatorCalls(); v != 1 || s != 1 {
 		t.Fatalf("fifty copies: verify %d settle %d, want 1 each", v, s)
 	}
-	if d := new(big.Int).Sub(payer, p.tokenBalance(p.bed.PayerAddress)); d.Int64() != 10000 {
-		t.Fatalf("fifty copies moved %s, want 10000 once", d)
+	if d := new(big.Int).Sub(payer, p.tokenBalance(p.bed.PayerAddress)); d.Int64() != 20000 {
+		t.Fatalf("two credentials and their copies moved %s, want 10000 twice", d)
 	}
-	if d := new(big.Int).Sub(p.tokenBalance(p.bed.PayTo), payTo); d.Int64() != 10000 {
-		t.Fatalf("fifty copies paid pay_to %s, want 10000 once", d)
+	if d := new(big.Int).Sub(p.tokenBalance(p.bed.PayTo), payTo); d.Int64() != 20000 {
+		t.Fatalf("two credentials and their copies paid pay_to %s, want 10000 twice", d)
 	}
 	// A replay, and the same credential at a twin endpoint with the same requirements.
 	wantPayError(t, send("chat-mini", paidChat, cred), 402, "payment_already_used")
@@ -975,13 +1055,14 @@ func TestX402Credentials(t *testing.T) {
 	p.payNode("chat-mini", paidChat, "--scheme", "exact").wantError(t, 503, "facilitator_unavailable")
 	noBusiness("the facilitator dropping connections")
 
-	// A business error (the provider fails): passed on unsettled, nothing moved.
+	// A business error (the provider refuses the parameters with 400): passed on unsettled as
+	// 422, the paid endpoint's status for invalid business parameters, nothing moved.
 	p.reset()
 	for _, scheme := range []string{"exact", "upto"} {
 		p.fake.FailNext(http.StatusBadRequest, "the provider refuses this request")
 		failed := p.payNode("chat-mini", paidChat, "--scheme", scheme)
 		var e apiError
-		if err := json.Unmarshal([]byte(failed.Body), &e); err != nil || failed.Status != 400 || e.Error.Code == "" ||
+		if err := json.Unmarshal([]byte(failed.Body), &e); err != nil || failed.Status != 422 || e.Error.Code == "" ||
 			e.Error.RequestID != failed.Headers["x-request-id"] || failed.Headers["payment-response"] != "" || failed.Signature == "" {
 			t.Fatalf("%s business error: %+v", scheme, failed)
 		}
@@ -1012,7 +1093,7 @@ func TestX402Credentials(t *testing.T) {
 	if d := new(big.Int).Sub(payer, p.tokenBalance(p.bed.PayerAddress)); d.Sign() != 0 {
 		t.Fatalf("failed payments moved %s", d)
 	}
-	if recs := p.records("account=x402.chat-mini"); len(recs) != 1 {
+	if recs := p.records("account=x402.chat-mini"); len(recs) != 2 { // the held request and the fifty copies' one
 		t.Fatalf("records after failed settlements: %+v", recs)
 	}
 
