@@ -11,38 +11,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
-
-// ErrNotFound means no Envoy binary could be located.
-var ErrNotFound = errors.New("envoy binary not found: run `make envoy`, or set ENVOY_BIN / put envoy on PATH")
-
-// FindBinary picks the Envoy to run: an explicit path, then $ENVOY_BIN, then the pinned build
-// `make envoy` installs under tools/, then `envoy` on PATH.
-func FindBinary(explicit string) (string, error) {
-	for _, c := range []string{explicit, os.Getenv("ENVOY_BIN"), os.Getenv("TOLLWAY_ENVOY_BIN"), filepath.Join("tools", "envoy", "envoy", "_bin", "envoy")} {
-		if c == "" {
-			continue
-		}
-		if st, err := os.Stat(c); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			if abs, err := filepath.Abs(c); err == nil {
-				return abs, nil // a child started elsewhere must still find it
-			}
-			return c, nil
-		}
-	}
-	if p, err := exec.LookPath("envoy"); err == nil {
-		return p, nil
-	}
-	return "", ErrNotFound
-}
 
 // Process is a running Envoy child.
 type Process struct {
