@@ -11,38 +11,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/tollway/tollway/xds/ir"
 )
-
-// ErrNotFound means no Envoy binary could be located.
-var ErrNotFound = errors.New("envoy binary not found: run `make envoy`, or set ENVOY_BIN / put envoy on PATH")
-
-// FindBinary picks the Envoy to run: an explicit path, then $ENVOY_BIN, then the pinned build
-// `make envoy` installs under tools/, then `envoy` on PATH.
-func FindBinary(explicit string) (string, error) {
-	for _, c := range []string{explicit, os.Getenv("ENVOY_BIN"), os.Getenv("TOLLWAY_ENVOY_BIN"), filepath.Join("tools", "envoy", "envoy", "_bin", "envoy")} {
-		if c == "" {
-			continue
-		}
-		if st, err := os.Stat(c); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			if abs, err := filepath.Abs(c); err == nil {
-				return abs, nil // a child started elsewhere must still find it
-			}
-			return c, nil
-		}
-	}
-	if p, err := exec.LookPath("envoy"); err == nil {
-		return p, nil
-	}
-	return "", ErrNotFound
-}
 
 // Process is a running Envoy child.
 type Process struct {
@@ -51,6 +29,9 @@ type Process struct {
 	admin *http.Client
 	done  chan struct{}
 	err   error
+	// stopping is set when Tollway starts stopping Envoy: what Envoy's own exit makes it log is
+	// expected from then on (stopNoise).
+	stopping *atomic.Bool
 }
 
 // LaunchConfig says how to start Envoy.
@@ -105,7 +86,8 @@ func Start(log *slog.Logger, c LaunchConfig, logOut io.Writer) (*Process, error)
 	if c.AccessLog != nil {
 		cmd.Stdout = &lineWriter{out: c.AccessLog}
 	}
-	go forwardLog(pr, logOut, c.FullLog)
+	stopping := new(atomic.Bool)
+	go forwardLog(pr, logOut, c.FullLog, stopping)
 	if err := cmd.Start(); err != nil {
 		pw.Close()
 		return nil, fmt.Errorf("envoy: start %s: %w", c.Binary, err)
@@ -116,7 +98,8 @@ func Start(log *slog.Logger, c LaunchConfig, logOut io.Writer) (*Process, error)
 		admin: &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", c.AdminSocket)
 		}}},
-		done: make(chan struct{}),
+		done:     make(chan struct{}),
+		stopping: stopping,
 	}
 	go func() {
 		err := cmd.Wait()
@@ -130,13 +113,20 @@ func Start(log *slog.Logger, c LaunchConfig, logOut io.Writer) (*Process, error)
 	return p, nil
 }
 
+// stopNoise is what Envoy logs as a warning when it exits because Tollway stopped it: its own
+// shutdown resets the connection of its xDS stream (gRPC status 13, connection_termination),
+// which Envoy reports like a control plane that went away. Tollway stops Envoy before its xDS
+// server; the line says nothing about Tollway.
+const stopNoise = "gRPC config stream to " + ir.XDSCluster + " closed"
+
 // forwardLog copies Envoy's log to out line by line, prefixed so it is told apart. A record
 // starts with "[timestamp]"; the lines after it that do not are its continuation, shown only
-// with full (a count of them otherwise).
-func forwardLog(r io.Reader, out io.Writer, full bool) {
+// with full (a count of them otherwise). Once stopping is set, stopNoise records are dropped
+// unless full.
+func forwardLog(r io.Reader, out io.Writer, full bool, stopping *atomic.Bool) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	inRecord, hidden := false, 0
+	inRecord, dropping, hidden := false, false, 0
 	flush := func() {
 		if hidden > 0 {
 			fmt.Fprintf(out, "envoy:   (%d more lines of this message; log.level: debug shows them)\n", hidden)
@@ -148,11 +138,16 @@ func forwardLog(r io.Reader, out io.Writer, full bool) {
 		if strings.HasPrefix(line, "[") {
 			flush()
 			inRecord = true
-		} else if inRecord && !full {
-			hidden++
+			dropping = !full && stopping.Load() && strings.Contains(line, stopNoise)
+		} else if inRecord && (dropping || !full) {
+			if !dropping {
+				hidden++
+			}
 			continue
 		}
-		fmt.Fprintf(out, "envoy: %s\n", line)
+		if !dropping {
+			fmt.Fprintf(out, "envoy: %s\n", line)
+		}
 	}
 	flush()
 	_, _ = io.Copy(io.Discard, r) // a line over the scanner's limit must not block Envoy
@@ -244,6 +239,7 @@ func (p *Process) Stop() {
 		return
 	default:
 	}
+	p.stopping.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if _, _, err := p.adminCall(ctx, http.MethodPost, "/quitquitquit"); err != nil {

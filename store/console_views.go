@@ -14,14 +14,28 @@ import (
 )
 
 // SetKeyLimits replaces a key's monthly limit (nil: none) and model allow-list (empty: every
-// model). The secret, account and name stay; a revoked key cannot be changed (ErrInvalid).
+// model) together.
 func (s *Store) SetKeyLimits(id string, limit *decimal.Decimal, models []string) (Key, error) {
-	if limit != nil && limit.Sign() < 0 {
-		return Key{}, errorOf(ErrInvalid, "monthly limit %s is negative", limit)
+	return s.ChangeKeyLimits(id, KeyLimitsChange{SetMonthlyLimit: true, MonthlyLimit: limit, SetModels: true, Models: models})
+}
+
+// KeyLimitsChange says which of a key's limits change: a setting whose Set flag is false is kept.
+type KeyLimitsChange struct {
+	SetMonthlyLimit bool
+	MonthlyLimit    *decimal.Decimal // nil: no limit
+	SetModels       bool
+	Models          []string // empty: every model
+}
+
+// ChangeKeyLimits changes the settings c names of a key, in one transaction, so a change of one
+// never undoes a concurrent change of the other. A revoked key's limits cannot change.
+func (s *Store) ChangeKeyLimits(id string, c KeyLimitsChange) (Key, error) {
+	if c.MonthlyLimit != nil && c.MonthlyLimit.Sign() < 0 {
+		return Key{}, errorOf(ErrInvalid, "monthly limit %s is negative", c.MonthlyLimit)
 	}
 	var list []string
-	seen := make(map[string]bool, len(models))
-	for _, m := range models {
+	seen := make(map[string]bool, len(c.Models))
+	for _, m := range c.Models {
 		if m == "" {
 			return Key{}, errorOf(ErrInvalid, "a key's model list has an empty model id")
 		}
@@ -34,13 +48,16 @@ func (s *Store) SetKeyLimits(id string, limit *decimal.Decimal, models []string)
 		if k.RevokedAt != nil {
 			return "", errorOf(ErrInvalid, "key %q is revoked; its limits cannot change (create a new key instead)", id)
 		}
-		if limit != nil {
-			l := *limit
-			k.MonthlyLimit = &l
-		} else {
+		if c.SetMonthlyLimit {
 			k.MonthlyLimit = nil
+			if c.MonthlyLimit != nil {
+				l := *c.MonthlyLimit
+				k.MonthlyLimit = &l
+			}
 		}
-		k.Models = list
+		if c.SetModels {
+			k.Models = list
+		}
 		return "", nil
 	})
 }

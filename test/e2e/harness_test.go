@@ -105,6 +105,12 @@ func startGatewayIn(t testing.TB, dir, body string, env ...string) *gateway {
 func startWith(t testing.TB, o harness.Options) *gateway {
 	t.Helper()
 	o.Bin, o.EnvoyBin = tollwayBin, envoyBin
+	return startOptions(t, o)
+}
+
+// startOptions is startWith with the binary and Envoy as o says.
+func startOptions(t testing.TB, o harness.Options) *gateway {
+	t.Helper()
 	if o.Dir == "" {
 		o.Dir = t.TempDir()
 	}

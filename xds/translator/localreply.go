@@ -55,7 +55,7 @@ func localReplies() *hcmv3.LocalReplyConfig {
 		mapper(celFilter("response.code == 504 && "+notOurs), 0, CodeUpstreamTimeout,
 			"the provider sent nothing within the gateway's attempt timeout; retry, or use another model"),
 		mapper(celFilter("response.code >= 500 && "+notOurs), 0, CodeUpstreamUnavailable,
-			"the provider could not be reached: %LOCAL_REPLY_BODY%"),
+			"the provider could not be reached (%LOCAL_REPLY_BODY%); retry later, or use a model that GET /v1/models lists with is_ready: true"),
 		mapper(celFilter("response.code >= 400 && "+notOurs), 0, "gateway_error", "%LOCAL_REPLY_BODY%"),
 	}}
 }

@@ -1,12 +1,15 @@
 package app
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/shopspring/decimal"
 
+	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -36,27 +39,55 @@ func decodeKeyLimits(raw []byte) (keyLimitsRequest, error) {
 	return req, errors.Join(errs...)
 }
 
+// decodeKeyLimitsPatch decodes the body of PATCH /admin/v1/keys/{id}/limits: the settings it
+// names change (null: no limit, or every model), the others are kept.
+func decodeKeyLimitsPatch(raw []byte) (store.KeyLimitsChange, error) {
+	req, err := decodeKeyLimits(raw)
+	if err != nil {
+		return store.KeyLimitsChange{}, err
+	}
+	var named map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &named) // decodeKeyLimits took it: one JSON object
+	_, limit := named["monthly_limit"]
+	_, models := named["models"]
+	if !limit && !models {
+		return store.KeyLimitsChange{}, faultf("body", `names neither monthly_limit nor models; send the settings to change, e.g. {"monthly_limit": "5"} or {"models": []}`)
+	}
+	return store.KeyLimitsChange{SetMonthlyLimit: limit, MonthlyLimit: req.MonthlyLimit, SetModels: models, Models: req.Models}, nil
+}
+
 // keyLimitRoutes: PUT /admin/v1/keys/{id}/limits sets a key's monthly limit and model
-// allow-list; the next request with the key is admitted under them.
+// allow-list; PATCH changes only the ones it names. The next request with the key is admitted
+// under them.
 func (g *gateway) keyLimitRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("PUT /admin/v1/keys/{id}/limits", func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathParam(r, "id", maxPathID)
-		var req keyLimitsRequest
-		if err == nil {
-			req, err = decoded(r, decodeKeyLimits)
-		}
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		k, err := g.store.SetKeyLimits(id, req.MonthlyLimit, req.Models)
-		if err == nil {
-			err = g.keysChanged()
-		}
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, viewKey(k, ""))
-	})
+	put := func(raw []byte) (store.KeyLimitsChange, error) {
+		req, err := decodeKeyLimits(raw)
+		return store.KeyLimitsChange{SetMonthlyLimit: true, MonthlyLimit: req.MonthlyLimit, SetModels: true, Models: req.Models}, err
+	}
+	for method, decode := range map[string]func([]byte) (store.KeyLimitsChange, error){"PUT": put, "PATCH": decodeKeyLimitsPatch} {
+		mux.HandleFunc(method+" /admin/v1/keys/{id}/limits", func(w http.ResponseWriter, r *http.Request) {
+			id, err := pathParam(r, "id", maxPathID)
+			var change store.KeyLimitsChange
+			if err == nil {
+				change, err = decoded(r, decode)
+			}
+			var k store.Key
+			if err == nil {
+				k, err = g.store.ChangeKeyLimits(id, change)
+			}
+			if err == nil {
+				err = g.keysChanged()
+			}
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			spent, err := g.keySpend(time.Now())
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, viewKeySpent(k, spent))
+		})
+	}
 }

@@ -22,14 +22,42 @@ type keyView struct {
 	Account      string           `json:"account"`
 	Name         string           `json:"name,omitempty"`
 	MonthlyLimit *decimal.Decimal `json:"monthly_limit,omitempty"`
-	Models       []string         `json:"models,omitempty"`
-	CreatedAt    time.Time        `json:"created_at"`
-	RevokedAt    *time.Time       `json:"revoked_at,omitempty"`
-	Secret       string           `json:"key,omitempty"` // only in the create/rotate answer, once
+	// SpentThisMonth is what the key spent in the current month (UTC), what its monthly limit
+	// counts; in lists and limit changes only.
+	SpentThisMonth *decimal.Decimal `json:"spent_this_month,omitempty"`
+	Models         []string         `json:"models,omitempty"`
+	CreatedAt      time.Time        `json:"created_at"`
+	RevokedAt      *time.Time       `json:"revoked_at,omitempty"`
+	Secret         string           `json:"key,omitempty"` // only in the create/rotate answer, once
 }
 
 func viewKey(k store.Key, secret string) keyView {
-	return keyView{k.ID, k.Prefix + "...", k.Account, k.Name, k.MonthlyLimit, k.Models, k.CreatedAt, k.RevokedAt, secret}
+	return keyView{ID: k.ID, Prefix: k.Prefix + "...", Account: k.Account, Name: k.Name, MonthlyLimit: k.MonthlyLimit,
+		Models: k.Models, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt, Secret: secret}
+}
+
+// viewKeySpent is viewKey with the key's spend this month, from spent (gateway.keySpend).
+func viewKeySpent(k store.Key, spent func(store.Key) decimal.Decimal) keyView {
+	v := viewKey(k, "")
+	s := spent(k)
+	v.SpentThisMonth = &s
+	return v
+}
+
+// keySpend says what each key spent in now's month (UTC): the ledger's settled spend, which the
+// monthly limits count, or with billing off the usage records'.
+func (g *gateway) keySpend(now time.Time) (func(store.Key) decimal.Decimal, error) {
+	if g.ledger != nil {
+		return func(k store.Key) decimal.Decimal {
+			_, spent := g.ledger.Snapshot(k.Account, k.ID, now)
+			return spent
+		}, nil
+	}
+	spend, err := g.store.MonthSpend(now.UTC().Format("2006-01"))
+	if err != nil {
+		return nil, err
+	}
+	return func(k store.Key) decimal.Decimal { return spend[k.ID] }, nil
 }
 
 // keyRequest is the body of POST /admin/v1/keys.
@@ -69,16 +97,21 @@ func decodeKeyRequest(raw []byte) (keyRequest, error) {
 // keyRoutes serves API keys. A change reaches ext_proc's runtime before the call returns.
 func (g *gateway) keyRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/v1/keys", func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
 		ks, err := g.store.Keys()
+		var spent func(store.Key) decimal.Decimal
+		if err == nil {
+			spent, err = g.keySpend(now)
+		}
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
 		out := make([]keyView, 0, len(ks))
 		for _, k := range ks {
-			out = append(out, viewKey(k, ""))
+			out = append(out, viewKeySpent(k, spent))
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"data": out})
+		writeJSON(w, http.StatusOK, map[string]any{"month": now.UTC().Format("2006-01"), "data": out})
 	})
 	mux.HandleFunc("POST /admin/v1/keys", func(w http.ResponseWriter, r *http.Request) {
 		req, err := decoded(r, decodeKeyRequest)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -147,6 +148,10 @@ func (c *cli) flagErr(fs *flag.FlagSet, err error) error {
 func (c *cli) parse(fs *flag.FlagSet, args []string, takes map[string][]string) ([]string, error) {
 	var pos []string
 	for {
+		if len(args) > 0 && negativeNumber.MatchString(args[0]) { // an amount, not a flag: its command says why it is refused
+			pos, args = append(pos, args[0]), args[1:]
+			continue
+		}
 		if err := fs.Parse(args); err != nil {
 			return nil, c.flagErr(fs, err)
 		}
@@ -168,6 +173,9 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, takes map[string][]string) 
 	})
 	return pos, err
 }
+
+// negativeNumber is a word the flag package would take for a flag (-1, -0.5).
+var negativeNumber = regexp.MustCompile(`^-[0-9]`)
 
 // amountFlag checks a USD amount given on the command line before anything is sent.
 func amountFlag(flagName, value string) error {

@@ -222,11 +222,31 @@ func (g *gateway) applyLocked(ctx context.Context) error {
 	g.log.Info("configuration applied", "snapshot", v, "providers", len(gw.Providers), "models", len(gw.Models))
 	for _, p := range gw.Providers {
 		if !p.Ready() {
-			g.log.Warn("provider has no credential; its models skip it", "provider", p.Name)
+			g.log.Warn("provider has no credential; its models skip it: set the environment variable its credential names and restart tollway",
+				append([]any{"provider", p.Name}, credentialRefs(cat, p.Name)...)...)
 		}
 		if p.Type == ir.ProviderTypeDemo {
 			g.log.Warn("DEMO PROVIDER "+p.Name+": answers are canned by Tollway, not from a language model", "provider", p.Name, "addr", p.Authority())
 		}
+	}
+	return nil
+}
+
+// credentialRefs are the credential references of provider name as log attributes
+// (api_key=${OPENAI_API_KEY}): variable names, never secrets (literals are stored as
+// "(inline secret)").
+func credentialRefs(cat store.Catalog, name string) []any {
+	for _, sp := range cat.Providers {
+		if sp.Name != name {
+			continue
+		}
+		var attrs []any
+		for _, r := range []struct{ field, ref string }{{"api_key", sp.APIKeyRef}, {"access_key", sp.AccessKeyRef}, {"secret_key", sp.SecretKeyRef}} {
+			if r.ref != "" {
+				attrs = append(attrs, r.field, r.ref)
+			}
+		}
+		return attrs
 	}
 	return nil
 }
