@@ -1,8 +1,11 @@
 // Drives the Tollway web console in Debian's chromium (headless, through playwright-core) like
 // a user: sign in, create a key and read it once, create a route through the form, send a chat
 // request through it with the OpenAI Node SDK, see it counted, pause the route, rotate and
-// revoke keys. Started by test/e2e/console_test.go, which runs the gateway; exits non-zero on
-// the first failed check.
+// revoke keys; then open every page at 1280x800 and 390x844 and check it fits (no sideways
+// scrolling of the page; at 1280 no table cell past its table's edge; dates on at most two
+// lines), that a route's hash opens it and an unknown hash says so. Started by
+// test/e2e/console_test.go, which runs the gateway on a seeded store; exits non-zero on the
+// first failed check, or at the end with every layout problem found.
 //
 // Environment: TOLLWAY_CONSOLE_URL (http://<admin>/console/), TOLLWAY_ADMIN_TOKEN,
 // TOLLWAY_BASE_URL (http://<public>/v1), TOLLWAY_CONSOLE_ACCOUNT (an account with credits),
@@ -13,6 +16,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import OpenAI from 'openai';
+import { frame, misfits, slack } from './layout.mjs';
 
 const env = (name, def) => {
   const v = process.env[name] || def;
@@ -57,10 +61,46 @@ try {
     if (m.type() === 'error' && !m.text().startsWith('Failed to load resource: the server responded with a status of')) errors.push('console error: ' + m.text());
   });
 
-  const shot = async (name) => {
-    await page.screenshot({ path: join(outDir, name + '.png'), fullPage: true });
+  const shot = async (name, fullPage = true) => {
+    await page.screenshot({ path: join(outDir, name + '.png'), fullPage });
     log('screenshot', name + '.png');
   };
+
+  // What does not fit a width, a hash that opens the wrong page, a unit note that misses a
+  // unit: collected (want) and reported at the end, all of it at once.
+  const WIDE = { width: 1280, height: 800 };
+  const PHONE = { width: 390, height: 844 };
+  const problems = [];
+  const want = (cond, what) => { if (cond) log('ok:', what); else { problems.push(what); log('PROBLEM:', what); } };
+  // fits checks the page as it is at 1280 and at 390 px, with a screenshot of each, and
+  // leaves the window at 1280.
+  async function fits(name) {
+    for (const vp of [WIDE, PHONE]) {
+      await page.setViewportSize(vp);
+      await frame(page);
+      const found = await misfits(page);
+      const room = vp === WIDE ? await slack(page) : [];
+      if (room.length) log('room to spare in the tables of', name, 'at', vp.width, 'px:', room.join(', '), 'px');
+      await shot(name + '-' + vp.width);
+      want(found.length === 0, name + ' fits ' + vp.width + ' px' + (found.length ? ': ' + found.join('; ') : ''));
+    }
+    await page.setViewportSize(WIDE);
+    await frame(page);
+  }
+  // open shows the page a hash names (rendering it again when it is already shown) and
+  // returns its heading.
+  async function open(hash) {
+    await page.evaluate((h) => {
+      document.getElementById('main').replaceChildren();
+      if (location.hash === h) window.dispatchEvent(new HashChangeEvent('hashchange'));
+      else location.hash = h;
+    }, hash);
+    const h1 = page.locator('main h1').first();
+    await h1.waitFor();
+    return ((await h1.textContent()) || '').trim();
+  }
+  const UNITS = ['token', 'request', 'image', 'second'];
+  const unitNote = async () => ((await page.locator('table caption', { hasText: 'Prices are' }).first().textContent()) || '').trim();
   const flashText = async () => (await page.locator('#flash').textContent()) || '';
   const expectFlash = async (text) => {
     await page.locator('#flash').getByText(text, { exact: false }).first().waitFor();
@@ -99,13 +139,19 @@ try {
     await expectFlash('Added $1');
     check(true, 'a top-up works without a session');
     await shot('accounts-no-token');
+    // The unit note names the units of the prices shown: this catalog prices tokens only.
+    await nav('Catalog');
+    const note = await unitNote();
+    want(note.includes('per token') && !['request', 'image', 'second'].some((u) => note.includes('per ' + u)),
+      'a catalog priced per token only says so: ' + note);
+    check(problems.length === 0, 'no problems' + (problems.length ? ': ' + problems.join('; ') : ''));
     check(errors.length === 0, 'no script errors or CSP violations in the page' + (errors.length ? ': ' + errors.join('; ') : ''));
     log('PASS');
   } else {
     // Sign in.
     await page.goto(consoleURL);
     await page.waitForURL(/\/console\/signin$/);
-    await shot('signin');
+    await fits('signin');
     await page.getByLabel('Admin token').fill('not-the-token-at-all');
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.locator('#error').getByText('not this gateway', { exact: false }).waitFor();
@@ -134,7 +180,7 @@ try {
     await page.getByRole('button', { name: 'Copy' }).click();
     await expectFlash('copied');
     check((await page.evaluate(() => navigator.clipboard.readText())) === key, 'Copy puts the key on the clipboard');
-    await shot('keys-created');
+    await fits('keys-created');
     await page.getByRole('button', { name: 'Done, hide it' }).click();
     await keyInput.waitFor({ state: 'detached' });
     check(!(await page.content()).includes(key), 'the key is gone from the page once hidden');
@@ -240,6 +286,8 @@ try {
     await page.locator('tr[data-model="gpt-4o-mini"]').waitFor();
     await page.locator('tr[data-provider="fake"]').waitFor();
     check(true, 'the catalog lists the model and the provider');
+    const note = await unitNote();
+    want(UNITS.every((u) => note.includes('per ' + u)), 'the unit note names every unit the catalog prices (per ' + UNITS.join(', per ') + '): ' + note);
     await shot('catalog');
 
     // Accounts: a top-up.
@@ -280,13 +328,54 @@ try {
     await page.keyboard.press('Tab');
     check(await page.evaluate(() => document.activeElement && document.activeElement.matches(':focus-visible')), 'Tab focuses a control, visibly');
 
-    // A phone.
-    await page.setViewportSize({ width: 390, height: 844 });
-    await nav('Routes');
-    await shot('routes-phone');
-    await page.setViewportSize({ width: 1280, height: 900 });
-    await nav('Routes');
-    await shot('routes');
+    // Every page at a laptop's and a phone's width, with the seeded data (long labels and
+    // ids, many models, 50 usage rows, x402 columns).
+    const longRoute = 'route:customer-support-escalations-eu-west-premium-tier';
+    const from = new Date(Date.now() - 20 * 86400_000).toISOString().slice(0, 10);
+    for (const [name, hash, heading] of [
+      ['keys', '#/keys', 'Keys'],
+      ['routes', '#/routes', 'Routes'],
+      ['route-new', '#/routes/new', 'Create route'],
+      ['route', '#/routes/' + longRoute, 'Customer support escalations (EU west, premium tier)'],
+      ['usage', '#/usage?' + new URLSearchParams({ since: from, by: 'day,account,key,model,route' }), 'Usage'],
+      ['usage-by-key', '#/usage?' + new URLSearchParams({ since: from, by: 'day,account,key,model' }), 'Usage'],
+      ['catalog', '#/catalog', 'Catalog'],
+      ['accounts', '#/accounts', 'Accounts'],
+      ['not-found', '#/no-such-page', 'Page not found'],
+    ]) {
+      const h1 = await open(hash);
+      want(h1.startsWith(heading), hash + ' opens ' + heading + ' (it shows "' + h1 + '")');
+      await fits(name);
+    }
+    // The usage page has the x402 columns and more than 20 rows.
+    await open('#/usage?' + new URLSearchParams({ since: from, by: 'day,account,key,model,route' }));
+    const heads = await page.locator('thead th').allTextContents();
+    check(['Paid (x402)', 'Pending (x402)', 'Unpaid (x402)'].every((c) => heads.some((x) => x.replace(/\s+/g, ' ').includes(c))) &&
+      (await page.locator('tbody tr').count()) > 20, 'the usage page shows 20+ rows and the x402 columns');
+    // The limits dialog with every model, on a phone.
+    await open('#/keys');
+    await page.setViewportSize(PHONE);
+    await page.locator('tr', { hasText: 'Customer support bot' }).getByRole('button', { name: 'Limits' }).click();
+    await dialog.waitFor();
+    const box = await dialog.boundingBox();
+    want(box.x >= 0 && box.x + box.width <= PHONE.width && (await misfits(page)).length === 0, 'the limits dialog fits 390 px: ' + JSON.stringify(box));
+    await shot('keys-limits-390', false); // the window as it is: the dialog over the page
+    await dialog.getByRole('button', { name: 'Cancel' }).click();
+    await page.setViewportSize(WIDE);
+
+    // Hash routing: a route's page by its id (as typed or URL-encoded); an unknown page or
+    // route says so rather than showing Keys.
+    for (const [hash, heading] of [
+      ['#/routes/route:console-route-1', 'Console Route #1'],
+      ['#/routes/route%3Aconsole-route-1?metric=cost', 'Console Route #1'],
+      ['#/route/route:console-route-1', 'Console Route #1'],
+      ['#/routes/route:no-such-route', 'Route not found'],
+      ['#/keys/whatever', 'Page not found'],
+    ]) {
+      const h1 = await open(hash);
+      want(h1.startsWith(heading), hash + ' opens ' + heading + ' (it shows "' + h1 + '")');
+    }
+    await open('#/routes');
 
     // Sign out: back to the sign-in page, and the API refuses the old session.
     await page.getByRole('button', { name: 'Sign out' }).click();
@@ -299,6 +388,7 @@ try {
     check(holding.length === 1 && holding[0].url.endsWith('/admin/v1/keys'),
       'the created key appears in exactly one response body the browser received (' + holding.map((b) => b.url).join(', ') + ') of ' + bodies.length);
     check(errors.length === 0, 'no script errors or CSP violations in the page' + (errors.length ? ': ' + errors.join('; ') : ''));
+    check(problems.length === 0, 'no layout, routing or catalog problems' + (problems.length ? ':\n  ' + problems.join('\n  ') : ''));
     log('PASS');
   }
 } catch (e) {

@@ -1,11 +1,16 @@
 // Opens the console's usage page for one account in Debian's chromium (headless, through
 // playwright-core) and prints the x402 totals its footer shows, one JSON line:
-// {"columns": [...], "paid": "$..", "pending": "..", "unpaid": ".."} ("" for a column not
-// shown). Started by test/e2e/x402_settle_test.go against a gateway without an admin token.
+// {"columns": [...], "paid": "$..", "pending": "..", "unpaid": "..", "misfits": {"1280": [...],
+// "390": [...]}} ("" for a column not shown; misfits: what does not fit that width, see
+// layout.mjs). Started by test/e2e/x402_settle_test.go against a gateway without an admin token.
 //
 // Environment: TOLLWAY_CONSOLE_URL (http://<admin>/console/), TOLLWAY_CONSOLE_ACCOUNT,
-// CHROMIUM (default /usr/bin/chromium).
+// TOLLWAY_CONSOLE_OUT (optional: screenshots at each width go there), CHROMIUM (default
+// /usr/bin/chromium).
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { chromium } from 'playwright-core';
+import { frame, misfits } from './layout.mjs';
 
 const consoleURL = process.env.TOLLWAY_CONSOLE_URL;
 const account = process.env.TOLLWAY_CONSOLE_ACCOUNT;
@@ -26,7 +31,16 @@ try {
     pending: await text('#usage-total-pending'),
     unpaid: await text('#usage-total-unpaid'),
     errors,
+    misfits: {},
   };
+  const outDir = process.env.TOLLWAY_CONSOLE_OUT;
+  if (outDir) mkdirSync(outDir, { recursive: true });
+  for (const [width, height] of [[1280, 800], [390, 844]]) {
+    await page.setViewportSize({ width, height });
+    await frame(page);
+    out.misfits[width] = await misfits(page);
+    if (outDir) await page.screenshot({ path: join(outDir, 'usage-x402-' + width + '.png'), fullPage: true });
+  }
   console.log(JSON.stringify(out));
 } finally {
   await browser.close();

@@ -255,7 +255,7 @@ func TestX402SettlementUnknown(t *testing.T) {
 	if err != nil || !strings.Contains(out, "UNPAID") || !regexp.MustCompile(`(?m)^TOTAL\s.*\s0\.01\s*$`).MatchString(out) {
 		t.Fatalf("tollway usage: %v\n%s", err, out)
 	}
-	if c := p.consoleUsage("x402.chat-short"); c.Unpaid != "$0.01" || c.Paid != "" || !slices.Contains(c.Columns, "Unpaid (x402)") || len(c.Errors) > 0 {
+	if c := p.consoleUsage("x402.chat-short"); c.Unpaid != "$0.01" || c.Paid != "" || !slices.Contains(c.Columns, "Unpaid (x402)") || len(c.Errors) > 0 || !c.fits() {
 		t.Fatalf("the console's usage page: %+v", c)
 	}
 
@@ -283,6 +283,17 @@ type consoleView struct {
 	Columns               []string
 	Paid, Pending, Unpaid string
 	Errors                []string
+	Misfits               map[string][]string // by window width: what does not fit it
+}
+
+// fits reports whether the page was measured at 1280 and 390 px and fit both.
+func (c consoleView) fits() bool {
+	for _, w := range []string{"1280", "390"} {
+		if m, ok := c.Misfits[w]; !ok || len(m) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // consoleUsage opens the console's usage page for account in chromium and reads its totals.
@@ -292,7 +303,8 @@ func (p *paidGateway) consoleUsage(account string) consoleView {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "usage-x402.mjs")
 	cmd.Dir = filepath.Join(repoRoot, "test", "console")
-	cmd.Env = append(os.Environ(), "TOLLWAY_CONSOLE_URL=http://"+p.Admin+"/console/", "TOLLWAY_CONSOLE_ACCOUNT="+account)
+	cmd.Env = append(os.Environ(), "TOLLWAY_CONSOLE_URL=http://"+p.Admin+"/console/", "TOLLWAY_CONSOLE_ACCOUNT="+account,
+		"TOLLWAY_CONSOLE_OUT="+filepath.Join(repoRoot, "test", "out", "console"))
 	out, err := cmd.CombinedOutput()
 	var v consoleView
 	if err != nil || json.Unmarshal(bytes.TrimSpace(out), &v) != nil {

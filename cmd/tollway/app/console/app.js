@@ -64,11 +64,14 @@
     if (v === undefined || v === null || v === '') return '—';
     return (String(v).startsWith('-') ? '-$' + String(v).slice(1) : '$' + v);
   }
+  // when shows a time as its UTC date and time of day, each unbroken, so that a narrow column
+  // wraps it to two lines at most ("2026-11-28" over "07:41 UTC").
   function when(iso) {
     if (!iso) return '—';
     const d = new Date(iso);
     if (isNaN(d)) return iso;
-    return d.toISOString().slice(0, 16).replace('T', ' ') + ' UTC';
+    const t = d.toISOString();
+    return h('span', { class: 'when' }, h('span', {}, t.slice(0, 10)), ' ', h('span', {}, t.slice(11, 16) + ' UTC'));
   }
   function badge(text, kind) { return h('span', { class: 'badge ' + kind }, text); }
   const healthBadge = (v) => badge(v, v === 'healthy' ? 'ok' : v === 'down' || v === 'unhealthy' ? 'bad' : v === 'degraded' ? 'warn' : 'neutral');
@@ -259,9 +262,9 @@
       const a = act.get(k.id) || {};
       const revokedKey = !!k.revoked_at;
       return h('tr', { dataset: { key: k.id } },
-        td(k.name || '—'), td(k.account), td(h('code', {}, k.prefix), 'nowrap'),
+        td(k.name || '—', 'text'), td(k.account, 'id'), td(h('code', {}, k.prefix), 'nowrap'),
         money(k.monthly_limit === undefined ? null : k.monthly_limit), money(a.spent || '0'),
-        td(k.models && k.models.length ? k.models.join(', ') : h('span', { class: 'muted' }, 'all')),
+        td(k.models && k.models.length ? k.models.join(', ') : h('span', { class: 'muted' }, 'all'), 'list'),
         td(when(k.created_at)),
         td(a.last_used_at ? (a.last_used_exact ? when(a.last_used_at) : a.last_used_at.slice(0, 10)) : 'never'),
         td(revokedKey ? badge('Revoked', 'bad') : badge('Active', 'ok')),
@@ -336,6 +339,8 @@
   // (İ becomes i + U+0307), so each character keeps the first of its lowercase.
   const slug = (name) => Array.from(name, (c) => Array.from(c.toLowerCase())[0]).join('')
     .replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');
+  // routeHash is a route's page: #/routes/route:<slug> (an id needs no other escaping).
+  const routeHash = (id) => '#/routes/' + enc(id).replace(/%3A/gi, ':');
   const routeModels = (r) => r.rule === 'mode_mapping'
     ? ['fast', 'balanced', 'deep'].filter((m) => r.modes && r.modes[m]).map((m) => m + ': ' + r.modes[m]).join(', ')
     : (r.models || []).join(' → ');
@@ -358,8 +363,8 @@
     const rows = (routes.data || []).map((r) => {
       const u = used.get(r.id) || { requests: 0, cost: '0' };
       return h('tr', { dataset: { route: r.id } },
-        td(h('a', { href: '#/route/' + enc(r.id) }, r.id)), td(r.name),
-        td(r.rule === 'mode_mapping' ? 'mode mapping' : 'priority fallback'), td(routeModels(r)),
+        td(h('a', { href: routeHash(r.id) }, r.id), 'id'), td(r.name, 'text'),
+        td(r.rule === 'mode_mapping' ? 'mode mapping' : 'priority fallback'), td(routeModels(r), 'list'),
         td(statusBadge(r.status)), td(healthBadge(r.health)), num(u.requests), money(u.cost),
         td(r.source === 'config' ? 'config file' : 'admin API'), td(statusButton(r)));
     });
@@ -451,19 +456,22 @@
       api('GET', '/admin/v1/usage/grouped' + query({ route: id, by: 'day,model', since })),
       api('GET', '/admin/v1/usage/grouped' + query({ route: id, by: 'day', since }))]);
     const r = (routes.data || []).find((x) => x.id === id);
-    if (!r) throw new APIError(404, 'not_found', 'There is no route ' + id + '.');
+    if (!r) {
+      return [h('p', {}, h('a', { href: '#/routes' }, '← Routes')), h('h1', {}, 'Route not found'),
+        h('p', { role: 'alert' }, 'There is no route ', h('code', {}, id), '. Its link may be mistyped, or the route was removed from the config file; Routes lists every route.')];
+    }
 
     const sinceInput = h('input', { type: 'date', id: 'route-since', value: since });
     const metricSel = h('select', { id: 'route-metric' }, [['requests', 'Requests'], ['tokens', 'Tokens'], ['cost', 'Cost (USD)']]
       .map(([v, l]) => h('option', { value: v, selected: v === metric }, l)));
-    const go = () => { location.hash = '#/route/' + enc(id) + '?' + new URLSearchParams({ since: sinceInput.value, metric: metricSel.value }); };
+    const go = () => { location.hash = routeHash(id) + '?' + new URLSearchParams({ since: sinceInput.value, metric: metricSel.value }); };
     metricSel.addEventListener('change', go);
 
-    const rows = byDayModel.rows.map((u) => h('tr', {}, td(u.group.day), td(u.group.model), num(u.requests),
+    const rows = byDayModel.rows.map((u) => h('tr', {}, td(u.group.day, 'nowrap'), td(u.group.model, 'id'), num(u.requests),
       num(u.prompt_tokens), num(u.completion_tokens), money(u.cost)));
     const t = byDayModel.totals;
     const foot = h('tr', {}, td('Total'), td(''), num(t.requests), num(t.prompt_tokens), num(t.completion_tokens), money(t.cost));
-    const allTime = (r.usage || []).map((u) => h('tr', {}, td(u.model), num(u.requests), num(u.prompt_tokens), num(u.completion_tokens), money(u.cost)));
+    const allTime = (r.usage || []).map((u) => h('tr', {}, td(u.model, 'id'), num(u.requests), num(u.prompt_tokens), num(u.completion_tokens), money(u.cost)));
 
     return [
       h('p', {}, h('a', { href: '#/routes' }, '← Routes')),
@@ -496,7 +504,25 @@
 
   // chart draws stacked bars per day (one colour per model) as SVG. Heights are drawn from
   // each group's own value; the totals shown come from the server (byDay), never summed here.
+  // It is drawn at its box's width (again when that changes), so its text keeps its size from
+  // a phone to a wide screen rather than being scaled with the picture.
   function chart(rows, dayRows, metric, since) {
+    const box = h('div', { class: 'chart-box' });
+    let drawnAt = 0;
+    const draw = (width) => {
+      const w = Math.max(Math.round(width), 300);
+      if (Math.abs(w - drawnAt) < 2) return;
+      drawnAt = w;
+      box.replaceChildren(chartSVG(rows, dayRows, metric, since, w));
+    };
+    draw(main.clientWidth - 74); // main's and the panel's padding: the observer corrects it
+    new ResizeObserver((entries) => { if (entries[0].contentRect.width > 0) draw(entries[0].contentRect.width); }).observe(box);
+    const models = [...new Set(rows.map((u) => u.group.model))].sort();
+    const legend = h('ul', { class: 'legend' }, models.map((m, i) => h('li', {}, h('span', { class: 'swatch c' + (i % 8), 'aria-hidden': 'true' }), m)));
+    return [box, models.length ? legend : h('p', { class: 'muted' }, 'No requests through this route since ' + since + '.')];
+  }
+
+  function chartSVG(rows, dayRows, metric, since, W) {
     const value = (u) => metric === 'cost' ? Number(u.cost) : metric === 'tokens' ? u.prompt_tokens + u.completion_tokens : u.requests;
     const label = (u) => metric === 'cost' ? usd(u.cost) : metric === 'tokens' ? (u.prompt_tokens + u.completion_tokens).toLocaleString('en-US') : u.requests.toLocaleString('en-US');
     const days = [];
@@ -514,7 +540,7 @@
       tickLabels.push(max === 0 ? (i === 0 ? '0' : '') : metric === 'cost' ? '$' + trimNum(v) : trimNum(v));
     }
     // The axis is as wide as its longest label (small costs have many digits).
-    const L = 14 + 6.6 * Math.max(...tickLabels.map((x) => x.length)), W = 900, H = 260, B = 28, T = 14, R = 10;
+    const L = 14 + 6.6 * Math.max(...tickLabels.map((x) => x.length)), H = 260, B = 28, T = 14, R = 10;
     const plotW = W - L - R, plotH = H - T - B;
     const bw = plotW / Math.max(days.length, 1);
     const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', id: 'route-chart',
@@ -537,18 +563,23 @@
       rect.append(s('title', {}, u.group.day + ' · ' + u.group.model + ': ' + label(u)));
       svg.append(rect);
     }
-    for (const [d, u] of dayTotal) {
-      const i = idx.get(d);
-      if (i === undefined) continue;
-      // Totals near the right edge end at their bar rather than run off the chart.
-      const right = i > days.length * 0.85;
-      svg.append(s('text', { x: right ? L + (i + 1) * bw : L + i * bw + bw / 2, y: Math.max(T + plotH - (stackTop.get(d) || 0) - 3, T - 2),
-        'text-anchor': right ? 'end' : 'middle', class: 'total' }, label(u)));
+    // Day totals, left to right; one that would run into the last one shown is left out (the
+    // table below has every number).
+    let shownTo = -Infinity;
+    for (const [i, u] of [...dayTotal].map(([d, u]) => [idx.get(d), u]).filter(([i]) => i !== undefined).sort((a, b) => a[0] - b[0])) {
+      const text = label(u), wide = text.length * 6.2;
+      // Totals near the edges end (or start) at their bar rather than run off the plot.
+      const anchor = i > days.length * 0.85 ? 'end' : L + i * bw + bw / 2 - wide / 2 < L ? 'start' : 'middle';
+      const x = anchor === 'end' ? L + (i + 1) * bw : anchor === 'start' ? L + i * bw : L + i * bw + bw / 2;
+      const from = anchor === 'end' ? x - wide : anchor === 'start' ? x : x - wide / 2;
+      if (from < shownTo + 4) continue;
+      shownTo = from + wide;
+      svg.append(s('text', { x, y: Math.max(T + plotH - (stackTop.get(u.group.day) || 0) - 3, T - 2),
+        'text-anchor': anchor, class: 'total' }, text));
     }
-    const step = Math.ceil(days.length / 8);
+    const step = Math.ceil(days.length / Math.max(1, Math.min(8, Math.floor(plotW / 50)))); // a day label ("11-28") every 50 px at least
     days.forEach((d, i) => { if (i % step === 0) svg.append(s('text', { x: L + i * bw + bw / 2, y: H - 8, 'text-anchor': 'middle' }, d.slice(5))); });
-    const legend = h('ul', { class: 'legend' }, models.map((m, i) => h('li', {}, h('span', { class: 'swatch c' + (i % 8), 'aria-hidden': 'true' }), m)));
-    return [svg, models.length ? legend : h('p', { class: 'muted' }, 'No requests through this route since ' + since + '.')];
+    return svg;
   }
   function trimNum(v) { return v >= 100 ? Math.round(v).toLocaleString('en-US') : String(Number(v.toPrecision(3))); }
 
@@ -584,12 +615,12 @@
       h('a', { class: 'button secondary', id: 'usage-csv', href: '/admin/v1/usage/grouped' + query({ ...f, format: 'csv' }), download: '' }, 'Export CSV')));
 
     const dims = u.by;
-    const cell = (d, v) => d === 'key' && v ? td([h('code', {}, v), keyName.has(v) ? h('span', { class: 'muted' }, ' ' + keyName.get(v)) : null])
-      : td(v || (d === 'route' ? h('span', { class: 'muted' }, 'none') : ''), 'nowrap');
+    const cell = (d, v) => d === 'key' && v ? td([h('code', {}, v), keyName.has(v) ? h('span', { class: 'muted label' }, keyName.get(v)) : null], 'id')
+      : td(v || (d === 'route' ? h('span', { class: 'muted' }, 'none') : ''), d === 'day' ? 'nowrap' : 'id');
     const t = u.totals;
-    // x402: what payments settled; pending (still being settled) and unpaid (never settled,
-    // served unpaid) only when there are any.
-    const pay = [['paid', 'Paid (x402)'], ['pending', 'Pending (x402)'], ['unpaid', 'Unpaid (x402)']].filter(([k]) => k === 'paid' || t[k]);
+    // x402: what payments settled, what is pending (still being settled) and unpaid (never
+    // settled, served unpaid), each only when there is any (a gateway without x402 has none).
+    const pay = [['paid', 'Paid (x402)'], ['pending', 'Pending (x402)'], ['unpaid', 'Unpaid (x402)']].filter(([k]) => t[k]);
     const payCells = (r, foot) => pay.map(([k]) => h('td', { class: 'num', id: foot ? 'usage-total-' + k : null }, r[k] ? usd(r[k]) : ''));
     const rows = u.rows.map((r) => h('tr', {}, dims.map((d) => cell(d, r.group[d])), num(r.requests), num(r.prompt_tokens),
       num(r.completion_tokens), num(r.cached_tokens), money(r.cost), payCells(r, false)));
@@ -609,13 +640,42 @@
 
   // ---------- catalog ----------
 
+  // The unit each price is per (README, Money: Prices), in the order the catalog shows them.
+  const PRICE_UNITS = [['prompt', 'token'], ['completion', 'token'], ['input_cache_read', 'token'], ['request', 'request'],
+    ['image', 'image'], ['duration', 'second']];
+  const priceLabel = (k) => k === 'input_cache_read' ? 'cache read' : k;
+  const charged = (o) => PRICE_UNITS.filter(([k]) => o[k] && o[k] !== '0');
+  const tiersOf = (p) => (Array.isArray(p) ? p : p ? [p] : []);
+
   function prices(p) {
-    const show = (o) => ['prompt', 'completion', 'input_cache_read', 'request', 'image', 'duration']
-      .filter((k) => o[k] && o[k] !== '0').map((k) => k.replace('input_cache_read', 'cache read') + ' $' + o[k]).join(', ') || 'free';
+    // Each price is one unbreakable "name $amount"; a narrow column wraps between prices.
+    const show = (o) => {
+      const list = charged(o).map(([k]) => h('span', { class: 'price' }, priceLabel(k) + ' $' + o[k]));
+      return list.length ? list.flatMap((x, i) => (i ? [', ', x] : [x])) : ['free'];
+    };
     if (Array.isArray(p)) {
-      return p.map((t) => h('div', {}, (t.range_end === null ? '≥ ' + t.range_start : t.range_start + '–' + t.range_end) + ' prompt tokens: ' + show(t)));
+      const n = (x) => Number(x).toLocaleString('en-US');
+      return p.map((t) => h('div', {}, (t.range_end === null ? '≥ ' + n(t.range_start) : n(t.range_start) + '–' + n(t.range_end)) + ' prompt tokens: ', show(t)));
     }
     return p ? show(p) : '—';
+  }
+
+  // unitNote names the unit of every price the models shown charge: "per token (prompt,
+  // completion), per request, per image and per second of video (duration)".
+  function unitNote(models) {
+    const fields = new Map(); // unit -> the price names charged per it
+    for (const m of models) {
+      for (const t of tiersOf(m.pricing)) {
+        for (const [k, unit] of charged(t)) fields.set(unit, new Set([...(fields.get(unit) || []), k]));
+      }
+    }
+    const named = { token: 'per token', request: 'per request', image: 'per image', second: 'per second of video' };
+    const parts = Object.keys(named).filter((u) => fields.has(u)).map((u) => {
+      const names = PRICE_UNITS.filter(([k, x]) => x === u && fields.get(u).has(k)).map(([k]) => priceLabel(k));
+      return named[u] + (names.length === 1 && names[0] === u ? '' : ' (' + names.join(', ') + ')'); // "per request (request)" says nothing more
+    });
+    if (!parts.length) return 'Every model shown is free.';
+    return 'Prices are USD ' + (parts.length > 1 ? parts.slice(0, -1).join(', ') + ' and ' + parts[parts.length - 1] : parts[0]) + '.';
   }
 
   pages.catalog = async function () {
@@ -627,18 +687,18 @@
       out.push(h('p', { class: 'error' }, cat.error.message));
     } else {
       const rows = (cat.data || []).map((m) => h('tr', { dataset: { model: m.id } },
-        td(h('code', {}, m.id)), td(m.name || ''), td(m.is_ready ? badge('ready', 'ok') : badge('not ready', 'bad')),
+        td(h('code', {}, m.id), 'id'), td(m.name || '', 'text'), td(m.is_ready ? badge('ready', 'ok') : badge('not ready', 'bad')),
         td(prices(m.pricing)), td(m.is_free ? 'yes' : 'no'), num(m.context_length), num(m.max_output_length),
         td((m.input_modalities || []).join(', ') + ' → ' + (m.output_modalities || []).join(', '))));
-      out.push(table('As GET /v1/models shows them to clients. Prices are USD per token (request: per request).',
+      out.push(table('As GET /v1/models shows them to clients. ' + unitNote(cat.data || []),
         ['Id', 'Name', 'Ready', 'Prices', 'Free', { label: 'Context', num: true }, { label: 'Max output', num: true }, 'Modalities'], rows));
     }
     out.push(h('h2', {}, 'Providers'));
     out.push(table('Health is Envoy\'s check of each provider (every 5 s).',
       ['Name', 'Type', 'Credential', 'Health', 'Models', 'Defined in'],
-      (health.providers || []).map((p) => h('tr', { dataset: { provider: p.name } }, td(p.name), td(p.type),
+      (health.providers || []).map((p) => h('tr', { dataset: { provider: p.name } }, td(p.name, 'id'), td(p.type),
         td(p.credential ? badge('set', 'ok') : badge('missing', 'bad')), td(healthBadge(p.health)),
-        td(p.models.join(', ')), td(p.source === 'config' ? 'config file' : 'admin API')))));
+        td(p.models.join(', '), 'list'), td(p.source === 'config' ? 'config file' : 'admin API')))));
     return out;
   };
 
@@ -658,7 +718,7 @@
     } },
     field('Id', id, 'Letters, digits and _ . @ -'), field('Credits (USD)', credits, 'e.g. 25'),
     h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Create account')));
-    const rows = (accounts.data || []).map((a) => h('tr', { dataset: { account: a.id } }, td(a.id), money(a.balance), money(a.available),
+    const rows = (accounts.data || []).map((a) => h('tr', { dataset: { account: a.id } }, td(a.id, 'id'), money(a.balance), money(a.available),
       td(when(a.created_at)),
       td(h('button', { type: 'button', class: 'small', onclick: () => topUp(a) }, 'Add credits'))));
     return [
@@ -680,15 +740,33 @@
 
   // ---------- router ----------
 
+  pages.notFound = async function (path) {
+    return [h('h1', {}, 'Page not found'),
+      h('p', { role: 'alert' }, 'The console has no page ', h('code', {}, '#/' + path), '. Its pages:'),
+      h('ul', {}, [...document.querySelectorAll('nav a[data-page]')].map((a) => h('li', {}, h('a', { href: a.getAttribute('href') }, a.textContent))))];
+  };
+
+  // The pages a hash names by itself (#/keys); #/routes/<route id> is a route's page (and
+  // #/route/<route id>, its older address); anything else is not found.
+  const NAMED = ['keys', 'routes', 'routes/new', 'usage', 'catalog', 'accounts'];
+  function pageOf(hash) {
+    const path = hash.replace(/^#\/?/, '').split('?')[0];
+    if (path === '') return { page: 'keys' };
+    if (NAMED.includes(path)) return { page: path };
+    const m = /^routes?\/([^/]+)$/.exec(path);
+    if (m) {
+      try { return { page: 'route', arg: decodeURIComponent(m[1]) }; } catch (e) { /* a malformed %-escape: not found */ }
+    }
+    return { page: 'notFound', arg: path };
+  }
+
   let renderSeq = 0;
   // render draws the page the hash names; a later navigation wins over a slower earlier one.
   async function render(focus) {
     const seq = ++renderSeq;
-    const path = (location.hash.replace(/^#\/?/, '').split('?')[0]) || 'keys';
-    let page = path, arg;
-    if (path.startsWith('route/')) { page = 'route'; arg = decodeURIComponent(path.slice(6)); }
-    const fn = pages[page] || pages.keys;
-    const navPage = page.startsWith('route') ? 'routes' : (pages[page] ? page : 'keys');
+    const { page, arg } = pageOf(location.hash);
+    const fn = pages[page];
+    const navPage = page === 'route' || page === 'routes/new' ? 'routes' : page;
     for (const a of document.querySelectorAll('nav a[data-page]')) {
       if (a.dataset.page === navPage) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
     }
