@@ -105,11 +105,12 @@ func TestMeterCountsImageParts(t *testing.T) {
 }
 
 // TestImageChatCatalogParameters: the catalog lists for an I3 model the chat parameters it
-// takes, not every Gemini chat parameter (it refuses tools, response_format, reasoning_effort).
+// honours, not every Gemini chat parameter (it refuses tools, reasoning_effort, and takes n and
+// response_format only at their defaults).
 func TestImageChatCatalogParameters(t *testing.T) {
 	rt := Compile(imageGateway(t), nil)
 	got := strings.Join(rt.models["nb"].sampling, ",")
-	if got != "frequency_penalty,max_completion_tokens,max_tokens,n,presence_penalty,seed,stop,temperature,top_p" {
+	if got != "frequency_penalty,max_completion_tokens,max_tokens,presence_penalty,seed,stop,temperature,top_p" {
 		t.Fatalf("supported_sampling_parameters %s", got)
 	}
 }

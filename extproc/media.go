@@ -156,7 +156,11 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	}
 	req, err := provider.ParseRequest(raw)
 	if err != nil {
-		return x.fail(apiErr(http.StatusBadRequest, "invalid_json", "the body must be one JSON object: %v", err))
+		problem := "it is not an object"
+		if syntax := errors.Unwrap(err); syntax != nil {
+			problem = jsonSyntax(syntax)
+		}
+		return x.fail(apiErr(http.StatusBadRequest, "invalid_json", `the body must be one JSON object (%s); send {"model": ..., ...} encoded in UTF-8`, problem))
 	}
 	var modelID, mode string
 	if json.Unmarshal(req["model"], &modelID) != nil || modelID == "" {
@@ -291,10 +295,29 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		}
 	}
 	body, _ := json.Marshal(tasks.ObjectOf(t, time.Now()))
+	var resp *extprocv3.ProcessingResponse
 	if x.pay != nil {
-		return x.payTask(t, worst, body)
+		resp = x.payTask(t, worst, body)
+	} else {
+		resp = x.reply(http.StatusOK, body)
 	}
-	return x.reply(http.StatusOK, body)
+	if answer := resp.GetImmediateResponse(); answer.GetStatus().GetCode() == http.StatusOK {
+		if removed := removedOf(attempts, t); len(removed) > 0 {
+			addHeaders(answer.Headers, map[string]string{"x-tollway-removed-params": strings.Join(removed, ",")})
+		}
+	}
+	return resp
+}
+
+// removedOf is what the create of task t left out of the client's body: the Removed of the
+// attempt whose model took it.
+func removedOf(attempts []tasks.Attempt, t *store.Task) []string {
+	for _, a := range attempts {
+		if a.Spec.ID == t.Model && a.Request != nil {
+			return a.Request.Removed
+		}
+	}
+	return nil
 }
 
 // mediaModels resolves a create's model field to the catalog models of this kind it may run, in

@@ -45,7 +45,8 @@ type model struct {
 // parameters, narrowed by the model's (or the provider entry's) supported_sampling_parameters.
 type paramRule struct {
 	allowed     map[string]bool
-	passUnknown bool // fields outside allowed pass too (an OpenAI-shaped provider, no list)
+	passUnknown bool            // fields outside allowed pass too (an OpenAI-shaped provider, no list)
+	fixed       map[string]bool // allowed only at their default (provider.Parameters.Fixed)
 }
 
 // carries reports whether an attempt on provider p keeps field f.
@@ -73,9 +74,9 @@ func paramsFor(p *ir.Provider, list []string) paramRule {
 	}
 	known := set(params.Known)
 	if len(list) == 0 {
-		return paramRule{allowed: known, passUnknown: params.PassUnknown}
+		return paramRule{allowed: known, passUnknown: params.PassUnknown, fixed: set(params.Fixed)}
 	}
-	r := paramRule{allowed: map[string]bool{}}
+	r := paramRule{allowed: map[string]bool{}, fixed: set(params.Fixed)}
 	for _, f := range list {
 		if known[f] || params.PassUnknown {
 			r.allowed[f] = true
@@ -86,7 +87,8 @@ func paramsFor(p *ir.Provider, list []string) paramRule {
 }
 
 // samplingParameters is the catalog's supported_sampling_parameters: the fields every provider
-// of the model carries (so every attempt honours them), user aside, sorted.
+// of the model carries with any valid value (so every attempt honours them), user aside,
+// sorted.
 func samplingParameters(rules []paramRule) []string {
 	out := []string{}
 	if len(rules) == 0 {
@@ -97,8 +99,8 @@ func samplingParameters(rules []paramRule) []string {
 			continue
 		}
 		every := true
-		for _, r := range rules[1:] {
-			every = every && r.allowed[f]
+		for _, r := range rules {
+			every = every && r.allowed[f] && !r.fixed[f]
 		}
 		if every {
 			out = append(out, f)
@@ -106,6 +108,21 @@ func samplingParameters(rules []paramRule) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// catalogParameters are what the catalog lists for m (supported_sampling_parameters), from the
+// declarations its requests are checked with: a chat model's are what its providers carry
+// (samplingParameters); an image model answering chats (I3) lists the chat fields it honours,
+// not tools and the like it refuses by name; another media model its family's fields.
+func catalogParameters(m *ir.Model, rules []paramRule) []string {
+	switch {
+	case m.Family == ir.ChatImageFamily:
+		listed := provider.GeminiImageChatParameters.Listed()
+		return slices.DeleteFunc(samplingParameters(rules), func(f string) bool { return !slices.Contains(listed, f) })
+	case m.Family != "":
+		return nonNil(provider.TaskFieldsOf(m))
+	}
+	return samplingParameters(rules)
 }
 
 // upstreamName is the provider's own name for m, "" if p does not serve it.
@@ -197,10 +214,7 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 			cm.params[t.Provider] = r
 			rules = append(rules, r)
 		}
-		cm.sampling = samplingParameters(rules)
-		if m.Family == ir.ChatImageFamily { // an image model refuses tools and the like by name
-			cm.sampling = slices.DeleteFunc(cm.sampling, func(f string) bool { return !slices.Contains(provider.GeminiImageChatParameters, f) })
-		}
+		cm.sampling = catalogParameters(&m, rules)
 		rt.models[m.ID] = cm
 		rt.modelIDs = append(rt.modelIDs, m.ID)
 		rt.indexPriced(cm)

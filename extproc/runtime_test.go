@@ -84,8 +84,8 @@ func TestParameterRule(t *testing.T) {
 	}
 	for id, want := range map[string]string{
 		"free":   "frequency_penalty,logit_bias,logprobs,max_completion_tokens,max_tokens,n,parallel_tool_calls,presence_penalty,reasoning_effort,response_format,seed,stop,temperature,tool_choice,tools,top_logprobs,top_p",
-		"gpt":    "max_tokens,temperature,tools", // the list, on both providers
-		"mixed":  "max_completion_tokens,max_tokens,n,parallel_tool_calls,response_format,stop,temperature,tool_choice,tools,top_p",
+		"gpt":    "max_tokens,temperature,tools",                                                                                  // the list, on both providers
+		"mixed":  "max_completion_tokens,max_tokens,parallel_tool_calls,response_format,stop,temperature,tool_choice,tools,top_p", // n: Anthropic takes only 1
 		"listed": "temperature",
 	} {
 		if got := strings.Join(rt.models[id].entry(true).SupportedSamplingParameters, ","); got != want {

@@ -46,7 +46,8 @@ func init() { register(ir.ProviderTypeAnthropic, anthropic{}) }
 
 // Parameters are the fields the mapping above translates.
 func (anthropic) Parameters() Parameters {
-	return Parameters{Known: []string{"max_completion_tokens", "max_tokens", "n", "parallel_tool_calls", "response_format", "stop", "temperature", "tool_choice", "tools", "top_p", "user"}}
+	return Parameters{Known: []string{"max_completion_tokens", "max_tokens", "n", "parallel_tool_calls", "response_format", "stop", "temperature", "tool_choice", "tools", "top_p", "user"},
+		Fixed: []string{"n"}} // oneAnswer
 }
 
 const (

@@ -11,7 +11,10 @@ package provider
 //
 // The body is the spec's: model, input {prompt, media [{type: first_frame, url}]} and
 // parameters {resolution, ratio, duration, watermark, seed}; other fields are refused with the
-// list. The duration range of the i2v variant is not in the spec: it takes the t2v range.
+// list. A top-level prompt, which the OpenAI SDKs' videos.create requires, is sent as
+// input.prompt when input has none (the two may not differ). A media url is an http or https
+// URL (DashScope fetches it) or a data URL. The duration range of the i2v variant is not in the
+// spec: it takes the t2v range.
 
 import (
 	"cmp"
@@ -40,59 +43,39 @@ var (
 // dashscopeResultLife is how long DashScope keeps a finished task's video.
 const dashscopeResultLife = 24 * time.Hour
 
-type dashscopeBody struct {
-	// The gateway's own fields, read elsewhere.
-	Model       json.RawMessage `json:"model"`
-	Route       json.RawMessage `json:"route"`
-	RouteMode   json.RawMessage `json:"route_mode"`
-	CallbackURL json.RawMessage `json:"callback_url"`
-	Input       *struct {
-		Prompt *string `json:"prompt"`
-		Media  []struct {
-			Type string `json:"type"`
-			URL  string `json:"url"`
-		} `json:"media"`
-	} `json:"input"`
-	Parameters *struct {
-		Resolution *string `json:"resolution"`
-		Ratio      *string `json:"ratio"`
-		Duration   *int64  `json:"duration"`
-		Watermark  *bool   `json:"watermark"`
-		Seed       *int64  `json:"seed"`
-	} `json:"parameters"`
+// The V2 body, declared once: Validate refuses any other field naming these lists, and Fields
+// lists them for the catalog. The top-level prompt is the OpenAI SDKs' (videos.create requires
+// one): it is read as input.prompt when input has none.
+var (
+	v2Fields      = []string{"prompt", "input", "parameters"}
+	v2InputFields = []string{"prompt", "media"}
+	v2MediaFields = []string{"type", "url"}
+	v2ParamFields = []string{"resolution", "ratio", "duration", "watermark", "seed"}
+)
+
+func (dashscope) Fields(*ir.Model) []string {
+	out := []string{"prompt"}
+	for _, f := range v2InputFields {
+		out = append(out, "input."+f)
+	}
+	for _, f := range v2ParamFields {
+		out = append(out, "parameters."+f)
+	}
+	return out
 }
 
 func (dashscope) Validate(m *ir.Model, req Request) (TaskRequest, error) {
-	if err := onlyFields("V2", req, []string{"input", "parameters"}); err != nil {
+	if err := onlyFields("V2", req, v2Fields); err != nil {
 		return TaskRequest{}, err
 	}
-	var b dashscopeBody
-	dec := json.NewDecoder(strings.NewReader(string(req.Encode())))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
-		return TaskRequest{}, fmt.Errorf("%w: V2 takes input {prompt, media [{type, url}]} and parameters {resolution, ratio, duration, watermark, seed}: %s",
-			ErrBadRequest, strings.TrimPrefix(err.Error(), "json: "))
-	}
-	prompt := ""
-	if b.Input != nil && b.Input.Prompt != nil {
-		prompt = *b.Input.Prompt
-	}
-	frames := 0
-	if b.Input != nil {
-		for i, md := range b.Input.Media {
-			if md.Type != "first_frame" {
-				return TaskRequest{}, fmt.Errorf("%w: input.media[%d].type %q is not allowed: use first_frame", ErrBadRequest, i, clipText(md.Type))
-			}
-			if !strings.HasPrefix(md.URL, "https://") && !strings.HasPrefix(md.URL, "http://") && !strings.HasPrefix(md.URL, "data:") {
-				return TaskRequest{}, fmt.Errorf("%w: input.media[%d].url must be an image URL or a data URL", ErrBadRequest, i)
-			}
-			frames++
-		}
+	prompt, frames, err := v2Input(req)
+	if err != nil {
+		return TaskRequest{}, err
 	}
 	switch m.Variant {
 	case "t2v":
 		if prompt == "" {
-			return TaskRequest{}, fmt.Errorf("%w: input.prompt is required: %s is a text-to-video model", ErrBadRequest, m.ID)
+			return TaskRequest{}, fmt.Errorf("%w: input.prompt is required (or prompt, as the OpenAI SDKs send it): %s is a text-to-video model", ErrBadRequest, m.ID)
 		}
 		if frames > 0 {
 			return TaskRequest{}, fmt.Errorf("%w: input.media is for image-to-video: %s is a text-to-video model; choose an i2v model", ErrBadRequest, m.ID)
@@ -102,38 +85,144 @@ func (dashscope) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 			return TaskRequest{}, fmt.Errorf("%w: input.media needs one {type: first_frame, url}: %s is an image-to-video model", ErrBadRequest, m.ID)
 		}
 	}
-	dur := int64(5)
-	if p := b.Parameters; p != nil {
-		if p.Resolution != nil && !slices.Contains(dashscopeResolutions, *p.Resolution) {
-			return TaskRequest{}, fmt.Errorf("%w: parameters.resolution %q is not allowed: use 720P or 1080P", ErrBadRequest, clipText(*p.Resolution))
-		}
-		if p.Ratio != nil && !slices.Contains(dashscopeRatios, *p.Ratio) {
-			return TaskRequest{}, fmt.Errorf("%w: parameters.ratio %q is not allowed: use one of %s", ErrBadRequest, clipText(*p.Ratio), strings.Join(dashscopeRatios, ", "))
-		}
-		if p.Seed != nil && (*p.Seed < 0 || *p.Seed > 2147483647) {
-			return TaskRequest{}, fmt.Errorf("%w: parameters.seed %d is out of range: 0 to 2147483647", ErrBadRequest, *p.Seed)
-		}
-		if p.Duration != nil {
-			dur = *p.Duration
-		}
-	}
-	if dur < 3 || dur > 15 {
-		return TaskRequest{}, fmt.Errorf("%w: parameters.duration %d is out of range: 3 to 15 seconds", ErrBadRequest, dur)
+	dur, err := v2Parameters(rawField(req, "parameters"))
+	if err != nil {
+		return TaskRequest{}, err
 	}
 	cb, _, err := stringOf(req, "callback_url")
 	return TaskRequest{MaxSeconds: dur, CallbackURL: cb}, err
 }
 
+// v2Input reads the prompt (input.prompt, else the top-level prompt; the two may not differ)
+// and checks input.media's first frames, returning how many there are.
+func v2Input(req Request) (prompt string, frames int, err error) {
+	top, _, err := stringOf(req, "prompt")
+	if err != nil {
+		return "", 0, err
+	}
+	in, err := objectOf("input", cmpRaw(rawField(req, "input"), `{}`), v2InputFields)
+	if err != nil {
+		return "", 0, err
+	}
+	inner, has, err := readString("input.prompt", member(in, "prompt"))
+	switch {
+	case err != nil:
+		return "", 0, err
+	case has && top != "" && top != inner:
+		return "", 0, fmt.Errorf("%w: prompt %q and input.prompt %q differ: send one of them (V2 reads a top-level prompt, as the OpenAI SDKs send it, as input.prompt)",
+			ErrBadRequest, clipText(top), clipText(inner))
+	case !has:
+		inner = top
+	}
+	media := member(in, "media")
+	if media == nil {
+		return inner, 0, nil
+	}
+	items, err := arrayOf("input.media", media, "an array of {type, url}")
+	if err != nil {
+		return "", 0, err
+	}
+	for i, item := range items {
+		field := fmt.Sprintf("input.media[%d]", i)
+		md, err := objectOf(field, item, v2MediaFields)
+		if err != nil {
+			return "", 0, err
+		}
+		typ, _, err := readString(field+".type", member(md, "type"))
+		if err != nil {
+			return "", 0, err
+		}
+		if typ != "first_frame" {
+			return "", 0, fmt.Errorf("%w: %s.type %q is not allowed: use first_frame", ErrBadRequest, field, clipText(typ))
+		}
+		u, ok, err := readString(field+".url", member(md, "url"))
+		if err == nil && !ok {
+			err = fmt.Errorf("%w: %s.url is required: the first frame's image URL or base64 data URL", ErrBadRequest, field)
+		}
+		if err == nil {
+			_, _, err = imageData(field+".url", u)
+		}
+		if err != nil {
+			return "", 0, err
+		}
+	}
+	return inner, len(items), nil
+}
+
+// v2Parameters checks parameters and returns the video's duration.
+func v2Parameters(raw json.RawMessage) (int64, error) {
+	p, err := objectOf("parameters", cmpRaw(raw, `{}`), v2ParamFields)
+	if err != nil {
+		return 0, err
+	}
+	if v, ok, err := readString("parameters.resolution", member(p, "resolution")); err != nil {
+		return 0, err
+	} else if ok && !slices.Contains(dashscopeResolutions, v) {
+		return 0, fmt.Errorf("%w: parameters.resolution %q is not allowed: use %s", ErrBadRequest, clipText(v), joinOr(dashscopeResolutions))
+	}
+	if v, ok, err := readString("parameters.ratio", member(p, "ratio")); err != nil {
+		return 0, err
+	} else if ok && !slices.Contains(dashscopeRatios, v) {
+		return 0, fmt.Errorf("%w: parameters.ratio %q is not allowed: use one of %s", ErrBadRequest, clipText(v), strings.Join(dashscopeRatios, ", "))
+	}
+	if _, _, err := readBool("parameters.watermark", member(p, "watermark")); err != nil {
+		return 0, err
+	}
+	if seed, ok, err := readInt("parameters.seed", member(p, "seed")); err != nil {
+		return 0, err
+	} else if ok && (seed < 0 || seed > maxSeed) {
+		return 0, fmt.Errorf("%w: parameters.seed %d is out of range: 0 to %d", ErrBadRequest, seed, maxSeed)
+	}
+	dur, ok, err := readInt("parameters.duration", member(p, "duration"))
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		dur = 5
+	}
+	if dur < 3 || dur > 15 {
+		return 0, fmt.Errorf("%w: parameters.duration %d is out of range: 3 to 15 seconds", ErrBadRequest, dur)
+	}
+	return dur, nil
+}
+
 func (dashscope) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
 	out := Request{"model": mustJSON(model)}
-	for _, f := range []string{"input", "parameters"} {
-		if v := rawField(req, f); v != nil {
-			out[f] = v
-		}
+	if v := rawField(req, "parameters"); v != nil {
+		out["parameters"] = v
+	}
+	in, err := v2SentInput(req)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		out["input"] = in
 	}
 	h := bearer(p.APIKey)
 	h["x-dashscope-async"] = "enable"
 	return &Upstream{Path: "/api/v1/services/aigc/video-generation/video-synthesis", Body: out.Encode(), Headers: h}, nil
+}
+
+// v2SentInput is input as DashScope takes it: a validated body's top-level prompt becomes
+// input.prompt when input has none (DashScope reads no top-level prompt).
+func v2SentInput(req Request) (json.RawMessage, error) {
+	in := rawField(req, "input")
+	top, _, _ := stringOf(req, "prompt")
+	if top == "" {
+		return in, nil
+	}
+	obj := Request{}
+	if in != nil {
+		var err error
+		if obj, err = ParseRequest(in); err != nil {
+			return nil, fmt.Errorf("%w: input must be an object", ErrBadRequest)
+		}
+	}
+	if rawField(obj, "prompt") != nil {
+		return in, nil // the same prompt (Validate refuses two)
+	}
+	obj["prompt"] = mustJSON(top)
+	return obj.Encode(), nil
 }
 
 // dashscopeError is DashScope's error envelope (HTTP 4xx/5xx).

@@ -26,7 +26,9 @@ package provider
 // failed with content_filter.
 //
 // The rules a request is checked against before any provider call are in
-// dashscope_image_rules.go.
+// dashscope_image_rules.go. In an I2b image set (enable_sequential), thinking_mode and
+// color_palette do not apply: they are checked, left out of DashScope's body, and named in
+// x-tollway-removed-params.
 
 import (
 	"cmp"
@@ -56,6 +58,12 @@ func (d dashscopeImage) Create(p *ir.Provider, m *ir.Model, model string, req Re
 	out := Request{"model": mustJSON(model), "input": rawField(req, "input")}
 	if v := rawField(req, "parameters"); v != nil {
 		out["parameters"] = v
+		if d.family == "I2b" {
+			var err error
+			if out["parameters"], err = wanSentParameters(v); err != nil {
+				return nil, err
+			}
+		}
 	}
 	path := "image-generation/generation"
 	if d.family == "I2" {
@@ -71,6 +79,23 @@ func (d dashscopeImage) Create(p *ir.Provider, m *ir.Model, model string, req Re
 	}
 	h["x-dashscope-async"] = "enable"
 	return &Upstream{Path: dashscopeImageSubpath + path, Body: out.Encode(), Headers: h}, nil
+}
+
+// wanSentParameters are I2b's parameters as DashScope gets them: without those an image set
+// leaves out (wanLeftOut), else byte for byte.
+func wanSentParameters(raw json.RawMessage) (json.RawMessage, error) {
+	p, err := ParseRequest(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: parameters must be an object", ErrBadRequest)
+	}
+	drop := wanLeftOut(p)
+	if len(drop) == 0 {
+		return raw, nil
+	}
+	for _, k := range drop {
+		delete(p, k)
+	}
+	return p.Encode(), nil
 }
 
 // messageOf reads the prompt of a validated request's one message and whether it carries an

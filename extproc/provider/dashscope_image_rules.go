@@ -27,15 +27,18 @@ import (
 
 // dsImageFamily is what differs between I2 and I2b.
 type dsImageFamily struct {
-	name       string   // as messages say it
-	params     []string // the parameters it takes
-	maxImages  int      // image parts a request may carry
+	name   string   // as messages say it
+	params []string // the parameters it takes
+	// fixed are the params taken only at their default (I2's n: 1): accepted, never listed by
+	// the catalog, which lists what a model honours.
+	fixed      []string
+	maxImages  int // image parts a request may carry
 	imageRules inputImageRules
 }
 
 var dsImageFamilies = map[string]dsImageFamily{
 	// Qwen-Image-Edit's input limits: up to 3 images, each 384 to 3072 px a side, up to 10 MB.
-	"I2": {name: "I2 (Qwen-Image)", params: []string{"n", "size", "seed", "watermark", "negative_prompt", "prompt_extend"}, maxImages: 3,
+	"I2": {name: "I2 (Qwen-Image)", params: []string{"n", "size", "seed", "watermark", "negative_prompt", "prompt_extend"}, fixed: []string{"n"}, maxImages: 3,
 		imageRules: inputImageRules{maxBytes: 10 << 20, minSide: 384, maxSide: 3072,
 			formats: []string{"jpeg", "png", "bmp", "tiff", "webp", "gif"}, formatNames: "JPG, JPEG, PNG, BMP, TIFF, WebP or GIF"}},
 	// Wan 2.7 image's: up to 9 images, each 240 to 8000 px a side, aspect 1:8 to 8:1, up to 20 MB.
@@ -65,6 +68,38 @@ var (
 	ratioRE = regexp.MustCompile(`^([0-9]{1,3}(\.[0-9]{1,2})?)%$`)
 )
 
+// wanSingleOnly are the I2b parameters that apply only when enable_sequential is off (spec
+// 4.4): in an image set they are checked, then left out, and named in
+// x-tollway-removed-params.
+var wanSingleOnly = []string{"color_palette", "thinking_mode"}
+
+// wanLeftOut is what of I2b's parameters p DashScope does not get: wanSingleOnly in a set.
+func wanLeftOut(p map[string]json.RawMessage) []string {
+	if string(member(p, "enable_sequential")) != "true" {
+		return nil
+	}
+	var out []string
+	for _, k := range wanSingleOnly {
+		if member(p, k) != nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Fields are the family's fields as the catalog lists them: input.messages and the parameters
+// it honours.
+func (d dashscopeImage) Fields(*ir.Model) []string {
+	f := dsImageFamilies[d.family]
+	out := []string{"input.messages"}
+	for _, p := range f.params {
+		if !slices.Contains(f.fixed, p) {
+			out = append(out, "parameters."+p)
+		}
+	}
+	return out
+}
+
 // dsImageAsk is what validation learns of a request that the rest needs.
 type dsImageAsk struct {
 	prompt string
@@ -80,12 +115,12 @@ func (d dashscopeImage) Validate(m *ir.Model, req Request) (TaskRequest, error) 
 	if err != nil {
 		return TaskRequest{}, err
 	}
-	n, err := d.parameters(f, m, rawField(req, "parameters"), ask)
+	n, removed, err := d.parameters(f, m, rawField(req, "parameters"), ask)
 	if err != nil {
 		return TaskRequest{}, err
 	}
 	cb, _, err := stringOf(req, "callback_url")
-	return TaskRequest{MaxImages: n, CallbackURL: cb}, err
+	return TaskRequest{MaxImages: n, CallbackURL: cb, Removed: removed}, err
 }
 
 // input checks input.messages: exactly one user message whose content is one text part and up
@@ -99,21 +134,30 @@ func (d dashscopeImage) input(f dsImageFamily, raw json.RawMessage) (dsImageAsk,
 	if err != nil {
 		return dsImageAsk{}, err
 	}
-	var msgs []json.RawMessage
-	if mr := member(in, "messages"); mr == nil || json.Unmarshal(mr, &msgs) != nil || len(msgs) != 1 {
-		return dsImageAsk{}, fmt.Errorf("%w: input.messages must be an array of exactly one user message, not %s: %s", ErrBadRequest, clipText(string(member(in, "messages"))), shape)
+	msgs, err := arrayOf("input.messages", member(in, "messages"), "an array of one user message")
+	if err != nil {
+		return dsImageAsk{}, err
+	}
+	if len(msgs) != 1 {
+		return dsImageAsk{}, fmt.Errorf("%w: input.messages must be an array of exactly one user message, not %d messages: %s", ErrBadRequest, len(msgs), shape)
 	}
 	msg, err := objectOf("input.messages[0]", msgs[0], []string{"role", "content"})
 	if err != nil {
 		return dsImageAsk{}, err
 	}
-	var role string
-	if json.Unmarshal(member(msg, "role"), &role) != nil || role != "user" {
-		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].role %s is not allowed: the one message is the user's (\"user\")", ErrBadRequest, clipText(string(cmpRaw(member(msg, "role")))))
+	if role, ok, err := readString("input.messages[0].role", member(msg, "role")); err != nil {
+		return dsImageAsk{}, err
+	} else if !ok {
+		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].role is required: the one message is the user's (\"user\")", ErrBadRequest)
+	} else if role != "user" {
+		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].role %q is not allowed: the one message is the user's (\"user\")", ErrBadRequest, clipText(role))
 	}
-	var parts []json.RawMessage
-	if json.Unmarshal(member(msg, "content"), &parts) != nil || len(parts) == 0 {
-		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].content must be a non-empty array of {text} and {image} parts", ErrBadRequest)
+	parts, err := arrayOf("input.messages[0].content", member(msg, "content"), "a non-empty array of {text} and {image} parts")
+	if err != nil {
+		return dsImageAsk{}, err
+	}
+	if len(parts) == 0 {
+		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].content is empty: send a {text} part and up to %d {image} parts", ErrBadRequest, f.maxImages)
 	}
 	var ask dsImageAsk
 	texts := 0
@@ -128,8 +172,8 @@ func (d dashscopeImage) input(f dsImageFamily, raw json.RawMessage) (dsImageAsk,
 			return dsImageAsk{}, fmt.Errorf("%w: %s must be {\"text\": \"...\"} or {\"image\": \"...\"}, one key with a value", ErrBadRequest, field)
 		}
 		if tr != nil {
-			if json.Unmarshal(tr, &ask.prompt) != nil {
-				return dsImageAsk{}, fmt.Errorf("%w: %s.text must be a string", ErrBadRequest, field)
+			if ask.prompt, _, err = readString(field+".text", tr); err != nil {
+				return dsImageAsk{}, err
 			}
 			if err := d.prompt(field+".text", ask.prompt); err != nil {
 				return dsImageAsk{}, err
@@ -137,9 +181,9 @@ func (d dashscopeImage) input(f dsImageFamily, raw json.RawMessage) (dsImageAsk,
 			texts++
 			continue
 		}
-		var img string
-		if json.Unmarshal(ir, &img) != nil {
-			return dsImageAsk{}, fmt.Errorf("%w: %s.image must be a string: an https URL or a base64 data URL", ErrBadRequest, field)
+		img, _, err := readString(field+".image", ir)
+		if err != nil {
+			return dsImageAsk{}, err
 		}
 		if err := checkInputImage(field+".image", img, f.imageRules); err != nil {
 			return dsImageAsk{}, err
@@ -178,85 +222,88 @@ func (d dashscopeImage) prompt(field, text string) error {
 	return nil
 }
 
-// parameters checks the family's parameters and returns the most images the request can make.
-func (d dashscopeImage) parameters(f dsImageFamily, m *ir.Model, raw json.RawMessage, ask dsImageAsk) (int64, error) {
-	if raw == nil {
-		raw = json.RawMessage(`{}`)
-	}
-	p, err := objectOf("parameters", raw, nil)
+// parameters checks the family's parameters; it returns the most images the request can make
+// and what Create leaves out (wanLeftOut), as paths.
+func (d dashscopeImage) parameters(f dsImageFamily, m *ir.Model, raw json.RawMessage, ask dsImageAsk) (int64, []string, error) {
+	p, err := objectOf("parameters", cmpRaw(raw, `{}`), nil)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
+	if err := d.known(f, p); err != nil {
+		return 0, nil, err
+	}
+	for _, b := range []string{"watermark", "prompt_extend", "enable_sequential", "thinking_mode"} {
+		if _, _, err := readBool("parameters."+b, member(p, b)); err != nil {
+			return 0, nil, err
+		}
+	}
+	if seed, ok, err := readInt("parameters.seed", member(p, "seed")); err != nil {
+		return 0, nil, err
+	} else if ok && (seed < 0 || seed > maxSeed) {
+		return 0, nil, fmt.Errorf("%w: parameters.seed %d is out of range: an integer from 0 to %d", ErrBadRequest, seed, maxSeed)
+	}
+	if neg, _, err := readString("parameters.negative_prompt", member(p, "negative_prompt")); err != nil {
+		return 0, nil, err
+	} else if n := len([]rune(neg)); n > qwenMaxNegativeChars {
+		return 0, nil, fmt.Errorf("%w: parameters.negative_prompt is %d characters; DashScope takes at most %d", ErrBadRequest, n, qwenMaxNegativeChars)
+	}
+	n, hasN, err := readInt("parameters.n", member(p, "n"))
+	if err != nil {
+		return 0, nil, err
+	}
+	size, _, err := readString("parameters.size", member(p, "size"))
+	if err != nil {
+		return 0, nil, err
+	}
+	if d.family == "I2" {
+		if hasN && n != 1 {
+			return 0, nil, fmt.Errorf("%w: parameters.n %d is not allowed: I2 (Qwen-Image) makes one image a request; use 1", ErrBadRequest, n)
+		}
+		if size != "" && !slices.Contains(qwenSizes, size) {
+			return 0, nil, fmt.Errorf("%w: parameters.size %q is not allowed: I2 takes %s", ErrBadRequest, clipText(size), joinOr(qwenSizes))
+		}
+		return 1, nil, nil
+	}
+	seq := string(member(p, "enable_sequential")) == "true"
+	switch {
+	case seq && !hasN:
+		n = wanMaxSequential // DashScope's default for a set
+	case !hasN:
+		n = 1
+	case seq && (n < 1 || n > wanMaxSequential):
+		return 0, nil, fmt.Errorf("%w: parameters.n %d is out of range: 1 to %d with enable_sequential", ErrBadRequest, n, wanMaxSequential)
+	case !seq && (n < 1 || n > wanMaxImages):
+		return 0, nil, fmt.Errorf("%w: parameters.n %d is out of range: 1 to %d (1 to %d with enable_sequential: true)", ErrBadRequest, n, wanMaxImages, wanMaxSequential)
+	}
+	if err := wanSize(m, size, ask.images > 0, seq); err != nil {
+		return 0, nil, err
+	}
+	if v := member(p, "color_palette"); v != nil {
+		if err := colorPalette(v); err != nil {
+			return 0, nil, err
+		}
+	}
+	var removed []string
+	for _, k := range wanLeftOut(p) {
+		removed = append(removed, "parameters."+k)
+	}
+	return n, removed, nil
+}
+
+// known refuses a parameter the family does not take, naming the family that takes it.
+func (d dashscopeImage) known(f dsImageFamily, p map[string]json.RawMessage) error {
 	for k := range p {
 		if slices.Contains(f.params, k) {
 			continue
 		}
 		for fam, other := range dsImageFamilies {
 			if fam != d.family && slices.Contains(other.params, k) {
-				return 0, fmt.Errorf("%w: parameters.%s is for %s only; %s takes %s", ErrBadRequest, clipText(k), other.name, f.name, strings.Join(f.params, ", "))
+				return fmt.Errorf("%w: parameters.%s is for %s only; %s takes %s", ErrBadRequest, clipText(k), other.name, f.name, strings.Join(f.params, ", "))
 			}
 		}
-		return 0, fmt.Errorf("%w: parameters does not take field %q; %s takes %s", ErrBadRequest, clipText(k), f.name, strings.Join(f.params, ", "))
+		return fmt.Errorf("%w: parameters does not take field %q; %s takes %s", ErrBadRequest, clipText(k), f.name, strings.Join(f.params, ", "))
 	}
-	for _, b := range []string{"watermark", "prompt_extend", "enable_sequential", "thinking_mode"} {
-		if v := member(p, b); v != nil && string(v) != "true" && string(v) != "false" {
-			return 0, fmt.Errorf("%w: parameters.%s must be true or false, not %s", ErrBadRequest, b, clipText(string(v)))
-		}
-	}
-	if v := member(p, "seed"); v != nil {
-		var seed int64
-		if json.Unmarshal(v, &seed) != nil || seed < 0 || seed > maxSeed {
-			return 0, fmt.Errorf("%w: parameters.seed %s is out of range: an integer from 0 to %d", ErrBadRequest, clipText(string(v)), maxSeed)
-		}
-	}
-	if v := member(p, "negative_prompt"); v != nil {
-		var neg string
-		if json.Unmarshal(v, &neg) != nil {
-			return 0, fmt.Errorf("%w: parameters.negative_prompt must be a string", ErrBadRequest)
-		}
-		if n := len([]rune(neg)); n > qwenMaxNegativeChars {
-			return 0, fmt.Errorf("%w: parameters.negative_prompt is %d characters; DashScope takes at most %d", ErrBadRequest, n, qwenMaxNegativeChars)
-		}
-	}
-	n, hasN := int64(1), member(p, "n") != nil
-	if hasN && json.Unmarshal(member(p, "n"), &n) != nil {
-		return 0, fmt.Errorf("%w: parameters.n must be an integer, not %s", ErrBadRequest, clipText(string(member(p, "n"))))
-	}
-	var size string
-	if v := member(p, "size"); v != nil && json.Unmarshal(v, &size) != nil {
-		return 0, fmt.Errorf("%w: parameters.size must be a string such as %q, not %s", ErrBadRequest, map[string]string{"I2": "1328*1328", "I2b": "2K"}[d.family], clipText(string(v)))
-	}
-	if d.family == "I2" {
-		if n != 1 {
-			return 0, fmt.Errorf("%w: parameters.n %d is not allowed: I2 (Qwen-Image) makes one image a request; use 1", ErrBadRequest, n)
-		}
-		if size != "" && !slices.Contains(qwenSizes, size) {
-			return 0, fmt.Errorf("%w: parameters.size %q is not allowed: I2 takes %s", ErrBadRequest, clipText(size), joinOr(qwenSizes))
-		}
-		return 1, nil
-	}
-	seq := string(member(p, "enable_sequential")) == "true"
-	switch {
-	case seq && member(p, "thinking_mode") != nil:
-		return 0, fmt.Errorf("%w: parameters.thinking_mode applies only when enable_sequential is false; remove one of them", ErrBadRequest)
-	case seq && member(p, "color_palette") != nil:
-		return 0, fmt.Errorf("%w: parameters.color_palette applies only when enable_sequential is false; remove one of them", ErrBadRequest)
-	case seq && !hasN:
-		n = wanMaxSequential // DashScope's default for a set
-	case seq && (n < 1 || n > wanMaxSequential):
-		return 0, fmt.Errorf("%w: parameters.n %d is out of range: 1 to %d with enable_sequential", ErrBadRequest, n, wanMaxSequential)
-	case !seq && (n < 1 || n > wanMaxImages):
-		return 0, fmt.Errorf("%w: parameters.n %d is out of range: 1 to %d (1 to %d with enable_sequential: true)", ErrBadRequest, n, wanMaxImages, wanMaxSequential)
-	}
-	if err := wanSize(m, size, ask.images > 0, seq); err != nil {
-		return 0, err
-	}
-	if v := member(p, "color_palette"); v != nil {
-		if err := colorPalette(v); err != nil {
-			return 0, err
-		}
-	}
-	return n, nil
+	return nil
 }
 
 // wanSize checks I2b's size: 1K or 2K; 4K for the pro variant's text-to-image (no image part;
@@ -304,9 +351,9 @@ func wanSize(m *ir.Model, size string, hasImage, seq bool) error {
 // colorPalette checks I2b's color_palette: 3 to 10 {hex, ratio} entries, hex #RRGGBB, ratios
 // percentages with up to two decimals ("25.00%") that sum to exactly 100.00%, in decimal.
 func colorPalette(raw json.RawMessage) error {
-	var entries []json.RawMessage
-	if json.Unmarshal(raw, &entries) != nil {
-		return fmt.Errorf("%w: parameters.color_palette must be an array of {hex, ratio}", ErrBadRequest)
+	entries, err := arrayOf("parameters.color_palette", raw, "an array of {hex, ratio}")
+	if err != nil {
+		return err
 	}
 	if len(entries) < 3 || len(entries) > 10 {
 		return fmt.Errorf("%w: parameters.color_palette has %d colors; it takes 3 to 10", ErrBadRequest, len(entries))
@@ -318,16 +365,20 @@ func colorPalette(raw json.RawMessage) error {
 		if err != nil {
 			return err
 		}
-		var hex, ratio string
-		if json.Unmarshal(member(e, "hex"), &hex) != nil || !hexRE.MatchString(hex) {
-			return fmt.Errorf("%w: %s.hex %s is not allowed: a color as #RRGGBB, such as \"#1A2B3C\"", ErrBadRequest, field, clipText(string(cmpRaw(member(e, "hex")))))
+		hex, _, err := readString(field+".hex", member(e, "hex"))
+		if err != nil {
+			return err
 		}
-		mt := []string(nil)
-		if json.Unmarshal(member(e, "ratio"), &ratio) == nil {
-			mt = ratioRE.FindStringSubmatch(ratio)
+		if !hexRE.MatchString(hex) {
+			return fmt.Errorf("%w: %s.hex %q is not allowed: a color as #RRGGBB, such as \"#1A2B3C\"", ErrBadRequest, field, clipText(hex))
 		}
+		ratio, _, err := readString(field+".ratio", member(e, "ratio"))
+		if err != nil {
+			return err
+		}
+		mt := ratioRE.FindStringSubmatch(ratio)
 		if mt == nil {
-			return fmt.Errorf("%w: %s.ratio %s is not allowed: a percentage with up to two decimals, such as \"25.00%%\"", ErrBadRequest, field, clipText(string(cmpRaw(member(e, "ratio")))))
+			return fmt.Errorf("%w: %s.ratio %q is not allowed: a percentage with up to two decimals, such as \"25.00%%\"", ErrBadRequest, field, clipText(ratio))
 		}
 		v := decimal.RequireFromString(mt[1])
 		if !v.IsPositive() || v.GreaterThan(decimal.NewFromInt(100)) {
@@ -350,19 +401,13 @@ type inputImageRules struct {
 	formatNames      string
 }
 
-// checkInputImage validates an input image as checkFrame does a first frame: an https URL (the
-// provider fetches it) or a base64 data URL whose decoded header, not its declared type, gives
-// the format and the size.
+// checkInputImage validates an input image as checkFrame does a first frame: a public URL
+// (imageData: the provider fetches it) or a base64 data URL whose decoded header, not its
+// declared type, gives the format and the size.
 func checkInputImage(field, v string, r inputImageRules) error {
-	if strings.HasPrefix(v, "https://") {
-		if len(v) > 4096 {
-			return fmt.Errorf("%w: %s URL is over 4096 bytes", ErrBadRequest, field)
-		}
-		return nil
-	}
-	_, data, ok := parseDataURL(v)
-	if !ok {
-		return fmt.Errorf("%w: %s must be an https URL or a base64 data URL (data:image/png;base64,...), not %q", ErrBadRequest, field, clipText(v))
+	data, isURL, err := imageData(field, v)
+	if err != nil || isURL {
+		return err
 	}
 	if base64.StdEncoding.DecodedLen(len(data)) > r.maxBytes+3 {
 		return fmt.Errorf("%w: %s is over %d MB decoded", ErrBadRequest, field, r.maxBytes>>20)
@@ -392,7 +437,7 @@ func checkInputImage(field, v string, r inputImageRules) error {
 func objectOf(field string, raw json.RawMessage, known []string) (map[string]json.RawMessage, error) {
 	var obj map[string]json.RawMessage
 	if raw = bytes.TrimSpace(raw); len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &obj) != nil {
-		return nil, fmt.Errorf("%w: %s must be an object, not %s", ErrBadRequest, field, clipText(string(cmpRaw(raw))))
+		return nil, wrongType(field, "an object", cmpRaw(raw, "null"))
 	}
 	for k := range obj {
 		if known != nil && !slices.Contains(known, k) {
@@ -411,9 +456,10 @@ func member(obj map[string]json.RawMessage, key string) json.RawMessage {
 	return v
 }
 
-func cmpRaw(v json.RawMessage) json.RawMessage {
+// cmpRaw is v, or otherwise when v is absent.
+func cmpRaw(v json.RawMessage, otherwise string) json.RawMessage {
 	if len(v) == 0 {
-		return json.RawMessage("null")
+		return json.RawMessage(otherwise)
 	}
 	return v
 }

@@ -65,7 +65,8 @@ func init() { register(ir.ProviderTypeGemini, gemini{}) }
 
 // Parameters are the fields the mapping above translates.
 func (gemini) Parameters() Parameters {
-	return Parameters{Known: []string{"frequency_penalty", "max_completion_tokens", "max_tokens", "n", "presence_penalty", "reasoning_effort", "response_format", "seed", "stop", "temperature", "tool_choice", "tools", "top_p"}}
+	return Parameters{Known: []string{"frequency_penalty", "max_completion_tokens", "max_tokens", "n", "presence_penalty", "reasoning_effort", "response_format", "seed", "stop", "temperature", "tool_choice", "tools", "top_p"},
+		Fixed: []string{"n"}} // oneAnswer
 }
 
 type gemRequest struct {

@@ -7,8 +7,11 @@ package provider
 //
 // The client's body is Generate-Content-shaped: contents (user turns of text and inline_data
 // {mime_type, data} parts), generationConfig.responseModalities, generationConfig.responseFormat
-// .image.{aspectRatio, imageSize} and tools[].google_search. Gemini takes the image settings as
-// generationConfig.imageConfig, so responseFormat.image is moved there; responseModalities
+// .image.{aspectRatio, imageSize} and tools[].google_search, each name spelt either way Gemini's
+// proto JSON reads it (inline_data or inlineData, generationConfig or generation_config; a field
+// sent both ways is refused), and Gemini's own generationConfig.imageConfig in place of
+// responseFormat.image. Gemini takes the image settings as generationConfig.imageConfig, so
+// responseFormat.image is moved there; responseModalities
 // defaults to ["TEXT", "IMAGE"]; the model's max_output_length, when set, goes on as
 // maxOutputTokens so the hold's bound holds. Any other field is refused with the list.
 //
@@ -76,7 +79,7 @@ var (
 	i3TurnFields  = []string{"role", "parts"}
 	i3PartFields  = []string{"text", "inline_data"}
 	i3BlobFields  = []string{"mime_type", "data"}
-	i3GenFields   = []string{"responseModalities", "responseFormat"}
+	i3GenFields   = []string{"responseModalities", "responseFormat", "imageConfig"} // imageConfig: Gemini's own name of responseFormat.image
 	i3ImageFields = []string{"aspectRatio", "imageSize"}
 	// i3AspectRatios are spec 4.4's common aspect ratios; flash-3.1 also takes i3WideRatios.
 	i3AspectRatios = []string{"1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9"}

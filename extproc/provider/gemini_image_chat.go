@@ -16,9 +16,21 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// GeminiImageChatParameters are the chat request fields an I3 model takes (the others are
-// refused): what the catalog lists as its supported_sampling_parameters.
-var GeminiImageChatParameters = []string{"frequency_penalty", "max_completion_tokens", "max_tokens", "n", "presence_penalty", "seed", "stop", "temperature", "top_p"}
+// GeminiImageChatParameters are the chat request fields an I3 model takes: the Gemini mapping's
+// less those GeminiImageChat refuses by name (imageChatRefused), n and response_format only at
+// their defaults (one answer; text beside the images). The catalog lists Listed() as its
+// supported_sampling_parameters.
+var GeminiImageChatParameters = Parameters{
+	Known: []string{"frequency_penalty", "max_completion_tokens", "max_tokens", "n", "presence_penalty", "response_format", "seed", "stop", "temperature", "top_p"},
+	Fixed: []string{"n", "response_format"},
+}
+
+// imageChatRefused says why an image model refuses a field the Gemini mapping carries.
+var imageChatRefused = map[string]string{
+	"tools":            "it takes no function tools; remove tools and tool_choice",
+	"tool_choice":      "it takes no function tools; remove tools and tool_choice",
+	"reasoning_effort": "remove it",
+}
 
 // GeminiImageChat is an I3 model's chat request (spec 4.1 rule 5): the Gemini chat mapping for
 // text and image_url parts (no tools, audio or files), asking for text and images. Its answer's
@@ -30,8 +42,10 @@ func GeminiImageChat(p *ir.Provider, m *ir.Model, model string, req Request) (*U
 	if stream, err := boolField(req, "stream"); err != nil || stream {
 		return nil, fmt.Errorf("%w: image model %s answers whole: send stream false", ErrBadRequest, m.ID)
 	}
-	if rawField(req, "reasoning_effort") != nil {
-		return nil, fmt.Errorf("%w: reasoning_effort is not taken by image model %s; remove it", ErrBadRequest, m.ID)
+	for _, f := range (gemini{}).Parameters().Known {
+		if rawField(req, f) != nil && !slices.Contains(GeminiImageChatParameters.Known, f) {
+			return nil, fmt.Errorf("%w: %s is not taken by image model %s: %s", ErrBadRequest, f, m.ID, cmp.Or(imageChatRefused[f], "remove it"))
+		}
 	}
 	if rf, err := decodeResponseFormat(req); err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"maps"
 	"slices"
 	"strings"
 
@@ -58,6 +59,10 @@ func geminiOutput(m *ir.Model) int64 {
 // decodeI3 reads an I3 body and applies the family's rules; check also decodes the inline
 // images (Create re-reads a body Validate accepted, and skips that).
 func decodeI3(m *ir.Model, req Request, check bool) (*i3Body, error) {
+	req = maps.Clone(req) // protoNames renames members: the caller's request stays as sent
+	if err := protoNames("", req, i3Fields); err != nil {
+		return nil, err
+	}
 	if err := onlyFields(geminiImageName, req, i3Fields); err != nil {
 		return nil, err
 	}
@@ -71,7 +76,7 @@ func decodeI3(m *ir.Model, req Request, check bool) (*i3Body, error) {
 	if raw == nil {
 		return nil, fmt.Errorf(`%w: contents is required: [{"role": "user", "parts": [{"text": "a red fox in snow"}]}]`, ErrBadRequest)
 	}
-	turns, err := jsonArray("contents", raw)
+	turns, err := arrayOf("contents", raw, "an array of user turns")
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +90,7 @@ func decodeI3(m *ir.Model, req Request, check bool) (*i3Body, error) {
 		if err != nil {
 			return nil, err
 		}
-		if role, ok, err := jsonString(at+".role", obj["role"]); err != nil {
+		if role, ok, err := readString(at+".role", obj["role"]); err != nil {
 			return nil, err
 		} else if ok && role != "user" {
 			return nil, fmt.Errorf("%w: %s.role %q is not allowed: I3 takes user turns (text and inline_data parts); send an image to edit as inline_data", ErrBadRequest, at, clipText(role))
@@ -94,7 +99,7 @@ func decodeI3(m *ir.Model, req Request, check bool) (*i3Body, error) {
 		if praw == nil {
 			return nil, fmt.Errorf(`%w: %s.parts is required: [{"text": "..."}]`, ErrBadRequest, at)
 		}
-		parts, err := jsonArray(at+".parts", praw)
+		parts, err := arrayOf(at+".parts", praw, "an array of parts")
 		if err != nil {
 			return nil, err
 		}
@@ -112,7 +117,7 @@ func decodeI3(m *ir.Model, req Request, check bool) (*i3Body, error) {
 			case len(part) != 1:
 				return nil, fmt.Errorf(`%w: %s must have one of text or inline_data: {"text": "..."} or {"inline_data": {"mime_type": "image/png", "data": "<base64>"}}`, ErrBadRequest, pat)
 			case part["text"] != nil:
-				s, _, err := jsonString(pat+".text", part["text"])
+				s, _, err := readString(pat+".text", part["text"])
 				if err != nil {
 					return nil, err
 				}
@@ -155,9 +160,15 @@ func (b *i3Body) generation(m *ir.Model, raw json.RawMessage) error {
 		return err
 	}
 	if mr := rawField(gc, "responseModalities"); mr != nil {
-		var mods []string
-		if json.Unmarshal(mr, &mods) != nil {
-			return fmt.Errorf(`%w: generationConfig.responseModalities must be ["TEXT", "IMAGE"] or ["IMAGE"]`, ErrBadRequest)
+		items, err := arrayOf("generationConfig.responseModalities", mr, `["TEXT", "IMAGE"] or ["IMAGE"]`)
+		if err != nil {
+			return err
+		}
+		mods := make([]string, len(items))
+		for i, it := range items {
+			if mods[i], _, err = readString(fmt.Sprintf("generationConfig.responseModalities[%d]", i), it); err != nil {
+				return err
+			}
 		}
 		sorted := slices.Sorted(slices.Values(mods))
 		if !slices.Equal(sorted, []string{"IMAGE"}) && !slices.Equal(sorted, []string{"IMAGE", "TEXT"}) {
@@ -165,24 +176,27 @@ func (b *i3Body) generation(m *ir.Model, raw json.RawMessage) error {
 		}
 		b.modalities = mods
 	}
-	rf := rawField(gc, "responseFormat")
-	if rf == nil {
-		return nil
+	at, imgRaw := "generationConfig.imageConfig", rawField(gc, "imageConfig")
+	if rf := rawField(gc, "responseFormat"); rf != nil {
+		f, err := jsonObject("generationConfig.responseFormat", rf, []string{"image"})
+		if err != nil {
+			return err
+		}
+		if v := rawField(f, "image"); v != nil && imgRaw != nil {
+			return fmt.Errorf("%w: generationConfig.responseFormat.image and generationConfig.imageConfig are the same settings (the spec's name and Gemini's); send one", ErrBadRequest)
+		} else if v != nil {
+			at, imgRaw = "generationConfig.responseFormat.image", v
+		}
 	}
-	f, err := jsonObject("generationConfig.responseFormat", rf, []string{"image"})
-	if err != nil {
-		return err
-	}
-	imgRaw := rawField(f, "image")
 	if imgRaw == nil {
 		return nil
 	}
-	img, err := jsonObject("generationConfig.responseFormat.image", imgRaw, i3ImageFields)
+	img, err := jsonObject(at, imgRaw, i3ImageFields)
 	if err != nil {
 		return err
 	}
-	const at = "generationConfig.responseFormat.image."
-	ratio, hasRatio, err := jsonString(at+"aspectRatio", img["aspectRatio"])
+	at += "."
+	ratio, hasRatio, err := readString(at+"aspectRatio", img["aspectRatio"])
 	if err != nil {
 		return err
 	}
@@ -200,7 +214,7 @@ func (b *i3Body) generation(m *ir.Model, raw json.RawMessage) error {
 		}
 		b.aspectRatio = ratio
 	}
-	size, hasSize, err := jsonString(at+"imageSize", img["imageSize"])
+	size, hasSize, err := readString(at+"imageSize", img["imageSize"])
 	if err != nil {
 		return err
 	}
@@ -226,7 +240,7 @@ func (b *i3Body) tools(m *ir.Model, raw json.RawMessage) error {
 	if raw == nil {
 		return nil
 	}
-	tools, err := jsonArray("tools", raw)
+	tools, err := arrayOf("tools", raw, `an array of tools ([{"google_search": {}}])`)
 	if err != nil {
 		return err
 	}
@@ -237,8 +251,11 @@ func (b *i3Body) tools(m *ir.Model, raw json.RawMessage) error {
 			return err
 		}
 		gs := rawField(tool, "google_search")
-		if gs == nil {
+		switch {
+		case gs == nil:
 			return fmt.Errorf(`%w: %s must be {"google_search": {}}`, ErrBadRequest, at)
+		case gs[0] != '{':
+			return wrongType(at+".google_search", "an empty object {}", gs)
 		}
 		if _, err := jsonObject(at+".google_search", gs, nil); err != nil {
 			return fmt.Errorf(`%w: %s.google_search takes no options: send {"google_search": {}}`, ErrBadRequest, at)
@@ -268,7 +285,7 @@ func inlineImage(at string, raw json.RawMessage, check bool) (i3Part, error) {
 	if err != nil {
 		return i3Part{}, err
 	}
-	mt, _, err := jsonString(at+".mime_type", blob["mime_type"])
+	mt, _, err := readString(at+".mime_type", blob["mime_type"])
 	if err != nil {
 		return i3Part{}, err
 	}
@@ -280,8 +297,10 @@ func inlineImage(at string, raw json.RawMessage, check bool) (i3Part, error) {
 	switch {
 	case !slices.Contains(gemImageTypes, norm):
 		return i3Part{}, fmt.Errorf("%w: %s.mime_type %q is not allowed: Gemini takes images as %s", ErrBadRequest, at, clipText(mt), strings.Join(gemImageTypes, ", "))
-	case len(data) < 2 || data[0] != '"':
+	case data == nil:
 		return i3Part{}, fmt.Errorf("%w: %s.data is required: the image in base64, as a string", ErrBadRequest, at)
+	case len(data) < 2 || data[0] != '"':
+		return i3Part{}, wrongType(at+".data", "a string (the image in base64)", data)
 	case len(data) == 2:
 		return i3Part{}, fmt.Errorf("%w: %s.data is empty: send the image in base64", ErrBadRequest, at)
 	case !check:
@@ -291,7 +310,7 @@ func inlineImage(at string, raw json.RawMessage, check bool) (i3Part, error) {
 	if bytes.IndexByte(b64, '\\') >= 0 { // escaped ("\/"): decode the string the slow way
 		var str string
 		if json.Unmarshal(data, &str) != nil {
-			return i3Part{}, fmt.Errorf("%w: %s.data must be a string", ErrBadRequest, at)
+			return i3Part{}, wrongType(at+".data", "a string (the image in base64)", data)
 		}
 		b64 = []byte(str)
 	}
@@ -361,20 +380,25 @@ func imageFormat(b []byte) string {
 	return ""
 }
 
-// jsonObject reads the object at (nil raw is absent: an empty object); a member outside known
-// is refused with the list (known nil: no members allowed).
 // Small readers of the I3 body that name the field in their refusals. Values are subslices of
-// the request (jsonObject, jsonArray): a 20 MiB image is not copied until it is decoded.
+// the request (jsonObject, arrayOf): a 20 MiB image is not copied until it is decoded.
+
+// jsonObject reads the object at (nil raw is absent: an empty object), its members named as
+// known spells them (protoNames); a member outside known is refused with the list (known nil:
+// no members allowed).
 func jsonObject(at string, raw json.RawMessage, known []string) (Request, error) {
 	if len(raw) == 0 {
 		return Request{}, nil
 	}
 	if raw[0] != '{' {
-		return nil, fmt.Errorf("%w: %s must be an object", ErrBadRequest, at)
+		return nil, wrongType(at, "an object", raw)
 	}
 	obj, err := ParseRequest(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s is not valid JSON", ErrBadRequest, at)
+	}
+	if err := protoNames(at, obj, known); err != nil {
+		return nil, err
 	}
 	for k := range obj {
 		if !slices.Contains(known, k) {
@@ -388,32 +412,65 @@ func jsonObject(at string, raw json.RawMessage, known []string) (Request, error)
 	return obj, nil
 }
 
-// jsonArray reads the array at into its elements, each a subslice of raw.
-func jsonArray(at string, raw json.RawMessage) ([]json.RawMessage, error) {
+// protoNames renames the members of obj spelt the other way proto JSON allows (Gemini's API
+// reads a field by its lowerCamelCase JSON name or by its declared snake_case name:
+// inlineData or inline_data) to the spelling known uses. A member sent both ways is refused.
+func protoNames(at string, obj Request, known []string) error {
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		alt := otherSpelling(k)
+		if slices.Contains(known, k) || alt == k || !slices.Contains(known, alt) {
+			continue
+		}
+		if _, both := obj[alt]; both {
+			where := ""
+			if at != "" {
+				where = at + ": "
+			}
+			return fmt.Errorf("%w: %s%s and %s are the same field (Gemini's JSON spells it both ways); send one", ErrBadRequest, where, alt, clipText(k))
+		}
+		obj[alt] = obj[k]
+		delete(obj, k)
+	}
+	return nil
+}
+
+// otherSpelling is a proto field name in its other JSON spelling: inline_data <-> inlineData.
+func otherSpelling(name string) string {
+	var b strings.Builder
+	if strings.Contains(name, "_") {
+		for i, w := range strings.Split(name, "_") {
+			if i > 0 && w != "" {
+				w = strings.ToUpper(w[:1]) + w[1:]
+			}
+			b.WriteString(w)
+		}
+		return b.String()
+	}
+	for _, r := range name {
+		if r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// arrayOf reads the array at field into its elements, each a subslice of raw; want says what
+// the value must be.
+func arrayOf(field string, raw json.RawMessage, want string) ([]json.RawMessage, error) {
 	dec := jsontext.NewDecoder(bytes.NewBuffer(raw)) // a Buffer is parsed in place
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '[' {
-		return nil, fmt.Errorf("%w: %s must be an array", ErrBadRequest, at)
+		return nil, wrongType(field, want, cmpRaw(bytes.TrimSpace(raw), "null"))
 	}
 	var out []json.RawMessage
 	for dec.PeekKind() != ']' {
 		v, err := dec.ReadValue()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s is not valid JSON", ErrBadRequest, at)
+			return nil, fmt.Errorf("%w: %s is not valid JSON", ErrBadRequest, field)
 		}
 		end := int(dec.InputOffset())
 		out = append(out, raw[end-len(v):end:end])
 	}
 	return out, nil
-}
-
-// jsonString reads a string value; ok is false when raw is absent or null.
-func jsonString(at string, raw json.RawMessage) (s string, ok bool, err error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", false, nil
-	}
-	if json.Unmarshal(raw, &s) != nil {
-		return "", true, fmt.Errorf("%w: %s must be a string", ErrBadRequest, at)
-	}
-	return s, true, nil
 }

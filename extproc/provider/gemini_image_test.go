@@ -83,7 +83,8 @@ func TestGeminiImageValidation(t *testing.T) {
 		{i3Req(`"generationConfig":{"responseModalities":["IMAGE","TEXT"]}`), "pro", ""},
 		{i3Req(`"generationConfig":{"responseModalities":["TEXT"]}`), "pro", `responseModalities ["TEXT"] is not allowed: use ["TEXT", "IMAGE"]`},
 		{i3Req(`"generationConfig":{"responseModalities":"IMAGE"}`), "pro", `must be ["TEXT", "IMAGE"] or ["IMAGE"]`},
-		{i3Req(`"generationConfig":{"imageConfig":{}}`), "pro", `generationConfig does not take field "imageConfig"; its fields are responseModalities, responseFormat`},
+		{i3Req(`"generationConfig":{"imageConfig":{}}`), "pro", ""}, // Gemini's name of responseFormat.image
+		{i3Req(`"generationConfig":{"thinkingConfig":{}}`), "pro", `generationConfig does not take field "thinkingConfig"; its fields are responseModalities, responseFormat, imageConfig`},
 		{i3Req(`"generationConfig":{"responseFormat":{"image":{"quality":1}}}`), "pro", `image does not take field "quality"; its fields are aspectRatio, imageSize`},
 		{i3Req(`"generationConfig":{"responseFormat":{"text":{}}}`), "pro", `responseFormat does not take field "text"`},
 		{i3Req(`"generationConfig":{"responseFormat":{"image":{"aspectRatio":16}}}`), "pro", "aspectRatio must be a string"},
@@ -98,7 +99,7 @@ func TestGeminiImageValidation(t *testing.T) {
 		{`{"model":"m","contents":[{"role":"user","parts":[]}]}`, "pro", "contents[0].parts is empty"},
 		{`{"model":"m","contents":[{"role":"user","parts":[{"text":""}]}]}`, "pro", "contents[0].parts[0].text is empty"},
 		{`{"model":"m","contents":[{"role":"user","parts":[{"text":"x","inline_data":{}}]}]}`, "pro", "must have one of text or inline_data"},
-		{`{"model":"m","contents":[{"role":"user","parts":[{"inlineData":{}}]}]}`, "pro", `parts[0] does not take field "inlineData"; its fields are text, inline_data`},
+		{`{"model":"m","contents":[{"role":"user","parts":[{"inlineDatum":{}}]}]}`, "pro", `parts[0] does not take field "inlineDatum"; its fields are text, inline_data`},
 		{`{"model":"m","contents":[{"role":"user","parts":[{"text":7}]}]}`, "pro", "contents[0].parts[0].text must be a string"},
 		{`{"model":"m","contents":[{"role":"user","parts":[{"inline_data":{"mime_type":"image/png","data":"` + b64PNG(8, 8) + `"}}]}]}`, "pro", "contents has no text part"},
 		{inline("image/png", b64PNG(16, 16)), "flash-2.5", ""},
@@ -109,7 +110,7 @@ func TestGeminiImageValidation(t *testing.T) {
 		{inline("image/png", "not base64!"), "flash-2.5", "data is not valid base64"},
 		{inline("image/png", ""), "flash-2.5", "data is empty"},
 		{`{"model":"m","contents":[{"parts":[{"text":"x"},{"inline_data":{"mime_type":"image/png"}}]}]}`, "flash-2.5", "data is required"},
-		{`{"model":"m","contents":[{"parts":[{"text":"x"},{"inline_data":{"mime_type":"image/png","data":7}}]}]}`, "flash-2.5", "data is required: the image in base64, as a string"},
+		{`{"model":"m","contents":[{"parts":[{"text":"x"},{"inline_data":{"mime_type":"image/png","data":7}}]}]}`, "flash-2.5", "inline_data.data must be a string (the image in base64), not a number (got 7)"},
 		{inline("image/png", strings.ReplaceAll(b64PNG(16, 16), "/", `\/`)), "flash-2.5", ""}, // JSON may escape "/"
 		{inline("image/png", "AA==AAAA"), "flash-2.5", "data is not valid base64"},
 		{inline("image/png", "AAA"), "flash-2.5", "data is not valid base64"},

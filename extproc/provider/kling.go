@@ -95,7 +95,10 @@ func klingPrompts(req Request, why string) error {
 func klingVideoParams(family string, req Request, ratios []string) error {
 	if raw := rawField(req, "cfg_scale"); raw != nil {
 		v, err := decimal.NewFromString(string(raw))
-		if err != nil || v.IsNegative() || v.GreaterThan(decimal.NewFromInt(1)) {
+		switch {
+		case err != nil:
+			return wrongType("cfg_scale", "a number from 0 to 1", raw)
+		case v.IsNegative() || v.GreaterThan(decimal.NewFromInt(1)):
 			return fmt.Errorf("%w: cfg_scale %s is not allowed: a number from 0 to 1", ErrBadRequest, clipText(string(raw)))
 		}
 	}
@@ -111,11 +114,9 @@ func klingVideoParams(family string, req Request, ratios []string) error {
 			return fmt.Errorf("%w: %s %q is not allowed: use %s", ErrBadRequest, c.field, clipText(v), joinOr(c.allowed))
 		}
 	}
-	if raw := rawField(req, "duration"); raw != nil {
-		var dur string
-		if json.Unmarshal(raw, &dur) != nil {
-			return fmt.Errorf(`%w: duration must be a string for %s: "5" or "10", not %s`, ErrBadRequest, family, clipText(string(raw)))
-		}
+	if dur, ok, err := readString("duration", rawField(req, "duration")); err != nil {
+		return wrongType("duration", `a string for `+family+`: "5" or "10"`, rawField(req, "duration"))
+	} else if ok {
 		if !slices.Contains(klingSeconds, dur) {
 			return fmt.Errorf(`%w: duration %q is not allowed: use "5" or "10"`, ErrBadRequest, clipText(dur))
 		}
@@ -124,6 +125,8 @@ func klingVideoParams(family string, req Request, ratios []string) error {
 }
 
 func (kling) FormStrings() []string { return []string{"duration"} }
+
+func (kling) Fields(*ir.Model) []string { return klingFields }
 
 func joinOr(vs []string) string {
 	if len(vs) < 2 {

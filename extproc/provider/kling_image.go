@@ -71,6 +71,10 @@ func (klingImage) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 
 func (klingImage) FormStrings() []string { return []string{"duration"} }
 
+// Fields are what I1 honours: the spec's video fields it checks but does not send are not
+// listed.
+func (klingImage) Fields(*ir.Model) []string { return klingImageSent }
+
 func (klingImage) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
 	out := Request{"model_name": mustJSON(model)}
 	for _, f := range klingImageSent {

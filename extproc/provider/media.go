@@ -1,7 +1,8 @@
 package provider
 
 // What the media task adapters share: reading an image the client sends as a first frame,
-// without trusting its declared type, and small field readers.
+// without trusting its declared type, and small field readers whose refusals name the field,
+// the JSON type it must be, the type it is and the value received (never a Go type).
 
 import (
 	"bytes"
@@ -12,6 +13,7 @@ import (
 	"image"
 	_ "image/jpeg" // decoders registered for DecodeConfig: the formats the families take
 	_ "image/png"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -28,19 +30,12 @@ type frameRules struct {
 	formatNames string   // as the error names them
 }
 
-// checkFrame validates field's image: an https URL (its bytes are the provider's to fetch, so
-// only the scheme is checked) or a base64 data URL whose header is decoded: the real format,
-// size and aspect ratio, whatever the declared MIME type says.
+// checkFrame validates field's image: a public URL (imageURL) or a base64 data URL whose header
+// is decoded: the real format, size and aspect ratio, whatever the declared MIME type says.
 func checkFrame(field, v string, r frameRules) error {
-	if strings.HasPrefix(v, "https://") {
-		if len(v) > 4096 {
-			return fmt.Errorf("%w: %s URL is over 4096 bytes", ErrBadRequest, field)
-		}
-		return nil
-	}
-	_, data, ok := parseDataURL(v)
-	if !ok {
-		return fmt.Errorf("%w: %s must be an https URL or a base64 data URL (data:image/png;base64,...), not %q", ErrBadRequest, field, clipText(v))
+	data, isURL, err := imageData(field, v)
+	if err != nil || isURL {
+		return err
 	}
 	if base64.StdEncoding.DecodedLen(len(data)) > r.maxBytes+3 {
 		return fmt.Errorf("%w: %s is over %d MB decoded", ErrBadRequest, field, r.maxBytes>>20)
@@ -68,6 +63,30 @@ func checkFrame(field, v string, r frameRules) error {
 	return nil
 }
 
+// maxImageURL bounds an image URL a client sends.
+const maxImageURL = 4096
+
+// imageData reads field's image, an image URL or a base64 data URL: the data URL's base64, or
+// isURL. A URL is the provider's to fetch, not the gateway's, so http and https are
+// taken alike and only its form is checked: the scheme, a host, at most 4096 bytes.
+func imageData(field, v string) (data string, isURL bool, err error) {
+	if scheme, _, ok := strings.Cut(v, ":"); ok && !strings.EqualFold(scheme, "data") {
+		u, err := url.Parse(v)
+		switch {
+		case err != nil || (!strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https")) || u.Host == "":
+			return "", false, fmt.Errorf("%w: %s must be an http or https URL with a host, or a base64 data URL (data:image/png;base64,...), not %q", ErrBadRequest, field, clipText(v))
+		case len(v) > maxImageURL:
+			return "", false, fmt.Errorf("%w: %s URL is over %d bytes", ErrBadRequest, field, maxImageURL)
+		}
+		return "", true, nil
+	}
+	_, data, ok := parseDataURL(v)
+	if !ok {
+		return "", false, fmt.Errorf("%w: %s must be an http or https URL, or a base64 data URL (data:image/png;base64,...), not %q", ErrBadRequest, field, clipText(v))
+	}
+	return data, false, nil
+}
+
 // onlyFields refuses fields outside known (plus the gateway's own), listing what the family
 // takes: a misspelt field must not be silently dropped.
 func onlyFields(family string, req Request, known []string) error {
@@ -83,27 +102,68 @@ func onlyFields(family string, req Request, known []string) error {
 var taskGatewayFields = []string{"model", "route", "route_mode", "callback_url"}
 
 func stringOf(req Request, key string) (string, bool, error) {
-	raw := rawField(req, key)
-	if raw == nil {
+	return readString(key, rawField(req, key))
+}
+
+func intOf(req Request, key string) (int64, bool, error) { return readInt(key, rawField(req, key)) }
+
+// readString reads the string at field; ok is false when raw is absent or null.
+func readString(field string, raw json.RawMessage) (s string, ok bool, err error) {
+	if raw = bytes.TrimSpace(raw); len(raw) == 0 || string(raw) == "null" {
 		return "", false, nil
 	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", true, fmt.Errorf("%w: %s must be a string", ErrBadRequest, key)
+	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", true, wrongType(field, "a string", raw)
 	}
 	return s, true, nil
 }
 
-func intOf(req Request, key string) (int64, bool, error) {
-	raw := rawField(req, key)
-	if raw == nil {
+// readInt reads the integer at field; ok is false when raw is absent or null.
+func readInt(field string, raw json.RawMessage) (n int64, ok bool, err error) {
+	if raw = bytes.TrimSpace(raw); len(raw) == 0 || string(raw) == "null" {
 		return 0, false, nil
 	}
-	var n int64
 	if json.Unmarshal(raw, &n) != nil {
-		return 0, true, fmt.Errorf("%w: %s must be an integer, not %s", ErrBadRequest, key, clipText(string(raw)))
+		return 0, true, wrongType(field, "an integer", raw)
 	}
 	return n, true, nil
+}
+
+// readBool reads the boolean at field; ok is false when raw is absent or null.
+func readBool(field string, raw json.RawMessage) (b, ok bool, err error) {
+	if raw = bytes.TrimSpace(raw); len(raw) == 0 || string(raw) == "null" {
+		return false, false, nil
+	}
+	if json.Unmarshal(raw, &b) != nil {
+		return false, true, wrongType(field, "true or false", raw)
+	}
+	return b, true, nil
+}
+
+// wrongType refuses the value raw at field: what it must be, what it is, and the value.
+func wrongType(field, want string, raw json.RawMessage) error {
+	raw = bytes.TrimSpace(raw)
+	return fmt.Errorf("%w: %s must be %s, not %s (got %s)", ErrBadRequest, field, want, typeOf(raw), clipText(string(raw)))
+}
+
+// typeOf names the JSON type of a value, as a client wrote it.
+func typeOf(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
 }
 
 func clipText(s string) string {

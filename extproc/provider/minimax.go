@@ -7,7 +7,8 @@ package provider
 // URL; the gateway reports that expiry). Errors come inside HTTP 200, in base_resp.
 //
 // Fields are the spec's (prompt, first_frame_image, prompt_optimizer, fast_pretreatment,
-// duration, resolution, aigc_watermark) and pass as they are; any other field is refused with
+// duration, resolution, aigc_watermark) and pass as they are (first_frame_image an http or
+// https URL, which MiniMax fetches, or a data URL); any other field is refused with
 // the list, the gateway's own (model, route, route_mode, callback_url) are not sent: the
 // gateway delivers callbacks itself.
 
@@ -58,8 +59,8 @@ func (minimax) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 		}
 	}
 	for _, f := range []string{"prompt_optimizer", "fast_pretreatment", "aigc_watermark"} {
-		if raw := rawField(req, f); raw != nil && string(raw) != "true" && string(raw) != "false" {
-			return TaskRequest{}, fmt.Errorf("%w: %s must be true or false", ErrBadRequest, f)
+		if _, _, err := readBool(f, rawField(req, f)); err != nil {
+			return TaskRequest{}, err
 		}
 	}
 	res, _, err := stringOf(req, "resolution")
@@ -87,6 +88,8 @@ func (minimax) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 	cb, _, err := stringOf(req, "callback_url")
 	return TaskRequest{MaxSeconds: dur, CallbackURL: cb}, err
 }
+
+func (minimax) Fields(*ir.Model) []string { return minimaxFields }
 
 func (minimax) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
 	out := Request{"model": mustJSON(model)}

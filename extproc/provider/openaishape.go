@@ -130,8 +130,8 @@ func contentParts(raw json.RawMessage, i int) ([]chatPart, error) {
 	}
 	if raw[0] == '"' {
 		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, fmt.Errorf("%w: messages[%d].content: %v", ErrBadRequest, i, err)
+		if json.Unmarshal(raw, &s) != nil {
+			return nil, fmt.Errorf("%w: messages[%d].content is not a valid JSON string", ErrBadRequest, i)
 		}
 		return []chatPart{{Type: "text", Text: s}}, nil
 	}

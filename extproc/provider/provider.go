@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -145,6 +146,15 @@ type Parameters struct {
 	// PassUnknown: fields outside Known go on as they are (OpenAI-compatible servers take
 	// extensions of their own); otherwise they are dropped.
 	PassUnknown bool
+	// Fixed are the fields of Known taken only at their default value (n: 1, one answer):
+	// carried, so that another value is refused by name rather than dropped, and not listed
+	// by the catalog, which lists what a model honours.
+	Fixed []string
+}
+
+// Listed are the fields the catalog lists: Known less Fixed.
+func (p Parameters) Listed() []string {
+	return slices.DeleteFunc(slices.Clone(p.Known), func(f string) bool { return slices.Contains(p.Fixed, f) })
 }
 
 // openAIParameters are the OpenAI chat-completions fields beyond model, messages and streaming

@@ -10,6 +10,7 @@ package provider
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -43,6 +44,10 @@ type TaskRequest struct {
 	// CallbackURL is the client's callback_url, if any (the gateway delivers callbacks itself;
 	// adapters never pass it to the provider).
 	CallbackURL string
+	// Removed lists, sorted, the fields Create leaves out because they do not apply to this
+	// request (I2b's thinking_mode in an image set), as paths (parameters.thinking_mode): the
+	// create answer names them in x-tollway-removed-params.
+	Removed []string
 }
 
 // TaskState is what one query (plus its follow-ups) says of a task.
@@ -131,6 +136,22 @@ type TaskCanceler interface {
 	// Cancel builds the cancel request of the provider's task id; a 2xx answer means it is
 	// cancelled.
 	Cancel(p *ir.Provider, m *ir.Model, taskID string) (*Upstream, error)
+}
+
+// TaskFields is implemented by the adapter of every family whose models make tasks only (not
+// I3, whose catalog entry lists its chat parameters): the request fields the family takes for
+// model m, the gateway's own aside, dotted below objects (input.prompt, parameters.seed).
+// Validate refuses any other field with the same declaration, and the catalog lists these as
+// the model's supported_sampling_parameters, so the two cannot drift.
+type TaskFields interface{ Fields(m *ir.Model) []string }
+
+// TaskFieldsOf is what m's family takes (TaskFields), sorted; nil when its adapter has no list.
+func TaskFieldsOf(m *ir.Model) []string {
+	a, ok := taskAdapters[m.Family].(TaskFields)
+	if !ok {
+		return nil
+	}
+	return slices.Sorted(slices.Values(a.Fields(m)))
 }
 
 // FormStrings is implemented by task adapters with string fields that a multipart form, which

@@ -26,6 +26,10 @@ const (
 
 var jsonNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
 
+// errMalformedForm is a multipart body that does not parse (mime/multipart's own words name
+// its functions).
+var errMalformedForm = errors.New("the multipart body is malformed: each part must follow the content-type's boundary and the body must end with the closing boundary")
+
 // FormToJSON reads a multipart/form-data body (contentType carries its boundary) into a JSON
 // object. Values that read as JSON numbers or true/false become those, unless str(path) says
 // the field is a string (a prompt of "42", Kling's duration "5"). A file part becomes a data
@@ -43,7 +47,7 @@ func FormToJSON(contentType string, body []byte, maxBytes int64, str func(path s
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("the multipart body is malformed: %v", err)
+			return nil, errMalformedForm
 		}
 		if n == maxFormFields {
 			return nil, fmt.Errorf("the form has more than %d fields", maxFormFields)
@@ -53,8 +57,11 @@ func FormToJSON(contentType string, body []byte, maxBytes int64, str func(path s
 			return nil, errors.New("a form part has no name")
 		}
 		raw, err := io.ReadAll(io.LimitReader(part, maxBytes+1))
-		if err != nil || int64(len(raw)) > maxBytes {
-			return nil, fmt.Errorf("form field %q is too large or unreadable", name)
+		switch {
+		case err != nil:
+			return nil, errMalformedForm
+		case int64(len(raw)) > maxBytes:
+			return nil, fmt.Errorf("form field %q is over %d bytes", name, maxBytes)
 		}
 		var v any
 		if part.FileName() != "" {

@@ -24,6 +24,14 @@ import (
 
 func (g *gateway) do(method, key, path, body string) (int, map[string]any) {
 	g.t.Helper()
+	code, _, out := g.call(method, key, path, body)
+	return code, out
+}
+
+// call sends body (JSON, if any) with key and returns the status, the headers and the decoded
+// answer.
+func (g *gateway) call(method, key, path, body string) (int, http.Header, map[string]any) {
+	g.t.Helper()
 	req, _ := http.NewRequest(method, g.BaseURL+path, strings.NewReader(body))
 	if body != "" {
 		req.Header.Set("content-type", "application/json")
@@ -39,7 +47,7 @@ func (g *gateway) do(method, key, path, body string) (int, map[string]any) {
 	if err := json.Unmarshal(b, &out); err != nil {
 		g.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
 	}
-	return resp.StatusCode, out
+	return resp.StatusCode, resp.Header, out
 }
 
 // TestVideoTaskThroughEnvoy: a V1 (MiniMax) video task, end to end through the real Envoy:
@@ -133,11 +141,11 @@ models:
 
 	for body, want := range map[string]string{
 		`{"model":"hailuo-02","prompt":"x","duration":10,"resolution":"1080P"}`: "1080P takes 6 s",
-		`{"model":"hailuo-02"}`:                                                    "send a prompt",
-		`{"model":"hailuo-02","prompt":"x","sound":true}`:                          `does not take field "sound"`,
-		`{"model":"hailuo-02","prompt":"x","callback_url":"http://10.0.0.8/cb"}`:   "private address",
-		`{"model":"hailuo-02","first_frame_image":"http://example.com/frame.png"}`: "https URL",
-		`{"model":"gpt-nope","prompt":"x"}`:                                        "not a video model",
+		`{"model":"hailuo-02"}`:                                                   "send a prompt",
+		`{"model":"hailuo-02","prompt":"x","sound":true}`:                         `does not take field "sound"`,
+		`{"model":"hailuo-02","prompt":"x","callback_url":"http://10.0.0.8/cb"}`:  "private address",
+		`{"model":"hailuo-02","first_frame_image":"ftp://example.com/frame.png"}`: "an http or https URL",
+		`{"model":"gpt-nope","prompt":"x"}`:                                       "not a video model",
 	} {
 		before := fake.RequestCount()
 		code, obj := g.do("POST", key, "/videos", body)
@@ -183,7 +191,8 @@ func TestVideoTaskSurvivesRestart(t *testing.T) {
 }
 
 // TestOpenAIPythonSDKVideos: the official Python SDK's videos.create and videos.retrieve
-// against a V1 model, to completion, and its errors.
+// against a V1 model, to completion, and its errors; and against a V2 model with the prompt
+// videos.create requires (no openai.omit), which DashScope gets as input.prompt.
 func TestOpenAIPythonSDKVideos(t *testing.T) {
 	python := os.Getenv("TOLLWAY_PYTHON")
 	if python == "" {
@@ -193,16 +202,27 @@ func TestOpenAIPythonSDKVideos(t *testing.T) {
 		t.Fatalf("the Python SDK client is not installed (%v): run `make clients`", err)
 	}
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
-	g := startGateway(t, v1Config(fake), "FAKE_PROVIDER_KEY="+providerKey)
+	g := startGateway(t, mediaConfig("", fake.MiniMaxURL(), fake.DashScopeURL()), "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "py", "5"); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", filepath.Join(repoRoot, "test", "clients", "python-videos"))
-	cmd.Env = append(os.Environ(), "TOLLWAY_BASE_URL="+g.BaseURL, "TOLLWAY_API_KEY="+g.newKey("py"), "TOLLWAY_MODEL=hailuo-02")
+	cmd.Env = append(os.Environ(), "TOLLWAY_BASE_URL="+g.BaseURL, "TOLLWAY_API_KEY="+g.newKey("py"), "TOLLWAY_MODEL=hailuo-02", "TOLLWAY_V2_MODEL=wan-t2v")
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest:\n%s", out)
-	if err != nil || !strings.Contains(string(out), "2 passed") {
+	if err != nil || !strings.Contains(string(out), "3 passed") {
 		t.Fatalf("OpenAI Python SDK videos suite failed: %v", err)
+	}
+	checkSDKPromptReachedDashScope(t, fake)
+}
+
+// checkSDKPromptReachedDashScope: the SDK's top-level prompt reached DashScope as input.prompt,
+// and nothing at the top level.
+func checkSDKPromptReachedDashScope(t *testing.T, fake *fakeupstream.Server) {
+	t.Helper()
+	sent, _ := lastSent(fake, "/api/v1/services/aigc/video-generation/video-synthesis")
+	if in, _ := sent["input"].(map[string]any); in["prompt"] != "a red fox in snow" || sent["prompt"] != nil {
+		t.Fatalf("DashScope got %v", sent)
 	}
 }
 
@@ -350,7 +370,7 @@ models:
 }
 
 // TestOpenAINodeSDKVideos: the official Node SDK's videos.create and videos.retrieve against a
-// V1 model, to completion, and its errors.
+// V1 model, to completion, and its errors; and against a V2 model with its top-level prompt.
 func TestOpenAINodeSDKVideos(t *testing.T) {
 	dir := os.Getenv("TOLLWAY_NODE_DIR")
 	if dir == "" {
@@ -360,18 +380,19 @@ func TestOpenAINodeSDKVideos(t *testing.T) {
 		t.Fatalf("the Node SDK client is not installed (%v): run `make clients`", err)
 	}
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
-	g := startGateway(t, v1Config(fake), "FAKE_PROVIDER_KEY="+providerKey)
+	g := startGateway(t, mediaConfig("", fake.MiniMaxURL(), fake.DashScopeURL()), "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "node", "5"); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("node", "--test", "videos-sdk.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "TOLLWAY_BASE_URL="+g.BaseURL, "TOLLWAY_API_KEY="+g.newKey("node"), "TOLLWAY_MODEL=hailuo-02")
+	cmd.Env = append(os.Environ(), "TOLLWAY_BASE_URL="+g.BaseURL, "TOLLWAY_API_KEY="+g.newKey("node"), "TOLLWAY_MODEL=hailuo-02", "TOLLWAY_V2_MODEL=wan-t2v")
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
-	if err != nil || !strings.Contains(string(out), "# pass 2") || !strings.Contains(string(out), "# fail 0") {
+	if err != nil || !strings.Contains(string(out), "# pass 3") || !strings.Contains(string(out), "# fail 0") {
 		t.Fatalf("OpenAI Node SDK videos suite failed: %v", err)
 	}
+	checkSDKPromptReachedDashScope(t, fake)
 }
 
 // v1Config is a billed gateway with one V1 (MiniMax) video model on fake, priced $0.05 a

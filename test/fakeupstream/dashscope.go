@@ -15,7 +15,8 @@ import (
 // without it, as the real API does), GET /api/v1/tasks/{id}: PENDING, RUNNING, then SUCCEEDED
 // with video_url (an OSS signed URL: ?Expires=unix), end_time (Beijing time, no zone, as
 // DashScope writes it) and usage.duration, or FAILED; UNKNOWN (HTTP 200) for ids it does not
-// know. Errors are {code, message, request_id} with an HTTP status.
+// know. Errors are {code, message, request_id} with an HTTP status; a text-to-video model's
+// create without input.prompt is refused (400 InvalidParameter), as DashScope does.
 
 // DashScopeReportTrigger followed by a number of seconds ("#report-seconds=1000") makes the
 // task's SUCCEEDED answer report that usage.duration, whatever the video lasts: a provider
@@ -90,6 +91,11 @@ func (s *Server) dashscopeRoute(w http.ResponseWriter, r *http.Request, body []b
 		}
 		if json.Unmarshal(body, &req) != nil || req.Model == "" {
 			dashscopeError(w, http.StatusBadRequest, "InvalidParameter", "Model not exist.", reqID)
+			return true
+		}
+		if strings.Contains(req.Model, "t2v") && req.Input.Prompt == "" {
+			// A text-to-video model reads its prompt from input.prompt and nowhere else.
+			dashscopeError(w, http.StatusBadRequest, "InvalidParameter", "Field required: input.prompt", reqID)
 			return true
 		}
 		if req.Parameters.Duration == 0 {

@@ -14,8 +14,9 @@ import (
 )
 
 // goWords are fragments of Go's own error text and type syntax: encoding/json's messages name
-// the Go struct a value did not fit, mapstructure's the Go type it wanted.
-var goWords = regexp.MustCompile(`json: |Go struct field|Go value of type|map\[|interface ?\{\}|\[\][a-z*]|` +
+// the Go struct a value did not fit (cannot unmarshal string into Go struct field x of type
+// struct {...}), mapstructure's the Go type it wanted, jsontext's its package.
+var goWords = regexp.MustCompile(`json: |jsontext: |cannot unmarshal|Go struct field|Go value of type|struct ?\{|map\[|interface ?\{\}|\[\][a-z*]|` +
 	`\b(?:provider|billing|extproc|ir|json|app|store|catalog|decimal|time)\.[A-Z]\w*|` +
 	`\b(?:chat|anth|gem)[A-Z]\w*\.`)
 

@@ -385,6 +385,9 @@ func (g *Gateway) checkFamily(m Model) error {
 		return fmt.Errorf("family %s has no variants; remove variant", m.Family)
 	case m.Family == "" && m.Variant != "":
 		return fmt.Errorf("variant %s needs a family", QuoteShort(m.Variant))
+	case media && m.Family != ChatImageFamily && listsParameters(m):
+		// The family's rules decide its fields, and the catalog lists them.
+		return fmt.Errorf("family %s takes its own fields, which the catalog lists; remove supported_sampling_parameters", m.Family)
 	}
 	for _, t := range m.Targets {
 		typ, ok := types[t.Provider]
@@ -400,6 +403,12 @@ func (g *Gateway) checkFamily(m Model) error {
 }
 
 func isMediaType(typ string) bool { return slices.Contains(mediaOnlyTypes, typ) }
+
+// listsParameters reports whether m, or one of its provider entries, has its own
+// supported_sampling_parameters.
+func listsParameters(m Model) bool {
+	return len(m.SupportedParameters) > 0 || slices.ContainsFunc(m.Targets, func(t Target) bool { return len(t.SupportedParameters) > 0 })
+}
 
 // PipelinedLength matches the content-length of a request body that Tollway's own Envoys send
 // ext_proc chunk by chunk behind its headers (the pipelined protocol): a declared length under

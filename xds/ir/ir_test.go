@@ -153,6 +153,10 @@ func TestValidateRejects(t *testing.T) {
 		{"variant without family", func(g *Gateway) { g.Models[0].Variant = "t2v" }, []string{`variant "t2v" needs a family`}},
 		{"media family on a chat provider", func(g *Gateway) { g.Models[0].Family = "V1" }, []string{`family V1 is served by providers of type minimax`}},
 		{"chat model on a media provider", func(g *Gateway) { g.Providers[1].Type = ProviderTypeMiniMax }, []string{`serves media models only: give the model its family`}},
+		{"parameter list on a video model", func(g *Gateway) {
+			g.Providers = append(g.Providers, Provider{Name: "hailuo", Type: ProviderTypeMiniMax, Host: "127.0.0.1", Port: 9, APIKey: "k"})
+			g.Models = append(g.Models, Model{ID: "clip", Family: "V1", Targets: []Target{{Provider: "hailuo", Model: "m", SupportedParameters: []string{"prompt"}}}})
+		}, []string{`model "clip": family V1 takes its own fields, which the catalog lists; remove supported_sampling_parameters`}},
 		{"unknown type", func(g *Gateway) { g.Providers[1].Type = "cohere" }, []string{`provider "local_1": unknown type "cohere" (supported: openai, anthropic, gemini, demo, minimax, dashscope, kling)`}},
 		{"no host", func(g *Gateway) { g.Providers[0].Host = "" }, []string{`provider "openai": base_url is required`}},
 		{"no provider port", func(g *Gateway) { g.Providers[0].Port = 0 }, []string{`provider "openai": base_url is required`}},
