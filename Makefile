@@ -88,10 +88,19 @@ $(CONSOLE_BED)/node_modules/.installed: $(CONSOLE_BED)/package.json $(CONSOLE_BE
 deps: envoy clients browser ## Everything the tests need: Go modules, Envoy, SDK clients, chromium for the console test
 	$(GO) mod download
 
+# go test runs through gotestsum (a tool in go.mod): its JSON log, bin/test.json, gives the ten
+# slowest tests at the end. The e2e package's tests run side by side (-parallel), but those that
+# measure the machine (memory, CPUs, latency bounds), which run alone first.
+TEST_JSON     := $(BIN)/test.json
+TEST_PARALLEL ?= 4
+
 .PHONY: test
-test: deps build ## Unit tests and real-Envoy end-to-end tests (race detector on), then each fuzz target for 3s
-	$(GO) test -race -count=1 -timeout 25m ./... # the e2e package alone takes 4-7 minutes (go test's default limit is 10 per package)
-	@$(MAKE) --no-print-directory fuzz-short
+test: deps build ## Unit tests and real-Envoy end-to-end tests (race detector on), then each fuzz target for 3s; prints the ten slowest tests
+	@mkdir -p $(BIN); status=0; \
+	$(GO) tool gotestsum --format pkgname --jsonfile $(TEST_JSON) -- -race -count=1 -timeout 25m -parallel $(TEST_PARALLEL) ./... || status=$$?; \
+	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory fuzz-short || status=$$?; fi; \
+	echo "slowest tests:"; $(GO) tool gotestsum tool slowest --jsonfile $(TEST_JSON) --num 10; \
+	exit $$status
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no Envoy)
@@ -121,7 +130,7 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 60s), without -race
 .PHONY: fuzz-short
 fuzz-short: ## Every fuzz target for 3s from its seeds (part of make test)
 	@cache=$$(mktemp -d); trap 'rm -rf "$$cache"' EXIT; \
-	GO=$(GO) BIN=$(BIN) FUZZTIME=3s FUZZMINIMIZE=1s FUZZCACHE=$$cache test/fuzz.sh $(FUZZ_PKGS)
+	GO=$(GO) BIN=$(BIN) FUZZTIME=3s FUZZMINIMIZE=1s FUZZCACHE=$$cache FUZZJOBS=2 FUZZWORKERS=1 test/fuzz.sh $(FUZZ_PKGS)
 
 .PHONY: bench
 # LiteLLM (about 750 MB, never part of make deps or make test) is installed for the peers

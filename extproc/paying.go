@@ -69,7 +69,9 @@ func (x *exchange) useCredential(cred x402.Credential) *APIError {
 	return apiErr(http.StatusInternalServerError, "internal_error", "the payment could not be recorded; nothing was charged; retry")
 }
 
-// endPaying lets go of the request's credential (it stays used in the store): the request is over.
+// endPaying lets go of the request's credential (it stays used in the store): the request's
+// answer has been given (its last byte or an immediate answer went to Envoy), or the exchange
+// ended. A client that got its answer and sends the credential again gets a replay's 402.
 func (x *exchange) endPaying() {
 	if x.pay != nil && x.pay.inUse != "" {
 		x.s.paying.drop(x.pay.inUse)

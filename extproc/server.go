@@ -817,6 +817,7 @@ func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespon
 			_ = x.paidSettle()
 		}
 		x.settle()
+		x.endPaying() // the answer is given: a copy of its credential is a replay from now on
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: common},
@@ -850,6 +851,7 @@ func (x *exchange) reply(status int, body []byte) *extprocv3.ProcessingResponse 
 }
 
 func (x *exchange) immediate(status int, body []byte, details string) *extprocv3.ProcessingResponse {
+	x.endPaying() // the answer is given (a task's creation, a refusal): no longer in progress
 	return immediate(x.requestID, status, body, details)
 }
 

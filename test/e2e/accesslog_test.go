@@ -32,6 +32,7 @@ func (g *gateway) accessLine(id string) map[string]any {
 // provider that answered, the route, fallbacks, tokens and the exact cost the usage record has;
 // a refusal carries its code; the key itself never appears.
 func TestAccessLogCarriesWhatExtProcKnows(t *testing.T) {
+	t.Parallel()
 	f := startRoutes(t)
 	send := func(id, key, body string) int {
 		req, _ := http.NewRequest("POST", f.g.BaseURL+"/chat/completions", strings.NewReader(body))
@@ -111,6 +112,7 @@ func TestAccessLogCarriesWhatExtProcKnows(t *testing.T) {
 // estimated, with the endpoint, the payer and the endpoint's account; for whole and streamed
 // answers, exact and upto, and a paid task's creation.
 func TestAccessLogPaid(t *testing.T) {
+	t.Parallel()
 	p := startPaid(t)
 	cases := []struct{ name, slug, body, scheme string }{
 		{"exact", "chat-mini", paidChat, "exact"},

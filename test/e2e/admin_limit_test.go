@@ -43,6 +43,7 @@ func (g *gateway) adminFrom(client *http.Client, method, path, auth, body string
 // right token, while another address is unaffected; each failure is a WARN line naming the
 // source and never the token tried.
 func TestAdminTokenGuessingIsLimited(t *testing.T) {
+	t.Parallel()
 	const token = "guess-limit-admin-token-3f9a1c7e5b2d4f60"
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, catalog(fake.URL())+"admin: {token: \"${E2E_ADMIN_TOKEN}\"}\n",
@@ -97,6 +98,7 @@ func TestAdminTokenGuessingIsLimited(t *testing.T) {
 // TestShortAdminTokenRefusedAtStart: an admin token under 32 characters stops the start with a
 // message saying how to make one.
 func TestShortAdminTokenRefusedAtStart(t *testing.T) {
+	t.Parallel()
 	cfg := "listen: {public: " + freeAddr(t) + ", admin: " + freeAddr(t) + "}\nstore: {path: data/t.db}\n" + catalog("http://127.0.0.1:9/v1")
 	for _, env := range [][]string{
 		{"TOLLWAY_ADMIN_TOKEN=aaaaaaaaaaaaaaaa"},

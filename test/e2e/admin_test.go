@@ -42,6 +42,7 @@ func (g *gateway) adminRaw(method, path, body string, hdr map[string]string) (in
 // machine: a "simple" cross-site POST (text/plain, no preflight) through a rebound host name
 // used to mint a key and credit an account. Each door is tried alone too, reads included.
 func TestAdminRefusesCrossSiteAndRebinding(t *testing.T) {
+	t.Parallel()
 	g, _ := startWithFake(t, fakeupstream.Options{})
 	ctx := context.Background()
 	if err := g.NewAccount(ctx, "acme", "0"); err != nil {
@@ -126,6 +127,7 @@ func TestAdminRefusesCrossSiteAndRebinding(t *testing.T) {
 // TestAdminToken: with admin.token set, every admin call needs it; the CLI takes it from
 // --admin-token, TOLLWAY_ADMIN_TOKEN or the config's own reference, and it never reaches a log.
 func TestAdminToken(t *testing.T) {
+	t.Parallel()
 	const token = "e2e-admin-token-5f0c1d2a9b7e4c3d"
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, catalog(fake.URL())+"admin: {token: \"${E2E_ADMIN_TOKEN}\"}\n",
@@ -182,6 +184,7 @@ func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) 
 // state, the configuration accepted, providers' health, models ready, and today's usage, which
 // moves with a request.
 func TestStatusSummary(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, "billing: {enabled: true}\n"+catalog(fake.URL(), `pricing: {request: "0.001", prompt: "0.000001", completion: "0.000002"}`), "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {

@@ -58,6 +58,7 @@ func startDeadHost(t *testing.T) *deadHost {
 // never answers do not delay another account's callback: it leaves within 15 s of its task's
 // change (README, Media tasks: Callbacks).
 func TestDeadCallbackHostStallsOnlyItself(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	dead := startDeadHost(t)
 	type arrival struct {

@@ -30,6 +30,7 @@ import (
 // reached, with no credentials, and a redirect it answers is not followed. With the README's
 // allow-list, the IANA special-purpose addresses and IPv6 forms that embed 127.0.0.1 are refused.
 func TestCallbackNeverReachesTheGateway(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	var mu sync.Mutex
 	var got []*http.Request

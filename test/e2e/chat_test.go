@@ -109,6 +109,7 @@ models:
 }
 
 func TestOpenAIPythonSDK(t *testing.T) {
+	t.Parallel()
 	python := os.Getenv("TOLLWAY_PYTHON")
 	if python == "" {
 		python = filepath.Join(repoRoot, "tools", "venv", "bin", "python")
@@ -138,6 +139,7 @@ func TestOpenAIPythonSDK(t *testing.T) {
 }
 
 func TestOpenAINodeSDK(t *testing.T) {
+	t.Parallel()
 	dir := os.Getenv("TOLLWAY_NODE_DIR")
 	if dir == "" {
 		dir = filepath.Join(repoRoot, "test", "clients", "node")
@@ -169,6 +171,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 
 // TestUpstreamRequestIsRewritten checks what the provider actually receives.
 func TestUpstreamRequestIsRewritten(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
 	resp := g.chat(context.Background(), key, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}],
@@ -221,6 +224,7 @@ func TestUpstreamRequestIsRewritten(t *testing.T) {
 }
 
 func TestAuthErrors(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
 	ctx := context.Background()
@@ -263,6 +267,7 @@ func TestAuthErrors(t *testing.T) {
 }
 
 func TestRequestErrors(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
 	ctx := context.Background()
@@ -314,6 +319,7 @@ func TestRequestErrors(t *testing.T) {
 }
 
 func TestUpstreamErrorsKeepTheSpecShape(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
@@ -338,6 +344,7 @@ func TestUpstreamErrorsKeepTheSpecShape(t *testing.T) {
 // TestStreamingIsNotBuffered shows chunks reach the client as the provider sends them: the first
 // token arrives long before the stream ends.
 func TestStreamingIsNotBuffered(t *testing.T) {
+	t.Parallel()
 	const delay = 40 * time.Millisecond
 	g, _ := startWithFake(t, fakeupstream.Options{ChunkDelay: delay})
 	key := g.newKey("acme")
@@ -377,6 +384,7 @@ func TestStreamingIsNotBuffered(t *testing.T) {
 // TestLargeBodyPasses sends a base64 image through ext_proc's buffered body path in a body of
 // exactly the limit, 32 MiB (TestMediaTypeAndSizeLimits has the byte more).
 func TestLargeBodyPasses(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
 	head := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,`
@@ -401,6 +409,7 @@ func TestLargeBodyPasses(t *testing.T) {
 // TestConfigChanges edits the file and uses the admin API: each change is a new snapshot; a
 // change Envoy rejects is reported and the running configuration stays.
 func TestConfigChanges(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
 	ctx := context.Background()
@@ -473,6 +482,7 @@ func TestConfigChanges(t *testing.T) {
 
 // TestProviderDown: a provider that refuses connections gives a 503 in the spec's shape.
 func TestProviderDown(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, catalog("http://"+deadAddr+"/v1"), "FAKE_PROVIDER_KEY="+providerKey)
 	e := wantError(t, g.chat(context.Background(), g.newKey("acme"), `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`), 503, "upstream_unavailable")
 	t.Log(e.Error.Message)
@@ -482,6 +492,7 @@ func TestProviderDown(t *testing.T) {
 // over TLS verified against ca_file; with the wrong CA the request fails instead of going out
 // unverified.
 func TestTLSProviderWithPrivateCA(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	target, _ := url.Parse("http://" + fake.Addr())
 	tlsSrv := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(target))
@@ -524,6 +535,7 @@ models:
 // machine does, moved to free ports by TOLLWAY_* overrides. OpenAI has no key here, so the
 // model falls to the local provider, which is not running: a clear 503.
 func TestEmbeddedDefaultConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	public, admin := freeAddr(t), freeAddr(t)
 	cmd := exec.Command(tollwayBin, "run")

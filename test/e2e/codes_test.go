@@ -27,6 +27,7 @@ const hiBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"
 // TestSilentProviderIsUpstreamTimeout: a provider silent past routing.attempt_timeout on the
 // last attempt is 504 upstream_timeout, plain and streamed.
 func TestSilentProviderIsUpstreamTimeout(t *testing.T) {
+	// Runs alone (no t.Parallel): it times a provider's silence.
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, "routing: {attempt_timeout: 300ms}\n"+catalog(fake.URL()), "FAKE_PROVIDER_KEY="+providerKey)
 	key := g.newKey("acme")
@@ -42,6 +43,7 @@ func TestSilentProviderIsUpstreamTimeout(t *testing.T) {
 // TestUnreachableProviderIsUpstreamUnavailable: refused and reset connections, after the whole
 // chain, are 503 upstream_unavailable.
 func TestUnreachableProviderIsUpstreamUnavailable(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
 	fake.Script(fakeupstream.Fault{Reset: true})
@@ -81,6 +83,7 @@ func envoyWithHungExtProc(t *testing.T, limits ir.Limits) (*gateway, *fakeupstre
 // (Envoy's message timeout fires, which Envoy itself answers 504) is the gateway's own 500
 // gateway_unavailable, and the provider is never reached.
 func TestHungExtProcIsGatewayUnavailable(t *testing.T) {
+	// Runs alone (no t.Parallel): it times Envoy's message timeout.
 	gw, fake := envoyWithHungExtProc(t, ir.Limits{})
 	start := time.Now()
 	resp := gw.chat(context.Background(), "ale-"+strings.Repeat("k", 43), `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
@@ -99,6 +102,7 @@ func TestHungExtProcIsGatewayUnavailable(t *testing.T) {
 // JSON 431 headers_too_large over HTTP/1.1 and HTTP/2, not a dropped connection; so do HTTP/1.1
 // headers over Envoy's own codec limit (256 KiB). Just under the limit is served.
 func TestHeadersOverTheLimit(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
 	h1 := &http.Client{Transport: &http.Transport{}}

@@ -126,6 +126,7 @@ func softNoFile(t *testing.T, pid int) int64 {
 // -race for Tollway's real figure). The provider is plain HTTP/1.1 (a local model server):
 // Envoy holds an upstream connection per stream.
 func TestThousandsOfOpenStreams(t *testing.T) {
+	// Runs alone (no t.Parallel): it measures memory per open stream.
 	hold := make(chan struct{}) // on failure, closing the fake ends what it still holds
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, Hold: hold, NoRecord: true})
 	holdThousands(t, catalog(fake.URL()), hold)
@@ -136,6 +137,7 @@ func TestThousandsOfOpenStreams(t *testing.T) {
 // connections (the provider sees far fewer connections than streams), so each open stream costs
 // Envoy less than over HTTP/1.1.
 func TestThousandsOfOpenStreamsOverH2(t *testing.T) {
+	// Runs alone (no t.Parallel): it measures memory per open stream.
 	hold := make(chan struct{})
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, Hold: hold, NoRecord: true})
 	target, _ := url.Parse("http://" + fake.Addr())
@@ -273,6 +275,7 @@ func checkOverloaded(t *testing.T, rs []streamResult) (refused int) {
 // get 503 gateway_overloaded with retry-after: 1 (the provider cluster's circuit breakers;
 // up to 20 more wait for a connection), never a 500.
 func TestOverloadIsA503(t *testing.T) {
+	// Runs alone (no t.Parallel): it fills circuit breakers with concurrent requests.
 	const limit, extra = 20, 60
 	hold := make(chan struct{})
 	defer func() {
@@ -321,6 +324,7 @@ func TestOverloadIsA503(t *testing.T) {
 // an ext_proc that holds every stream), the excess is 503 gateway_overloaded, not the 500 an
 // ext_proc failure gets.
 func TestExtProcOverflowIsA503(t *testing.T) {
+	// Runs alone (no t.Parallel): it fills circuit breakers with concurrent requests.
 	limits := ir.Limits{MaxConcurrentRequests: 1}
 	gw, _ := envoyWithHungExtProc(t, limits)
 	total := int(limits.ExtProcStreams()) + 20

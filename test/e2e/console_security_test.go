@@ -42,6 +42,7 @@ func (g *gateway) consoleCall(method, path, body, cookie string, hdr map[string]
 // token; every write with the cookie needs the session's CSRF token; other origins are refused
 // even with the cookie; signing out ends the session; the token never reaches the output.
 func TestConsoleSessionSecurity(t *testing.T) {
+	t.Parallel()
 	const token = "console-admin-token-7d1e0c5b3a9f"
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, catalog(fake.URL())+"admin: {token: \"${E2E_ADMIN_TOKEN}\"}\n",
@@ -136,6 +137,7 @@ func TestConsoleSessionSecurity(t *testing.T) {
 // TestConsoleWithoutToken: on loopback without an admin token, the console needs no sign-in,
 // like the admin API, and says so.
 func TestConsoleWithoutToken(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, catalog(fake.URL()), "FAKE_PROVIDER_KEY="+providerKey)
 	if resp, body := g.consoleCall("GET", "/console/", "", "", nil); resp.StatusCode != 200 || !strings.Contains(body, "app.js") {

@@ -29,6 +29,7 @@ import (
 // the route and unknown ones say so, and that the catalog's unit note names every unit it
 // prices; screenshots go to test/out/console/.
 func TestConsole(t *testing.T) {
+	// Runs alone (no t.Parallel): it sets TOLLWAY_ADMIN_TOKEN in the process environment, which parallel tests would inherit.
 	dir := filepath.Join(repoRoot, "test", "console")
 	chromium := os.Getenv("CHROMIUM")
 	if chromium == "" {

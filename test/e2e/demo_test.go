@@ -48,6 +48,7 @@ func (g *gateway) catalogEntries() map[string]map[string]any {
 // every command must succeed and print what the README says, in order, so the README cannot
 // drift from what the product does.
 func TestDemoTryIt(t *testing.T) {
+	t.Parallel()
 	block, err := os.ReadFile("testdata/tryit.sh")
 	if err != nil {
 		t.Fatal(err)
@@ -126,6 +127,7 @@ func TestDemoTryIt(t *testing.T) {
 
 // TestDemoStreamUsage: a client that asks for usage in a demo stream gets it, as from OpenAI.
 func TestDemoStreamUsage(t *testing.T) {
+	t.Parallel()
 	g := startRun(t, []string{"--demo"}, "OPENAI_API_KEY=")
 	if err := g.NewAccount(context.Background(), "acme", "1"); err != nil {
 		t.Fatal(err)
@@ -152,6 +154,7 @@ func TestDemoStreamUsage(t *testing.T) {
 // demo server; a provider of type demo added later through the admin API starts one and is
 // labelled like the demo config's.
 func TestNoDemoUnlessNamed(t *testing.T) {
+	t.Parallel()
 	// No provider key: the default's providers cannot answer, and nothing leaves loopback.
 	g := startRun(t, []string{}, "OPENAI_API_KEY=")
 	for id, m := range g.catalogEntries() {
@@ -201,6 +204,7 @@ func TestNoDemoUnlessNamed(t *testing.T) {
 
 // TestReadmeTryItIsTested: the README's Try it block is the one TestDemoTryIt runs.
 func TestReadmeTryItIsTested(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	block, err2 := os.ReadFile("testdata/tryit.sh")
 	if err != nil || err2 != nil || !strings.Contains(string(readme), "```sh\n"+string(block)+"```\n") {

@@ -130,6 +130,7 @@ func (g *gateway) untilRefused(key, prefix string, since time.Time) (answered []
 // once space is freed, and every request it answered has its record, a kill -9 during the
 // outage included.
 func TestFullDiskFailsClosed(t *testing.T) {
+	// Runs alone (no t.Parallel): it asserts a refusal within a second.
 	disk := harness.SmallDisk(t, 48<<20)
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g, key, start := durableGateway(t, disk, fake, "1000")
@@ -235,6 +236,7 @@ func TestFullDiskFailsClosed(t *testing.T) {
 // start: an estimate (estimated, estimate_reason gateway_restart) of the prompt and the
 // completion checkpointed while they streamed, debited like any record.
 func TestKill9MidStreamBillsEstimates(t *testing.T) {
+	t.Parallel()
 	const n = 100
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, ChunkDelay: 100 * time.Millisecond, NoRecord: true})
 	g, key, start := durableGateway(t, t.TempDir(), fake, "100")
@@ -316,6 +318,7 @@ func TestKill9MidStreamBillsEstimates(t *testing.T) {
 // 503 store_unavailable before its credential is used: the facilitator is never called, the
 // payer keeps its money, and the same credential pays once the store is back.
 func TestFullDiskRefusesPaidRequests(t *testing.T) {
+	t.Parallel()
 	disk := harness.SmallDisk(t, 48<<20)
 	p := startPaidIn(t, disk)
 	sig := p.capture("chat-mini", paidChat, "--scheme", "exact").Signature

@@ -12,6 +12,7 @@ import (
 // gateway) says about where a request came from stays at the gateway, at the edge
 // (xff_num_trusted_hops 0) and behind one trusted proxy (1).
 func TestClientAddressHeadersNeverReachProviders(t *testing.T) {
+	t.Parallel()
 	sent := map[string]string{
 		"x-forwarded-for":          "203.0.113.7, 198.51.100.9",
 		"x-real-ip":                "203.0.113.8",

@@ -94,6 +94,7 @@ func (g *gateway) nodes() map[string]map[string]any {
 // killed, the other serves on; Tollway killed, both refuse cleanly in the spec's error shape and
 // serve again once it is back, without a restart of their own.
 func TestExternalEnvoys(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	dir := t.TempDir()
 	env := []string{"FAKE_PROVIDER_KEY=" + providerKey, "TOLLWAY_LISTEN_XDS=" + freeAddr(t), "TOLLWAY_LISTEN_EXTPROC=" + freeAddr(t)}

@@ -86,6 +86,7 @@ func recordOf(t *testing.T, g *gateway, account, id string) usageRecord {
 // price of the model serving claude-opus-4-8 on this provider; one on a model the catalog does
 // not have: a WARN naming it, not billed. The client sees the counts it is billed for.
 func TestAnthropicIterationsBilled(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, fmt.Sprintf(`providers:
   - {name: claude, type: anthropic, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
@@ -168,6 +169,7 @@ models:
 // and the image per image; on a model without one, all of it at the completion price. Chat
 // and POST /v1/images alike.
 func TestGeminiImageTokensBilled(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, fmt.Sprintf(`providers:
   - {name: gem, type: gemini, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}

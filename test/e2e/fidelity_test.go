@@ -12,6 +12,7 @@ import (
 // router-level filter and no further), and a value the provider cannot take is a 400 naming
 // the field and the fix, with nothing sent upstream.
 func TestProviderFidelityThroughEnvoy(t *testing.T) {
+	t.Parallel()
 	for kind, want := range map[string]string{
 		"anthropic": "messages[].name,seed",
 		"gemini":    "messages[].name,tools[].function.strict",

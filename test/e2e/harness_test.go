@@ -1,5 +1,10 @@
 // Package e2e drives the real thing: the tollway binary, the real Envoy it launches, fake
 // providers on loopback, and the official SDKs as clients.
+//
+// Every test starts its own gateway, Envoy and fakes on free ports, so the tests run side by
+// side (t.Parallel; make test runs -parallel 4): most of their time is waiting on processes
+// and sockets, not CPU. The few that measure the machine (memory, CPUs, latency bounds) or set
+// the process environment run alone first, and say why.
 package e2e
 
 import (

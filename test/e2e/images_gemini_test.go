@@ -114,6 +114,7 @@ func lastGenerate(t *testing.T, fake *fakeupstream.Server) (fakeupstream.Recorde
 // beside it as result.text, thoughts left out; the cost is request + image + tokens to the
 // digit, one usage record, the balance debited by exactly that.
 func TestGeminiImageVariants(t *testing.T) {
+	t.Parallel()
 	g, a, _, key := startI3(t, "")
 	spent := decimal.Zero
 	for i, c := range []struct {
@@ -204,6 +205,7 @@ func getObject(t *testing.T, g *gateway, key, id string) map[string]any {
 // what is allowed, before any provider call; and on chat completions, what an image model
 // cannot do (streaming, tools, audio) before any provider call too.
 func TestGeminiImageRefusals(t *testing.T) {
+	t.Parallel()
 	g, a, b, key := startI3(t, "")
 	gen := func(ratio, size string) string {
 		return `"generationConfig":{"responseFormat":{"image":{"aspectRatio":"` + ratio + `","imageSize":"` + size + `"}}}`
@@ -258,6 +260,7 @@ func TestGeminiImageRefusals(t *testing.T) {
 // (400 INVALID_ARGUMENT) is the client's 400, billed nothing, and not passed to the next
 // provider.
 func TestGeminiImageFailures(t *testing.T) {
+	t.Parallel()
 	g, a, b, key := startI3(t, "")
 	m := i3Models[2]
 	spent := decimal.Zero
@@ -296,6 +299,7 @@ func TestGeminiImageFailures(t *testing.T) {
 // TestGeminiImageFallback: a create that fails before Gemini answered (503, 429) goes to the
 // model's next provider; when every provider fails the client gets 503 and nothing is held.
 func TestGeminiImageFallback(t *testing.T) {
+	t.Parallel()
 	g, a, b, key := startI3(t, "")
 	for _, status := range []int{503, 429} {
 		a.FailNext(status, "")
@@ -317,6 +321,7 @@ func TestGeminiImageFallback(t *testing.T) {
 // TestGeminiImageCallback: a task born completed with a callback_url gets exactly one
 // callback, signed with the account's secret, carrying the object without the image bytes.
 func TestGeminiImageCallback(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var bodies, sigs []string
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -369,6 +374,7 @@ func paddedPNG(n int) string {
 // is refused before any provider call, on POST /v1/images and as a data URL on chat
 // completions.
 func TestGeminiImageLargeInput(t *testing.T) {
+	t.Parallel()
 	g, a, _, key := startI3(t, "")
 	body := func(data string) string {
 		return `{"model":"nb","contents":[{"role":"user","parts":[{"text":"make it blue"},{"inline_data":{"mime_type":"image/png","data":"` + data + `"}}]}]}`
@@ -411,6 +417,7 @@ func TestGeminiImageLargeInput(t *testing.T) {
 // Envoy, as b64_json from POST and GET /v1/images and as a data URL from chat completions
 // (through the per-attempt translation and the router-level metering), and is billed.
 func TestGeminiImageLargeAnswer(t *testing.T) {
+	t.Parallel()
 	g, _, _, key := startI3(t, "")
 	large := fakeupstream.GeminiLargeImage()
 	if len(large) < 4<<20 {
@@ -482,6 +489,7 @@ func chatImages(t *testing.T, raw []byte) [][]byte {
 // TestGeminiImageSlowCreate: Gemini taking longer than Envoy's ext_proc message timeout (5 s)
 // to answer does not fail the create: the gateway extends the timeout for it.
 func TestGeminiImageSlowCreate(t *testing.T) {
+	t.Parallel()
 	g, _, _, key := startI3(t, "")
 	start := time.Now()
 	code, obj := g.do("POST", key, "/images", i3Create("nb-2", "a slow fox "+fakeupstream.GeminiSlowTrigger+"7s", ""))
@@ -495,6 +503,7 @@ func TestGeminiImageSlowCreate(t *testing.T) {
 // answer's message content is text and image_url parts (the image as a data URL, byte for
 // byte), its usage text only, billed request + image + tokens to the digit.
 func TestGeminiImageChat(t *testing.T) {
+	t.Parallel()
 	g, a, _, key := startI3(t, "")
 	in := pngB64(20, 10)
 	body := `{"model":"nb-pro","messages":[{"role":"user","content":[{"type":"text","text":"add a hat ` + fakeupstream.GeminiTwoImagesTrigger + `"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + in + `"}}]}]}`
@@ -560,6 +569,7 @@ func TestGeminiImageChat(t *testing.T) {
 // TestGeminiImageChatSDKs: I3 through chat completions with the official OpenAI Python and
 // Node SDKs: the image parts in the message, the usage, and the stream refusal as an SDK error.
 func TestGeminiImageChatSDKs(t *testing.T) {
+	t.Parallel()
 	python := os.Getenv("TOLLWAY_PYTHON")
 	if python == "" {
 		python = filepath.Join(repoRoot, "tools", "venv", "bin", "python")

@@ -161,6 +161,7 @@ func imageRefusals(t *testing.T, g *gateway, key string, fakes []*fakeupstream.S
 // callbacks delivered signed; every validation refusal a 400 before any provider call; a
 // content-policy refusal is the client's 400 and bills nothing.
 func TestImageKlingTask(t *testing.T) {
+	t.Parallel()
 	opts := fakeupstream.Options{KlingAccessKey: "ak-img", KlingSecretKey: "sk-img-secret"}
 	fake, broken := fakeupstream.Start(t, opts), fakeupstream.Start(t, opts)
 	sink := newCallbackSink(t)
@@ -260,6 +261,7 @@ models:
 // failed task unbilled, URLs that expire (withheld then), another account's 404, and every
 // validation rule refused before any provider call.
 func TestImageDashScopeTasks(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	broken := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	short := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, MediaURLTTL: 4 * time.Second})

@@ -73,6 +73,7 @@ func deref(s *string) string {
 // across a restart); a revoked or missing key is 401 key_market_key_invalid. Plain HTTP and the
 // official OpenAI Python SDK's raw get alike.
 func TestKeyInfoEndpoint(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	body := catalog(fake.URL(), sdkPricing)
@@ -188,6 +189,7 @@ func runPython(t *testing.T, g *gateway, env map[string]string, script string) {
 // name no operator command; the operator's log gets the command. A 404 lists every endpoint; a
 // POST under a task endpoint (the SDK's images.generate) is pointed to POST /v1/images.
 func TestClientErrorsSpeakToTheClient(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, catalog(fake.URL(), sdkPricing)+`routes:
   - name: old

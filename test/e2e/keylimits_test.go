@@ -44,6 +44,7 @@ func (g *gateway) listKey(account string) cliKey {
 // with 403 spend_limit_exceeded, none lifts it; an allow-list without the model refuses it with
 // 403 model_not_allowed, all lifts it; each command leaves the other setting as it was.
 func TestCLIKeyLimits(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, "billing: {enabled: true}\n"+catalog(fake.URL(), `pricing: {request: "0.001", prompt: "0.000001", completion: "0.000002"}`), "FAKE_PROVIDER_KEY="+providerKey)
 	ctx := context.Background()

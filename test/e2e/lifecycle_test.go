@@ -32,6 +32,7 @@ import (
 // TestExtProcDownFailsClosed runs Envoy with Tollway's xDS but no ext_proc server behind the
 // socket: requests must get a clear 500 in the spec's shape and never reach the provider.
 func TestExtProcDownFailsClosed(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{})
 	dir := shortTempDir(t)
 	gw := envoyWithoutTollway(t, dir, filepath.Join(dir, "no-extproc-here.sock"), fake, ir.Limits{})
@@ -148,6 +149,7 @@ func runTollway(t *testing.T, cfg string, env ...string) (string, error) {
 // TestStartupFailuresAreClear: a taken port and a bad config each stop the gateway with a
 // non-zero exit and a message that names the problem (a missing Envoy: TestNoEnvoyGivesInstallCommand).
 func TestStartupFailuresAreClear(t *testing.T) {
+	t.Parallel()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +219,7 @@ func (g *gateway) available(account string) (balance, available decimal.Decimal)
 // settled or released (available credits equal the balance, and balance plus records equal
 // the credits given).
 func TestEnvoyRestartsAfterKill(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, ChunkDelay: 20 * time.Millisecond})
 	g := startGateway(t, "billing: {enabled: true}\n"+catalog(fake.URL(), `pricing: {request: "0.001", prompt: "0.000001", completion: "0.000002"}`), "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
@@ -318,6 +321,7 @@ func TestEnvoyRestartsAfterKill(t *testing.T) {
 // TestEnvoyThatKeepsDyingStopsTheGateway: an Envoy killed again right after every restart is
 // given up on: the gateway exits non-zero and says why, rather than flap for ever.
 func TestEnvoyThatKeepsDyingStopsTheGateway(t *testing.T) {
+	t.Parallel()
 	g, _ := startWithFake(t, fakeupstream.Options{})
 	deadline := time.Now().Add(60 * time.Second)
 	last := 0
@@ -364,6 +368,7 @@ func (g *gateway) envoyStateQuiet() (pid, restarts int) {
 
 // TestGracefulDrain: SIGTERM during a stream lets the stream finish, then the gateway exits 0.
 func TestGracefulDrain(t *testing.T) {
+	t.Parallel()
 	g, _ := startWithFake(t, fakeupstream.Options{ChunkDelay: 100 * time.Millisecond})
 	key := g.newKey("acme")
 	resp := g.chat(context.Background(), key, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"a b c d e f g h i j"}]}`)

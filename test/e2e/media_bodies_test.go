@@ -68,6 +68,7 @@ func lastBody(t *testing.T, fake *fakeupstream.Server, path string) map[string]a
 // input.prompt (its t2v models refuse a create without one); a prompt and an input.prompt that
 // differ are refused.
 func TestVideosTakeTheSDKPrompt(t *testing.T) {
+	t.Parallel()
 	g, fake, key := startMediaMix(t)
 	const create = "/api/v1/services/aigc/video-generation/video-synthesis"
 	code, _, obj := g.call("POST", key, "/videos", `{"model":"wan-t2v","prompt":"a fox in snow","parameters":{"duration":8}}`)
@@ -89,6 +90,7 @@ func TestVideosTakeTheSDKPrompt(t *testing.T) {
 // like https by every family (V1's first frame, I2 and I2b images, V2's media) and reaches the
 // provider as sent; other schemes are refused before any provider call.
 func TestImageURLsMayBeHTTP(t *testing.T) {
+	t.Parallel()
 	g, fake, key := startMediaMix(t)
 	const img = "http://images.example.com/fox.png"
 	code, _, obj := g.call("POST", key, "/videos", `{"model":"hailuo-02","first_frame_image":"`+img+`"}`)
@@ -122,6 +124,7 @@ func TestImageURLsMayBeHTTP(t *testing.T) {
 // thinking_mode and color_palette do not apply: the create is accepted, DashScope gets the
 // parameters without them, and the answer names them in x-tollway-removed-params.
 func TestWanSetLeavesOutSingleImageParameters(t *testing.T) {
+	t.Parallel()
 	g, fake, key := startMediaMix(t)
 	palette := `[{"hex":"#112233","ratio":"50.00%"},{"hex":"#445566","ratio":"25.00%"},{"hex":"#778899","ratio":"25.00%"}]`
 	code, h, obj := g.call("POST", key, "/images", `{"model":"wan-image","input":{"messages":[{"role":"user","content":[{"text":"a four-panel comic of a fox"}]}]},`+
@@ -145,6 +148,7 @@ func TestWanSetLeavesOutSingleImageParameters(t *testing.T) {
 // generation_config, googleSearch, imageConfig) creates the task Gemini gets in its form; a
 // field sent both ways is refused.
 func TestI3TakesGeminiToolingBodies(t *testing.T) {
+	t.Parallel()
 	g, fake, key := startMediaMix(t)
 	body := `{"model":"nb-pro","contents":[{"role":"user","parts":[{"text":"make it snow"},{"inlineData":{"mimeType":"image/png","data":"` + pngB64(16, 16) + `"}}]}],` +
 		`"generation_config":{"responseModalities":["TEXT","IMAGE"],"imageConfig":{"aspectRatio":"16:9","imageSize":"2K"}},"tools":[{"googleSearch":{}}]}`
@@ -166,6 +170,7 @@ func TestI3TakesGeminiToolingBodies(t *testing.T) {
 // carry: an I3 model its chat parameters without n (it makes one answer: n 2 is refused), a
 // media model its family's fields, every one of which a create takes.
 func TestCatalogListsWhatModelsTake(t *testing.T) {
+	t.Parallel()
 	g, fake, key := startMediaMix(t)
 	listed := func(id string) []string {
 		_, m := g.do("GET", key, "/models/"+id, "")
@@ -206,6 +211,7 @@ func TestCatalogListsWhatModelsTake(t *testing.T) {
 // type it must be, the type it is and the value, and a body that is not JSON with where it
 // breaks: never Go's words (a Go struct, a package name).
 func TestMediaRefusalsSpeakJSON(t *testing.T) {
+	t.Parallel()
 	g, fake, key := startMediaMix(t)
 	for _, c := range []struct{ path, body, want string }{
 		{"/videos", `{"model":"wan-t2v","input":"a fox"}`, `input must be an object, not a string (got "a fox")`},

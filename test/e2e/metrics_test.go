@@ -26,6 +26,7 @@ const metricsToken = "e2e-metrics-token-0a1b2c3d4e5f6a7b"
 // its usage records' exact costs; the scrape needs the admin token; Envoy's stats are
 // re-exposed at /metrics/envoy; metrics.enabled: false turns both off.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	a := fakeupstream.Start(t, fakeupstream.Options{Name: "a", APIKey: providerKey})
 	c := fakeupstream.Start(t, fakeupstream.Options{Name: "c", APIKey: providerKey})
 	g := startGateway(t, fmt.Sprintf(`providers:

@@ -137,6 +137,7 @@ func (g *gateway) waitRecords(account string, n int) []usageRecord {
 }
 
 func TestCatalog(t *testing.T) {
+	t.Parallel()
 	g, _ := startPriced(t, fakeupstream.Options{})
 	get := func(key, path string) (int, map[string]any) {
 		req, _ := http.NewRequest(http.MethodGet, g.BaseURL+path, nil)
@@ -215,6 +216,7 @@ func TestCatalog(t *testing.T) {
 // the last digit, from the provider's usage; the usage chunk the gateway asked for is not shown
 // to a client that did not ask, and is shown to one that did.
 func TestStreamingDoesNotChangeTheBill(t *testing.T) {
+	t.Parallel()
 	g, fake := startPriced(t, fakeupstream.Options{})
 	ctx := context.Background()
 	if err := g.NewAccount(ctx, "acme", "25"); err != nil {
@@ -306,6 +308,7 @@ func readStream(t *testing.T, resp *http.Response) []string {
 // TestCutStreamsAreBilledFromWhatWasSent: a provider that drops the stream and a client that
 // hangs up both leave an estimated record counted by the tokenizer, never a free request.
 func TestCutStreamsAreBilledFromWhatWasSent(t *testing.T) {
+	t.Parallel()
 	g, fake := startPriced(t, fakeupstream.Options{ChunkDelay: 50 * time.Millisecond})
 	ctx := context.Background()
 	if err := g.NewAccount(ctx, "acme", "25"); err != nil {
@@ -341,6 +344,7 @@ func TestCutStreamsAreBilledFromWhatWasSent(t *testing.T) {
 // TestSpendLimitCannotBeOutrun: 50 concurrent requests against a key whose monthly limit covers
 // 10 worst cases. At most the limit is ever spent, every refusal says why, and the books balance.
 func TestSpendLimitCannotBeOutrun(t *testing.T) {
+	t.Parallel()
 	g, fake := startPriced(t, fakeupstream.Options{})
 	ctx := context.Background()
 	if err := g.NewAccount(ctx, "acme", "25"); err != nil {
@@ -396,6 +400,7 @@ func TestSpendLimitCannotBeOutrun(t *testing.T) {
 // restarts it on the same store, and checks that no debit the store had acknowledged is lost,
 // none is counted twice, and credits still equal balance plus recorded spend, exactly.
 func TestKill9UnderLoadKeepsTheBooks(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, NoRecord: true})
 	dir := t.TempDir()
 	body := pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1")
@@ -480,6 +485,7 @@ func TestKill9UnderLoadKeepsTheBooks(t *testing.T) {
 // an error answer releases its hold and leaves no record, while the next answer is billed to the
 // provider that served it.
 func TestProviderErrorsAreNotBilled(t *testing.T) {
+	t.Parallel()
 	g, fake := startPriced(t, fakeupstream.Options{})
 	ctx := context.Background()
 	if err := g.NewAccount(ctx, "acme", "25"); err != nil {

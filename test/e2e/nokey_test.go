@@ -26,6 +26,7 @@ const noProviderMessage = "the provider could not be reached (upstream connect e
 // gpt-4o-mini with is_ready false, and answers chat (whole and streamed) with 503
 // upstream_unavailable whose message says what the client can do; the README says all of it.
 func TestDefaultConfigWithoutProviders(t *testing.T) {
+	t.Parallel()
 	if c, err := net.DialTimeout("tcp", localModelServer, time.Second); err == nil {
 		c.Close()
 		t.Fatalf("a server listens on %s: this test pins the gateway with no local model server; stop it (e.g. ollama) for the test", localModelServer)

@@ -49,6 +49,7 @@ func (g *gateway) overageMetric(provider string) string {
 // the record keeps $99.50 as overage, the account keeps $1.40 of its $2, the key stops at its
 // limit (the next create is refused by it).
 func TestOverReportedVideoIsBilledItsHold(t *testing.T) {
+	t.Parallel()
 	g, _ := startDashScope(t, `{request: "0.1", duration: "0.1"}`)
 	if err := g.NewAccount(context.Background(), "acme", "2"); err != nil {
 		t.Fatal(err)
@@ -93,6 +94,7 @@ func TestOverReportedVideoIsBilledItsHold(t *testing.T) {
 // for an answer capped at 10 ($2.0001 and more) is billed the request's hold, a whole answer
 // and a stream alike; the account, holding less than one such report, never goes negative.
 func TestOverReportedChatIsBilledItsHold(t *testing.T) {
+	t.Parallel()
 	g, fake := startPriced(t, fakeupstream.Options{})
 	ctx := context.Background()
 	if err := g.NewAccount(ctx, "acme", "0.01"); err != nil {

@@ -22,6 +22,7 @@ import (
 // it to one. Read from Go's own go_sched_gomaxprocs_threads on /metrics. An explicit
 // GOMAXPROCS in the environment pins it instead.
 func TestGomaxprocsFollowsLoad(t *testing.T) {
+	// Runs alone (no t.Parallel): it reads the CPUs the gateway uses.
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, NoRecord: true})
 	g := startGateway(t, catalog(fake.URL())+fmt.Sprintf("admin: {token: %q}\n", metricsToken), "FAKE_PROVIDER_KEY="+providerKey)
 	key := g.newKey("acme")
@@ -69,6 +70,7 @@ func TestGomaxprocsFollowsLoad(t *testing.T) {
 // is 64 workers, each with its own connections to every provider and to ext_proc.
 // envoy.concurrency sets it. Read from Envoy's own server.concurrency gauge.
 func TestEnvoyWorkersFollowTheCPUs(t *testing.T) {
+	// Runs alone (no t.Parallel): it reads the CPUs Envoy uses.
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, NoRecord: true})
 	body := catalog(fake.URL()) + fmt.Sprintf("admin: {token: %q}\n", metricsToken)
 	workers := func(g *gateway) int {

@@ -20,6 +20,7 @@ var alarming = regexp.MustCompile(`level=(WARN|ERROR)|\]\[(warning|error|critica
 // prints no warning or error at all, from Tollway or Envoy (every stop printed Envoy's
 // "gRPC config stream to tollway_xds closed: 13" warning).
 func TestCleanStopIsQuiet(t *testing.T) {
+	// Runs alone (no t.Parallel): any warning fails it, and a loaded machine makes some (health checks late).
 	for _, c := range []struct {
 		sig  syscall.Signal
 		send func(*gateway, syscall.Signal) error

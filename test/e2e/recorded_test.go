@@ -46,6 +46,7 @@ func or0(s string) string {
 // retries (401, 408, 429, 5xx) are left out: the fake replays once, and the retry would get its
 // ordinary answer. recorded.KnownFailing applies here too: those recordings must still fail.
 func TestRecorded(t *testing.T) {
+	t.Parallel()
 	recs, real, err := recorded.Corpus()
 	if err != nil {
 		t.Fatal(err)

@@ -53,6 +53,7 @@ var uuid = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a
 // of other tenants' records) or with characters outside visible ASCII is refused with a fresh
 // id in both the header and the body; a valid one is kept.
 func TestRequestIDIsBounded(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
 	for _, id := range []string{strings.Repeat("r", 40<<10), strings.Repeat("r", 129), "has space", "caf\u00e9"} {
@@ -90,6 +91,7 @@ func TestRequestIDIsBounded(t *testing.T) {
 // JSON) and at most 32 MiB, whether its size is declared or not (413 before the provider, which
 // used to get bodies of 32-40 MiB and answer its own 413).
 func TestMediaTypeAndSizeLimits(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
 	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
@@ -129,6 +131,7 @@ func TestMediaTypeAndSizeLimits(t *testing.T) {
 // TestInternalHeadersNeverReachProviders: x-tollway-* and x-envoy-* headers a client sends are
 // removed on the way in, and nothing of Tollway's or Envoy's own reaches the provider.
 func TestInternalHeadersNeverReachProviders(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
 	sent := map[string]string{
@@ -164,6 +167,7 @@ func TestInternalHeadersNeverReachProviders(t *testing.T) {
 // catalog id the client can send again (it used to be the provider's name for it, which is in
 // x-tollway-upstream-model), with billing on and off.
 func TestAnswersNameTheCatalogModel(t *testing.T) {
+	t.Parallel()
 	for _, billing := range []bool{true, false} {
 		t.Run(fmt.Sprintf("billing=%v", billing), func(t *testing.T) {
 			opts := fakeupstream.Options{APIKey: providerKey, ChunkDelay: time.Millisecond}
@@ -218,6 +222,7 @@ func TestAnswersNameTheCatalogModel(t *testing.T) {
 // provider, the catalog is_ready false until the provider answers again; a chain still falls
 // back to the next provider.
 func TestProviderRefusesTheGatewaysKey(t *testing.T) {
+	t.Parallel()
 	first := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	second := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, Name: "second"})
 	cfg := fmt.Sprintf(`providers:
@@ -286,6 +291,7 @@ models:
 // which used to reach the client as its own mistake and was not retried. It is a refused
 // credential like any provider's 401: 502 upstream_auth_failed, and a chain falls back.
 func TestGeminiBadKeyIsACredentialRefusal(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	cfg := fmt.Sprintf(`providers:
   - {name: gem, type: gemini, base_url: %s, api_key: "${WRONG_KEY}"}
@@ -332,6 +338,7 @@ func (r *pausedReader) Read(p []byte) (int, error) {
 // pauses longer than that between chunks is still read whole (ext_proc asks Envoy for up to 60 s
 // after each chunk of a body still being read) instead of failing as the gateway's fault.
 func TestSlowUploadIsRead(t *testing.T) {
+	t.Parallel()
 	g, fake := startWithFake(t, fakeupstream.Options{})
 	key := g.newKey("acme")
 	text := strings.Repeat("slow ", 40<<10) // 200 KiB

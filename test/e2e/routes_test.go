@@ -73,6 +73,7 @@ func (f *routeFixture) ask(t *testing.T, body string) (int, string, string, stri
 const hi = `"messages":[{"role":"user","content":"hello there"}]`
 
 func TestFallbackInsideOneRequest(t *testing.T) {
+	t.Parallel()
 	f := startRoutes(t)
 
 	// A provider that refuses connections: the model's next provider answers the same request.
@@ -120,6 +121,7 @@ func TestFallbackInsideOneRequest(t *testing.T) {
 }
 
 func TestModeMappingAndRouteErrors(t *testing.T) {
+	t.Parallel()
 	f := startRoutes(t)
 	for mode, want := range map[string]string{`"fast"`: "backup", `"deep"`: "primary", "null": "primary"} {
 		code, body, _, model := f.ask(t, `{"model":"route:tiers","route_mode":`+mode+`,`+hi+`}`)
@@ -151,6 +153,7 @@ func TestModeMappingAndRouteErrors(t *testing.T) {
 
 // TestRoutesWithTheOpenAISDK sends route and route_mode in extra_body, as spec rule 4.1.6 says.
 func TestRoutesWithTheOpenAISDK(t *testing.T) {
+	t.Parallel()
 	python := os.Getenv("TOLLWAY_PYTHON")
 	if python == "" {
 		python = filepath.Join(repoRoot, "tools", "venv", "bin", "python")
@@ -184,6 +187,7 @@ print("ok")
 // a stream runs on one of them: the stream is not dropped, later requests see the change, and the
 // list shows health and per-route usage.
 func TestRoutesAdminAndLiveEdits(t *testing.T) {
+	t.Parallel()
 	f := startRoutes(t)
 	out, err := f.g.cli("routes", "create", "Night Shift", "--rule", "priority_fallback", "--models", "backup,primary")
 	if err != nil || !strings.Contains(out, "route:night-shift") {
@@ -239,6 +243,7 @@ func TestRoutesAdminAndLiveEdits(t *testing.T) {
 // shape; a request Anthropic cannot express is the client's 400; a prompt Gemini blocks is a 400
 // content_filter, never a half answer.
 func TestFallbackAcrossProviderAPIs(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{Name: "native", APIKey: providerKey})
 	body := fmt.Sprintf(`providers:
   - {name: claude, type: anthropic, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
@@ -301,6 +306,7 @@ routes:
 // TestFallbackOnResetAndTimeout: a provider that drops the connection before answering, and one
 // that stays silent past routing.attempt_timeout, both give way to the next provider.
 func TestFallbackOnResetAndTimeout(t *testing.T) {
+	t.Parallel()
 	a := fakeupstream.Start(t, fakeupstream.Options{Name: "a", APIKey: providerKey})
 	c := fakeupstream.Start(t, fakeupstream.Options{Name: "c", APIKey: providerKey})
 	body := fmt.Sprintf(`routing: {attempt_timeout: 500ms}

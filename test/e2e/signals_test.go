@@ -55,6 +55,7 @@ func waitExit(t *testing.T, g *gateway, within time.Duration) {
 // group (a closed terminal sends SIGHUP the same way). Envoy has a group of its own, so only
 // Tollway gets it and drains Envoy: the open stream finishes with [DONE] and Tollway exits 0.
 func TestInterruptToGroupDrainsStream(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, ChunkDelay: 100 * time.Millisecond})
@@ -84,6 +85,7 @@ func TestInterruptToGroupDrainsStream(t *testing.T) {
 // TestSecondSignalStopsAtOnce: a second signal during the drain stops at once, cutting what is
 // still open, and says so.
 func TestSecondSignalStopsAtOnce(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, ChunkDelay: 200 * time.Millisecond})
 	g := startWith(t, harness.Options{Body: catalog(fake.URL()), Env: []string{"FAKE_PROVIDER_KEY=" + providerKey}, OwnGroup: true, Drain: 60 * time.Second})
 	resp, sc := slowStream(t, g, 200) // 40 s of stream, well inside the drain timeout
@@ -117,6 +119,7 @@ func runDirs(t *testing.T, tmp string) []string {
 // TestRunDirRemovedOnEveryExit: the run directory (sockets, bootstrap) goes away on a normal
 // exit; after kill -9 it stays, and the next start removes it, but never a live gateway's.
 func TestRunDirRemovedOnEveryExit(t *testing.T) {
+	t.Parallel()
 	tmp := shortTempDir(t)
 	start := func() *gateway {
 		return startWith(t, harness.Options{Env: []string{"TMPDIR=" + tmp}})

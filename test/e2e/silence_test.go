@@ -15,6 +15,7 @@ import (
 // (upstream_timeout, the request id) after what was sent, and no [DONE]; the request is billed
 // from what was sent, like a cut stream.
 func TestSilentProviderMidStreamEndsWithAnError(t *testing.T) {
+	// Runs alone (no t.Parallel): it times a provider's silence.
 	hold := make(chan struct{})
 	t.Cleanup(func() { close(hold) })
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, Hold: hold, HoldAfter: 2})

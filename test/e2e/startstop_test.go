@@ -40,6 +40,7 @@ const noKeyProvider = `  - {name: nokey, type: openai, base_url: "https://127.0.
 // the gateway (Envoy used to reject its chain cluster); it is listed with is_ready false and
 // answers 503 model_unavailable, at start and when added by a reload.
 func TestModelWithoutCredentialStarts(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	body := catalog(fake.URL()) + "  - {id: orphan, providers: [{provider: nokey, model: x}]}\n"
 	body = strings.Replace(body, "models:\n", noKeyProvider+"models:\n", 1)
@@ -81,6 +82,7 @@ func TestModelWithoutCredentialStarts(t *testing.T) {
 // TestEmptyCatalogStarts: a gateway with no providers and no models starts at once, then takes
 // a provider and a model through the admin API and serves a chat request.
 func TestEmptyCatalogStarts(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	g := startGateway(t, "")
 	if d := time.Since(start); d > 20*time.Second {

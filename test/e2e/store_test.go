@@ -21,6 +21,7 @@ import (
 // refuses a store a running gateway holds, and on a stopped gateway shrinks the file without
 // changing a byte of what the admin API shows.
 func TestStoreRetentionAndCompact(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, NoRecord: true})
 	dir := t.TempDir()
 	body := pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1")

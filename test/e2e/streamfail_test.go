@@ -77,6 +77,7 @@ func streamEvents(t *testing.T, resp *http.Response) []string {
 // finish_reason or [DONE], and is billed from what was sent; a stream without usageMetadata
 // gives a client that asked for usage an estimated usage chunk, billed exactly as it says.
 func TestProviderFailuresInsideStreams(t *testing.T) {
+	t.Parallel()
 	base := startRecordedGemini(t)
 	g := startGateway(t, fmt.Sprintf(`providers:
   - {name: google, type: gemini, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}

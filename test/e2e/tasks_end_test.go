@@ -79,6 +79,7 @@ func failedWith(t *testing.T, obj map[string]any, code string, words ...string) 
 // with task_timeout about 8 s after its stored created_at, its hold released (available back
 // to the balance, nothing billed, no usage record), its callback delivered.
 func TestTaskTimesOutAtMaxAge(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	sink := newCallbackSink(t)
 	dir := t.TempDir()
@@ -131,6 +132,7 @@ func TestTaskTimesOutAtMaxAge(t *testing.T) {
 // either: after 3 answers in a row spanning tasks.unknown_grace (5 s here) it fails with
 // task_expired_or_unknown, its hold released and its callback sent.
 func TestUnknownTaskEndsAsExpired(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	sink := newCallbackSink(t)
 	g := startGateway(t, mediaConfig("tasks: {unknown_grace: 5s}", fake.MiniMaxURL(), fake.DashScopeURL()), "FAKE_PROVIDER_KEY="+providerKey)
@@ -170,6 +172,7 @@ func TestUnknownTaskEndsAsExpired(t *testing.T) {
 // signed URL (an hour here, not 24 h), and for a URL without a signature 24 h after end_time,
 // which DashScope writes in Beijing time (read as UTC it was 8 hours late).
 func TestDashScopeVideoExpiresAtItsURL(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, mediaConfig("", fake.MiniMaxURL(), fake.DashScopeURL()), "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "acme", "1"); err != nil {
@@ -205,6 +208,7 @@ func TestDashScopeVideoExpiresAtItsURL(t *testing.T) {
 // refused the key (not that none is configured). Once the key works again, a create reaches the
 // provider within the retry schedule (15 s) and succeeds; a config reload retries at once.
 func TestMediaProviderRefusalClears(t *testing.T) {
+	t.Parallel()
 	mm := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	ds := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, mediaConfig("", mm.MiniMaxURL(), ds.DashScopeURL()), "FAKE_PROVIDER_KEY="+providerKey)

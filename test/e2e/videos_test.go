@@ -56,6 +56,7 @@ func (g *gateway) call(method, key, path, body string) (int, http.Header, map[st
 // request + duration prices, hidden from another account, its callbacks delivered signed; and
 // every validation refusal a 400 that names the problem before any provider call.
 func TestVideoTaskThroughEnvoy(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	broken := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	var mu sync.Mutex
@@ -160,6 +161,7 @@ models:
 // TestVideoTaskSurvivesRestart: a task created before a restart is found after it, polling
 // resumes, and it is billed once, its credits held again meanwhile.
 func TestVideoTaskSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	dir := t.TempDir()
 	body := v1Config(fake)
@@ -194,6 +196,7 @@ func TestVideoTaskSurvivesRestart(t *testing.T) {
 // against a V1 model, to completion, and its errors; and against a V2 model with the prompt
 // videos.create requires (no openai.omit), which DashScope gets as input.prompt.
 func TestOpenAIPythonSDKVideos(t *testing.T) {
+	t.Parallel()
 	python := os.Getenv("TOLLWAY_PYTHON")
 	if python == "" {
 		python = filepath.Join(repoRoot, "tools", "venv", "bin", "python")
@@ -229,6 +232,7 @@ func checkSDKPromptReachedDashScope(t *testing.T, fake *fakeupstream.Server) {
 // TestVideoCreateAsForm: videos.create sent as multipart/form-data (as OpenAI SDKs do when the
 // request carries a file) creates the same task as JSON.
 func TestVideoCreateAsForm(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, fmt.Sprintf(`providers:
   - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
@@ -278,6 +282,7 @@ func (g *gateway) postForm(key, path string, fields map[string]string) {
 // header, polled to SUCCEEDED, billed on the duration DashScope reports; V2's rules refused
 // before any provider call.
 func TestDashScopeVideoTask(t *testing.T) {
+	t.Parallel()
 	g, fake := startDashScope(t, `{request: "0.01", duration: "0.1"}`)
 	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
 		t.Fatal(err)
@@ -329,6 +334,7 @@ models:
 // checks the gateway's JWT, runs the model named in model_name, and the task completes and is
 // billed on Kling's durations; a Kling provider whose key pair is missing cannot take traffic.
 func TestKlingVideoTask(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{KlingAccessKey: "ak-test", KlingSecretKey: "sk-test-secret"})
 	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
 providers:
@@ -372,6 +378,7 @@ models:
 // TestOpenAINodeSDKVideos: the official Node SDK's videos.create and videos.retrieve against a
 // V1 model, to completion, and its errors; and against a V2 model with its top-level prompt.
 func TestOpenAINodeSDKVideos(t *testing.T) {
+	t.Parallel()
 	dir := os.Getenv("TOLLWAY_NODE_DIR")
 	if dir == "" {
 		dir = filepath.Join(repoRoot, "test", "clients", "node")
@@ -413,6 +420,7 @@ models:
 // loopback callback_url refused at creation before the reload is accepted after it, and its
 // deliveries (checked again at every connection) reach the receiver.
 func TestCallbackAllowListFollowsReload(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	var delivered sync.WaitGroup
 	delivered.Add(1)
@@ -457,6 +465,7 @@ func TestCallbackAllowListFollowsReload(t *testing.T) {
 // Envoy's ext_proc message timeout (5 s) does not fail the create: ext_proc extends that
 // timeout for the create (override_message_timeout).
 func TestSlowCreateOutlastsTheMessageTimeout(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	g := startGateway(t, v1Config(fake), "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
@@ -474,6 +483,7 @@ func TestSlowCreateOutlastsTheMessageTimeout(t *testing.T) {
 // TestMediaEndpointsMatchTheModelKind: a video model at /v1/images and a chat model at
 // /v1/videos are refused with the endpoint to use; a video task is not found under /v1/images.
 func TestMediaEndpointsMatchTheModelKind(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
 	cfg := strings.Replace(v1Config(fake), "models:\n", fmt.Sprintf(`  - {name: chat, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
 models:
@@ -508,6 +518,7 @@ models:
 // TestKlingVideoFormKeepsDurationAString: a form carries only text; a V3 form's duration "5"
 // stays the string Kling requires (its family says so) instead of being read as a number.
 func TestKlingVideoFormKeepsDurationAString(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{KlingAccessKey: "ak-test", KlingSecretKey: "sk-test-secret"})
 	g := startGateway(t, fmt.Sprintf(`providers:
   - {name: kling, type: kling, base_url: %s, access_key: "${KLING_AK}", secret_key: "${KLING_SK}"}
@@ -535,6 +546,7 @@ models:
 // a chat route at /v1/videos, an unknown route, a paused one and a bad mode are refused before
 // any provider call; the task names the model that ran and the route.
 func TestVideoRoutes(t *testing.T) {
+	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, KlingAccessKey: "ak-test", KlingSecretKey: "sk-test-secret"})
 	g := startGateway(t, fmt.Sprintf(`billing: {enabled: true}
 providers:

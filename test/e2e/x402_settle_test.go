@@ -150,6 +150,7 @@ func lastSettlementEvent(t *testing.T, who string, r payResult) map[string]any {
 // nothing moved on chain. A pending payment survives kill -9 of the gateway and is resolved
 // after the restart.
 func TestX402SettlementUnknown(t *testing.T) {
+	t.Parallel()
 	bed, err := harness.StartBed()
 	if err != nil {
 		t.Fatal(err)

@@ -265,6 +265,7 @@ const paidChat = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"h
 // no-store); exact moves the signed price on chain and answers with PAYMENT-RESPONSE; upto
 // moves the metered cost, not the cap; each payment is a usage record and no credits move.
 func TestX402ChatExactAndUpto(t *testing.T) {
+	t.Parallel()
 	p := startPaid(t)
 	_, pr := wantPayError(t, p.paidDo("POST", "/x402/chat-mini", paidChat, nil), 402, "payment_required")
 	accepts, _ := pr["accepts"].([]any)
@@ -523,6 +524,7 @@ func checkPaidStream(t *testing.T, who string, r payResult, scheme string) map[s
 // each payment is a usage record of x402.chat-mini. A streamed upto answer whose settlement
 // fails says so in that last event, moves nothing and leaves no record.
 func TestX402Streams(t *testing.T) {
+	t.Parallel()
 	p := startPaid(t)
 	moved := func(before *big.Int) int64 {
 		return new(big.Int).Sub(before, p.tokenBalance(p.bed.PayerAddress)).Int64()
@@ -634,6 +636,7 @@ func TestX402Streams(t *testing.T) {
 //   - An invalid body gets its 400 before any 402; an unknown slug is 404; a model outside the
 //     endpoint's models: is 403; a GET of the paid URL is 405.
 func TestX402Endpoints(t *testing.T) {
+	t.Parallel()
 	p := startPaid(t)
 	ctx := context.Background()
 	if err := p.NewAccount(ctx, "acme", "10"); err != nil {
@@ -846,6 +849,7 @@ func TestX402Endpoints(t *testing.T) {
 // nothing moved on chain); a credential with less than 6 s left, or past its validBefore
 // (402 payment_expired, the facilitator never called).
 func TestX402Credentials(t *testing.T) {
+	t.Parallel()
 	p := startPaid(t)
 	chatCalls := func() int {
 		n := 0
