@@ -92,7 +92,7 @@ deps: envoy clients browser ## Everything the tests need: Go modules, Envoy, SDK
 # slowest tests at the end. The e2e package's tests run side by side (-parallel), but those that
 # measure the machine (memory, CPUs, latency bounds), which run alone first.
 TEST_JSON     := $(BIN)/test.json
-TEST_PARALLEL ?= 4
+TEST_PARALLEL ?= 6
 
 .PHONY: test
 test: deps build ## Unit tests and real-Envoy end-to-end tests (race detector on), then each fuzz target for 3s; prints the ten slowest tests

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -42,6 +43,9 @@ const (
 type refusals struct {
 	mu     sync.Mutex
 	byName map[string]*refusal
+	// acceptedAt is when each provider last accepted the credential: a refusal that happened
+	// before it is stale news (Envoy's refusal log arrives a flush interval late) and is ignored.
+	acceptedAt map[string]time.Time
 }
 
 type refusal struct {
@@ -70,11 +74,15 @@ func (r *refusal) nextRetry() time.Time {
 	return r.last.Add(refusalRetry)
 }
 
-// refused records a refusal from provider; it reports whether to log (the first refusal, or
-// the first after refusalReminder).
+// refused records a refusal from provider that happened at now; it reports whether to log (the
+// first refusal, or the first after refusalReminder). A refusal older than the provider's last
+// acceptance changes nothing.
 func (r *refusals) refused(provider string, now time.Time) (log bool, rf refusal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if now.Before(r.acceptedAt[provider]) {
+		return false, refusal{}
+	}
 	if r.byName == nil {
 		r.byName = map[string]*refusal{}
 	}
@@ -92,11 +100,17 @@ func (r *refusals) refused(provider string, now time.Time) (log bool, rf refusal
 	return false, *cur
 }
 
-// accepted clears provider after an answer that accepted the credential; it reports whether it
-// had been refusing.
-func (r *refusals) accepted(provider string) bool {
+// accepted clears provider after an answer at now that accepted the credential; it reports
+// whether it had been refusing.
+func (r *refusals) accepted(provider string, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.acceptedAt == nil {
+		r.acceptedAt = map[string]time.Time{}
+	}
+	if now.After(r.acceptedAt[provider]) {
+		r.acceptedAt[provider] = now
+	}
 	_, was := r.byName[provider]
 	delete(r.byName, provider)
 	return was
@@ -185,9 +199,12 @@ func (s *Server) RetryRefusedProviders() {
 	}
 }
 
-// providerRefused records that provider refused the gateway's credential.
-func (s *Server) providerRefused(provider string) {
-	log, rf := s.refusals.refused(provider, time.Now())
+// providerRefused records that provider refused the gateway's credential just now.
+func (s *Server) providerRefused(provider string) { s.providerRefusedAt(provider, time.Now()) }
+
+// providerRefusedAt records that provider refused the gateway's credential at at.
+func (s *Server) providerRefusedAt(provider string, at time.Time) {
+	log, rf := s.refusals.refused(provider, at)
 	if !log {
 		return
 	}
@@ -198,7 +215,7 @@ func (s *Server) providerRefused(provider string) {
 
 // providerAnswered records an answer from provider that accepted the gateway's credential.
 func (s *Server) providerAnswered(provider string) {
-	if s.refusals.accepted(provider) {
+	if s.refusals.accepted(provider, time.Now()) {
 		s.log.Info("provider accepts the gateway's credential again", "provider", provider)
 	}
 }
@@ -229,8 +246,22 @@ func (l *RefusalLog) StreamAccessLogs(stream accesslogv3.AccessLogService_Stream
 		}
 		for _, e := range msg.GetHttpLogs().GetLogEntry() {
 			if p := e.GetCommonProperties().GetCustomTags()[ir.RefusalProviderTag]; p != "" && p != "-" {
-				l.s.providerRefused(p)
+				l.s.providerRefusedAt(p, refusedAt(e.GetCommonProperties()))
 			}
 		}
 	}
+}
+
+// refusedAt is when the attempt an entry logs was refused: when its answer's first byte came
+// (the request's start when Envoy did not time it). Entries arrive a flush interval late, after
+// answers that came later may have cleared the refusal.
+func refusedAt(c *accesslogdatav3.AccessLogCommon) time.Time {
+	if c.GetStartTime() == nil {
+		return time.Now()
+	}
+	at := c.GetStartTime().AsTime()
+	if d := c.GetTimeToFirstUpstreamRxByte(); d != nil {
+		at = at.Add(d.AsDuration())
+	}
+	return at
 }

@@ -40,10 +40,15 @@ func TestRefusedProviderIsRetriedOnASchedule(t *testing.T) {
 	if strings.Contains(why, "no API key") {
 		t.Errorf("reason %q says the key is missing", why)
 	}
-	if !r.accepted("wan") || r.has("wan") || r.reason("wan") != "" {
+	if !r.accepted("wan", t0.Add(30*time.Second)) || r.has("wan") || r.reason("wan") != "" {
 		t.Fatal("an accepted credential did not clear the refusal")
 	}
-	r.refused("wan", t0)
+	// Envoy's refusal log comes a flush interval late: a refusal from before the provider's
+	// last acceptance is stale and changes nothing.
+	if log, _ := r.refused("wan", t0.Add(29*time.Second)); log || r.has("wan") {
+		t.Fatal("a refusal older than the last acceptance made the provider refusing again")
+	}
+	r.refused("wan", t0.Add(31*time.Second))
 	r.refused("kling", t0)
 	if got := r.forgetAll(); len(got) != 2 || got[0] != "kling" || r.has("wan") {
 		t.Fatalf("a reload cleared %v", got)

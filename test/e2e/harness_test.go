@@ -2,7 +2,7 @@
 // providers on loopback, and the official SDKs as clients.
 //
 // Every test starts its own gateway, Envoy and fakes on free ports, so the tests run side by
-// side (t.Parallel; make test runs -parallel 4): most of their time is waiting on processes
+// side (t.Parallel; make test runs -parallel 6): most of their time is waiting on processes
 // and sockets, not CPU. The few that measure the machine (memory, CPUs, latency bounds) or set
 // the process environment run alone first, and say why.
 package e2e
