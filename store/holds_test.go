@@ -48,7 +48,8 @@ func TestSettlerHoldsOnlyWhatOutlivesItsBatch(t *testing.T) {
 		}
 		q.Record(r)
 	}
-	waitUntil(t, "40 records", 5*time.Second, func() bool { return count(t, s) == 40 })
+	// The counters move just after each commit is visible: wait for them too.
+	waitUntil(t, "40 records", 5*time.Second, func() bool { return count(t, s) == 40 && q.Stats().Records == 40 })
 	if rows := holdRows(t, s); len(rows) != 0 {
 		t.Fatalf("hold rows %v for requests that settled before their batch", rows)
 	}
@@ -60,7 +61,7 @@ func TestSettlerHoldsOnlyWhatOutlivesItsBatch(t *testing.T) {
 	released := rec("released", "acct", "0.3")
 	q.Hold(long, nil)
 	q.Hold(released, nil)
-	waitUntil(t, "two hold rows", 5*time.Second, func() bool { return len(holdRows(t, s)) == 2 })
+	waitUntil(t, "two hold rows", 5*time.Second, func() bool { return len(holdRows(t, s)) == 2 && q.Stats().Commits > commits })
 	if c := q.Stats().Commits; c != commits+1 {
 		t.Errorf("%d commits for two holds, want 1", c-commits)
 	}
