@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -87,11 +88,18 @@ type Server struct {
 	mu      sync.Mutex
 	version uint64           // the newest version pushed to any node
 	render  Render           // the configuration pushed last; nil before the first push
-	nodes   map[string]*node // by node id; NodeID (Tollway's own Envoy) is always there
+	nodes   map[string]*node // by node id: the connected ones, and NodeID (Tollway's own Envoy) always
+	// gone are the nodes that left last (their last stream closed), newest last, at most
+	// maxGoneNodes: forgotten (no snapshot, never rendered again), kept for status only.
+	gone    []*node
 	streams map[int64]string // ADS stream -> node id
 	changed chan struct{}    // closed and replaced on every ACK/NACK
 	obs     Observer         // nil: nobody listens
 }
+
+// maxGoneNodes bounds the nodes that left kept for status: each pod of a sidecar Deployment has
+// its own node id, so every rollout brings new ones.
+const maxGoneNodes = 64
 
 // Observer hears of configuration delivery (metrics). Its methods are called with the server's
 // lock held and must be quick; they must not call back into the server.
@@ -149,7 +157,7 @@ func (s *Server) Status() Status {
 	st := Status{Version: s.version}
 	var anyAccepted uint64
 	first := true
-	for _, n := range s.nodes {
+	for n := range s.known() {
 		anyAccepted = max(anyAccepted, n.AcceptedVersion)
 		if n.streams > 0 {
 			st.Connected = true
@@ -171,12 +179,30 @@ func (s *Server) Status() Status {
 	return st
 }
 
-// Nodes returns every node that ever connected (and Tollway's own), sorted by id.
+// known yields every node status knows of: the connected ones, Tollway's own, and those that
+// left last (gone). Callers hold mu.
+func (s *Server) known() iter.Seq[*node] {
+	return func(yield func(*node) bool) {
+		for _, n := range s.nodes {
+			if !yield(n) {
+				return
+			}
+		}
+		for _, n := range s.gone {
+			if !yield(n) {
+				return
+			}
+		}
+	}
+}
+
+// Nodes returns the connected nodes, Tollway's own, and the last nodes that left (at most
+// maxGoneNodes, shown disconnected), sorted by id.
 func (s *Server) Nodes() []NodeStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]NodeStatus, 0, len(s.nodes))
-	for _, n := range s.nodes {
+	out := make([]NodeStatus, 0, len(s.nodes)+len(s.gone))
+	for n := range s.known() {
 		ns := n.NodeStatus
 		ns.Connected = n.streams > 0
 		out = append(out, ns)
@@ -308,7 +334,7 @@ func (s *Server) acceptedLocked(v uint64) bool {
 	}
 	if !anyConnected {
 		// Nobody to wait for now: done if a node accepted it before.
-		for _, n := range s.nodes {
+		for n := range s.known() {
 			if n.AcceptedVersion >= v {
 				return true
 			}
@@ -320,7 +346,7 @@ func (s *Server) acceptedLocked(v uint64) bool {
 
 // rejectionSince returns the rejection a node recorded for version v or later. Callers hold mu.
 func (s *Server) rejectionSince(v uint64) error {
-	for _, n := range s.nodes {
+	for n := range s.known() {
 		if n.LastRejection != "" && n.rejectedVersion >= v {
 			return fmt.Errorf("%w (snapshot %d, node %s): %s", ErrRejected, n.rejectedVersion, n.ID, n.LastRejection)
 		}
@@ -338,9 +364,27 @@ func (s *Server) onClosed(id int64, _ *corev3.Node) {
 		n.streams--
 		if n.streams == 0 {
 			s.log.Info("envoy node disconnected", "node", n.ID)
+			s.forget(n)
 		}
 	}
 	delete(s.streams, id)
+}
+
+// forget drops a node whose last stream closed: its snapshot leaves the cache and no push
+// renders it again; a node that comes back is rendered afresh (attach). Tollway's own node
+// stays: its Envoy is the gateway's, and gets its snapshot before it connects. The node's
+// status is kept among the last maxGoneNodes that left. Callers hold mu.
+func (s *Server) forget(n *node) {
+	if n.ID == NodeID {
+		return
+	}
+	delete(s.nodes, n.ID)
+	s.cache.ClearSnapshot(n.ID)
+	n.acked, n.current, n.lastGood = nil, nil, nil
+	if len(s.gone) == maxGoneNodes {
+		s.gone = slices.Delete(s.gone, 0, 1)
+	}
+	s.gone = append(s.gone, n)
 }
 
 // attach learns which node a stream serves from its first request; a node seen for the first
@@ -362,6 +406,7 @@ func (s *Server) attach(streamID int64, req *discoveryv3.DiscoveryRequest) *node
 		if n == nil {
 			n = newNode(Node{ID: pn.GetId()})
 			s.nodes[n.ID] = n
+			s.gone = slices.DeleteFunc(s.gone, func(g *node) bool { return g.ID == n.ID })
 		}
 		n.Listen, n.lastGood = listen, nil
 		if s.render != nil {
