@@ -475,7 +475,7 @@ func (s *Server) TaskCatalog() tasks.Catalog { return s.runtime.Load() }
 // RestoreTaskHolds holds again, after a start, what running tasks held before: their credits
 // stay reserved until they are billed. A hold the balance no longer covers is kept at zero (the
 // task is still billed when it completes).
-func (s *Server) RestoreTaskHolds(st *store.Store) (int, error) {
+func (s *Server) RestoreTaskHolds(st store.Tasks) (int, error) {
 	b := s.billing
 	if b == nil || s.tasks == nil {
 		return 0, nil

@@ -54,7 +54,7 @@ func (x *exchange) useCredential(cred x402.Credential) *APIError {
 	if !x.s.paying.take(key) {
 		return errPaymentInProgress
 	}
-	err := x.s.payments.Load().Claim(key, cred.KeepUntil())
+	err := x.s.payments.Load().Credentials.ClaimCredential(key, cred.KeepUntil())
 	if err == nil {
 		x.pay.inUse = key
 		return nil

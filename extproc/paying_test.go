@@ -10,7 +10,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/x402"
-	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 )
 
 // TestCredentialInUse: a credential is one request's from its claim until that request ends: a
@@ -18,7 +18,7 @@ import (
 // payment_already_used; of many concurrent copies exactly one gets it. Claims go to a real
 // bbolt store.
 func TestCredentialInUse(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "t.db"))
+	st, err := bbolt.Open(filepath.Join(t.TempDir(), "t.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestCredentialInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := &Server{}
-	srv.SetPayments(&Payments{Offers: offers, Claim: st.ClaimCredential})
+	srv.SetPayments(&Payments{Offers: offers, Credentials: st})
 	newExchange := func() *exchange {
 		x := &exchange{s: srv, pay: &payState{slug: "chat", offer: offers["chat"]}}
 		x.pay.offered, _ = offers["chat"].Requirements(decimal.Zero)

@@ -47,8 +47,9 @@ var (
 type Payments struct {
 	Offers      map[string]*x402.Offer // by slug
 	Facilitator *x402.Facilitator      // its Timeout bounds each call (Envoy is told to wait)
-	// Claim records a credential as used, durably, failing with store.ErrExists when it is.
-	Claim func(key string, until time.Time) error
+	// Credentials records a credential as used, durably, failing with store.ErrExists when
+	// it is.
+	Credentials store.Credentials
 	// Settlements resolves settlements whose outcome was unknown when the result went out
 	// (one for the server's life: every reload passes the same); nil: they stay pending.
 	Settlements *Settlements

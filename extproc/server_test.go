@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -78,7 +79,7 @@ func TestAuthenticate(t *testing.T) {
 // TestAuthenticateStoreKeys runs real store keys through Compile: created keys work, revoked and
 // rotated-away secrets do not.
 func TestAuthenticateStoreKeys(t *testing.T) {
-	s, err := store.Open(filepath.Join(t.TempDir(), "t.db"))
+	s, err := bbolt.Open(filepath.Join(t.TempDir(), "t.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,11 +35,10 @@ const (
 	SettleUnpaid  = "unpaid"  // a pending one that never settled
 )
 
-// SettlementStore is what Settlements keeps pending settlements in (the bbolt store).
+// SettlementStore is what Settlements keeps pending settlements in, and settles the records of
+// requests whose own record never reached the store (Resume).
 type SettlementStore interface {
-	AddPendingPayment(store.PendingPayment) error
-	PendingPayments() ([]store.PendingPayment, error)
-	ResolvePayment(requestID string, r store.PaymentResolution) error
+	store.Payments
 	SettleBatch([]store.UsageRecord) []error
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 )
 
 // fakeFacilitator answers /settle with what answer says (status, body); it counts the calls.
@@ -80,7 +81,7 @@ func (o *outcomes) String() string {
 }
 
 // running starts Settlements over st with fac until the test ends.
-func running(t *testing.T, st *store.Store, fac *x402.Facilitator, now func() time.Time) (*Settlements, *outcomes) {
+func running(t *testing.T, st *bbolt.Store, fac *x402.Facilitator, now func() time.Time) (*Settlements, *outcomes) {
 	s := NewSettlements(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if now != nil {
 		s.Now = now
@@ -98,8 +99,8 @@ func running(t *testing.T, st *store.Store, fac *x402.Facilitator, now func() ti
 	return s, o
 }
 
-func openStore(t *testing.T, path string) *store.Store {
-	st, err := store.Open(path)
+func openStore(t *testing.T, path string) *bbolt.Store {
+	st, err := bbolt.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func openStore(t *testing.T, path string) *store.Store {
 }
 
 // payment is record id's payment as stored, once its status is want (nil after 10 s).
-func payment(t *testing.T, st *store.Store, id, want string) *store.Payment {
+func payment(t *testing.T, st *bbolt.Store, id, want string) *store.Payment {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -10,8 +10,25 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
-	bolt "go.etcd.io/bbolt"
 )
+
+// Key is an API key record. Only the SHA-256 of the secret is stored.
+type Key struct {
+	ID        string     `json:"id"`
+	Hash      string     `json:"hash"`
+	Prefix    string     `json:"prefix"` // first characters of the secret, to recognise a key in lists
+	Account   string     `json:"account"`
+	Name      string     `json:"name,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	// MonthlyLimit caps the key's spend per UTC calendar month; nil means no limit.
+	MonthlyLimit *decimal.Decimal `json:"monthly_limit,omitempty"`
+	// Models the key may use (catalog model ids or route names); nil or empty means all.
+	Models []string `json:"models,omitempty"`
+	// LastUsedAt is when the key last authenticated a request, to the second, as the gateway
+	// last saved it (at most once a minute: SetKeysUsed); nil: never.
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+}
 
 // KeyPrefix starts every API key, as the spec writes them: ale-<key>.
 const KeyPrefix = "ale-"
@@ -58,34 +75,27 @@ type KeyOptions struct {
 	Models []string
 }
 
-// CreateKey makes a key for account and returns its record and the secret, which is shown once
-// and never stored. The account must exist (CreateAccount); otherwise the error wraps ErrNotFound
-// and says how to create it. Invalid options wrap ErrInvalid.
-func (s *Store) CreateKey(account string, opts KeyOptions) (Key, string, error) {
+// NewKey makes the record of a new key for account, and its secret (shown once, never
+// stored), checking opts; an implementation's CreateKey stores it once the account is found.
+// Invalid options wrap ErrInvalid.
+func NewKey(account string, opts KeyOptions, now time.Time) (Key, string, error) {
 	if account == "" {
-		return Key{}, "", errorOf(ErrInvalid, "store: a key needs an account")
+		return Key{}, "", Errorf(ErrInvalid, "store: a key needs an account")
 	}
-	if err := validAccountID(account); err != nil {
+	if err := ValidAccountID(account); err != nil {
 		return Key{}, "", err
 	}
 	var limit *decimal.Decimal
 	if opts.MonthlyLimit != nil {
 		if opts.MonthlyLimit.Sign() < 0 {
-			return Key{}, "", errorOf(ErrInvalid, "monthly limit %s is negative", opts.MonthlyLimit)
+			return Key{}, "", Errorf(ErrInvalid, "monthly limit %s is negative", opts.MonthlyLimit)
 		}
 		l := *opts.MonthlyLimit
 		limit = &l
 	}
-	var models []string
-	seen := make(map[string]bool, len(opts.Models))
-	for _, m := range opts.Models {
-		if m == "" {
-			return Key{}, "", errorOf(ErrInvalid, "a key's model list has an empty model id")
-		}
-		if !seen[m] {
-			seen[m] = true
-			models = append(models, m)
-		}
+	models, err := modelList(opts.Models)
+	if err != nil {
+		return Key{}, "", err
 	}
 	id, err := newID()
 	if err != nil {
@@ -95,66 +105,91 @@ func (s *Store) CreateKey(account string, opts KeyOptions) (Key, string, error) 
 	if err != nil {
 		return Key{}, "", err
 	}
-	k := withSecret(Key{
-		ID: id, Account: account, Name: opts.Name, CreatedAt: time.Now().UTC(),
+	return withSecret(Key{
+		ID: id, Account: account, Name: opts.Name, CreatedAt: now.UTC(),
 		MonthlyLimit: limit, Models: models,
-	}, secret)
-	err = s.update(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketAccounts).Get([]byte(account)) == nil {
-			return errorOf(ErrNotFound, "account %q does not exist; create it with: tollway accounts create %s --credits N", account, account)
+	}, secret), secret, nil
+}
+
+// AccountMissing is the error of a key created for an account that does not exist: it says how
+// to create it.
+func AccountMissing(account string) error {
+	return Errorf(ErrNotFound, "account %q does not exist; create it with: tollway accounts create %s --credits N", account, account)
+}
+
+// modelList is a key's model list without repeats; an empty id wraps ErrInvalid.
+func modelList(ms []string) ([]string, error) {
+	var list []string
+	seen := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		if m == "" {
+			return nil, Errorf(ErrInvalid, "a key's model list has an empty model id")
 		}
-		return putJSON(tx.Bucket(bucketKeys), k.ID, k)
-	})
-	if err != nil {
-		return Key{}, "", err
+		if !seen[m] {
+			seen[m] = true
+			list = append(list, m)
+		}
 	}
-	return k, secret, nil
+	return list, nil
 }
 
-// RevokeKey marks a key revoked; requests with it fail from the next runtime snapshot on.
-func (s *Store) RevokeKey(id string) (Key, error) {
-	return s.updateKey(id, func(k *Key) (string, error) {
-		if k.RevokedAt == nil {
-			now := time.Now().UTC()
-			k.RevokedAt = &now
-		}
-		return "", nil
-	})
+// Revoke marks k revoked at now, unless it already is.
+func (k *Key) Revoke(now time.Time) {
+	if k.RevokedAt == nil {
+		at := now.UTC()
+		k.RevokedAt = &at
+	}
 }
 
-// RotateKey replaces a key's secret, keeping its id, account and name; the old secret stops working.
-func (s *Store) RotateKey(id string) (Key, string, error) {
-	var secret string
-	k, err := s.updateKey(id, func(k *Key) (string, error) {
-		if k.RevokedAt != nil {
-			return "", errorOf(ErrInvalid, "key %q is revoked; create a new key instead", id)
-		}
-		var err error
-		secret, err = newSecret()
-		if err != nil {
-			return "", err
-		}
-		*k = withSecret(*k, secret)
-		return secret, nil
-	})
-	return k, secret, err
+// Rotate gives k a new secret, keeping its id, account and name, and returns the secret; a
+// revoked key wraps ErrInvalid.
+func (k *Key) Rotate() (string, error) {
+	if k.RevokedAt != nil {
+		return "", Errorf(ErrInvalid, "key %q is revoked; create a new key instead", k.ID)
+	}
+	secret, err := newSecret()
+	if err != nil {
+		return "", err
+	}
+	*k = withSecret(*k, secret)
+	return secret, nil
 }
 
-func (s *Store) updateKey(id string, fn func(*Key) (string, error)) (Key, error) {
-	var k Key
-	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketKeys)
-		v := b.Get([]byte(id))
-		if v == nil {
-			return fmt.Errorf("key %q: %w", id, ErrNotFound)
+// KeyLimitsChange says which of a key's limits change: a setting whose Set flag is false is kept.
+type KeyLimitsChange struct {
+	SetMonthlyLimit bool
+	MonthlyLimit    *decimal.Decimal // nil: no limit
+	SetModels       bool
+	Models          []string // empty: every model
+}
+
+// Check refuses a change no key may take (ErrInvalid), before any key is read.
+func (c KeyLimitsChange) Check() error {
+	if c.MonthlyLimit != nil && c.MonthlyLimit.Sign() < 0 {
+		return Errorf(ErrInvalid, "monthly limit %s is negative", c.MonthlyLimit)
+	}
+	_, err := modelList(c.Models)
+	return err
+}
+
+// Apply changes k's limits as c says. A revoked key's limits cannot change (ErrInvalid).
+func (c KeyLimitsChange) Apply(k *Key) error {
+	list, err := modelList(c.Models)
+	if err != nil {
+		return err
+	}
+	if k.RevokedAt != nil {
+		return Errorf(ErrInvalid, "key %q is revoked; its limits cannot change (create a new key instead)", k.ID)
+	}
+	if c.SetMonthlyLimit {
+		k.MonthlyLimit = nil
+		if c.MonthlyLimit != nil {
+			l := *c.MonthlyLimit
+			k.MonthlyLimit = &l
 		}
-		if err := jsonUnmarshal(v, &k); err != nil {
-			return err
-		}
-		if _, err := fn(&k); err != nil {
-			return err
-		}
-		return putJSON(b, id, k)
-	})
-	return k, err
+	}
+	if c.SetModels {
+		k.Models = list
+	}
+	return nil
 }

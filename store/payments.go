@@ -1,23 +1,12 @@
 package store
 
-// Pending x402 settlements: a paid request whose settlement's outcome was unknown (the
-// facilitator's answer was lost after it was sent) got its result anyway; what is needed to
-// settle it again is kept here, durably, until the outcome is known, so that a restart
-// resumes it. Its usage record says payment.status pending until ResolvePayment changes it
-// to settled or unpaid, together with the aggregates that count it.
+// x402 payments' records: pending settlements (a paid request whose settlement's outcome was
+// unknown when its result went out, kept until it is known) and single-use credentials.
 
 import (
 	"encoding/json"
-	"errors"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
-
-// bucketPendingPayments maps a usage record's request id to its PendingPayment (JSON).
-var bucketPendingPayments = []byte("x402_pending")
-
-func init() { allBuckets = append(allBuckets, bucketPendingPayments) }
 
 // PendingPayment is a settlement to learn the outcome of.
 type PendingPayment struct {
@@ -36,49 +25,28 @@ type PendingPayment struct {
 // maxPendingPayment bounds a stored entry: a credential is at most 16 KiB of base64.
 const maxPendingPayment = 64 << 10
 
-// AddPendingPayment keeps p, committed and fsynced, until ResolvePayment. Its record is not
-// written here: the request's own record follows through the settler.
-func (s *Store) AddPendingPayment(p PendingPayment) error {
+// Validate refuses (ErrInvalid) a pending payment no store may keep: its record must be valid
+// with its payment pending, and the whole at most 64 KiB of JSON. A zero record time counts as
+// now.
+func (p *PendingPayment) Validate() error {
 	rec := p.Record
 	if rec.Time.IsZero() {
 		rec.Time = time.Now()
 	}
-	if err := validateUsage(&rec); err != nil {
+	if err := rec.Validate(); err != nil {
 		return err
 	}
 	if rec.Payment == nil || rec.Payment.Status != PaymentPending {
-		return errorOf(ErrInvalid, "pending payment %q: its record's payment must be pending", ShortID(rec.RequestID))
+		return Errorf(ErrInvalid, "pending payment %q: its record's payment must be pending", ShortID(rec.RequestID))
 	}
 	v, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
 	if len(v) > maxPendingPayment {
-		return errorOf(ErrInvalid, "pending payment %q is %d bytes, over %d", ShortID(rec.RequestID), len(v), maxPendingPayment)
+		return Errorf(ErrInvalid, "pending payment %q is %d bytes, over %d", ShortID(rec.RequestID), len(v), maxPendingPayment)
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketPendingPayments).Put([]byte(rec.RequestID), v)
-	})
-}
-
-// PendingPayments lists the settlements not resolved yet (at start, to resume them). An entry
-// that does not decode is left out and reported in the error (ErrInvalid), with the others
-// listed.
-func (s *Store) PendingPayments() ([]PendingPayment, error) {
-	var out []PendingPayment
-	var bad []error
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketPendingPayments).ForEach(func(k, v []byte) error {
-			var p PendingPayment
-			if err := json.Unmarshal(v, &p); err != nil {
-				bad = append(bad, errorOf(ErrInvalid, "store: pending payment %q is damaged (%v)", ShortID(string(k)), err))
-				return nil
-			}
-			out = append(out, p)
-			return nil
-		})
-	})
-	return out, errors.Join(append(bad, err)...)
+	return nil
 }
 
 // PaymentResolution is how a pending settlement ended.
@@ -88,81 +56,31 @@ type PaymentResolution struct {
 	Reason      string
 }
 
-// ResolvePayment ends the pending settlement of the record requestID: its payment takes the
-// resolution's status, transaction and reason, the daily and route aggregates move its amount
-// from pending to paid or unpaid, and the pending entry goes, in one transaction. It fails
-// with ErrNotFound when no such record is stored yet (nothing changed); a record already
-// resolved is left as it is.
-func (s *Store) ResolvePayment(requestID string, r PaymentResolution) error {
+// Check refuses a resolution that is not settled or unpaid (ErrInvalid) and cuts its reason to
+// what a record's field holds.
+func (r *PaymentResolution) Check(requestID string) error {
 	if r.Status != PaymentSettled && r.Status != PaymentUnpaid {
-		return errorOf(ErrInvalid, "resolve payment %q: status %q is not settled or unpaid", ShortID(requestID), r.Status)
+		return Errorf(ErrInvalid, "resolve payment %q: status %q is not settled or unpaid", ShortID(requestID), r.Status)
 	}
-	r.Reason = clipBytes(r.Reason, maxNameBytes)
-	return s.db.Update(func(tx *bolt.Tx) error {
-		rec, uKey, err := recordByRequest(tx, requestID)
-		if err != nil {
-			return err
-		}
-		if rec.Payment == nil {
-			return errorOf(ErrInvalid, "resolve payment %q: the record has no payment", ShortID(requestID))
-		}
-		if rec.Payment.Status == PaymentPending {
-			if err := resolveRecord(tx, &rec, uKey, r); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket(bucketPendingPayments).Delete([]byte(requestID))
-	})
+	r.Reason = clipBytes(r.Reason, MaxNameBytes)
+	return nil
 }
 
-// recordByRequest reads the usage record of requestID and its key.
-func recordByRequest(tx *bolt.Tx, requestID string) (UsageRecord, []byte, error) {
-	var rec UsageRecord
-	at := tx.Bucket(bucketUsageByRequest).Get([]byte(requestID))
-	if len(at) < 8 {
-		return rec, nil, errorOf(ErrNotFound, "usage record %q: not found", ShortID(requestID))
-	}
-	uKey := append(append([]byte{}, at[:8]...), requestID...)
-	v := tx.Bucket(bucketUsage).Get(uKey)
-	if v == nil {
-		return rec, nil, errorOf(ErrNotFound, "usage record %q: not found (pruned)", ShortID(requestID))
-	}
-	err := decodeUsage(uKey, v, &rec)
-	return rec, uKey, err
-}
-
-// resolveRecord rewrites rec's payment as r says and moves its amount in the aggregates it
-// was counted in.
-func resolveRecord(tx *bolt.Tx, rec *UsageRecord, uKey []byte, r PaymentResolution) error {
+// Resolve rewrites rec's payment as r says when it is pending, and reports whether it did (one
+// already resolved is left as it is); a record without a payment wraps ErrInvalid.
+func (r PaymentResolution) Resolve(rec *UsageRecord) (bool, error) {
 	p := rec.Payment
+	if p == nil {
+		return false, Errorf(ErrInvalid, "resolve payment %q: the record has no payment", ShortID(rec.RequestID))
+	}
+	if p.Status != PaymentPending {
+		return false, nil
+	}
 	p.Status, p.Reason = r.Status, r.Reason
 	if r.Transaction != "" {
 		p.Transaction = r.Transaction
 	}
-	if err := validateUsage(rec); err != nil {
-		return err
-	}
-	if err := tx.Bucket(bucketUsage).Put(uKey, encodeUsage(rec)); err != nil {
-		return err
-	}
-	aggs := jsonRows[UsageTotals](tx.Bucket(bucketUsageAgg))
-	routes := jsonRows[UsageTotals](tx.Bucket(bucketUsageRoute))
-	move := func(rows *foldedRows[UsageTotals], key []byte) error {
-		t, err := rows.row(string(key), true)
-		if err == nil {
-			t.movePayment(p.AmountUSD, PaymentPending, r.Status)
-		}
-		return err
-	}
-	if err := move(&aggs, aggKey(rec.Time.Format(dayLayout), rec.KeyID, rec.Account, rec.Model)); err != nil {
-		return err
-	}
-	if rec.Route != "" {
-		if err := move(&routes, routeAggKey(rec.Route, rec.Model)); err != nil {
-			return err
-		}
-	}
-	return errors.Join(aggs.flush(), routes.flush())
+	return true, rec.Validate()
 }
 
 // clipBytes cuts s to at most n bytes, on a rune boundary.
@@ -175,3 +93,21 @@ func clipBytes(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// MaxCredentialKey bounds a credential key (x402's are under 200 bytes).
+const MaxCredentialKey = 512
+
+// CheckClaim refuses (ErrInvalid) a credential claim no store can keep: a key of 1 to
+// MaxCredentialKey bytes, kept until a time after 1970 and before 2200.
+func CheckClaim(key string, until time.Time) error {
+	switch {
+	case key == "" || len(key) > MaxCredentialKey:
+		return Errorf(ErrInvalid, "store: a credential key must be 1 to %d bytes", MaxCredentialKey)
+	case until.Unix() <= 0 || until.Year() > 2200:
+		return Errorf(ErrInvalid, "store: credential %s kept until %v: not a time the index can order", key, until)
+	}
+	return nil
+}
+
+// ErrCredentialUsed is the error of a claim of a credential already used (it wraps ErrExists).
+var ErrCredentialUsed = Errorf(ErrExists, "payment credential already used")

@@ -1,19 +1,13 @@
 package store
 
-// Retention: raw usage records and their idempotency index entries are deleted once older than
-// the retention window; daily aggregates, month spend, route usage and balances are kept for
-// good. Deletion runs in the background in small transactions, oldest records first, so the
-// writer lock the settler needs is never held for long. Each transaction deletes records with
-// their index entries, so a kill -9 at any point leaves a consistent file, and there is no
-// prune state to keep: the next pass starts again from the oldest record.
+// Retention: raw usage records, finished tasks, expired images and used payment credentials are
+// deleted in the background, in small transactions, oldest first, so that settlement is never
+// held up for long; daily aggregates, month spend, route usage and balances are kept for good.
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // PruneChunk is how many records one pruning transaction deletes by default. Deleting index
@@ -28,48 +22,6 @@ type PruneResult struct {
 	// Held is how long the transaction held the writer lock, fsync included: the longest
 	// settlement can have waited for it.
 	Held time.Duration
-}
-
-// PruneUsage deletes, in one transaction, up to limit usage records older than before (by their
-// time) with their idempotency index entries. Fewer than limit deleted means none is left.
-func (s *Store) PruneUsage(before time.Time, limit int) (PruneResult, error) {
-	var res PruneResult
-	var start time.Time
-	end := usageKey(before, "")
-	err := s.update(func(tx *bolt.Tx) error {
-		start = time.Now()
-		usage, byReq := tx.Bucket(bucketUsage), tx.Bucket(bucketUsageByRequest)
-		old := keysBefore(usage, end, limit)
-		for _, k := range old {
-			if err := usage.Delete(k); err != nil {
-				return err
-			}
-			// The index entry goes with its record (one naming another time is not this
-			// record's; a consistent file has none).
-			id := k[8:]
-			if v := byReq.Get(id); v != nil && indexPointsAt(v, k) {
-				if err := byReq.Delete(id); err != nil {
-					return err
-				}
-			}
-		}
-		res.Deleted = len(old)
-		return nil
-	})
-	if !start.IsZero() {
-		res.Held = time.Since(start)
-	}
-	return res, err
-}
-
-// keysBefore lists up to limit keys of b that sort before end, from the first.
-func keysBefore(b *bolt.Bucket, end []byte, limit int) [][]byte {
-	var out [][]byte
-	c := b.Cursor()
-	for k, _ := c.First(); k != nil && bytes.Compare(k, end) < 0 && len(out) < limit; k, _ = c.Next() {
-		out = append(out, bytes.Clone(k))
-	}
-	return out
 }
 
 // PruneOptions configure background pruning.
@@ -88,10 +40,9 @@ type PruneOptions struct {
 	Log *slog.Logger
 }
 
-// StartPruning prunes in the background until the returned stop is called (it waits for the
+// StartPruning prunes p in the background until the returned stop is called (it waits for the
 // pass under way to stop between two transactions).
-func (s *Store) StartPruning(o PruneOptions) (stop func()) {
-
+func StartPruning(p Pruner, o PruneOptions) (stop func()) {
 	if o.Every <= 0 {
 		o.Every = time.Hour
 	}
@@ -111,7 +62,7 @@ func (s *Store) StartPruning(o PruneOptions) (stop func()) {
 		tick := time.NewTicker(o.Every)
 		defer tick.Stop()
 		for {
-			s.prunePass(ctx, o)
+			prunePass(ctx, p, o)
 			select {
 			case <-ctx.Done():
 				return
@@ -123,9 +74,9 @@ func (s *Store) StartPruning(o PruneOptions) (stop func()) {
 }
 
 // prunePass deletes everything older than the window, a chunk at a time. Between chunks it
-// leaves the writer lock free for at least as long as it held it, so settlement keeps at least
+// leaves the store free for at least as long as a chunk held it, so settlement keeps at least
 // half of the store's time however much there is to prune.
-func (s *Store) prunePass(ctx context.Context, o PruneOptions) {
+func prunePass(ctx context.Context, s Pruner, o PruneOptions) {
 	if o.Retention > 0 {
 		pruneAll(ctx, o, "usage records", o.Now().Add(-o.Retention), s.PruneUsage)
 	}

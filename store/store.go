@@ -1,382 +1,202 @@
-// Package store owns Tollway's durable state in one bbolt file: the providers and models that
-// configuration and the admin API write, API keys (hashed, never in clear), and the ledger:
-// accounts with credit balances and the usage records that debit them (ledger.go).
-//
-// bbolt takes an exclusive file lock, so one process owns the file; the CLI talks to the running
-// gateway's admin API instead of opening it.
 package store
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
+	"context"
 	"time"
 
 	"github.com/shopspring/decimal"
-	bolt "go.etcd.io/bbolt"
 )
 
-// Sentinel errors; callers map them to HTTP status at their boundary.
-var (
-	ErrNotFound = errors.New("not found")
-	ErrExists   = errors.New("already exists")
-	ErrInvalid  = errors.New("invalid")
-	ErrLocked   = errors.New("store is locked by another process")
-)
+// The interfaces below are what the gateway needs of durable state, one per concern; each
+// consumer takes the smallest that covers what it uses. Store is all of them: what an
+// implementation provides, and what storetest.Run proves. Every method is safe for concurrent
+// use; a method that writes returns once what it wrote is durable (committed, fsynced), and
+// fails with an error wrapping one of this package's sentinels, never an engine's own.
 
-// kindError carries a complete message and matches one sentinel with errors.Is, so that messages
-// meant for operators do not end in ": not found".
-type kindError struct {
-	msg  string
-	kind error
+// CatalogStore holds the providers and models, and the routes, that the config file and the
+// admin API write (the xDS and ext_proc configuration is compiled from them).
+type CatalogStore interface {
+	// Catalog reads every provider, model and route at one point in time, sorted.
+	Catalog() (Catalog, error)
+	// ReplaceConfig makes the config-owned records equal to c at once: records the file no
+	// longer names are deleted, admin-owned ones are left alone unless the file names them. A
+	// stored route keeps its creation time (and so its id).
+	ReplaceConfig(c Catalog) error
+	// RestoreCatalog puts every provider, model and route back exactly as c has them (undoing
+	// a change the gateway rejected).
+	RestoreCatalog(c Catalog) error
+	PutProvider(p Provider) error
+	DeleteProvider(name string) error // ErrNotFound if absent
+	PutModel(m Model) error
+	DeleteModel(id string) error // ErrNotFound if absent
 }
 
-func (e *kindError) Error() string { return e.msg }
-func (e *kindError) Unwrap() error { return e.kind }
-
-func errorOf(kind error, format string, args ...any) error {
-	return &kindError{msg: fmt.Sprintf(format, args...), kind: kind}
+// Routes are the model routes, which the admin API also lists, writes and pauses on their own.
+type Routes interface {
+	Routes() ([]Route, error) // sorted by id
+	// PutRoute creates or replaces a route; an existing route keeps its creation time.
+	PutRoute(r Route) error
+	// SetRouteStatus pauses or resumes a route (ErrNotFound if absent).
+	SetRouteStatus(id, status string) (Route, error)
 }
 
-var (
-	bucketProviders = []byte("providers")
-	bucketModels    = []byte("models")
-	bucketKeys      = []byte("keys")
-)
-
-// allBuckets is every bucket Open creates.
-var allBuckets = [][]byte{
-	bucketProviders, bucketModels, bucketKeys, bucketRoutes,
-	bucketAccounts, bucketUsage, bucketUsageByRequest, bucketUsageAgg, bucketSpendMonth, bucketUsageRoute,
+// Keys are the API keys, stored by the hash of their secret.
+type Keys interface {
+	GetKey(id string) (Key, error) // ErrNotFound if absent
+	Keys() ([]Key, error)          // oldest first
+	// PutKey stores a key record as it is (a copy of another store's, say).
+	PutKey(k Key) error
+	// CreateKey makes a key for an existing account (else ErrNotFound, saying how to create
+	// it) and returns its record and its secret, which is shown once and never stored.
+	CreateKey(account string, opts KeyOptions) (Key, string, error)
+	RevokeKey(id string) (Key, error)
+	// RotateKey replaces a key's secret (ErrInvalid once revoked); the old one stops working.
+	RotateKey(id string) (Key, string, error)
+	// ChangeKeyLimits changes the limits c names at once, so a change of one never undoes a
+	// concurrent change of another (ErrInvalid once revoked).
+	ChangeKeyLimits(id string, c KeyLimitsChange) (Key, error)
+	// SetKeysUsed records when keys were last used (key id -> time, to the second): a time
+	// older than the stored one and an unknown id are ignored.
+	SetKeysUsed(used map[string]time.Time) error
 }
 
-// bucketFill builds a bucket that indexes older ones when a file written before it existed is
-// opened (in the transaction that creates it).
-var bucketFill = map[string]func(tx *bolt.Tx) error{}
-
-// Source says who wrote a record: the config file owns its records and replaces them on reload;
-// records written through the admin API survive reloads.
-type Source string
-
-const (
-	SourceConfig Source = "config"
-	SourceAdmin  Source = "admin"
-)
-
-// Provider is an upstream a model can be served by.
-type Provider struct {
-	Name    string `json:"name"`
-	Type    string `json:"type"`
-	BaseURL string `json:"base_url"`
-	// APIKeyRef is the credential as written in config ("${OPENAI_API_KEY}"); the resolved secret
-	// is never written to disk.
-	APIKeyRef string `json:"api_key_ref,omitempty"`
-	// AccessKeyRef and SecretKeyRef are Kling's key pair as written in config (references
-	// only, like APIKeyRef).
-	AccessKeyRef string `json:"access_key_ref,omitempty"`
-	SecretKeyRef string `json:"secret_key_ref,omitempty"`
-	CAFile       string `json:"ca_file,omitempty"`
-	Source       Source `json:"source"`
+// Accounts are the prepaid balances keys draw on.
+type Accounts interface {
+	// CreateAccount creates an account holding credits (ErrExists, ErrInvalid).
+	CreateAccount(id string, credits decimal.Decimal) (Account, error)
+	// CreditAccount adds a positive amount to a balance.
+	CreditAccount(id string, amount decimal.Decimal) (Account, error)
+	GetAccount(id string) (Account, error) // ErrNotFound if absent
+	Accounts() ([]Account, error)          // sorted by id
 }
 
-// ModelProvider maps a catalog model to one provider's model name.
-type ModelProvider struct {
-	Provider string `json:"provider" mapstructure:"provider"`
-	Model    string `json:"model" mapstructure:"model"`
-	// SupportedSamplingParameters, when set, replaces the model's list for this provider:
-	// parameters this provider does not accept for the model are removed.
-	SupportedSamplingParameters []string `json:"supported_sampling_parameters,omitempty" mapstructure:"supported_sampling_parameters"`
+// Ledger settles served requests: each usage record once per request id, with its account's
+// debit, its key's month spend and its aggregates, at once.
+type Ledger interface {
+	// SettleBatch settles recs and returns one error per record (nil: settled now or before).
+	// A record wrong in itself (ErrInvalid, an unknown account: ErrNotFound) writes nothing
+	// and does not stop the others. No settlement takes a balance below zero or a key past its
+	// monthly limit: what they cannot take is kept as the record's Overage (CapDebit). A paid
+	// record (Payment set) debits nothing.
+	SettleBatch(recs []UsageRecord) []error
+	// SettleHolds bills every hold a Recorder left that never settled (the gateway stopped
+	// first) as an estimated record with EstimateReason reason, and reports how many; a hold
+	// whose record cannot be stored is dropped and its failure returned.
+	SettleHolds(reason string) (settled int, failed []error, err error)
+	// OpenHolds is the number of holds written and not settled or ended yet.
+	OpenHolds() (int, error)
+	// MonthSpend is each key's spend in month ("2006-01", UTC): key id -> cost.
+	MonthSpend(month string) (map[string]decimal.Decimal, error)
 }
 
-// Model is a catalog entry.
-type Model struct {
-	ID                          string          `json:"id"`
-	Name                        string          `json:"name,omitempty"`
-	Providers                   []ModelProvider `json:"providers"`
-	SupportedSamplingParameters []string        `json:"supported_sampling_parameters,omitempty"`
-	InputModalities             []string        `json:"input_modalities,omitempty"`
-	OutputModalities            []string        `json:"output_modalities,omitempty"`
-	ContextLength               int64           `json:"context_length,omitempty"`
-	MaxOutputLength             int64           `json:"max_output_length,omitempty"`
-	SupportedFeatures           []string        `json:"supported_features,omitempty"`
-	// Family and Variant make a media model (spec 4.3: V1, ...); empty for chat models.
-	Family  string `json:"family,omitempty"`
-	Variant string `json:"variant,omitempty"`
-	// Pricing is kept as the JSON it was validated as (decimal strings), object or tier array.
-	Pricing json.RawMessage `json:"pricing,omitempty"`
-	Source  Source          `json:"source"`
+// Usage reads the usage records and their aggregates.
+type Usage interface {
+	// Usage sums the daily aggregates f selects, rows sorted by day, account, key, model.
+	Usage(f UsageFilter) (UsageSummary, error)
+	// UsageRecords returns the records f selects, newest first, at most limit (<= 0: all).
+	UsageRecords(f UsageFilter, limit int) ([]UsageRecord, error)
+	// UsageByRecords sums the records f (and route, when not "") selects per day, route, key,
+	// account and model.
+	UsageByRecords(f UsageFilter, route string) ([]RecordRow, error)
+	// RouteUsage is each route's usage since it was first used, by model.
+	RouteUsage() (map[string][]UsageRow, error)
+	// KeysLastUsed is when each key last settled a request, exact from the newest scanLimit
+	// records, else to the day.
+	KeysLastUsed(scanLimit int) (map[string]LastUsed, error)
 }
 
-// Key is an API key record. Only the SHA-256 of the secret is stored.
-type Key struct {
-	ID        string     `json:"id"`
-	Hash      string     `json:"hash"`
-	Prefix    string     `json:"prefix"` // first characters of the secret, to recognise a key in lists
-	Account   string     `json:"account"`
-	Name      string     `json:"name,omitempty"`
-	CreatedAt time.Time  `json:"created_at"`
-	RevokedAt *time.Time `json:"revoked_at,omitempty"`
-	// MonthlyLimit caps the key's spend per UTC calendar month; nil means no limit.
-	MonthlyLimit *decimal.Decimal `json:"monthly_limit,omitempty"`
-	// Models the key may use (catalog model ids or route names); nil or empty means all.
-	Models []string `json:"models,omitempty"`
-	// LastUsedAt is when the key last authenticated a request, to the second, as the gateway
-	// last saved it (at most once a minute: SetKeysUsed); nil: never.
-	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+// Tasks are the media tasks (videos, images).
+type Tasks interface {
+	// PutTaskChange records a new task (ErrExists if its id is taken) with what ch writes
+	// beside it, at once; errors as UpdateTask's.
+	PutTaskChange(t *Task, ch TaskChange) error
+	// GetTask reads a task with the images still kept (ErrTaskNotFound).
+	GetTask(id string) (*Task, error)
+	// UpdateTask changes a task with fn and writes what fn returns beside it, at once; fn may
+	// run again and must only change t. A usage record wrong in itself does not hold back the
+	// task: it commits and the error wraps ErrUsageNotSettled.
+	UpdateTask(id string, fn func(t *Task) (TaskChange, error)) (*Task, error)
+	// OpenTasks lists up to limit unfinished tasks in id order, after the id after.
+	OpenTasks(limit int, after string) ([]Task, error)
 }
 
-// Store is a bbolt-backed record store.
-type Store struct {
-	db     *bolt.DB
-	health health
+// Callbacks are the outbox of task callbacks (written by Tasks with the change they announce).
+type Callbacks interface {
+	// ScanDueCallbacks reads the callbacks due at now, the longest waiting first, at most scan
+	// of them: those skip(id) passes over are not decoded; the others go to take until it
+	// returns false.
+	ScanDueCallbacks(now time.Time, scan int, skip func(id string) bool, take func(Callback) bool) error
+	// AckCallback removes a delivered (or given up) callback.
+	AckCallback(c Callback) error
+	// RetryCallback puts a callback back for its next attempt (Attempt + 1) at next.
+	RetryCallback(c Callback, next time.Time) error
+	// CallbackSecret is the account's callback signing secret, made on first use.
+	CallbackSecret(account string) (string, error)
 }
 
-// Open opens (creating if needed) the bbolt file at path. A lock held by another process fails
-// after a short timeout instead of hanging.
-func Open(path string) (*Store, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("store: create directory for %s: %w", path, err)
-	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
-	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("store %s: %w (is another tollway running with this store.path?)", path, ErrLocked)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range allBuckets {
-			fresh := tx.Bucket(b) == nil
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-			if fill := bucketFill[string(b)]; fresh && fill != nil {
-				if err := fill(tx); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("store: init %s: %w", path, err)
-	}
-	return &Store{db: db}, nil
+// Payments are the x402 settlements whose outcome was unknown when their result went out.
+type Payments interface {
+	// AddPendingPayment keeps p until ResolvePayment (its record is settled separately).
+	AddPendingPayment(p PendingPayment) error
+	// PendingPayments lists those not resolved; a damaged entry is left out and reported in
+	// the error (ErrInvalid) with the others listed.
+	PendingPayments() ([]PendingPayment, error)
+	// ResolvePayment ends the pending settlement of record requestID: its payment takes r's
+	// status, its aggregates move the amount from pending, the entry goes, at once.
+	// ErrNotFound when the record is not stored yet; a record already resolved is kept.
+	ResolvePayment(requestID string, r PaymentResolution) error
 }
 
-// Close stops the watcher (Watch) and releases the file lock.
-func (s *Store) Close() error {
-	s.stopWatching()
-	return s.db.Close()
+// Credentials are x402's single-use payment credentials (their nonces).
+type Credentials interface {
+	// ClaimCredential records key as used until until, and fails with an error wrapping
+	// ErrExists when it already is: of any number of concurrent claims, one wins.
+	ClaimCredential(key string, until time.Time) error
 }
 
-// Catalog is the set of providers and models, read in one transaction.
-type Catalog struct {
-	Providers []Provider
-	Models    []Model
-	Routes    []Route
+// Pruner deletes what is past its retention, up to limit items a call (fewer: none is left).
+type Pruner interface {
+	PruneUsage(before time.Time, limit int) (PruneResult, error)       // records older than before
+	PruneTasks(before time.Time, limit int) (PruneResult, error)       // tasks finished before before
+	PruneImages(before time.Time, limit int) (PruneResult, error)      // images expired before before
+	PruneCredentials(before time.Time, limit int) (PruneResult, error) // claims kept until before
 }
 
-// ReplaceConfig makes the config-owned records equal to c in one transaction: records the file
-// no longer names are deleted, admin-owned records are left alone unless the file names them.
-func (s *Store) ReplaceConfig(c Catalog) error {
-	return s.update(func(tx *bolt.Tx) error {
-		if err := replaceSource(tx.Bucket(bucketProviders), providerRecords(c.Providers)); err != nil {
-			return err
-		}
-		if err := replaceSource(tx.Bucket(bucketModels), modelRecords(c.Models)); err != nil {
-			return err
-		}
-		rb := tx.Bucket(bucketRoutes)
-		return replaceSource(rb, routeRecords(rb, c.Routes))
-	})
+// Health says whether what the gateway writes can be made durable now; request paths read it
+// on every request, so it must cost no store round trip.
+type Health interface {
+	// Unavailable is the current outage as an error, nil while records can be made durable.
+	Unavailable() error
+	Outage() *Outage // nil while healthy
+	// ReserveState is "held", "released" (spent on what was answered when the disk filled)
+	// or "none" (no reserve is kept).
+	ReserveState() string
 }
 
-type sourced struct {
-	key string
-	val any
+// Changes tells of committed changes to the records every gateway sharing the store must follow:
+// the catalog, keys and accounts.
+type Changes interface {
+	// Subscribe delivers, in commit order, each change committed after it returns, by any
+	// process sharing the store, until ctx ends (then the channel closes). A subscriber that
+	// falls behind gets one Change per topic without an ID: re-read that topic.
+	Subscribe(ctx context.Context) <-chan Change
 }
 
-func providerRecords(ps []Provider) []sourced {
-	out := make([]sourced, len(ps))
-	for i := range ps {
-		ps[i].Source = SourceConfig
-		out[i] = sourced{ps[i].Name, ps[i]}
-	}
-	return out
-}
-
-func modelRecords(ms []Model) []sourced {
-	out := make([]sourced, len(ms))
-	for i := range ms {
-		ms[i].Source = SourceConfig
-		out[i] = sourced{ms[i].ID, ms[i]}
-	}
-	return out
-}
-
-func replaceSource(b *bolt.Bucket, recs []sourced) error {
-	keep := make(map[string]bool, len(recs))
-	for _, r := range recs {
-		keep[r.key] = true
-	}
-	var stale [][]byte
-	err := b.ForEach(func(k, v []byte) error {
-		var head struct {
-			Source Source `json:"source"`
-		}
-		if err := json.Unmarshal(v, &head); err != nil {
-			return fmt.Errorf("store: decode %s: %w", k, err)
-		}
-		if head.Source == SourceConfig && !keep[string(k)] {
-			stale = append(stale, append([]byte(nil), k...))
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, k := range stale {
-		if err := b.Delete(k); err != nil {
-			return err
-		}
-	}
-	for _, r := range recs {
-		if err := putJSON(b, r.key, r.val); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// PutProvider upserts one provider (admin API).
-func (s *Store) PutProvider(p Provider) error {
-	return s.update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketProviders), p.Name, p) })
-}
-
-// PutModel upserts one model (admin API).
-func (s *Store) PutModel(m Model) error {
-	return s.update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketModels), m.ID, m) })
-}
-
-// DeleteProvider removes a provider; ErrNotFound if absent.
-func (s *Store) DeleteProvider(name string) error { return s.delete(bucketProviders, name) }
-
-// DeleteModel removes a model; ErrNotFound if absent.
-func (s *Store) DeleteModel(id string) error { return s.delete(bucketModels, id) }
-
-func (s *Store) delete(bucket []byte, key string) error {
-	return s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucket)
-		if b.Get([]byte(key)) == nil {
-			return fmt.Errorf("%s %q: %w", bucket[:len(bucket)-1], key, ErrNotFound)
-		}
-		return b.Delete([]byte(key))
-	})
-}
-
-// Catalog reads all providers and models, sorted by name and id.
-func (s *Store) Catalog() (Catalog, error) {
-	var c Catalog
-	err := s.db.View(func(tx *bolt.Tx) error {
-		if err := eachJSON(tx.Bucket(bucketProviders), func(p Provider) { c.Providers = append(c.Providers, p) }); err != nil {
-			return err
-		}
-		if err := eachJSON(tx.Bucket(bucketModels), func(m Model) { c.Models = append(c.Models, m) }); err != nil {
-			return err
-		}
-		return eachJSON(tx.Bucket(bucketRoutes), func(r Route) { c.Routes = append(c.Routes, r) })
-	})
-	sort.Slice(c.Routes, func(i, j int) bool { return c.Routes[i].ID < c.Routes[j].ID })
-	sort.Slice(c.Providers, func(i, j int) bool { return c.Providers[i].Name < c.Providers[j].Name })
-	sort.Slice(c.Models, func(i, j int) bool { return c.Models[i].ID < c.Models[j].ID })
-	return c, err
-}
-
-// PutKey stores a new or updated key record.
-func (s *Store) PutKey(k Key) error {
-	return s.update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketKeys), k.ID, k) })
-}
-
-// GetKey returns one key record.
-func (s *Store) GetKey(id string) (Key, error) {
-	var k Key
-	err := s.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketKeys).Get([]byte(id))
-		if v == nil {
-			return fmt.Errorf("key %q: %w", id, ErrNotFound)
-		}
-		return jsonUnmarshal(v, &k)
-	})
-	return k, err
-}
-
-// Keys lists all key records, oldest first.
-func (s *Store) Keys() ([]Key, error) {
-	var ks []Key
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return eachJSON(tx.Bucket(bucketKeys), func(k Key) { ks = append(ks, k) })
-	})
-	sort.Slice(ks, func(i, j int) bool { return ks[i].CreatedAt.Before(ks[j].CreatedAt) })
-	return ks, err
-}
-
-func putJSON(b *bolt.Bucket, key string, v any) error {
-	buf, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("store: encode %s: %w", key, err)
-	}
-	return b.Put([]byte(key), buf)
-}
-
-func eachJSON[T any](b *bolt.Bucket, fn func(T)) error {
-	return b.ForEach(func(k, v []byte) error {
-		var t T
-		if err := json.Unmarshal(v, &t); err != nil {
-			return fmt.Errorf("store: decode %s: %w", k, err)
-		}
-		fn(t)
-		return nil
-	})
-}
-
-func jsonUnmarshal(v []byte, out any) error {
-	if err := json.Unmarshal(v, out); err != nil {
-		return fmt.Errorf("store: decode: %w", err)
-	}
-	return nil
-}
-
-// RestoreCatalog puts providers and models back exactly as c has them (undoing a rejected change).
-func (s *Store) RestoreCatalog(c Catalog) error {
-	return s.update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketProviders, bucketModels, bucketRoutes} {
-			if err := tx.DeleteBucket(name); err != nil {
-				return err
-			}
-			if _, err := tx.CreateBucket(name); err != nil {
-				return err
-			}
-		}
-		for _, p := range c.Providers {
-			if err := putJSON(tx.Bucket(bucketProviders), p.Name, p); err != nil {
-				return err
-			}
-		}
-		for _, m := range c.Models {
-			if err := putJSON(tx.Bucket(bucketModels), m.ID, m); err != nil {
-				return err
-			}
-		}
-		for _, r := range c.Routes {
-			if err := putJSON(tx.Bucket(bucketRoutes), r.ID, r); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+// Store is every concern at once: what an implementation provides.
+type Store interface {
+	CatalogStore
+	Routes
+	Keys
+	Accounts
+	Ledger
+	Usage
+	Tasks
+	Callbacks
+	Payments
+	Credentials
+	Pruner
+	Health
+	Changes
+	// Close releases the store; nothing may be called after it.
+	Close() error
 }

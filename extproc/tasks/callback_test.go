@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 )
 
 // TestSignatureRoundTrip: a receiver verifies what the gateway signed, and refuses a changed
@@ -42,7 +43,7 @@ func TestSignatureRoundTrip(t *testing.T) {
 // time, signed and with the same delivery id; the outbox is empty afterwards. A connection to
 // an address the operator did not allow is refused at dial time.
 func TestDelivererRetriesUntilDelivered(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "t.db"))
+	st, err := bbolt.Open(filepath.Join(t.TempDir(), "t.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,9 +199,9 @@ func TestDelivererKeepsAFastHostBusy(t *testing.T) {
 
 // outbox is a store whose outbox holds n callbacks of one task to url, and a deliverer of it
 // that may reach loopback.
-func outbox(t *testing.T, n int, url string) (*store.Store, *store.Task, *Deliverer) {
+func outbox(t *testing.T, n int, url string) (*bbolt.Store, *store.Task, *Deliverer) {
 	t.Helper()
-	st, err := store.Open(filepath.Join(t.TempDir(), "t.db"))
+	st, err := bbolt.Open(filepath.Join(t.TempDir(), "t.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

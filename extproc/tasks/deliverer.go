@@ -25,7 +25,7 @@ import (
 
 // Deliverer sends the outbox's callbacks.
 type Deliverer struct {
-	Store   *store.Store
+	Store   store.Callbacks
 	Client  *http.Client
 	Log     *slog.Logger
 	Now     func() time.Time

@@ -58,10 +58,10 @@ func endedWith(t *testing.T, s *Service, billed *[]string, id, code string) *sto
 	if len(*billed) != 1 || (*billed)[0] != id+" failed 0" {
 		t.Fatalf("billed %v, want the hold of %s released once", *billed, id)
 	}
-	if recs, _ := s.Store.UsageRecords(store.UsageFilter{Account: "acme"}, 10); len(recs) != 0 {
+	if recs, _ := boltOf(s).UsageRecords(store.UsageFilter{Account: "acme"}, 10); len(recs) != 0 {
 		t.Fatalf("usage records %+v", recs)
 	}
-	due, _ := s.Store.DueCallbacks(time.Now().Add(24*time.Hour), 10)
+	due, _ := boltOf(s).DueCallbacks(time.Now().Add(24*time.Hour), 10)
 	last := due[len(due)-1]
 	var o Object
 	if err := json.Unmarshal(last.Body, &o); err != nil || o.Status != "failed" || o.Error == nil || o.Error.Code != code || o.Cost != nil {
@@ -79,7 +79,7 @@ func endedWith(t *testing.T, s *Service, billed *[]string, id, code string) *sto
 func TestTaskTimesOutAtMaxAge(t *testing.T) {
 	s, billed, c, task := clockedTask(t, time.Hour, "never fox")
 	s.Charge = true
-	if _, err := s.Store.CreateAccount("acme", decimal.RequireFromString("10")); err != nil {
+	if _, err := boltOf(s).CreateAccount("acme", decimal.RequireFromString("10")); err != nil {
 		t.Fatal(err)
 	}
 	c.advance(59 * time.Minute)

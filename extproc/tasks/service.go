@@ -29,7 +29,7 @@ type Catalog interface {
 
 // Service runs tasks: creation with fallback, refresh through Envoy, and the bill at the end.
 type Service struct {
-	Store   *store.Store
+	Store   store.Tasks
 	Envoy   *Envoy
 	Log     *slog.Logger
 	Now     func() time.Time

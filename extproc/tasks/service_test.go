@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -143,8 +144,11 @@ func fakeEnvoy(t *testing.T) (*Envoy, *atomic.Int32) {
 	return &Envoy{Addr: strings.TrimPrefix(srv.URL, "http://")}, &queries
 }
 
+// boltOf is the bbolt store under a test's service.
+func boltOf(s *Service) *bbolt.Store { return s.Store.(*bbolt.Store) }
+
 func newService(t *testing.T) (*Service, *[]string) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "t.db"))
+	st, err := bbolt.Open(filepath.Join(t.TempDir(), "t.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +218,7 @@ func TestTaskLifecycle(t *testing.T) {
 	if len(*billed) != 1 || (*billed)[0] != task.ID+" completed 0.4" {
 		t.Fatalf("billed %v", *billed)
 	}
-	due, _ := s.Store.DueCallbacks(time.Now(), 10)
+	due, _ := boltOf(s).DueCallbacks(time.Now(), 10)
 	if len(due) != 2 || !strings.Contains(string(due[1].Body), `"status":"completed"`) || !strings.Contains(string(due[1].Body), `"cost":"0.4"`) {
 		t.Fatalf("callbacks %d: %+v", len(due), due)
 	}
@@ -225,7 +229,7 @@ func TestTaskLifecycle(t *testing.T) {
 // the client is told so with 503 store_unavailable, never given an id nobody can look up.
 func TestUnrecordedTaskIsCancelled(t *testing.T) {
 	s, billed := newService(t)
-	if err := s.Store.Close(); err != nil { // from here every write fails, as a broken disk's would
+	if err := boltOf(s).Close(); err != nil { // from here every write fails, as a broken disk's would
 		t.Fatal(err)
 	}
 	task, err := s.newTask(t, "a fox")
@@ -278,7 +282,7 @@ func TestCompletionCommitsItsBill(t *testing.T) {
 	s, _ := newService(t)
 	s.Charge = true
 	s.Bill = func(*store.Task) {} // the process is gone before the ledger hears of it
-	if _, err := s.Store.CreateAccount("acme", decimal.RequireFromString("10")); err != nil {
+	if _, err := boltOf(s).CreateAccount("acme", decimal.RequireFromString("10")); err != nil {
 		t.Fatal(err)
 	}
 	task, err := s.newTask(t, "a fox")
@@ -290,11 +294,11 @@ func TestCompletionCommitsItsBill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	recs, err := s.Store.UsageRecords(store.UsageFilter{Account: "acme"}, 10)
+	recs, err := boltOf(s).UsageRecords(store.UsageFilter{Account: "acme"}, 10)
 	if err != nil || len(recs) != 1 || !recs[0].Cost.Equal(decimal.RequireFromString("0.4")) || recs[0].RequestID != task.RequestID+"."+task.ID {
 		t.Fatalf("usage records %+v %v", recs, err)
 	}
-	a, err := s.Store.GetAccount("acme")
+	a, err := boltOf(s).GetAccount("acme")
 	if err != nil || !a.Balance.Equal(decimal.RequireFromString("9.6")) {
 		t.Fatalf("balance %s %v", a.Balance, err)
 	}
@@ -309,7 +313,7 @@ func TestOverReportedTaskIsBilledItsHold(t *testing.T) {
 	s.Price = func(*store.Task) decimal.Decimal { return decimal.RequireFromString("100") }
 	var logs strings.Builder
 	s.Log = slog.New(slog.NewTextHandler(&logs, nil))
-	if _, err := s.Store.CreateAccount("acme", decimal.RequireFromString("0.6")); err != nil {
+	if _, err := boltOf(s).CreateAccount("acme", decimal.RequireFromString("0.6")); err != nil {
 		t.Fatal(err)
 	}
 	task, err := s.newTask(t, "a fox") // holds 0.4
@@ -324,11 +328,11 @@ func TestOverReportedTaskIsBilledItsHold(t *testing.T) {
 	if task.Status != "completed" || !task.Cost.Equal(decimal.RequireFromString("0.4")) || !task.Overage.Equal(decimal.RequireFromString("99.6")) {
 		t.Fatalf("task %s cost %s overage %s, want completed at its hold 0.4, 99.6 over", task.Status, task.Cost, task.Overage)
 	}
-	recs, err := s.Store.UsageRecords(store.UsageFilter{Account: "acme"}, 10)
+	recs, err := boltOf(s).UsageRecords(store.UsageFilter{Account: "acme"}, 10)
 	if err != nil || len(recs) != 1 || !recs[0].Cost.Equal(decimal.RequireFromString("0.4")) || !recs[0].Overage.Equal(decimal.RequireFromString("99.6")) {
 		t.Fatalf("usage records %+v %v", recs, err)
 	}
-	if a, _ := s.Store.GetAccount("acme"); !a.Balance.Equal(decimal.RequireFromString("0.2")) {
+	if a, _ := boltOf(s).GetAccount("acme"); !a.Balance.Equal(decimal.RequireFromString("0.2")) {
 		t.Fatalf("balance %s, want 0.2", a.Balance)
 	}
 	if len(*billed) != 1 || (*billed)[0] != task.ID+" completed 0.4" {
@@ -358,7 +362,7 @@ func TestCompletionOfAGoneAccount(t *testing.T) {
 	if got.Status != "completed" || len(*billed) != 1 {
 		t.Fatalf("task %+v billed %v", got, *billed)
 	}
-	if recs, _ := s.Store.UsageRecords(store.UsageFilter{}, 10); len(recs) != 0 {
+	if recs, _ := boltOf(s).UsageRecords(store.UsageFilter{}, 10); len(recs) != 0 {
 		t.Fatalf("records for a missing account: %+v", recs)
 	}
 }
@@ -482,7 +486,7 @@ func TestTaskFinishedAtCreation(t *testing.T) {
 		}
 		return cost
 	}
-	if _, err := s.Store.CreateAccount("acme", decimal.RequireFromString("1")); err != nil {
+	if _, err := boltOf(s).CreateAccount("acme", decimal.RequireFromString("1")); err != nil {
 		t.Fatal(err)
 	}
 	create := func(prompt string) *store.Task {
@@ -514,12 +518,12 @@ func TestTaskFinishedAtCreation(t *testing.T) {
 	if failed.Status != "failed" || failed.Error.Code != "content_filter" || !failed.Cost.Equal(decimal.RequireFromString("0.01")) || !failed.Settled {
 		t.Fatalf("born failed: %+v", failed)
 	}
-	recs, _ := s.Store.UsageRecords(store.UsageFilter{Account: "acme"}, 10)
-	a, _ := s.Store.GetAccount("acme")
+	recs, _ := boltOf(s).UsageRecords(store.UsageFilter{Account: "acme"}, 10)
+	a, _ := boltOf(s).GetAccount("acme")
 	if len(recs) != 2 || !a.Balance.Equal(decimal.RequireFromString("0.94")) || recs[0].PromptTokens != 10 {
 		t.Fatalf("records %+v balance %s", recs, a.Balance)
 	}
-	due, _ := s.Store.DueCallbacks(time.Now(), 10)
+	due, _ := boltOf(s).DueCallbacks(time.Now(), 10)
 	if len(due) != 2 || strings.Contains(string(due[0].Body), "b64_json") {
 		t.Fatalf("callbacks (no inline bytes in them): %d %s", len(due), due[0].Body)
 	}
@@ -527,7 +531,7 @@ func TestTaskFinishedAtCreation(t *testing.T) {
 		t.Fatalf("billed by the service: %v", *billed)
 	}
 	// The kept bytes go when they expire; the task stays and says so.
-	if res, err := s.Store.PruneImages(time.Now().Add(2*time.Hour), 10); err != nil || res.Deleted != 1 {
+	if res, err := boltOf(s).PruneImages(time.Now().Add(2*time.Hour), 10); err != nil || res.Deleted != 1 {
 		t.Fatalf("prune images: %+v %v", res, err)
 	}
 	got, _ = s.Store.GetTask(done.ID)

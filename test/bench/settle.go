@@ -18,6 +18,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 )
 
 // waitRecords polls the gateway's durable record count until it reaches want or maxWait passes.
@@ -245,12 +246,12 @@ type storeResult struct {
 	err       error
 }
 
-// storeSettle queues unique records into a store.Settler on a fresh store from producers
+// storeSettle queues unique records into a bbolt.Settler on a fresh store from producers
 // goroutines for d, closes it (everything queued becomes durable) and checks the books: one
 // record per request and the balance debited by exactly their cost.
 func storeSettle(ctx context.Context, dir string, producers int, d time.Duration) *storeResult {
 	sr := &storeResult{producers: producers}
-	st, err := store.Open(dir + "/bench.db")
+	st, err := bbolt.Open(dir + "/bench.db")
 	if err != nil {
 		sr.err = err
 		return sr
@@ -267,7 +268,7 @@ func storeSettle(ctx context.Context, dir string, producers int, d time.Duration
 		queued  atomic.Int64
 		wg      sync.WaitGroup
 	)
-	q := store.NewSettler(st, store.SettleWindow, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
+	q := bbolt.NewSettler(st, bbolt.SettleWindow, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if firstEr == nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/test/fakeupstream"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -50,7 +51,7 @@ func runTasks(ctx context.Context, dir string, n, callbacks int, w io.Writer) er
 		return err
 	}
 	defer fake.Close()
-	st, err := store.Open(filepath.Join(dir, "tasks.db"))
+	st, err := bbolt.Open(filepath.Join(dir, "tasks.db"))
 	if err != nil {
 		return err
 	}

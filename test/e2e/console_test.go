@@ -14,6 +14,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/test/fakeupstream"
 )
 
@@ -163,7 +164,7 @@ var consoleChatModels = []struct{ id, name, pricing string }{
 // payments settled, pending and unpaid (so the usage page has all its columns).
 func seedConsoleStore(t *testing.T, dir string) {
 	t.Helper()
-	st, err := store.Open(filepath.Join(dir, "tollway.db"))
+	st, err := bbolt.Open(filepath.Join(dir, "tollway.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/test/fakeupstream"
 )
 
@@ -27,7 +28,7 @@ func TestStoreRetentionAndCompact(t *testing.T) {
 	body := pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1")
 
 	// A store with 40 days of history written before this gateway starts.
-	st, err := store.Open(filepath.Join(dir, "tollway.db"))
+	st, err := bbolt.Open(filepath.Join(dir, "tollway.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

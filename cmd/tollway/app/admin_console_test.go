@@ -96,7 +96,7 @@ func TestUsageGrouped(t *testing.T) {
 		{RequestID: "r3", KeyID: "=HYPERLINK(1)", Account: "acme", Model: "gpt-4o-mini", Route: "route:bot", PromptTokens: 1, Cost: decimal.RequireFromString("0.1")},
 	} {
 		r.Time = now.Add(time.Duration(i) * time.Millisecond)
-		if err := a.g.store.Settle(r); err != nil {
+		if err := a.g.store.SettleBatch([]store.UsageRecord{r})[0]; err != nil {
 			t.Fatal(err)
 		}
 	}

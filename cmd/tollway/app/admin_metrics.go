@@ -71,7 +71,7 @@ func (g *gateway) metricsRoutes(mux *http.ServeMux) {
 
 // observe makes the metrics and wires every component to them; it runs before anything is
 // served (the observers are set once, never swapped).
-func observe(ctrl *xds.Server, ext *extproc.Server, ledger *billing.Ledger, bill *extproc.Billing, taskSvc *tasks.Service, settlements *extproc.Settlements, st *store.Store, settle *store.Settler) *metrics.Metrics {
+func observe(ctrl *xds.Server, ext *extproc.Server, ledger *billing.Ledger, bill *extproc.Billing, taskSvc *tasks.Service, settlements *extproc.Settlements, st store.Health, settle store.Recorder) *metrics.Metrics {
 	m := metrics.New()
 	ctrl.SetObserver(m)
 	ext.SetObserver(m)

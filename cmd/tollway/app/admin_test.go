@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -30,7 +31,7 @@ type testAdmin struct {
 
 func newTestAdmin(tb testing.TB, token string) *testAdmin {
 	tb.Helper()
-	st, err := store.Open(filepath.Join(tb.TempDir(), "t.db"))
+	st, err := bbolt.Open(filepath.Join(tb.TempDir(), "t.db"))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -10,14 +10,15 @@ import (
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 )
 
 // newSettler moves settled requests from the request path to the store. The in-memory ledger is
 // already debited when a record is queued, so limits hold at once; the store's settler makes the
 // record durable with group commit within about store.SettleWindow, off the response's path.
 // Ids in its logs are cut short: a client chooses its request id.
-func newSettler(log *slog.Logger, st *store.Store) *store.Settler {
-	return store.NewSettler(st, store.SettleWindow, store.SettlerHooks{
+func newSettler(log *slog.Logger, st *bbolt.Store) store.Recorder {
+	return bbolt.NewSettler(st, bbolt.SettleWindow, store.SettlerHooks{
 		NotStored: func(rec store.UsageRecord, err error) {
 			// The ledger in memory was debited; the durable record failed. Loud, since the books
 			// would disagree after a restart.
@@ -45,7 +46,7 @@ func storeChanged(log *slog.Logger) func(now, was *store.Outage) {
 
 // settleCut bills the requests a stop cut before they settled (a crash, kill -9): each left a
 // durable hold, settled now as an estimate, before the ledger reads the balances.
-func settleCut(log *slog.Logger, st *store.Store) {
+func settleCut(log *slog.Logger, st store.Ledger) {
 	n, failed, err := st.SettleHolds(store.EstimateGatewayRestart)
 	if err != nil {
 		// Their holds stay on disk and are billed at the next start.
@@ -60,7 +61,7 @@ func settleCut(log *slog.Logger, st *store.Store) {
 }
 
 // loadLedger builds the in-memory ledger from the store: balances and this month's spend per key.
-func loadLedger(st *store.Store, now time.Time) (*billing.Ledger, error) {
+func loadLedger(st store.Store, now time.Time) (*billing.Ledger, error) {
 	accounts, err := st.Accounts()
 	if err != nil {
 		return nil, fmt.Errorf("load accounts: %w", err)
@@ -77,6 +78,6 @@ func loadLedger(st *store.Store, now time.Time) (*billing.Ledger, error) {
 	return billing.NewLedger(balances, spend, month), nil
 }
 
-func newBilling(l *billing.Ledger, s *store.Settler) *extproc.Billing {
+func newBilling(l *billing.Ledger, s store.Recorder) *extproc.Billing {
 	return &extproc.Billing{Ledger: l, Record: s.Record, Hold: s.Hold, End: s.End, Now: time.Now}
 }

@@ -10,12 +10,13 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 )
 
 // TestNotStoredLogIsBounded: a client chooses its request id; the loud line about a record that
 // could not be stored names it without printing 40 KiB of it.
 func TestNotStoredLogIsBounded(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "t.db"))
+	st, err := bbolt.Open(filepath.Join(t.TempDir(), "t.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

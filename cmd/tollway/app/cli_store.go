@@ -7,7 +7,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 )
 
 const storeHelp = `  tollway store compact [--config FILE]               shrink the store file (the gateway must be stopped)
@@ -26,7 +26,7 @@ func cmdStore(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := store.Compact(cfg.Store.Path)
+	res, err := bbolt.Compact(cfg.Store.Path)
 	if err != nil {
 		return err
 	}

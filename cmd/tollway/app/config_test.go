@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/xds/catalog"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -444,7 +445,7 @@ func TestInlineSecretNeverStored(t *testing.T) {
 	}
 
 	dbPath := filepath.Join(t.TempDir(), "t.db")
-	s, err := store.Open(dbPath)
+	s, err := bbolt.Open(dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}

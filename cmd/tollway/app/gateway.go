@@ -31,12 +31,12 @@ const ackWait = 10 * time.Second
 // compiled runtime). Every change goes store -> IR -> both, serialized by mu.
 type gateway struct {
 	log    *slog.Logger
-	store  *store.Store
+	store  store.Store
 	xds    *xds.Server
 	ext    *extproc.Server
 	ledger *billing.Ledger // nil when billing is off
 	// settler writes usage records and holds; nil when billing is off.
-	settler *store.Settler
+	settler store.Recorder
 	demo    *demoServer // the in-process demo model, started when a provider of type demo is applied
 
 	// internal is Envoy's loopback listener for the gateway's own task requests.
@@ -155,7 +155,7 @@ func (g *gateway) payments(c *Config) *extproc.Payments {
 		// section they keep the last one.
 		g.settlements.SetFacilitator(fac)
 	}
-	return &extproc.Payments{Offers: offers, Facilitator: fac, Claim: g.store.ClaimCredential, Settlements: g.settlements}
+	return &extproc.Payments{Offers: offers, Facilitator: fac, Credentials: g.store, Settlements: g.settlements}
 }
 
 // checkFacilitator warns when the facilitator cannot settle an option the endpoints offer

@@ -17,7 +17,7 @@ const keysUsedEvery = time.Minute
 // saveKeysUsed writes when keys were last used to the store every keysUsedEvery, and once more
 // when ctx ends (after ext_proc stopped serving, so every use is in). What a store that cannot
 // write refuses is kept in memory for the next try.
-func saveKeysUsed(ctx context.Context, log *slog.Logger, st *store.Store, ext *extproc.Server, every time.Duration) {
+func saveKeysUsed(ctx context.Context, log *slog.Logger, st store.Store, ext *extproc.Server, every time.Duration) {
 	save := func() {
 		if st.Unavailable() != nil {
 			return // the store's outage is logged already; kept for when it recovers

@@ -24,6 +24,7 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -54,13 +55,13 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	st, err := store.Open(cfg.Store.Path)
+	st, err := bbolt.Open(cfg.Store.Path)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	// Known within a second: a store that cannot make records durable refuses billable work.
-	st.Watch(store.HealthOptions{Reserve: store.DefaultReserve, MinFree: store.DefaultMinFree, Changed: storeChanged(log.With("component", "store"))})
+	st.Watch(bbolt.HealthOptions{Reserve: bbolt.DefaultReserve, MinFree: bbolt.DefaultMinFree, Changed: storeChanged(log.With("component", "store"))})
 	settleCut(log.With("component", "ledger"), st)
 	stopPruning := st.StartPruning(store.PruneOptions{
 		Retention:     time.Duration(cfg.Store.UsageRetentionDays) * 24 * time.Hour,
@@ -107,7 +108,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	ctrl := xds.New(log.With("component", "xds"))
 	var bill *extproc.Billing
 	var ledger *billing.Ledger
-	var settle *store.Settler
+	var settle store.Recorder
 	if cfg.Billing.Enabled {
 		if ledger, err = loadLedger(st, time.Now()); err != nil {
 			return err

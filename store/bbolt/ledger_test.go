@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 import (
 	"bytes"
@@ -17,11 +17,13 @@ import (
 	"github.com/shopspring/decimal"
 	bolt "go.etcd.io/bbolt"
 	"pgregory.net/rapid"
+
+	"github.com/tollway/tollway/store"
 )
 
 func dec(s string) decimal.Decimal { return decimal.RequireFromString(s) }
 
-func mustAccount(t rapid.TB, s *Store, id, credits string) Account {
+func mustAccount(t rapid.TB, s *Store, id, credits string) store.Account {
 	t.Helper()
 	a, err := s.CreateAccount(id, dec(credits))
 	if err != nil {
@@ -84,17 +86,17 @@ func TestAccounts(t *testing.T) {
 	mustAccount(t, s, "a.b@c_d-e", "0")
 	mustAccount(t, s, "Zed", "1")
 
-	if _, err := s.CreateAccount("team-b", dec("1")); !errors.Is(err, ErrExists) {
+	if _, err := s.CreateAccount("team-b", dec("1")); !errors.Is(err, store.ErrExists) {
 		t.Errorf("duplicate CreateAccount: %v, want ErrExists", err)
 	} else if !strings.Contains(err.Error(), `"team-b"`) {
 		t.Errorf("duplicate error %q does not name the account", err)
 	}
 	wantDec(t, "balance after a refused duplicate", balance(t, s, "team-b"), "25.3")
-	if _, err := s.CreateAccount("neg", dec("-0.01")); !errors.Is(err, ErrInvalid) {
+	if _, err := s.CreateAccount("neg", dec("-0.01")); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("negative credits: %v, want ErrInvalid", err)
 	}
 	for _, id := range []string{"", "-a", ".a", "a b", "a/b", "a\x00", "é", strings.Repeat("a", 129)} {
-		if _, err := s.CreateAccount(id, dec("1")); !errors.Is(err, ErrInvalid) {
+		if _, err := s.CreateAccount(id, dec("1")); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("CreateAccount(%q): %v, want ErrInvalid", id, err)
 		}
 	}
@@ -111,14 +113,14 @@ func TestAccounts(t *testing.T) {
 	wantDec(t, "credited balance", got.Balance, "1.3")
 	wantDec(t, "stored credited balance", balance(t, s, "Zed"), "1.3")
 	for _, amt := range []string{"0", "-1"} {
-		if _, err := s.CreditAccount("Zed", dec(amt)); !errors.Is(err, ErrInvalid) {
+		if _, err := s.CreditAccount("Zed", dec(amt)); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("CreditAccount(%s): %v, want ErrInvalid", amt, err)
 		}
 	}
-	if _, err := s.CreditAccount("ghost", dec("1")); !errors.Is(err, ErrNotFound) {
+	if _, err := s.CreditAccount("ghost", dec("1")); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("CreditAccount of a missing account: %v, want ErrNotFound", err)
 	}
-	if _, err := s.GetAccount("ghost"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.GetAccount("ghost"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetAccount of a missing account: %v, want ErrNotFound", err)
 	}
 
@@ -131,7 +133,7 @@ func TestAccounts(t *testing.T) {
 		t.Errorf("EnsureAccount(existing) created=%v err=%v", created, err)
 	}
 	wantDec(t, "EnsureAccount(existing) balance", e.Balance, "25.3")
-	if _, _, err := s.EnsureAccount("bad id"); !errors.Is(err, ErrInvalid) {
+	if _, _, err := s.EnsureAccount("bad id"); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("EnsureAccount(bad id): %v, want ErrInvalid", err)
 	}
 
@@ -161,8 +163,8 @@ func TestAccounts(t *testing.T) {
 func TestCreateKeyRequiresAccount(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
-	_, secret, err := s.CreateKey("ghost", KeyOptions{Name: "x"})
-	if !errors.Is(err, ErrNotFound) {
+	_, secret, err := s.CreateKey("ghost", store.KeyOptions{Name: "x"})
+	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("CreateKey for a missing account: %v, want ErrNotFound", err)
 	}
 	if want := `account "ghost" does not exist; create it with: tollway accounts create ghost --credits N`; err.Error() != want {
@@ -171,7 +173,7 @@ func TestCreateKeyRequiresAccount(t *testing.T) {
 	if secret != "" {
 		t.Error("a failed CreateKey returned a secret")
 	}
-	if _, _, err := s.CreateKey("bad id", KeyOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, _, err := s.CreateKey("bad id", store.KeyOptions{}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("CreateKey for an invalid account id: %v, want ErrInvalid", err)
 	}
 	ks, err := s.Keys()
@@ -181,7 +183,7 @@ func TestCreateKeyRequiresAccount(t *testing.T) {
 	if len(ks) != 0 {
 		t.Errorf("failed CreateKey calls stored %d keys", len(ks))
 	}
-	if _, err := s.GetAccount("ghost"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.GetAccount("ghost"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("CreateKey created the account: %v", err)
 	}
 }
@@ -191,7 +193,7 @@ func TestCreateKeyOptions(t *testing.T) {
 	defer s.Close()
 	mustAccount(t, s, "acct", "10")
 	limit := dec("12.50")
-	k, _, err := s.CreateKey("acct", KeyOptions{Name: "ci", MonthlyLimit: &limit, Models: []string{"gpt-4o", "route:cheap", "gpt-4o"}})
+	k, _, err := s.CreateKey("acct", store.KeyOptions{Name: "ci", MonthlyLimit: &limit, Models: []string{"gpt-4o", "route:cheap", "gpt-4o"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +216,7 @@ func TestCreateKeyOptions(t *testing.T) {
 		t.Errorf("stored key JSON %s lacks the string limit or the models", raw)
 	}
 
-	plain, _, err := s.CreateKey("acct", KeyOptions{})
+	plain, _, err := s.CreateKey("acct", store.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,15 +227,15 @@ func TestCreateKeyOptions(t *testing.T) {
 		t.Errorf("unrestricted key JSON %s should omit monthly_limit and models", raw)
 	}
 	zero := dec("0")
-	if _, _, err := s.CreateKey("acct", KeyOptions{MonthlyLimit: &zero}); err != nil {
+	if _, _, err := s.CreateKey("acct", store.KeyOptions{MonthlyLimit: &zero}); err != nil {
 		t.Errorf("a zero monthly limit is valid: %v", err)
 	}
 
 	neg := dec("-1")
-	if _, _, err := s.CreateKey("acct", KeyOptions{MonthlyLimit: &neg}); !errors.Is(err, ErrInvalid) {
+	if _, _, err := s.CreateKey("acct", store.KeyOptions{MonthlyLimit: &neg}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("negative monthly limit: %v, want ErrInvalid", err)
 	}
-	if _, _, err := s.CreateKey("acct", KeyOptions{Models: []string{"a", ""}}); !errors.Is(err, ErrInvalid) {
+	if _, _, err := s.CreateKey("acct", store.KeyOptions{Models: []string{"a", ""}}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("empty model id: %v, want ErrInvalid", err)
 	}
 	ks, err := s.Keys()
@@ -247,14 +249,14 @@ func TestCreateKeyOptions(t *testing.T) {
 
 var t0 = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 
-func rec(id, account, cost string) UsageRecord {
-	return UsageRecord{
+func rec(id, account, cost string) store.UsageRecord {
+	return store.UsageRecord{
 		RequestID: id, KeyID: "key_1", Account: account, Model: "gpt-4o", Provider: "openai",
 		PromptTokens: 10, CompletionTokens: 5, Cost: dec(cost), Time: t0,
 	}
 }
 
-func mustSettle(t testing.TB, s *Store, r UsageRecord) {
+func mustSettle(t testing.TB, s *Store, r store.UsageRecord) {
 	t.Helper()
 	if err := s.Settle(r); err != nil {
 		t.Fatalf("Settle(%s): %v", r.RequestID, err)
@@ -270,9 +272,9 @@ func count(t rapid.TB, s *Store) int {
 	return n
 }
 
-func allRecords(t rapid.TB, s *Store) []UsageRecord {
+func allRecords(t rapid.TB, s *Store) []store.UsageRecord {
 	t.Helper()
-	rs, err := s.UsageRecords(UsageFilter{}, 0)
+	rs, err := s.UsageRecords(store.UsageFilter{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +303,7 @@ func TestSettleExactDecimal(t *testing.T) {
 		recSum = recSum.Add(r.Cost)
 	}
 	wantDec(t, "sum of record costs", recSum, "10.00009")
-	u, err := s.Usage(UsageFilter{})
+	u, err := s.Usage(store.UsageFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +340,7 @@ func TestSettleNeverTakesABalanceBelowZero(t *testing.T) {
 		t.Errorf("%d records, want 2: settling is never refused", n)
 	}
 	limit := dec("0.5")
-	k, _, err := s.CreateKey("acct", KeyOptions{MonthlyLimit: &limit})
+	k, _, err := s.CreateKey("acct", store.KeyOptions{MonthlyLimit: &limit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +351,7 @@ func TestSettleNeverTakesABalanceBelowZero(t *testing.T) {
 	r.KeyID = k.ID
 	mustSettle(t, s, r)
 	wantDec(t, "balance", balance(t, s, "acct"), "9.5")
-	ms, err := s.MonthSpend(t0.Format(monthLayout))
+	ms, err := s.MonthSpend(t0.Format(store.MonthLayout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +382,7 @@ func TestSettleIdempotentSequential(t *testing.T) {
 		t.Errorf("records = %+v, want the first settlement only", rs)
 	}
 	wantDec(t, "balance", balance(t, s, "acct"), "8.5")
-	u, err := s.Usage(UsageFilter{})
+	u, err := s.Usage(store.UsageFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +446,7 @@ func TestSettleConcurrentFailuresWriteNothing(t *testing.T) {
 				switch {
 				case err == nil && account == "acct":
 					ok.Add(1)
-				case errors.Is(err, ErrNotFound) && account == "ghost":
+				case errors.Is(err, store.ErrNotFound) && account == "ghost":
 					failed.Add(1)
 				default:
 					t.Errorf("Settle(account %s): %v", account, err)
@@ -472,32 +474,32 @@ func TestSettleValidation(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	mustAccount(t, s, "acct", "5")
-	bad := map[string]func(*UsageRecord){
-		"no request id":     func(r *UsageRecord) { r.RequestID = "" },
-		"no key id":         func(r *UsageRecord) { r.KeyID = "" },
-		"no account":        func(r *UsageRecord) { r.Account = "" },
-		"negative cost":     func(r *UsageRecord) { r.Cost = dec("-0.000001") },
-		"negative prompt":   func(r *UsageRecord) { r.PromptTokens = -1 },
-		"negative complete": func(r *UsageRecord) { r.CompletionTokens = -1 },
-		"negative cached":   func(r *UsageRecord) { r.CachedTokens = -1 },
-		"NUL in model":      func(r *UsageRecord) { r.Model = "a\x00b" },
-		"time before 1970":  func(r *UsageRecord) { r.Time = time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC) },
+	bad := map[string]func(*store.UsageRecord){
+		"no request id":     func(r *store.UsageRecord) { r.RequestID = "" },
+		"no key id":         func(r *store.UsageRecord) { r.KeyID = "" },
+		"no account":        func(r *store.UsageRecord) { r.Account = "" },
+		"negative cost":     func(r *store.UsageRecord) { r.Cost = dec("-0.000001") },
+		"negative prompt":   func(r *store.UsageRecord) { r.PromptTokens = -1 },
+		"negative complete": func(r *store.UsageRecord) { r.CompletionTokens = -1 },
+		"negative cached":   func(r *store.UsageRecord) { r.CachedTokens = -1 },
+		"NUL in model":      func(r *store.UsageRecord) { r.Model = "a\x00b" },
+		"time before 1970":  func(r *store.UsageRecord) { r.Time = time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC) },
 	}
 	for name, mutate := range bad {
 		r := rec("bad", "acct", "1")
 		mutate(&r)
-		if err := s.Settle(r); !errors.Is(err, ErrInvalid) {
+		if err := s.Settle(r); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("%s: Settle = %v, want ErrInvalid", name, err)
 		}
 	}
-	if err := s.Settle(rec("ghost-req", "ghost", "1")); !errors.Is(err, ErrNotFound) {
+	if err := s.Settle(rec("ghost-req", "ghost", "1")); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Settle for a missing account: %v, want ErrNotFound", err)
 	}
 	if n := count(t, s); n != 0 {
 		t.Errorf("refused settlements wrote %d records", n)
 	}
 	wantDec(t, "balance", balance(t, s, "acct"), "5")
-	u, err := s.Usage(UsageFilter{})
+	u, err := s.Usage(store.UsageFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +540,7 @@ type sums struct {
 	byMonthKey                                      map[string]map[string]decimal.Decimal
 }
 
-func sumRecords(rs []UsageRecord) sums {
+func sumRecords(rs []store.UsageRecord) sums {
 	out := sums{byAccount: map[string]decimal.Decimal{}, byMonthKey: map[string]map[string]decimal.Decimal{}}
 	for _, r := range rs {
 		out.requests++
@@ -582,7 +584,7 @@ func checkLedger(t rapid.TB, s *Store, credits map[string]string) sums {
 			t.Errorf("account %s: balance %s + record costs %s != initial credits %s", acct, bal, sm.byAccount[acct], c)
 		}
 	}
-	u, err := s.Usage(UsageFilter{})
+	u, err := s.Usage(store.UsageFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -625,7 +627,7 @@ func TestSettleConcurrent(t *testing.T) {
 	for i := range 200 {
 		wg.Go(func() {
 			<-start
-			r := UsageRecord{
+			r := store.UsageRecord{
 				RequestID:        fmt.Sprintf("req-%03d", i),
 				KeyID:            fmt.Sprintf("key_%d", i%3),
 				Account:          []string{"acct-a", "acct-b"}[i%2],
@@ -679,7 +681,7 @@ func TestUsageFilters(t *testing.T) {
 	mustAccount(t, s, "a1", "100")
 	mustAccount(t, s, "a2", "100")
 	day := func(d, h, m int) time.Time { return time.Date(2026, 11, d, h, m, 59, 999_999_999, time.UTC) }
-	recs := []UsageRecord{
+	recs := []store.UsageRecord{
 		{RequestID: "1", KeyID: "k1", Account: "a1", Model: "m1", PromptTokens: 1, CompletionTokens: 10, Cost: dec("1"), Time: day(20, 0, 0)},
 		{RequestID: "2", KeyID: "k1", Account: "a1", Model: "m2", PromptTokens: 2, CompletionTokens: 20, Cost: dec("2"), Time: day(21, 12, 0), Estimated: true},
 		{RequestID: "3", KeyID: "k2", Account: "a1", Model: "m1", PromptTokens: 4, CompletionTokens: 40, Cost: dec("4"), Time: day(21, 23, 59)},
@@ -696,24 +698,24 @@ func TestUsageFilters(t *testing.T) {
 	plus5 := time.Date(2026, 11, 22, 3, 0, 0, 0, time.FixedZone("UTC+5", 5*3600))
 	tests := []struct {
 		name     string
-		f        UsageFilter
+		f        store.UsageFilter
 		ids      []string // records, newest first
 		requests int64
 		prompt   int64
 		cost     string
 	}{
-		{"all", UsageFilter{}, []string{"5", "4", "3", "2", "6", "1"}, 6, 63, "63"},
-		{"key", UsageFilter{KeyID: "k1"}, []string{"2", "6", "1"}, 3, 35, "35"},
-		{"account", UsageFilter{Account: "a2"}, []string{"5", "4"}, 2, 24, "24"},
-		{"model", UsageFilter{Model: "m2"}, []string{"2"}, 1, 2, "2"},
-		{"key+model", UsageFilter{KeyID: "k1", Model: "m1"}, []string{"6", "1"}, 2, 33, "33"},
-		{"since", UsageFilter{Since: nov21.Add(15 * time.Hour)}, []string{"5", "4", "3", "2"}, 4, 30, "30"},
-		{"until", UsageFilter{Until: nov21}, []string{"3", "2", "6", "1"}, 4, 39, "39"},
-		{"one day", UsageFilter{Since: nov22, Until: nov22.Add(23 * time.Hour)}, []string{"4"}, 1, 8, "8"},
-		{"until in another zone", UsageFilter{Until: plus5}, []string{"3", "2", "6", "1"}, 4, 39, "39"},
-		{"account+since", UsageFilter{Account: "a1", Since: nov21}, []string{"3", "2"}, 2, 6, "6"},
-		{"nothing", UsageFilter{Account: "a2", Until: nov21}, nil, 0, 0, "0"},
-		{"unknown key", UsageFilter{KeyID: "k9"}, nil, 0, 0, "0"},
+		{"all", store.UsageFilter{}, []string{"5", "4", "3", "2", "6", "1"}, 6, 63, "63"},
+		{"key", store.UsageFilter{KeyID: "k1"}, []string{"2", "6", "1"}, 3, 35, "35"},
+		{"account", store.UsageFilter{Account: "a2"}, []string{"5", "4"}, 2, 24, "24"},
+		{"model", store.UsageFilter{Model: "m2"}, []string{"2"}, 1, 2, "2"},
+		{"key+model", store.UsageFilter{KeyID: "k1", Model: "m1"}, []string{"6", "1"}, 2, 33, "33"},
+		{"since", store.UsageFilter{Since: nov21.Add(15 * time.Hour)}, []string{"5", "4", "3", "2"}, 4, 30, "30"},
+		{"until", store.UsageFilter{Until: nov21}, []string{"3", "2", "6", "1"}, 4, 39, "39"},
+		{"one day", store.UsageFilter{Since: nov22, Until: nov22.Add(23 * time.Hour)}, []string{"4"}, 1, 8, "8"},
+		{"until in another zone", store.UsageFilter{Until: plus5}, []string{"3", "2", "6", "1"}, 4, 39, "39"},
+		{"account+since", store.UsageFilter{Account: "a1", Since: nov21}, []string{"3", "2"}, 2, 6, "6"},
+		{"nothing", store.UsageFilter{Account: "a2", Until: nov21}, nil, 0, 0, "0"},
+		{"unknown key", store.UsageFilter{KeyID: "k9"}, nil, 0, 0, "0"},
 	}
 	for _, tt := range tests {
 		u, err := s.Usage(tt.f)
@@ -745,16 +747,16 @@ func TestUsageFilters(t *testing.T) {
 		}
 	}
 
-	u, err := s.Usage(UsageFilter{})
+	u, err := s.Usage(store.UsageFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []UsageRow{
-		{Day: "2026-11-20", KeyID: "k1", Account: "a1", Model: "m1", UsageTotals: UsageTotals{Requests: 2, PromptTokens: 33, CompletionTokens: 330, Cost: dec("33")}},
-		{Day: "2026-11-21", KeyID: "k1", Account: "a1", Model: "m2", UsageTotals: UsageTotals{Requests: 1, PromptTokens: 2, CompletionTokens: 20, EstimatedRequests: 1, Cost: dec("2")}},
-		{Day: "2026-11-21", KeyID: "k2", Account: "a1", Model: "m1", UsageTotals: UsageTotals{Requests: 1, PromptTokens: 4, CompletionTokens: 40, Cost: dec("4")}},
-		{Day: "2026-11-22", KeyID: "k3", Account: "a2", Model: "m1", UsageTotals: UsageTotals{Requests: 1, PromptTokens: 8, CompletionTokens: 80, CachedTokens: 3, Cost: dec("8")}},
-		{Day: "2026-11-23", KeyID: "k3", Account: "a2", Model: "m1", UsageTotals: UsageTotals{Requests: 1, PromptTokens: 16, CompletionTokens: 160, Cost: dec("16")}},
+	want := []store.UsageRow{
+		{Day: "2026-11-20", KeyID: "k1", Account: "a1", Model: "m1", UsageTotals: store.UsageTotals{Requests: 2, PromptTokens: 33, CompletionTokens: 330, Cost: dec("33")}},
+		{Day: "2026-11-21", KeyID: "k1", Account: "a1", Model: "m2", UsageTotals: store.UsageTotals{Requests: 1, PromptTokens: 2, CompletionTokens: 20, EstimatedRequests: 1, Cost: dec("2")}},
+		{Day: "2026-11-21", KeyID: "k2", Account: "a1", Model: "m1", UsageTotals: store.UsageTotals{Requests: 1, PromptTokens: 4, CompletionTokens: 40, Cost: dec("4")}},
+		{Day: "2026-11-22", KeyID: "k3", Account: "a2", Model: "m1", UsageTotals: store.UsageTotals{Requests: 1, PromptTokens: 8, CompletionTokens: 80, CachedTokens: 3, Cost: dec("8")}},
+		{Day: "2026-11-23", KeyID: "k3", Account: "a2", Model: "m1", UsageTotals: store.UsageTotals{Requests: 1, PromptTokens: 16, CompletionTokens: 160, Cost: dec("16")}},
 	}
 	if len(u.Rows) != len(want) {
 		t.Fatalf("rows = %+v, want %+v", u.Rows, want)
@@ -771,10 +773,10 @@ func TestUsageFilters(t *testing.T) {
 		t.Errorf("totals = %+v", u)
 	}
 	// Rows sort by account before key: a later key id of an earlier account comes first.
-	if err := s.Settle(UsageRecord{RequestID: "7", KeyID: "k0", Account: "a2", Model: "m1", Cost: dec("1"), Time: day(21, 1, 0)}); err != nil {
+	if err := s.Settle(store.UsageRecord{RequestID: "7", KeyID: "k0", Account: "a2", Model: "m1", Cost: dec("1"), Time: day(21, 1, 0)}); err != nil {
 		t.Fatal(err)
 	}
-	u, err = s.Usage(UsageFilter{Since: nov21, Until: nov21})
+	u, err = s.Usage(store.UsageFilter{Since: nov21, Until: nov21})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -791,7 +793,7 @@ func TestMonthSpend(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	mustAccount(t, s, "a", "10")
-	at := func(r UsageRecord, tm time.Time) UsageRecord { r.Time = tm; return r }
+	at := func(r store.UsageRecord, tm time.Time) store.UsageRecord { r.Time = tm; return r }
 	mustSettle(t, s, at(rec("1", "a", "0.5"), time.Date(2026, 10, 31, 23, 59, 59, 0, time.UTC)))
 	mustSettle(t, s, at(rec("2", "a", "0.25"), time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)))
 	r3 := at(rec("3", "a", "0.125"), time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
@@ -818,7 +820,7 @@ func TestMonthSpend(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "2026-1", "2026-13", "2026-11-01", "nov"} {
-		if _, err := s.MonthSpend(bad); !errors.Is(err, ErrInvalid) {
+		if _, err := s.MonthSpend(bad); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("MonthSpend(%q): %v, want ErrInvalid", bad, err)
 		}
 	}
@@ -846,14 +848,14 @@ func TestLedgerCrashHelper(t *testing.T) {
 		wg.Go(func() {
 			for i := 0; time.Now().Before(deadline); i++ {
 				id := fmt.Sprintf("r%s-g%d-%d", round, g, i)
-				r := UsageRecord{
+				r := store.UsageRecord{
 					RequestID: id, KeyID: fmt.Sprintf("key_%d", g%4), Account: "acct", Model: "m",
 					PromptTokens: int64(i), CompletionTokens: 7,
 					Cost: dec("0.00000015").Mul(decimal.NewFromInt(int64(i%7 + 1))),
 				}
 				// Half the goroutines settle in batches (as the gateway's settler does), the
 				// rest one by one; a batch is acknowledged as a whole when it returns.
-				batch := []UsageRecord{r}
+				batch := []store.UsageRecord{r}
 				if g%2 == 1 {
 					for j := 1; j < 5; j++ {
 						extra := r

@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/store"
 )
 
 // TestSettleBatchPerRecordOutcomes: one transaction, but each record succeeds or fails alone.
@@ -22,7 +24,7 @@ func TestSettleBatchPerRecordOutcomes(t *testing.T) {
 
 	bad := rec("bad", "a", "1")
 	bad.Cost = dec("-1")
-	batch := []UsageRecord{
+	batch := []store.UsageRecord{
 		rec("r1", "a", "0.25"),
 		rec("r2", "b", "0.5"),
 		rec("ghost-1", "ghost", "1"),
@@ -47,11 +49,11 @@ func TestSettleBatchPerRecordOutcomes(t *testing.T) {
 				}
 				continue
 			}
-			if !errors.Is(err, ErrNotFound) {
+			if !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("record %d (unknown account): %v, want ErrNotFound", i, err)
 			}
 		case "bad":
-			if !errors.Is(err, ErrInvalid) {
+			if !errors.Is(err, store.ErrInvalid) {
 				t.Errorf("record %d (negative cost): %v, want ErrInvalid", i, err)
 			}
 		default:
@@ -81,9 +83,9 @@ func TestSettleBatchMatchesSettle(t *testing.T) {
 			mustAccount(t, s, a, c)
 		}
 	}
-	var recs []UsageRecord
+	var recs []store.UsageRecord
 	for i := range 300 {
-		r := UsageRecord{
+		r := store.UsageRecord{
 			RequestID: fmt.Sprintf("q%d", i%280), // 20 repeats
 			KeyID:     fmt.Sprintf("k%d", i%4), Account: []string{"x", "y"}[i%2],
 			Model: []string{"m1", "m2", "m3"}[i%3], Provider: "p",
@@ -110,7 +112,7 @@ func TestSettleBatchMatchesSettle(t *testing.T) {
 	if a.requests != 280 {
 		t.Errorf("%d records, want 280", a.requests)
 	}
-	for _, f := range []UsageFilter{{}, {Account: "y"}, {Model: "m2"}, {KeyID: "k3"}} {
+	for _, f := range []store.UsageFilter{{}, {Account: "y"}, {Model: "m2"}, {KeyID: "k3"}} {
 		ua, err := one.Usage(f)
 		if err != nil {
 			t.Fatal(err)
@@ -138,8 +140,8 @@ func TestSettlerGroupsAndDrains(t *testing.T) {
 	mustAccount(t, s, "acct", "50")
 	var mu sync.Mutex
 	var failed []string
-	q := NewSettler(s, 20*time.Millisecond, SettlerHooks{NotStored: func(r UsageRecord, err error) {
-		if !errors.Is(err, ErrNotFound) {
+	q := NewSettler(s, 20*time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
+		if !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s: %v, want ErrNotFound", r.RequestID, err)
 		}
 		mu.Lock()
@@ -187,7 +189,7 @@ func TestSettlerWindow(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	mustAccount(t, s, "acct", "1")
-	q := NewSettler(s, 5*time.Millisecond, SettlerHooks{})
+	q := NewSettler(s, 5*time.Millisecond, store.SettlerHooks{})
 	defer q.Close()
 	start := time.Now()
 	q.Record(rec("lone", "acct", "0.5"))
@@ -213,11 +215,11 @@ func BenchmarkSettler(b *testing.B) {
 			}
 			defer s.Close()
 			mustAccount(b, s, "acct", "1000000")
-			q := NewSettler(s, SettleWindow, SettlerHooks{NotStored: func(r UsageRecord, err error) { b.Error(r.RequestID, err) }})
+			q := NewSettler(s, SettleWindow, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) { b.Error(r.RequestID, err) }})
 			cost := dec("0.00000015")
 			b.ResetTimer()
 			for i := range b.N {
-				r := UsageRecord{
+				r := store.UsageRecord{
 					RequestID: fmt.Sprintf("bench-%d", i), KeyID: fmt.Sprintf("key_%d", i%16), Account: "acct",
 					Model: "gpt-4o", Provider: "openai", PromptTokens: 100, CompletionTokens: 50, Cost: cost,
 				}
@@ -245,7 +247,7 @@ type failing struct {
 
 var errDiskFull = errors.New("write: no space left on device")
 
-func (f *failing) settle(batch []UsageRecord) []error {
+func (f *failing) settle(batch []store.UsageRecord) []error {
 	f.calls.Add(1)
 	if !f.down.Load() {
 		return f.s.SettleBatch(batch)
@@ -274,8 +276,8 @@ func TestSettlerWaitsForAFailingStore(t *testing.T) {
 	var stalls atomic.Int64
 	f := &failing{s: s}
 	f.down.Store(true)
-	q := NewSettler(s, time.Millisecond, SettlerHooks{
-		NotStored: func(r UsageRecord, err error) {
+	q := NewSettler(s, time.Millisecond, store.SettlerHooks{
+		NotStored: func(r store.UsageRecord, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			reported = append(reported, r.RequestID)
@@ -312,7 +314,7 @@ func TestSettlerWaitsForAFailingStore(t *testing.T) {
 	reported = nil
 	f.down.Store(true)
 	f.calls.Store(0)
-	q = NewSettler(s, time.Millisecond, SettlerHooks{NotStored: func(r UsageRecord, err error) {
+	q = NewSettler(s, time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
 		if !errors.Is(err, errDiskFull) {
 			t.Errorf("%s: %v, want the disk's error", r.RequestID, err)
 		}

@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 // A record that cannot be stored fails alone: it never fails, delays or loses other records.
 
@@ -12,6 +12,8 @@ import (
 
 	"github.com/shopspring/decimal"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollway/tollway/store"
 )
 
 // TestSettleBatchOversizedIDFailsAlone: a request id over bbolt's 32 KiB key limit used to fail
@@ -22,12 +24,12 @@ func TestSettleBatchOversizedIDFailsAlone(t *testing.T) {
 	mustAccount(t, s, "a", "10")
 	mustAccount(t, s, "b", "10")
 	huge := rec(strings.Repeat("x", 40<<10), "b", "1")
-	batch := []UsageRecord{rec("a1", "a", "1"), huge, rec("b1", "b", "2")}
+	batch := []store.UsageRecord{rec("a1", "a", "1"), huge, rec("b1", "b", "2")}
 	errs := s.SettleBatch(batch)
 	if errs[0] != nil || errs[2] != nil {
 		t.Errorf("valid records failed with the oversized one: %v / %v", errs[0], errs[2])
 	}
-	if !errors.Is(errs[1], ErrInvalid) {
+	if !errors.Is(errs[1], store.ErrInvalid) {
 		t.Errorf("oversized id: %v, want ErrInvalid", errs[1])
 	} else if len(errs[1].Error()) > 300 {
 		t.Errorf("the error quotes the whole id (%d bytes)", len(errs[1].Error()))
@@ -47,7 +49,7 @@ func TestSettlerOversizedIDFailsAlone(t *testing.T) {
 	mustAccount(t, s, "b", "10")
 	var mu sync.Mutex
 	var reported []error
-	q := NewSettler(s, 20*time.Millisecond, SettlerHooks{NotStored: func(r UsageRecord, err error) {
+	q := NewSettler(s, 20*time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		reported = append(reported, err)
@@ -63,7 +65,7 @@ func TestSettlerOversizedIDFailsAlone(t *testing.T) {
 	waitUntil(t, "the 100 valid records of other accounts stored next to an oversized id", 2*time.Second,
 		func() bool { return count(t, s) == 100 })
 	q.Close()
-	if len(reported) != 1 || !errors.Is(reported[0], ErrInvalid) {
+	if len(reported) != 1 || !errors.Is(reported[0], store.ErrInvalid) {
 		t.Errorf("reported %v, want the oversized record alone, as invalid", reported)
 	}
 	wantDec(t, "a", balance(t, s, "a"), "5")
@@ -77,26 +79,26 @@ func TestSettleValidatesEveryField(t *testing.T) {
 	defer s.Close()
 	mustAccount(t, s, "acct", "5")
 	long := func(n int) string { return strings.Repeat("é", n/2) }
-	bad := map[string]func(*UsageRecord){
-		"request id over 512 bytes": func(r *UsageRecord) { r.RequestID = strings.Repeat("r", MaxRequestIDBytes+1) },
-		"key id over 128 bytes":     func(r *UsageRecord) { r.KeyID = long(130) },
-		"account over 128 bytes":    func(r *UsageRecord) { r.Account = strings.Repeat("a", 40<<10) },
-		"account with a space":      func(r *UsageRecord) { r.Account = "a b" },
-		"model over 256 bytes":      func(r *UsageRecord) { r.Model = long(40 << 10) },
-		"provider over 256 bytes":   func(r *UsageRecord) { r.Provider = long(258) },
-		"route over 256 bytes":      func(r *UsageRecord) { r.Route = long(258) },
-		"NUL in request id":         func(r *UsageRecord) { r.RequestID = "a\x00b" },
-		"NUL in route":              func(r *UsageRecord) { r.Route = "route:a\x00b" },
-		"NUL in key id":             func(r *UsageRecord) { r.KeyID = "k\x00" },
-		"newline in provider":       func(r *UsageRecord) { r.Provider = "open\nai" },
-		"DEL in model":              func(r *UsageRecord) { r.Model = "gpt\x7f" },
-		"invalid UTF-8 in id":       func(r *UsageRecord) { r.RequestID = "id-\xff\xfe" },
-		"tokens over a billion":     func(r *UsageRecord) { r.PromptTokens = MaxTokens + 1 },
-		"cost over a billion":       func(r *UsageRecord) { r.Cost = decimal.New(1, 10) },
-		"cost of 100k digits":       func(r *UsageRecord) { r.Cost = decimal.New(1, -100000) },
-		"time after 2261":           func(r *UsageRecord) { r.Time = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC) },
+	bad := map[string]func(*store.UsageRecord){
+		"request id over 512 bytes": func(r *store.UsageRecord) { r.RequestID = strings.Repeat("r", store.MaxRequestIDBytes+1) },
+		"key id over 128 bytes":     func(r *store.UsageRecord) { r.KeyID = long(130) },
+		"account over 128 bytes":    func(r *store.UsageRecord) { r.Account = strings.Repeat("a", 40<<10) },
+		"account with a space":      func(r *store.UsageRecord) { r.Account = "a b" },
+		"model over 256 bytes":      func(r *store.UsageRecord) { r.Model = long(40 << 10) },
+		"provider over 256 bytes":   func(r *store.UsageRecord) { r.Provider = long(258) },
+		"route over 256 bytes":      func(r *store.UsageRecord) { r.Route = long(258) },
+		"NUL in request id":         func(r *store.UsageRecord) { r.RequestID = "a\x00b" },
+		"NUL in route":              func(r *store.UsageRecord) { r.Route = "route:a\x00b" },
+		"NUL in key id":             func(r *store.UsageRecord) { r.KeyID = "k\x00" },
+		"newline in provider":       func(r *store.UsageRecord) { r.Provider = "open\nai" },
+		"DEL in model":              func(r *store.UsageRecord) { r.Model = "gpt\x7f" },
+		"invalid UTF-8 in id":       func(r *store.UsageRecord) { r.RequestID = "id-\xff\xfe" },
+		"tokens over a billion":     func(r *store.UsageRecord) { r.PromptTokens = store.MaxTokens + 1 },
+		"cost over a billion":       func(r *store.UsageRecord) { r.Cost = decimal.New(1, 10) },
+		"cost of 100k digits":       func(r *store.UsageRecord) { r.Cost = decimal.New(1, -100000) },
+		"time after 2261":           func(r *store.UsageRecord) { r.Time = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC) },
 	}
-	var batch []UsageRecord
+	var batch []store.UsageRecord
 	var names []string
 	for name, mutate := range bad {
 		r := rec("bad-"+strings.ReplaceAll(name, " ", "-"), "acct", "1")
@@ -106,7 +108,7 @@ func TestSettleValidatesEveryField(t *testing.T) {
 	batch = append(batch, rec("good", "acct", "1"))
 	errs := s.SettleBatch(batch)
 	for i, name := range names {
-		if !errors.Is(errs[i], ErrInvalid) {
+		if !errors.Is(errs[i], store.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, errs[i])
 		} else if len(errs[i].Error()) > 400 {
 			t.Errorf("%s: error of %d bytes: it quotes a whole field", name, len(errs[i].Error()))
@@ -116,9 +118,9 @@ func TestSettleValidatesEveryField(t *testing.T) {
 		t.Errorf("the valid record failed: %v", errs[len(names)])
 	}
 	// Right at the bounds, a record is stored.
-	edge := rec(strings.Repeat("r", MaxRequestIDBytes), "acct", "0.000000000000000000000000000000000001")
-	edge.KeyID, edge.Model, edge.Route = strings.Repeat("k", maxKeyIDBytes), strings.Repeat("m", maxNameBytes), strings.Repeat("x", maxNameBytes)
-	edge.Provider, edge.PromptTokens, edge.CompletionTokens = "p", MaxTokens, MaxTokens
+	edge := rec(strings.Repeat("r", store.MaxRequestIDBytes), "acct", "0.000000000000000000000000000000000001")
+	edge.KeyID, edge.Model, edge.Route = strings.Repeat("k", store.MaxKeyIDBytes), strings.Repeat("m", store.MaxNameBytes), strings.Repeat("x", store.MaxNameBytes)
+	edge.Provider, edge.PromptTokens, edge.CompletionTokens = "p", store.MaxTokens, store.MaxTokens
 	mustSettle(t, s, edge)
 	sm := checkLedger(t, s, map[string]string{"acct": "5"})
 	if sm.requests != 2 {
@@ -134,7 +136,7 @@ func TestSettleTxRefusedPutFailsAlone(t *testing.T) {
 	defer s.Close()
 	mustAccount(t, s, "a", "10")
 	mustAccount(t, s, "b", "10")
-	recs := []UsageRecord{rec("a1", "a", "1"), rec("usage-refused", "b", "2"), rec("index-refused", "b", "3"), rec("b1", "b", "4")}
+	recs := []store.UsageRecord{rec("a1", "a", "1"), rec("usage-refused", "b", "2"), rec("index-refused", "b", "3"), rec("b1", "b", "4")}
 	errs := make([]error, len(recs))
 	todo := prepareSettling(recs, errs)
 	todo[1].uKey = append(todo[1].uKey, make([]byte, bolt.MaxKeySize)...) // the record's own Put fails
@@ -143,7 +145,7 @@ func TestSettleTxRefusedPutFailsAlone(t *testing.T) {
 		t.Fatalf("the transaction failed: %v", err)
 	}
 	for i, want := range []bool{false, true, true, false} {
-		if got := errs[i] != nil; got != want || (got && !errors.Is(errs[i], ErrInvalid)) {
+		if got := errs[i] != nil; got != want || (got && !errors.Is(errs[i], store.ErrInvalid)) {
 			t.Errorf("%s: %v", recs[i].RequestID, errs[i])
 		}
 	}
@@ -177,7 +179,7 @@ func TestSettlerIsolatesAnUnpredictedFailure(t *testing.T) {
 	var mu sync.Mutex
 	var calls, poisonTries int
 	var reported []string
-	q := NewSettler(s, 50*time.Millisecond, SettlerHooks{NotStored: func(r UsageRecord, err error) {
+	q := NewSettler(s, 50*time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
 		if !errors.Is(err, poisonErr) {
 			t.Errorf("%s reported with %v", r.RequestID, err)
 		}
@@ -185,7 +187,7 @@ func TestSettlerIsolatesAnUnpredictedFailure(t *testing.T) {
 		defer mu.Unlock()
 		reported = append(reported, r.RequestID)
 	}})
-	q.settle = faulty(func(batch []UsageRecord) []error {
+	q.settle = faulty(func(batch []store.UsageRecord) []error {
 		mu.Lock()
 		calls++
 		mu.Unlock()
@@ -248,8 +250,8 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 
 // faulty makes a settler's settle from a test's fault: its errors per record, and as the
 // transaction's error the first that is not a record's own fault.
-func faulty(f func([]UsageRecord) []error) func([]UsageRecord, HoldChanges) ([]error, error) {
-	return func(batch []UsageRecord, _ HoldChanges) ([]error, error) {
+func faulty(f func([]store.UsageRecord) []error) func([]store.UsageRecord, HoldChanges) ([]error, error) {
+	return func(batch []store.UsageRecord, _ HoldChanges) ([]error, error) {
 		errs := f(batch)
 		for _, err := range errs {
 			if err != nil && !wrongRecord(err) {
@@ -261,7 +263,7 @@ func faulty(f func([]UsageRecord) []error) func([]UsageRecord, HoldChanges) ([]e
 }
 
 // failAll is a transaction that failed: err for every record.
-func failAll(batch []UsageRecord, err error) []error {
+func failAll(batch []store.UsageRecord, err error) []error {
 	errs := make([]error, len(batch))
 	for i := range errs {
 		errs[i] = err
@@ -286,17 +288,17 @@ func TestDamagedRowFailsOnlyItsRecords(t *testing.T) {
 	mustAccount(t, s, "b", "10")
 	bad := rec("b1", "b", "2")
 	err := s.update(func(tx *bolt.Tx) error {
-		day := bad.Time.UTC().Format(dayLayout)
+		day := bad.Time.UTC().Format(store.DayLayout)
 		return tx.Bucket(bucketUsageAgg).Put(aggKey(day, bad.KeyID, bad.Account, bad.Model), []byte("{not json"))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := s.SettleBatch([]UsageRecord{rec("a1", "a", "1"), bad, rec("a2", "a", "1")})
+	errs := s.SettleBatch([]store.UsageRecord{rec("a1", "a", "1"), bad, rec("a2", "a", "1")})
 	if errs[0] != nil || errs[2] != nil {
 		t.Fatalf("records of another account failed with the damaged row: %v / %v", errs[0], errs[2])
 	}
-	if !errors.Is(errs[1], ErrInvalid) || !strings.Contains(errs[1].Error(), "damaged") {
+	if !errors.Is(errs[1], store.ErrInvalid) || !strings.Contains(errs[1].Error(), "damaged") {
 		t.Fatalf("the record on the damaged row: %v, want ErrInvalid naming the damage", errs[1])
 	}
 	wantDec(t, "a", balance(t, s, "a"), "8")

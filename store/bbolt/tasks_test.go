@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 import (
 	"errors"
@@ -9,11 +9,13 @@ import (
 
 	"github.com/shopspring/decimal"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollway/tollway/store"
 )
 
-func newTask(kind string) *Task {
+func newTask(kind string) *store.Task {
 	now := time.Now().UTC()
-	return &Task{ID: NewTaskID(kind), Kind: kind, Account: "acme", KeyID: "k1", Model: "hailuo-02", Family: "V1",
+	return &store.Task{ID: store.NewTaskID(kind), Kind: kind, Account: "acme", KeyID: "k1", Model: "hailuo-02", Family: "V1",
 		Provider: "hailuo", ProviderTaskID: "106916112212032", Status: "queued", Hold: decimal.RequireFromString("0.45"),
 		CallbackURL: "https://hooks.example.com/v", CreatedAt: now, UpdatedAt: now}
 }
@@ -24,7 +26,7 @@ func newTask(kind string) *Task {
 func TestTaskLifecycleSurvivesRestart(t *testing.T) {
 	s, path := openTemp(t)
 	a, b := newTask("video"), newTask("video")
-	for _, x := range []*Task{a, b} {
+	for _, x := range []*store.Task{a, b} {
 		if err := s.PutTask(x); err != nil {
 			t.Fatal(err)
 		}
@@ -32,25 +34,25 @@ func TestTaskLifecycleSurvivesRestart(t *testing.T) {
 	if !strings.HasPrefix(a.ID, "video_") || len(a.ID) != len("video_")+26 || a.ID == b.ID {
 		t.Fatalf("ids %s %s", a.ID, b.ID)
 	}
-	if err := s.PutTask(a); !errors.Is(err, ErrExists) {
+	if err := s.PutTask(a); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("second put: %v", err)
 	}
 	open, err := s.OpenTasks(10, "")
 	if err != nil || len(open) != 2 {
 		t.Fatalf("open %d %v", len(open), err)
 	}
-	_, err = s.UpdateTask(a.ID, func(x *Task) (TaskChange, error) {
+	_, err = s.UpdateTask(a.ID, func(x *store.Task) (store.TaskChange, error) {
 		x.Status, x.Cost, x.Settled = "completed", decimal.RequireFromString("0.27"), true
-		x.Videos = []TaskVideo{{URL: "https://cdn/x.mp4", Seconds: decimal.RequireFromString("6")}}
-		return TaskChange{Callbacks: []Callback{{TaskID: x.ID, Account: x.Account, URL: x.CallbackURL, Body: []byte(`{"status":"completed"}`)}}}, nil
+		x.Videos = []store.TaskVideo{{URL: "https://cdn/x.mp4", Seconds: decimal.RequireFromString("6")}}
+		return store.TaskChange{Callbacks: []store.Callback{{TaskID: x.ID, Account: x.Account, URL: x.CallbackURL, Body: []byte(`{"status":"completed"}`)}}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
-	if _, err := s.UpdateTask(b.ID, func(x *Task) (TaskChange, error) {
+	if _, err := s.UpdateTask(b.ID, func(x *store.Task) (store.TaskChange, error) {
 		x.Status = "failed"
-		return TaskChange{Callbacks: []Callback{{TaskID: x.ID, URL: x.CallbackURL, Body: []byte("{}")}}}, boom
+		return store.TaskChange{Callbacks: []store.Callback{{TaskID: x.ID, URL: x.CallbackURL, Body: []byte("{}")}}}, boom
 	}); !errors.Is(err, boom) {
 		t.Fatalf("failed update: %v", err)
 	}
@@ -71,7 +73,7 @@ func TestTaskLifecycleSurvivesRestart(t *testing.T) {
 	if len(open) != 1 || open[0].ID != b.ID {
 		t.Fatalf("open after completion %+v", open)
 	}
-	if _, err := s.GetTask("video_nope"); !errors.Is(err, ErrTaskNotFound) {
+	if _, err := s.GetTask("video_nope"); !errors.Is(err, store.ErrTaskNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
 	due, err := s.DueCallbacks(time.Now(), 10)
@@ -111,15 +113,15 @@ func TestTaskRecordsAreBounded(t *testing.T) {
 	s, _ := openTemp(t)
 	x := newTask("video")
 	x.CallbackURL = "https://" + strings.Repeat("a", 5000)
-	if err := s.PutTask(x); !errors.Is(err, ErrInvalid) {
+	if err := s.PutTask(x); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("long callback URL: %v", err)
 	}
 	x = newTask("video")
 	_ = s.PutTask(x)
-	if _, err := s.UpdateTask(x.ID, func(t *Task) (TaskChange, error) {
-		t.Videos = []TaskVideo{{URL: strings.Repeat("u", 5000)}}
-		return TaskChange{}, nil
-	}); !errors.Is(err, ErrInvalid) {
+	if _, err := s.UpdateTask(x.ID, func(t *store.Task) (store.TaskChange, error) {
+		t.Videos = []store.TaskVideo{{URL: strings.Repeat("u", 5000)}}
+		return store.TaskChange{}, nil
+	}); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("long video URL: %v", err)
 	}
 }
@@ -136,37 +138,37 @@ func TestTaskUsageSettlesWithTheTask(t *testing.T) {
 	if err := s.PutTask(x); err != nil {
 		t.Fatal(err)
 	}
-	bill := func(account string) *UsageRecord {
-		return &UsageRecord{RequestID: "req." + x.ID, KeyID: "k1", Account: account, Model: "hailuo-02", Provider: "hailuo", Cost: decimal.RequireFromString("0.27")}
+	bill := func(account string) *store.UsageRecord {
+		return &store.UsageRecord{RequestID: "req." + x.ID, KeyID: "k1", Account: account, Model: "hailuo-02", Provider: "hailuo", Cost: decimal.RequireFromString("0.27")}
 	}
 	boom := errors.New("boom")
-	if _, err := s.UpdateTask(x.ID, func(t *Task) (TaskChange, error) {
+	if _, err := s.UpdateTask(x.ID, func(t *store.Task) (store.TaskChange, error) {
 		t.Status = "completed"
-		return TaskChange{Usage: bill("acme")}, boom
+		return store.TaskChange{Usage: bill("acme")}, boom
 	}); !errors.Is(err, boom) {
 		t.Fatalf("failing update: %v", err)
 	}
 	for i := 0; i < 2; i++ { // settled once however often it is sent
-		got, err := s.UpdateTask(x.ID, func(t *Task) (TaskChange, error) {
+		got, err := s.UpdateTask(x.ID, func(t *store.Task) (store.TaskChange, error) {
 			t.Status, t.Cost, t.Settled = "completed", decimal.RequireFromString("0.27"), true
-			return TaskChange{Usage: bill("acme")}, nil
+			return store.TaskChange{Usage: bill("acme")}, nil
 		})
 		if err != nil || got.Status != "completed" {
 			t.Fatalf("update %d: %+v %v", i, got, err)
 		}
 	}
 	a, _ := s.GetAccount("acme")
-	recs, _ := s.UsageRecords(UsageFilter{}, 10)
+	recs, _ := s.UsageRecords(store.UsageFilter{}, 10)
 	if !a.Balance.Equal(decimal.RequireFromString("4.73")) || len(recs) != 1 {
 		t.Fatalf("balance %s, %d records", a.Balance, len(recs))
 	}
 	y := newTask("video")
 	_ = s.PutTask(y)
-	got, err := s.UpdateTask(y.ID, func(t *Task) (TaskChange, error) {
+	got, err := s.UpdateTask(y.ID, func(t *store.Task) (store.TaskChange, error) {
 		t.Status = "completed"
-		return TaskChange{Usage: &UsageRecord{RequestID: "req." + y.ID, KeyID: "k1", Account: "gone", Model: "m", Provider: "p", Cost: decimal.RequireFromString("1")}}, nil
+		return store.TaskChange{Usage: &store.UsageRecord{RequestID: "req." + y.ID, KeyID: "k1", Account: "gone", Model: "m", Provider: "p", Cost: decimal.RequireFromString("1")}}, nil
 	})
-	if !errors.Is(err, ErrUsageNotSettled) || !errors.Is(err, ErrNotFound) || got == nil || got.Status != "completed" {
+	if !errors.Is(err, store.ErrUsageNotSettled) || !errors.Is(err, store.ErrNotFound) || got == nil || got.Status != "completed" {
 		t.Fatalf("gone account: %+v %v", got, err)
 	}
 	if stored, _ := s.GetTask(y.ID); stored.Status != "completed" {
@@ -180,7 +182,7 @@ func TestTaskUsageSettlesWithTheTask(t *testing.T) {
 func TestFinishedTasksArePruned(t *testing.T) {
 	s, path := openTemp(t)
 	now := time.Now().UTC()
-	finish := func(age time.Duration, status string) *Task {
+	finish := func(age time.Duration, status string) *store.Task {
 		x := newTask("video")
 		x.Status, x.CompletedAt, x.UpdatedAt = status, now.Add(-age), now.Add(-age)
 		if err := s.PutTask(x); err != nil {
@@ -194,8 +196,8 @@ func TestFinishedTasksArePruned(t *testing.T) {
 	if err := s.PutTask(running); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.UpdateTask(old.ID, func(x *Task) (TaskChange, error) {
-		return TaskChange{Callbacks: []Callback{{TaskID: x.ID, Account: x.Account, URL: x.CallbackURL, Body: []byte("{}")}}}, nil
+	if _, err := s.UpdateTask(old.ID, func(x *store.Task) (store.TaskChange, error) {
+		return store.TaskChange{Callbacks: []store.Callback{{TaskID: x.ID, Account: x.Account, URL: x.CallbackURL, Body: []byte("{}")}}}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -216,12 +218,12 @@ func TestFinishedTasksArePruned(t *testing.T) {
 	if res, err = s.PruneTasks(now.Add(-30*24*time.Hour), 10); err != nil || res.Deleted != 1 {
 		t.Fatalf("second chunk: %+v %v", res, err)
 	}
-	for _, gone := range []*Task{old, oldFailed} {
-		if _, err := s.GetTask(gone.ID); !errors.Is(err, ErrTaskNotFound) {
+	for _, gone := range []*store.Task{old, oldFailed} {
+		if _, err := s.GetTask(gone.ID); !errors.Is(err, store.ErrTaskNotFound) {
 			t.Errorf("task %s kept: %v", gone.Status, err)
 		}
 	}
-	for _, kept := range []*Task{recent, running} {
+	for _, kept := range []*store.Task{recent, running} {
 		if _, err := s.GetTask(kept.ID); err != nil {
 			t.Errorf("task %s (%s) pruned: %v", kept.ID, kept.Status, err)
 		}
@@ -244,13 +246,13 @@ func TestScanDueCallbacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := time.Now().Add(-time.Minute)
-	var cbs []Callback
+	var cbs []store.Callback
 	for i := range 6 {
-		cbs = append(cbs, Callback{ID: "cb_" + strconv.Itoa(i), TaskID: task.ID, Account: "a", URL: "http://h" + strconv.Itoa(i%2) + "/", Body: []byte(`{}`),
+		cbs = append(cbs, store.Callback{ID: "cb_" + strconv.Itoa(i), TaskID: task.ID, Account: "a", URL: "http://h" + strconv.Itoa(i%2) + "/", Body: []byte(`{}`),
 			NextAt: base.Add(time.Duration(i) * time.Second)})
 	}
-	cbs = append(cbs, Callback{ID: "cb_later", TaskID: task.ID, Account: "a", URL: "http://h0/", Body: []byte(`{}`), NextAt: time.Now().Add(time.Hour)})
-	if _, err := s.UpdateTask(task.ID, func(*Task) (TaskChange, error) { return TaskChange{Callbacks: cbs}, nil }); err != nil {
+	cbs = append(cbs, store.Callback{ID: "cb_later", TaskID: task.ID, Account: "a", URL: "http://h0/", Body: []byte(`{}`), NextAt: time.Now().Add(time.Hour)})
+	if _, err := s.UpdateTask(task.ID, func(*store.Task) (store.TaskChange, error) { return store.TaskChange{Callbacks: cbs}, nil }); err != nil {
 		t.Fatal(err)
 	}
 	var taken, skipped []string
@@ -261,14 +263,14 @@ func TestScanDueCallbacks(t *testing.T) {
 		}
 		return false
 	}
-	if err := s.ScanDueCallbacks(time.Now(), 100, skip, func(c Callback) bool { taken = append(taken, c.ID); return len(taken) < 3 }); err != nil {
+	if err := s.ScanDueCallbacks(time.Now(), 100, skip, func(c store.Callback) bool { taken = append(taken, c.ID); return len(taken) < 3 }); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(taken, ",") != "cb_1,cb_3,cb_4" || strings.Join(skipped, ",") != "cb_0,cb_2" {
 		t.Fatalf("taken %v, skipped %v", taken, skipped)
 	}
 	taken = nil
-	if err := s.ScanDueCallbacks(time.Now(), 2, func(string) bool { return false }, func(c Callback) bool { taken = append(taken, c.ID); return true }); err != nil {
+	if err := s.ScanDueCallbacks(time.Now(), 2, func(string) bool { return false }, func(c store.Callback) bool { taken = append(taken, c.ID); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(taken, ",") != "cb_0,cb_1" {

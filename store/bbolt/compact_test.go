@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollway/tollway/store"
 )
 
 func TestCompact(t *testing.T) {
@@ -24,7 +26,7 @@ func TestCompact(t *testing.T) {
 
 	// In use: refused at once, the file untouched.
 	start := time.Now()
-	if _, err := Compact(path); !errors.Is(err, ErrLocked) {
+	if _, err := Compact(path); !errors.Is(err, store.ErrLocked) {
 		t.Errorf("Compact of an open store: %v, want ErrLocked", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {

@@ -1,8 +1,10 @@
-package store
+package bbolt
 
 import (
 	"testing"
 	"time"
+
+	"github.com/tollway/tollway/store"
 )
 
 // TestSetKeysUsed: a key's last use is saved to the second, never moves back, survives a
@@ -10,7 +12,7 @@ import (
 func TestSetKeysUsed(t *testing.T) {
 	s, path := openTemp(t)
 	mustAccount(t, s, "a", "0")
-	k, _, err := s.CreateKey("a", KeyOptions{})
+	k, _, err := s.CreateKey("a", store.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 import (
 	"fmt"
@@ -6,15 +6,17 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollway/tollway/store"
 )
 
 // holdRows lists the request ids with a hold row on disk.
-func holdRows(t *testing.T, s *Store) map[string]UsageRecord {
+func holdRows(t *testing.T, s *Store) map[string]store.UsageRecord {
 	t.Helper()
-	out := map[string]UsageRecord{}
+	out := map[string]store.UsageRecord{}
 	if err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketHolds).ForEach(func(k, v []byte) error {
-			var r UsageRecord
+			var r store.UsageRecord
 			if err := decodeHold(k, v, &r); err != nil {
 				return err
 			}
@@ -35,7 +37,7 @@ func TestSettlerHoldsOnlyWhatOutlivesItsBatch(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	mustAccount(t, s, "acct", "10")
-	q := NewSettler(s, 20*time.Millisecond, SettlerHooks{})
+	q := NewSettler(s, 20*time.Millisecond, store.SettlerHooks{})
 	defer q.Close()
 
 	// Quick requests: hold and settle (or end) in the same window.
@@ -86,19 +88,19 @@ func TestSettlerHoldsOnlyWhatOutlivesItsBatch(t *testing.T) {
 func TestSettleHoldsBillsWhatACrashLeft(t *testing.T) {
 	s, path := openTemp(t)
 	mustAccount(t, s, "acct", "5")
-	q := NewSettler(s, time.Millisecond, SettlerHooks{})
+	q := NewSettler(s, time.Millisecond, store.SettlerHooks{})
 	cut := rec("cut", "acct", "0.5")
 	cut.CompletionTokens = 12
 	ghost := rec("ghost", "nobody", "1")
 	both := rec("both", "acct", "0.25")
-	for _, r := range []UsageRecord{cut, ghost, both} {
+	for _, r := range []store.UsageRecord{cut, ghost, both} {
 		q.Hold(r, nil)
 	}
 	waitUntil(t, "three hold rows", 5*time.Second, func() bool { return len(holdRows(t, s)) == 3 })
 	q.Close()
 	// The crash: "both" was settled but its row is still there (as a file from a gateway
 	// that wrote the record and not the delete would have it).
-	if errs := s.SettleBatch([]UsageRecord{both}); errs[0] != nil {
+	if errs := s.SettleBatch([]store.UsageRecord{both}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	s.Close()
@@ -108,30 +110,30 @@ func TestSettleHoldsBillsWhatACrashLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	n, failed, err := s.SettleHolds(EstimateGatewayRestart)
+	n, failed, err := s.SettleHolds(store.EstimateGatewayRestart)
 	if err != nil || n != 2 || len(failed) != 1 {
 		t.Fatalf("SettleHolds: %d settled, failed %v, %v; want 2 settled (one of them before) and the ghost's failure", n, failed, err)
 	}
 	if rows := holdRows(t, s); len(rows) != 0 {
 		t.Fatalf("hold rows left: %v", rows)
 	}
-	var got UsageRecord
+	var got store.UsageRecord
 	for _, r := range allRecords(t, s) {
 		if r.RequestID == "cut" {
 			got = r
 		}
 	}
-	if !got.Estimated || got.EstimateReason != EstimateGatewayRestart || got.CompletionTokens != 12 || !got.Cost.Equal(dec("0.5")) {
+	if !got.Estimated || got.EstimateReason != store.EstimateGatewayRestart || got.CompletionTokens != 12 || !got.Cost.Equal(dec("0.5")) {
 		t.Fatalf("record of the cut request %+v", got)
 	}
 	wantDec(t, "balance", balance(t, s, "acct"), "4.25")
-	spend, err := s.MonthSpend(t0.Format(monthLayout))
+	spend, err := s.MonthSpend(t0.Format(store.MonthLayout))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantDec(t, "month spend", spend["key_1"], "0.75")
 	checkLedger(t, s, map[string]string{"acct": "5"})
-	if n, _, err := s.SettleHolds(EstimateGatewayRestart); n != 0 || err != nil {
+	if n, _, err := s.SettleHolds(store.EstimateGatewayRestart); n != 0 || err != nil {
 		t.Fatalf("a second SettleHolds settled %d (%v)", n, err)
 	}
 }
@@ -141,12 +143,12 @@ func TestSettleHoldsBillsWhatACrashLeft(t *testing.T) {
 func TestEstimateReasonRoundTrips(t *testing.T) {
 	r := rec("x", "acct", "1")
 	plain := encodeUsage(&r)
-	r.Estimated, r.EstimateReason = true, EstimateGatewayRestart
-	var back UsageRecord
+	r.Estimated, r.EstimateReason = true, store.EstimateGatewayRestart
+	var back store.UsageRecord
 	if err := decodeUsage(usageKey(r.Time, r.RequestID), encodeUsage(&r), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.EstimateReason != EstimateGatewayRestart || !back.Estimated {
+	if back.EstimateReason != store.EstimateGatewayRestart || !back.Estimated {
 		t.Fatalf("decoded %+v", back)
 	}
 	r.Estimated, r.EstimateReason = false, ""

@@ -1,9 +1,11 @@
-package store
+package bbolt
 
 import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollway/tollway/store"
 )
 
 // SetKeysUsed records when keys were last used (key id -> time), in one transaction: the
@@ -21,7 +23,7 @@ func (s *Store) SetKeysUsed(used map[string]time.Time) error {
 			if v == nil {
 				continue
 			}
-			var k Key
+			var k store.Key
 			if err := jsonUnmarshal(v, &k); err != nil {
 				return err
 			}

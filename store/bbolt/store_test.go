@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollway/tollway/store"
 )
 
 func openTemp(t *testing.T) (*Store, string) {
@@ -25,7 +27,7 @@ func openTemp(t *testing.T) (*Store, string) {
 
 func TestOpenCreatesDirectoryAndReopens(t *testing.T) {
 	s, path := openTemp(t)
-	if err := s.PutProvider(Provider{Name: "p", Type: "openai", BaseURL: "https://x/v1", Source: SourceAdmin}); err != nil {
+	if err := s.PutProvider(store.Provider{Name: "p", Type: "openai", BaseURL: "https://x/v1", Source: store.SourceAdmin}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -63,7 +65,7 @@ func TestOpenLockedFailsFast(t *testing.T) {
 		s2.Close()
 		t.Fatal("second Open of a locked store succeeded")
 	}
-	if !errors.Is(err, ErrLocked) {
+	if !errors.Is(err, store.ErrLocked) {
 		t.Fatalf("second Open error = %v, want one wrapping ErrLocked", err)
 	}
 	if !strings.Contains(err.Error(), path) {
@@ -84,12 +86,12 @@ func TestOpenNotADatabase(t *testing.T) {
 		s.Close()
 		t.Fatal("Open of a non-bbolt file succeeded")
 	}
-	if errors.Is(err, ErrLocked) {
+	if errors.Is(err, store.ErrLocked) {
 		t.Fatalf("corrupt file reported as locked: %v", err)
 	}
 }
 
-func providerNames(ps []Provider) []string {
+func providerNames(ps []store.Provider) []string {
 	var out []string
 	for _, p := range ps {
 		out = append(out, p.Name+"/"+string(p.Source))
@@ -97,7 +99,7 @@ func providerNames(ps []Provider) []string {
 	return out
 }
 
-func modelIDs(ms []Model) []string {
+func modelIDs(ms []store.Model) []string {
 	var out []string
 	for _, m := range ms {
 		out = append(out, m.ID+"/"+string(m.Source))
@@ -109,38 +111,38 @@ func TestReplaceConfig(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 
-	first := Catalog{
-		Providers: []Provider{
+	first := store.Catalog{
+		Providers: []store.Provider{
 			{Name: "openai", Type: "openai", BaseURL: "https://api.openai.com/v1", APIKeyRef: "${OPENAI_API_KEY}"},
 			{Name: "old", Type: "openai", BaseURL: "http://127.0.0.1:1/v1"},
 		},
-		Models: []Model{
-			{ID: "gpt", Providers: []ModelProvider{{Provider: "openai", Model: "gpt-4o"}}},
-			{ID: "stale", Providers: []ModelProvider{{Provider: "old", Model: "x"}}},
+		Models: []store.Model{
+			{ID: "gpt", Providers: []store.ModelProvider{{Provider: "openai", Model: "gpt-4o"}}},
+			{ID: "stale", Providers: []store.ModelProvider{{Provider: "old", Model: "x"}}},
 		},
 	}
 	if err := s.ReplaceConfig(first); err != nil {
 		t.Fatalf("ReplaceConfig: %v", err)
 	}
 	// Records written through the admin API.
-	if err := s.PutProvider(Provider{Name: "adminp", Type: "openai", BaseURL: "http://127.0.0.1:2/v1", Source: SourceAdmin}); err != nil {
+	if err := s.PutProvider(store.Provider{Name: "adminp", Type: "openai", BaseURL: "http://127.0.0.1:2/v1", Source: store.SourceAdmin}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutModel(Model{ID: "adminm", Providers: []ModelProvider{{Provider: "adminp", Model: "m"}}, Source: SourceAdmin}); err != nil {
+	if err := s.PutModel(store.Model{ID: "adminm", Providers: []store.ModelProvider{{Provider: "adminp", Model: "m"}}, Source: store.SourceAdmin}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutModel(Model{ID: "taken", Providers: []ModelProvider{{Provider: "adminp", Model: "m"}}, Source: SourceAdmin}); err != nil {
+	if err := s.PutModel(store.Model{ID: "taken", Providers: []store.ModelProvider{{Provider: "adminp", Model: "m"}}, Source: store.SourceAdmin}); err != nil {
 		t.Fatal(err)
 	}
 
-	second := Catalog{
-		Providers: []Provider{
+	second := store.Catalog{
+		Providers: []store.Provider{
 			{Name: "openai", Type: "openai", BaseURL: "https://api.openai.com/v2", APIKeyRef: "${OPENAI_API_KEY}"},
 		},
-		Models: []Model{
-			{ID: "gpt", Name: "GPT", Providers: []ModelProvider{{Provider: "openai", Model: "gpt-4.1"}}},
+		Models: []store.Model{
+			{ID: "gpt", Name: "GPT", Providers: []store.ModelProvider{{Provider: "openai", Model: "gpt-4.1"}}},
 			// The file names an admin-owned record: the file wins and owns it from now on.
-			{ID: "taken", Providers: []ModelProvider{{Provider: "openai", Model: "o"}}},
+			{ID: "taken", Providers: []store.ModelProvider{{Provider: "openai", Model: "o"}}},
 		},
 	}
 	if err := s.ReplaceConfig(second); err != nil {
@@ -175,7 +177,7 @@ func TestReplaceConfig(t *testing.T) {
 	}
 
 	// An empty config removes every config record and nothing else.
-	if err := s.ReplaceConfig(Catalog{}); err != nil {
+	if err := s.ReplaceConfig(store.Catalog{}); err != nil {
 		t.Fatal(err)
 	}
 	cat, err = s.Catalog()
@@ -193,13 +195,13 @@ func TestReplaceConfig(t *testing.T) {
 func TestRestoreCatalog(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
-	if err := s.ReplaceConfig(Catalog{
-		Providers: []Provider{{Name: "a", Type: "openai", BaseURL: "http://127.0.0.1:1/v1"}},
-		Models:    []Model{{ID: "m1", Providers: []ModelProvider{{Provider: "a", Model: "x"}}}},
+	if err := s.ReplaceConfig(store.Catalog{
+		Providers: []store.Provider{{Name: "a", Type: "openai", BaseURL: "http://127.0.0.1:1/v1"}},
+		Models:    []store.Model{{ID: "m1", Providers: []store.ModelProvider{{Provider: "a", Model: "x"}}}},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutProvider(Provider{Name: "b", Type: "openai", Source: SourceAdmin}); err != nil {
+	if err := s.PutProvider(store.Provider{Name: "b", Type: "openai", Source: store.SourceAdmin}); err != nil {
 		t.Fatal(err)
 	}
 	before, err := s.Catalog()
@@ -207,18 +209,18 @@ func TestRestoreCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustAccount(t, s, "acct", "0")
-	if _, _, err := s.CreateKey("acct", KeyOptions{Name: "k"}); err != nil {
+	if _, _, err := s.CreateKey("acct", store.KeyOptions{Name: "k"}); err != nil {
 		t.Fatal(err)
 	}
 
 	// A change that is then rejected and undone.
-	if err := s.PutProvider(Provider{Name: "c", Type: "openai", Source: SourceAdmin}); err != nil {
+	if err := s.PutProvider(store.Provider{Name: "c", Type: "openai", Source: store.SourceAdmin}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteModel("m1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutProvider(Provider{Name: "a", Type: "changed", Source: SourceAdmin}); err != nil {
+	if err := s.PutProvider(store.Provider{Name: "a", Type: "changed", Source: store.SourceAdmin}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -249,7 +251,7 @@ func TestDeleteNotFound(t *testing.T) {
 		"model":    s.DeleteModel,
 	} {
 		err := del("nope")
-		if !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Delete%s of a missing record: %v, want ErrNotFound", name, err)
 			continue
 		}
@@ -257,13 +259,13 @@ func TestDeleteNotFound(t *testing.T) {
 			t.Errorf("Delete%s error %q should name the kind and the key", name, err)
 		}
 	}
-	if err := s.PutModel(Model{ID: "m", Source: SourceAdmin}); err != nil {
+	if err := s.PutModel(store.Model{ID: "m", Source: store.SourceAdmin}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteModel("m"); err != nil {
 		t.Fatalf("DeleteModel of an existing model: %v", err)
 	}
-	if err := s.DeleteModel("m"); !errors.Is(err, ErrNotFound) {
+	if err := s.DeleteModel("m"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("second DeleteModel: %v, want ErrNotFound", err)
 	}
 }
@@ -271,27 +273,27 @@ func TestDeleteNotFound(t *testing.T) {
 func TestCreateKey(t *testing.T) {
 	s, path := openTemp(t)
 	mustAccount(t, s, "acct-1", "0")
-	k, secret, err := s.CreateKey("acct-1", KeyOptions{Name: "laptop"})
+	k, secret, err := s.CreateKey("acct-1", store.KeyOptions{Name: "laptop"})
 	if err != nil {
 		t.Fatalf("CreateKey: %v", err)
 	}
-	if !strings.HasPrefix(secret, KeyPrefix) {
-		t.Errorf("secret %q lacks the %s prefix", secret, KeyPrefix)
+	if !strings.HasPrefix(secret, store.KeyPrefix) {
+		t.Errorf("secret %q lacks the %s prefix", secret, store.KeyPrefix)
 	}
-	if !WellFormedKey(secret) {
+	if !store.WellFormedKey(secret) {
 		t.Errorf("secret %q is not WellFormedKey", secret)
 	}
 	sum := sha256.Sum256([]byte(secret))
 	if k.Hash != hex.EncodeToString(sum[:]) {
 		t.Errorf("Hash = %s, want hex(sha256(secret)) = %x", k.Hash, sum)
 	}
-	if h := HashKey(secret); hex.EncodeToString(h[:]) != k.Hash {
+	if h := store.HashKey(secret); hex.EncodeToString(h[:]) != k.Hash {
 		t.Errorf("HashKey disagrees with the stored hash")
 	}
 	if !strings.HasPrefix(k.ID, "key_") || k.Account != "acct-1" || k.Name != "laptop" || k.RevokedAt != nil {
 		t.Errorf("key record = %+v", k)
 	}
-	if !strings.HasPrefix(secret, k.Prefix) || len(k.Prefix) >= len(secret) || len(k.Prefix) <= len(KeyPrefix) {
+	if !strings.HasPrefix(secret, k.Prefix) || len(k.Prefix) >= len(secret) || len(k.Prefix) <= len(store.KeyPrefix) {
 		t.Errorf("Prefix %q must be a short leading part of the secret", k.Prefix)
 	}
 	if k.CreatedAt.IsZero() || k.CreatedAt.Location() != time.UTC {
@@ -305,7 +307,7 @@ func TestCreateKey(t *testing.T) {
 		t.Errorf("GetKey = %+v, want %+v", got, k)
 	}
 
-	_, secret2, err := s.CreateKey("acct-1", KeyOptions{})
+	_, secret2, err := s.CreateKey("acct-1", store.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +325,7 @@ func TestCreateKey(t *testing.T) {
 		if bytes.Contains(raw, []byte(sec)) {
 			t.Errorf("the secret %s... is stored in clear in the bbolt file", sec[:10])
 		}
-		body := strings.TrimPrefix(sec, KeyPrefix)
+		body := strings.TrimPrefix(sec, store.KeyPrefix)
 		if bytes.Contains(raw, []byte(body)) {
 			t.Errorf("the secret body is stored in clear in the bbolt file")
 		}
@@ -337,9 +339,9 @@ func TestCreateKey(t *testing.T) {
 func TestCreateKeyNeedsAccount(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
-	if _, _, err := s.CreateKey("", KeyOptions{Name: "x"}); err == nil {
+	if _, _, err := s.CreateKey("", store.KeyOptions{Name: "x"}); err == nil {
 		t.Fatal("CreateKey with no account succeeded")
-	} else if !errors.Is(err, ErrInvalid) {
+	} else if !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("CreateKey with no account: %v, want ErrInvalid", err)
 	}
 	ks, err := s.Keys()
@@ -369,7 +371,7 @@ func TestWellFormedKey(t *testing.T) {
 		{"", false},
 	}
 	for _, tt := range tests {
-		if got := WellFormedKey(tt.in); got != tt.want {
+		if got := store.WellFormedKey(tt.in); got != tt.want {
 			t.Errorf("WellFormedKey(%q) = %v, want %v", tt.in, got, tt.want)
 		}
 	}
@@ -379,7 +381,7 @@ func TestRevokeKey(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	mustAccount(t, s, "a", "0")
-	k, _, err := s.CreateKey("a", KeyOptions{})
+	k, _, err := s.CreateKey("a", store.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +410,7 @@ func TestRevokeKey(t *testing.T) {
 	if r2.RevokedAt == nil || !r2.RevokedAt.Equal(*r.RevokedAt) {
 		t.Errorf("second revoke moved RevokedAt: %v -> %v", r.RevokedAt, r2.RevokedAt)
 	}
-	if _, err := s.RevokeKey("key_missing"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.RevokeKey("key_missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RevokeKey of a missing key: %v, want ErrNotFound", err)
 	}
 }
@@ -417,7 +419,7 @@ func TestRotateKey(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	mustAccount(t, s, "a", "0")
-	k, secret, err := s.CreateKey("a", KeyOptions{Name: "n"})
+	k, secret, err := s.CreateKey("a", store.KeyOptions{Name: "n"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,13 +427,13 @@ func TestRotateKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RotateKey: %v", err)
 	}
-	if secret2 == secret || !WellFormedKey(secret2) {
+	if secret2 == secret || !store.WellFormedKey(secret2) {
 		t.Errorf("rotated secret %q: want a new well-formed key", secret2)
 	}
 	if r.Hash == k.Hash {
 		t.Error("RotateKey left the hash unchanged")
 	}
-	if h := HashKey(secret2); r.Hash != hex.EncodeToString(h[:]) {
+	if h := store.HashKey(secret2); r.Hash != hex.EncodeToString(h[:]) {
 		t.Error("rotated hash is not sha256 of the new secret")
 	}
 	if !strings.HasPrefix(secret2, r.Prefix) {
@@ -468,7 +470,7 @@ func TestRotateKey(t *testing.T) {
 	if after.Hash != r.Hash {
 		t.Error("a failed rotation changed the stored hash")
 	}
-	if _, _, err := s.RotateKey("key_missing"); !errors.Is(err, ErrNotFound) {
+	if _, _, err := s.RotateKey("key_missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RotateKey of a missing key: %v, want ErrNotFound", err)
 	}
 }
@@ -477,7 +479,7 @@ func TestGetKeyNotFound(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	_, err := s.GetKey("key_nope")
-	if !errors.Is(err, ErrNotFound) {
+	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("GetKey: %v, want ErrNotFound", err)
 	}
 	if !strings.Contains(err.Error(), "key_nope") {
@@ -490,7 +492,7 @@ func TestKeysOldestFirst(t *testing.T) {
 	defer s.Close()
 	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	// bbolt iterates by id; creation order is deliberately different.
-	for _, k := range []Key{
+	for _, k := range []store.Key{
 		{ID: "a", Account: "x", CreatedAt: base.Add(2 * time.Hour)},
 		{ID: "b", Account: "x", CreatedAt: base.Add(3 * time.Hour)},
 		{ID: "c", Account: "x", CreatedAt: base},
@@ -516,9 +518,9 @@ func TestKeysOldestFirst(t *testing.T) {
 func TestCatalogSorted(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
-	if err := s.ReplaceConfig(Catalog{
-		Providers: []Provider{{Name: "zeta"}, {Name: "alpha"}, {Name: "mid"}},
-		Models:    []Model{{ID: "z"}, {ID: "a"}},
+	if err := s.ReplaceConfig(store.Catalog{
+		Providers: []store.Provider{{Name: "zeta"}, {Name: "alpha"}, {Name: "mid"}},
+		Models:    []store.Model{{ID: "z"}, {ID: "a"}},
 	}); err != nil {
 		t.Fatal(err)
 	}

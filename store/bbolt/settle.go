@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 // Settlement: a served request becomes a usage record, its account's debit, its daily
 // aggregate, its key's month spend and its route's usage, all in one transaction.
@@ -11,6 +11,8 @@ import (
 
 	"github.com/shopspring/decimal"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollway/tollway/store"
 )
 
 // Settle records one served request and debits its account, exactly once per RequestID. The
@@ -23,17 +25,17 @@ import (
 // An account that does not exist fails with ErrNotFound and writes nothing; invalid records
 // wrap ErrInvalid.
 // The gateway settles through a Settler, which groups records into one transaction.
-func (s *Store) Settle(rec UsageRecord) error {
-	return s.SettleBatch([]UsageRecord{rec})[0]
+func (s *Store) Settle(rec store.UsageRecord) error {
+	return s.SettleBatch([]store.UsageRecord{rec})[0]
 }
 
 // settling is one record, checked and encoded outside the transaction.
 type settling struct {
 	at                     int // index in the batch
-	rec                    UsageRecord
+	rec                    store.UsageRecord
 	value, uKey, reqKey    []byte
 	agKey, spKey, routeKey string
-	add                    UsageTotals
+	add                    store.UsageTotals
 }
 
 // usageFill packs the usage bucket's pages: its keys start with the time, so records are
@@ -47,38 +49,34 @@ const usageFill = 1.0
 // fails (a full or failing disk, a damaged row) fails every record that was not wrong in
 // itself. Records touching the same account, aggregate or month read and write it once per
 // batch, so a batch costs little more than its records' own rows.
-func (s *Store) SettleBatch(recs []UsageRecord) []error {
+func (s *Store) SettleBatch(recs []store.UsageRecord) []error {
 	errs, _ := s.settleWith(recs, HoldChanges{})
 	return errs
 }
 
 // wrongRecord reports whether err is the record's own fault, so that trying it again cannot
 // help: it is invalid or its account does not exist.
-func wrongRecord(err error) bool { return errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotFound) }
+func wrongRecord(err error) bool {
+	return errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrNotFound)
+}
 
 // prepareSettling checks and encodes each record outside the transaction; errs gets what is
 // wrong with each.
-func prepareSettling(recs []UsageRecord, errs []error) []settling {
+func prepareSettling(recs []store.UsageRecord, errs []error) []settling {
 	todo := make([]settling, 0, len(recs))
 	for i := range recs {
 		rec := recs[i]
-		if rec.Time.IsZero() {
-			rec.Time = time.Now()
-		}
-		rec.Time = rec.Time.UTC().Round(0)
-		// The bill was charged: an absurd overage (a catalog price of dollars a token times a
-		// billion tokens) is kept at the most a record holds rather than losing the record.
-		rec.Overage = decimal.Min(rec.Overage, maxCost)
-		if errs[i] = validateUsage(&rec); errs[i] != nil {
+		rec.Normalize(time.Now())
+		if errs[i] = rec.Validate(); errs[i] != nil {
 			continue
 		}
 		st := settling{
 			at: i, rec: rec, value: encodeUsage(&rec),
 			uKey:   usageKey(rec.Time, rec.RequestID),
 			reqKey: []byte(rec.RequestID),
-			agKey:  string(aggKey(rec.Time.Format(dayLayout), rec.KeyID, rec.Account, rec.Model)),
-			spKey:  string(spendKey(rec.Time.Format(monthLayout), rec.KeyID)),
-			add:    rec.totals(),
+			agKey:  string(aggKey(rec.Time.Format(store.DayLayout), rec.KeyID, rec.Account, rec.Model)),
+			spKey:  string(spendKey(rec.Time.Format(store.MonthLayout), rec.KeyID)),
+			add:    rec.Totals(),
 		}
 		if rec.Route != "" {
 			st.routeKey = string(routeAggKey(rec.Route, rec.Model))
@@ -101,12 +99,12 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error, held func(string) bool
 		return holds.Delete(st.reqKey)
 	}
 	usage.FillPercent = usageFill
-	accounts := jsonRows[Account](tx.Bucket(bucketAccounts))
-	aggs := jsonRows[UsageTotals](tx.Bucket(bucketUsageAgg))
-	routes := jsonRows[UsageTotals](tx.Bucket(bucketUsageRoute))
+	accounts := jsonRows[store.Account](tx.Bucket(bucketAccounts))
+	aggs := jsonRows[store.UsageTotals](tx.Bucket(bucketUsageAgg))
+	routes := jsonRows[store.UsageTotals](tx.Bucket(bucketUsageRoute))
 	// Month spend is stored as a bare decimal string.
 	spends := foldedRows[decimal.Decimal]{b: tx.Bucket(bucketSpendMonth), decode: decodeDecimal, encode: encodeDecimal}
-	keys := jsonRows[Key](tx.Bucket(bucketKeys)) // read for their limits, never written
+	keys := jsonRows[store.Key](tx.Bucket(bucketKeys)) // read for their limits, never written
 	for _, st := range todo {
 		rec := &st.rec
 		if byReq.Get(st.reqKey) != nil {
@@ -127,7 +125,7 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error, held func(string) bool
 			continue
 		}
 		if a == nil && !paid {
-			errs[st.at] = errorOf(ErrNotFound, "settle %q: account %q: not found", ShortID(rec.RequestID), rec.Account)
+			errs[st.at] = store.Errorf(store.ErrNotFound, "settle %q: account %q: not found", store.ShortID(rec.RequestID), rec.Account)
 			continue
 		}
 		ag, err := aggs.row(st.agKey, true)
@@ -135,7 +133,7 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error, held func(string) bool
 			errs[st.at] = err
 			continue
 		}
-		var rt *UsageTotals
+		var rt *store.UsageTotals
 		if st.routeKey != "" {
 			if rt, err = routes.row(st.routeKey, true); err != nil {
 				errs[st.at] = err
@@ -178,21 +176,15 @@ func settleTx(tx *bolt.Tx, todo []settling, errs []error, held func(string) bool
 	return errors.Join(accounts.flush(), aggs.flush(), routes.flush(), spends.flush())
 }
 
-// capDebit keeps st's debit within what its account and key can take: no settlement takes a
-// balance below zero or a key past its monthly limit. The gateway's ledger already billed at
-// most each request's hold, which both covered, so this cuts only when the books changed
-// under it; what is cut moves to the record's overage.
-func capDebit(st *settling, balance, spent decimal.Decimal, k *Key) {
-	room := decimal.Max(balance, decimal.Zero)
-	if k != nil && k.MonthlyLimit != nil {
-		room = decimal.Min(room, decimal.Max(k.MonthlyLimit.Sub(spent), decimal.Zero))
+// capDebit keeps st's debit within what its account and key can take (store's CapDebit).
+func capDebit(st *settling, balance, spent decimal.Decimal, k *store.Key) {
+	var limit *decimal.Decimal
+	if k != nil {
+		limit = k.MonthlyLimit
 	}
-	if !st.rec.Cost.GreaterThan(room) {
-		return
+	if st.rec.CapDebit(balance, spent, limit) {
+		st.value, st.add = encodeUsage(&st.rec), st.rec.Totals()
 	}
-	st.rec.Overage = decimal.Min(st.rec.Overage.Add(st.rec.Cost.Sub(room)), maxCost)
-	st.rec.Cost = room
-	st.value, st.add = encodeUsage(&st.rec), st.rec.totals()
 }
 
 // foldedRows reads each row of one bucket at most once per transaction, lets every record of a
@@ -215,7 +207,7 @@ func (f *foldedRows[T]) row(k string, create bool) (*T, error) {
 		if err := f.decode(v, r); err != nil {
 			// A damaged row: settling again cannot mend it, so the records that touch it are
 			// reported at once (ErrInvalid) rather than retried.
-			return nil, errorOf(ErrInvalid, "store: row %q is damaged (%v)", k, err)
+			return nil, store.Errorf(store.ErrInvalid, "store: row %q is damaged (%v)", k, err)
 		}
 	} else if !create {
 		return nil, nil

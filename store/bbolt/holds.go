@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 // Durable holds: a request admitted against its account's credits leaves a hold row, written
 // with the settler's next batch (no transaction of its own), holding the record a restart bills
@@ -15,6 +15,8 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollway/tollway/store"
 )
 
 var bucketHolds = []byte("holds")
@@ -24,7 +26,7 @@ func init() { allBuckets = append(allBuckets, bucketHolds) }
 // HoldChanges are the hold rows a settling transaction writes beside its records.
 type HoldChanges struct {
 	// Put writes each hold's record (a new hold, or a checkpoint of its progress).
-	Put []UsageRecord
+	Put []store.UsageRecord
 	// Drop deletes the rows of holds released unbilled.
 	Drop []string
 	// Held reports whether a record's hold row is on disk: settling the record deletes it.
@@ -35,13 +37,13 @@ type HoldChanges struct {
 func (h *HoldChanges) empty() bool { return len(h.Put) == 0 && len(h.Drop) == 0 }
 
 // holdValue is a hold row's value: the record's time, then its compact form.
-func holdValue(rec *UsageRecord) []byte {
+func holdValue(rec *store.UsageRecord) []byte {
 	return append(usageKey(rec.Time, "")[:8:8], encodeUsage(rec)...)
 }
 
-func decodeHold(k, v []byte, rec *UsageRecord) error {
+func decodeHold(k, v []byte, rec *store.UsageRecord) error {
 	if len(v) < 8 {
-		return fmt.Errorf("store: hold %q: %w: too short", ShortID(string(k)), errUsageValue)
+		return fmt.Errorf("store: hold %q: %w: too short", store.ShortID(string(k)), errUsageValue)
 	}
 	return decodeUsage(append(v[:8:8], k...), v[8:], rec)
 }
@@ -53,7 +55,7 @@ func putHolds(tx *bolt.Tx, hc *HoldChanges) error {
 	for i := range hc.Put {
 		rec := hc.Put[i]
 		rec.Time = rec.Time.UTC().Round(0)
-		if validateUsage(&rec) != nil {
+		if rec.Validate() != nil {
 			continue
 		}
 		if err := b.Put([]byte(rec.RequestID), holdValue(&rec)); err != nil {
@@ -84,11 +86,11 @@ func (s *Store) OpenHolds() (int, error) {
 // whose record cannot be stored (its account was deleted, it does not decode) is deleted and
 // its failure returned. It reports how many records were settled (now, or before the stop).
 func (s *Store) SettleHolds(reason string) (settled int, failed []error, err error) {
-	var recs []UsageRecord
+	var recs []store.UsageRecord
 	var bad []string
 	err = s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketHolds).ForEach(func(k, v []byte) error {
-			var rec UsageRecord
+			var rec store.UsageRecord
 			if err := decodeHold(k, v, &rec); err != nil {
 				bad = append(bad, string(k))
 				failed = append(failed, err)
@@ -129,7 +131,7 @@ func (s *Store) SettleHolds(reason string) (settled int, failed []error, err err
 
 // settleWith is SettleBatch with hold changes in the same transaction: one error per record,
 // and err when the transaction itself failed (nothing was written).
-func (s *Store) settleWith(recs []UsageRecord, hc HoldChanges) (errs []error, err error) {
+func (s *Store) settleWith(recs []store.UsageRecord, hc HoldChanges) (errs []error, err error) {
 	errs = make([]error, len(recs))
 	todo := prepareSettling(recs, errs)
 	if len(todo) == 0 && hc.empty() {

@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/test/harness"
 )
 
@@ -34,7 +35,7 @@ func TestFullDiskOutageAndReserve(t *testing.T) {
 	dir := harness.SmallDisk(t, 32<<20)
 	var mu sync.Mutex
 	var changes []string
-	s := watched(t, dir, HealthOptions{Reserve: 8 << 20, MinFree: 1 << 20, Every: 20 * time.Millisecond, Changed: func(now, was *Outage) {
+	s := watched(t, dir, HealthOptions{Reserve: 8 << 20, MinFree: 1 << 20, Every: 20 * time.Millisecond, Changed: func(now, was *store.Outage) {
 		mu.Lock()
 		defer mu.Unlock()
 		if now != nil {
@@ -48,7 +49,7 @@ func TestFullDiskOutageAndReserve(t *testing.T) {
 		t.Fatalf("a fresh store on an empty disk: %v, reserve held %v", err, s.ReserveHeld())
 	}
 	mustAccount(t, s, "acct", "100")
-	q := NewSettler(s, time.Millisecond, SettlerHooks{NotStored: func(r UsageRecord, err error) { t.Errorf("%s not stored: %v", r.RequestID, err) }})
+	q := NewSettler(s, time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) { t.Errorf("%s not stored: %v", r.RequestID, err) }})
 	defer q.Close()
 
 	free := harness.FillDisk(t, dir)
@@ -57,7 +58,7 @@ func TestFullDiskOutageAndReserve(t *testing.T) {
 	}
 	waitUntil(t, "the 2000 records written", 10*time.Second, func() bool { return count(t, s) == 2000 })
 	o := s.Outage()
-	if o == nil || o.Cause != CauseDiskFull || !errors.Is(o.Err, syscall.ENOSPC) || s.ReserveHeld() {
+	if o == nil || o.Cause != store.CauseDiskFull || !errors.Is(o.Err, syscall.ENOSPC) || s.ReserveHeld() {
 		t.Fatalf("outage %+v, reserve held %v: want disk full (ENOSPC) with the reserve spent", o, s.ReserveHeld())
 	}
 	if err := s.Unavailable(); err == nil || err.Error() == "" {
@@ -92,7 +93,7 @@ func TestNearlyFullDiskIsAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the outage", time.Second, func() bool { return s.Unavailable() != nil })
-	if o := s.Outage(); o.Cause != CauseDiskFull || !s.ReserveHeld() {
+	if o := s.Outage(); o.Cause != store.CauseDiskFull || !s.ReserveHeld() {
 		t.Fatalf("outage %+v, reserve held %v: want disk full, the reserve kept", o, s.ReserveHeld())
 	}
 	if err := s.Settle(rec("meanwhile", "acct", "0.5")); err != nil {
@@ -107,18 +108,18 @@ func TestNearlyFullDiskIsAnOutage(t *testing.T) {
 // TestOutageCauses: what a failed commit says names the outage's cause.
 func TestOutageCauses(t *testing.T) {
 	for err, want := range map[error]string{
-		&fs.PathError{Op: "write", Path: "/x/tollway.db", Err: syscall.ENOSPC}: CauseDiskFull,
-		&fs.PathError{Op: "write", Path: "/x/tollway.db", Err: syscall.EDQUOT}: CauseDiskFull,
-		errors.New("file resize error: no space left on device"):               CauseDiskFull,
-		&fs.PathError{Op: "write", Path: "/x/tollway.db", Err: syscall.EROFS}:  CauseReadOnly,
-		&fs.PathError{Op: "sync", Path: "/x/tollway.db", Err: syscall.EIO}:     CauseIO,
-		errors.New("something else"):                                           CauseWriteFailed,
+		&fs.PathError{Op: "write", Path: "/x/tollway.db", Err: syscall.ENOSPC}: store.CauseDiskFull,
+		&fs.PathError{Op: "write", Path: "/x/tollway.db", Err: syscall.EDQUOT}: store.CauseDiskFull,
+		errors.New("file resize error: no space left on device"):               store.CauseDiskFull,
+		&fs.PathError{Op: "write", Path: "/x/tollway.db", Err: syscall.EROFS}:  store.CauseReadOnly,
+		&fs.PathError{Op: "sync", Path: "/x/tollway.db", Err: syscall.EIO}:     store.CauseIO,
+		errors.New("something else"):                                           store.CauseWriteFailed,
 	} {
 		if got := causeOf(err); got != want {
 			t.Errorf("causeOf(%v) = %q, want %q", err, got, want)
 		}
 	}
-	o := &Outage{Cause: CauseReadOnly, Err: syscall.EROFS, Since: time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)}
+	o := &store.Outage{Cause: store.CauseReadOnly, Err: syscall.EROFS, Since: time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)}
 	if got := o.Error(); got != "the gateway cannot record usage durably: its store's filesystem is read-only (since 2026-11-28T06:00:00Z)" {
 		t.Errorf("outage message %q", got)
 	}
@@ -138,11 +139,11 @@ func TestSettlerWaitsOutAnOutage(t *testing.T) {
 	down.Store(true)
 	readOnly := &fs.PathError{Op: "write", Path: "tollway.db", Err: syscall.EROFS}
 	s.failed(readOnly)
-	q := NewSettler(s, time.Millisecond, SettlerHooks{NotStored: func(r UsageRecord, err error) { t.Errorf("%s reported: %v", r.RequestID, err) }})
-	q.settle = func(recs []UsageRecord, hc HoldChanges) ([]error, error) {
+	q := NewSettler(s, time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) { t.Errorf("%s reported: %v", r.RequestID, err) }})
+	q.settle = func(recs []store.UsageRecord, hc HoldChanges) ([]error, error) {
 		tries.Add(1)
 		if down.Load() {
-			err := fmt.Errorf("%w: %w", ErrUnavailable, readOnly)
+			err := fmt.Errorf("%w: %w", store.ErrUnavailable, readOnly)
 			return failAll(recs, err), err
 		}
 		return s.settleWith(recs, hc)

@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 // Property: in random batches that mix valid records with invalid ones of every kind, every
 // valid record is stored exactly once, every invalid one is reported, and balances and
@@ -20,6 +20,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/encoding/protowire"
 	"pgregory.net/rapid"
+
+	"github.com/tollway/tollway/store"
 )
 
 // kinds of generated records; the first is valid, the rest each break one rule.
@@ -33,8 +35,8 @@ var recordKinds = []string{
 var propCredits = map[string]string{"a": "100", "b": "0.5", "c": "0"}
 
 // genValid draws a valid record with a fresh id.
-func genValid(t *rapid.T, n int) UsageRecord {
-	return UsageRecord{
+func genValid(t *rapid.T, n int) store.UsageRecord {
+	return store.UsageRecord{
 		RequestID:        fmt.Sprintf("req-%d", n),
 		KeyID:            rapid.SampledFrom([]string{"key_1", "key_2", "key_3"}).Draw(t, "key"),
 		Account:          rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "account"),
@@ -54,7 +56,7 @@ func genValid(t *rapid.T, n int) UsageRecord {
 // genRecord draws one record of a random kind. used holds the ids of valid records drawn
 // so far, for repeats; poison (a record whose transaction fails for an unpredicted reason) is
 // drawn only when allowed.
-func genRecord(t *rapid.T, n int, used []string, poison bool) (UsageRecord, string) {
+func genRecord(t *rapid.T, n int, used []string, poison bool) (store.UsageRecord, string) {
 	kinds := recordKinds
 	if !poison {
 		kinds = append([]string{kinds[0], kinds[1], kinds[2]}, kinds[4:]...)
@@ -75,13 +77,13 @@ func genRecord(t *rapid.T, n int, used []string, poison bool) (UsageRecord, stri
 	case "poison":
 		r.Provider = "poison"
 	case "oversized id":
-		r.RequestID += strings.Repeat("x", rapid.IntRange(MaxRequestIDBytes+1, 40<<10).Draw(t, "id length"))
+		r.RequestID += strings.Repeat("x", rapid.IntRange(store.MaxRequestIDBytes+1, 40<<10).Draw(t, "id length"))
 	case "oversized key id":
-		r.KeyID = strings.Repeat("k", maxKeyIDBytes+1)
+		r.KeyID = strings.Repeat("k", store.MaxKeyIDBytes+1)
 	case "oversized model":
-		r.Model = strings.Repeat("m", rapid.IntRange(maxNameBytes+1, 40<<10).Draw(t, "model length"))
+		r.Model = strings.Repeat("m", rapid.IntRange(store.MaxNameBytes+1, 40<<10).Draw(t, "model length"))
 	case "oversized route":
-		r.Route = strings.Repeat("r", maxNameBytes+1)
+		r.Route = strings.Repeat("r", store.MaxNameBytes+1)
 	case "NUL in an id":
 		*pick("NUL field") += "\x00x"
 	case "control character":
@@ -95,11 +97,11 @@ func genRecord(t *rapid.T, n int, used []string, poison bool) (UsageRecord, stri
 	case "negative tokens":
 		*[]*int64{&r.PromptTokens, &r.CompletionTokens, &r.CachedTokens}[rapid.IntRange(0, 2).Draw(t, "tokens field")] = -1
 	case "huge tokens":
-		r.CompletionTokens = rapid.Int64Range(MaxTokens+1, 1<<62).Draw(t, "huge tokens")
+		r.CompletionTokens = rapid.Int64Range(store.MaxTokens+1, 1<<62).Draw(t, "huge tokens")
 	case "huge cost":
 		r.Cost = decimal.New(rapid.Int64Range(1, 1<<40).Draw(t, "huge cost"), 9).Add(decimal.New(1, -2))
 	case "cost of many digits":
-		r.Cost = decimal.New(1, -int32(rapid.IntRange(maxCostChars, 100_000).Draw(t, "cost digits")))
+		r.Cost = decimal.New(1, -int32(rapid.IntRange(store.MaxCostChars, 100_000).Draw(t, "cost digits")))
 	case "time before 1970":
 		r.Time = time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC)
 	case "time after 2261":
@@ -113,7 +115,7 @@ var propLimits = map[string]string{"key_1": "50", "key_2": "0.001"}
 
 // ledgerModel is what the store must do with each record, in order.
 type ledgerModel struct {
-	stored map[string]UsageRecord
+	stored map[string]store.UsageRecord
 	used   []string
 	// balance and spend (by month and key) so far: no record takes a balance below zero or a
 	// key past its limit; what they cannot take is the record's overage.
@@ -122,7 +124,7 @@ type ledgerModel struct {
 }
 
 func newModel() *ledgerModel {
-	m := &ledgerModel{stored: map[string]UsageRecord{}, balance: map[string]decimal.Decimal{}, spend: map[string]decimal.Decimal{}}
+	m := &ledgerModel{stored: map[string]store.UsageRecord{}, balance: map[string]decimal.Decimal{}, spend: map[string]decimal.Decimal{}}
 	for a, c := range propCredits {
 		m.balance[a] = dec(c)
 	}
@@ -130,8 +132,8 @@ func newModel() *ledgerModel {
 }
 
 // debit is what the store debits for rec, and the record as it must be stored.
-func (m *ledgerModel) debit(rec UsageRecord) UsageRecord {
-	sk := rec.Time.UTC().Format(monthLayout) + " " + rec.KeyID
+func (m *ledgerModel) debit(rec store.UsageRecord) store.UsageRecord {
+	sk := rec.Time.UTC().Format(store.MonthLayout) + " " + rec.KeyID
 	room := decimal.Max(m.balance[rec.Account], decimal.Zero)
 	if l, ok := propLimits[rec.KeyID]; ok {
 		room = decimal.Min(room, decimal.Max(dec(l).Sub(m.spend[sk]), decimal.Zero))
@@ -146,16 +148,16 @@ func (m *ledgerModel) debit(rec UsageRecord) UsageRecord {
 
 // apply returns the outcome the store must give rec: nil, ErrInvalid, ErrNotFound, or the
 // poison error.
-func (m *ledgerModel) apply(rec UsageRecord, kind string) error {
+func (m *ledgerModel) apply(rec store.UsageRecord, kind string) error {
 	switch {
 	case kind == "poison":
 		return errPoison
 	case kind != "valid" && kind != "repeated id" && kind != "unknown account":
-		return ErrInvalid
+		return store.ErrInvalid
 	case m.stored[rec.RequestID].RequestID != "":
 		return nil // settled before: nothing happens
 	case propCredits[rec.Account] == "":
-		return ErrNotFound
+		return store.ErrNotFound
 	}
 	m.stored[rec.RequestID] = m.debit(rec)
 	m.used = append(m.used, rec.RequestID)
@@ -183,7 +185,7 @@ func openProp(t *rapid.T) *Store {
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		for k, l := range propLimits {
 			lim := dec(l)
-			if err := putJSON(tx.Bucket(bucketKeys), k, Key{ID: k, Account: "a", MonthlyLimit: &lim}); err != nil {
+			if err := putJSON(tx.Bucket(bucketKeys), k, store.Key{ID: k, Account: "a", MonthlyLimit: &lim}); err != nil {
 				return err
 			}
 		}
@@ -207,7 +209,7 @@ func checkModel(t *rapid.T, s *Store, m *ledgerModel, exact bool) {
 	for _, r := range got {
 		want, ok := m.stored[r.RequestID]
 		if !ok {
-			t.Fatalf("record %q stored, but it should not be", ShortID(r.RequestID))
+			t.Fatalf("record %q stored, but it should not be", store.ShortID(r.RequestID))
 		}
 		want.Time = want.Time.UTC()
 		if r.KeyID != want.KeyID || r.Account != want.Account || r.Model != want.Model || r.Route != want.Route ||
@@ -234,16 +236,16 @@ func checkModel(t *rapid.T, s *Store, m *ledgerModel, exact bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var routed UsageTotals
+	var routed store.UsageTotals
 	for _, rows := range ru {
 		for _, row := range rows {
 			routed.Add(row.UsageTotals)
 		}
 	}
-	var wantRouted UsageTotals
+	var wantRouted store.UsageTotals
 	for _, r := range m.stored {
 		if r.Route != "" {
-			wantRouted.Add(r.totals())
+			wantRouted.Add(r.Totals())
 		}
 	}
 	if routed.Requests != wantRouted.Requests || !routed.Cost.Equal(wantRouted.Cost) || routed.PromptTokens != wantRouted.PromptTokens {
@@ -261,7 +263,7 @@ func TestSettleBatchProperty(t *testing.T) {
 		m := newModel()
 		n := 0
 		for b := range rapid.IntRange(1, 4).Draw(t, "batches") {
-			var recs []UsageRecord
+			var recs []store.UsageRecord
 			var want []error
 			for range rapid.IntRange(1, 40).Draw(t, "records") {
 				r, kind := genRecord(t, n, m.used, false)
@@ -270,7 +272,7 @@ func TestSettleBatchProperty(t *testing.T) {
 			}
 			for i, err := range s.SettleBatch(recs) {
 				if (err == nil) != (want[i] == nil) || (want[i] != nil && !errors.Is(err, want[i])) {
-					t.Fatalf("batch %d record %d (%q): %v, want %v", b, i, ShortID(recs[i].RequestID), err, want[i])
+					t.Fatalf("batch %d record %d (%q): %v, want %v", b, i, store.ShortID(recs[i].RequestID), err, want[i])
 				}
 			}
 		}
@@ -288,13 +290,13 @@ func TestSettlerProperty(t *testing.T) {
 		m := newModel()
 		var mu sync.Mutex
 		reported := map[string][]error{}
-		q := NewSettler(s, time.Millisecond, SettlerHooks{NotStored: func(r UsageRecord, err error) {
+		q := NewSettler(s, time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			reported[r.RequestID] = append(reported[r.RequestID], err)
 		}})
 		t.Cleanup(q.Close) // also when the case fails half-way
-		q.settle = faulty(func(batch []UsageRecord) []error {
+		q.settle = faulty(func(batch []store.UsageRecord) []error {
 			for _, r := range batch {
 				if r.Provider == "poison" {
 					return failAll(batch, errPoison)
@@ -314,11 +316,11 @@ func TestSettlerProperty(t *testing.T) {
 		for id, want := range wantReported {
 			got := reported[id]
 			if len(got) != len(want) {
-				t.Fatalf("record %q reported %v, want %v", ShortID(id), got, want)
+				t.Fatalf("record %q reported %v, want %v", store.ShortID(id), got, want)
 			}
 			for i := range got {
 				if !errors.Is(got[i], want[i]) {
-					t.Errorf("record %q reported with %v, want %v", ShortID(id), got[i], want[i])
+					t.Errorf("record %q reported with %v, want %v", store.ShortID(id), got[i], want[i])
 				}
 			}
 		}
@@ -336,13 +338,13 @@ func TestUsageEncodingRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		r := genValid(t, rapid.IntRange(0, 1<<20).Draw(t, "n"))
 		if rapid.Bool().Draw(t, "long id") {
-			r.RequestID = strings.Repeat("é", MaxRequestIDBytes/2)
+			r.RequestID = strings.Repeat("é", store.MaxRequestIDBytes/2)
 		}
 		if rapid.Bool().Draw(t, "overage") {
 			r.Overage = decimal.New(rapid.Int64Range(1, 1_000_000).Draw(t, "overage units"), -int32(rapid.IntRange(0, 12).Draw(t, "overage scale")))
 		}
 		r.Time = r.Time.UTC().Round(0)
-		if err := validateUsage(&r); err != nil {
+		if err := r.Validate(); err != nil {
 			t.Fatal(err)
 		}
 		want, err := json.Marshal(r)
@@ -353,7 +355,7 @@ func TestUsageEncodingRoundTrip(t *testing.T) {
 		if rapid.Bool().Draw(t, "later field") {
 			v = protowire.AppendString(protowire.AppendTag(v, 99, protowire.BytesType), "from a later version")
 		}
-		var got UsageRecord
+		var got store.UsageRecord
 		if err := decodeUsage(usageKey(r.Time, r.RequestID), v, &got); err != nil {
 			t.Fatal(err)
 		}
@@ -361,7 +363,7 @@ func TestUsageEncodingRoundTrip(t *testing.T) {
 			t.Fatalf("read back as %s, want %s", gotJSON, want)
 		}
 		// The same record stored as JSON by the old code reads the same.
-		var legacy UsageRecord
+		var legacy store.UsageRecord
 		if err := decodeUsage(usageKey(r.Time, r.RequestID), want, &legacy); err != nil {
 			t.Fatal(err)
 		}
@@ -374,7 +376,7 @@ func TestUsageEncodingRoundTrip(t *testing.T) {
 func TestDecodeUsageRefusesGarbage(t *testing.T) {
 	k := usageKey(t0, "id")
 	for _, v := range [][]byte{nil, {0x02, 1}, {usageFormatV1, 0x0a, 200}, {usageFormatV1, 0x4a, 1, 'x'}} {
-		var r UsageRecord
+		var r store.UsageRecord
 		if err := decodeUsage(k, v, &r); err == nil {
 			t.Errorf("value %x decoded as %+v, want an error", v, r)
 		}

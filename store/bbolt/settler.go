@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 import (
 	"errors"
@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
-
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollway/tollway/store"
 )
 
 // Settler makes usage records durable off the request path, with group commit: one writer
@@ -29,11 +30,11 @@ import (
 type Settler struct {
 	// settle is the store's settleWith: per-record errors, and the transaction's own; tests
 	// put faults in front.
-	settle   func([]UsageRecord, HoldChanges) ([]error, error)
+	settle   func([]store.UsageRecord, HoldChanges) ([]error, error)
 	probe    func() error           // an empty write transaction: can the store commit at all?
 	recovery func() <-chan struct{} // closed when the store's outage ends (nil: none going on)
 	window   time.Duration
-	hooks    SettlerHooks
+	hooks    store.SettlerHooks
 	ch       chan entry
 	done     chan struct{}
 	close    sync.Once
@@ -54,7 +55,7 @@ type Settler struct {
 // entry is one queued change: a settled record, a hold (or its progress), or a hold's end.
 type entry struct {
 	kind entryKind
-	rec  UsageRecord // for endEntry, only RequestID
+	rec  store.UsageRecord // for endEntry, only RequestID
 	// price, when set, is a hold's cost, worked out by the writer only for a hold it writes.
 	price func() decimal.Decimal
 }
@@ -67,20 +68,9 @@ const (
 	endEntry
 )
 
-// SettlerHooks tell the gateway what it must log loudly. Either may be nil.
-type SettlerHooks struct {
-	// NotStored is called for each record that could not be stored: the caller's books and the
-	// store's then disagree.
-	NotStored func(UsageRecord, error)
-	// Stalled is called each time the store cannot commit anything (a lone record and a probe
-	// write failed): the writer holds its records and tries again after retryIn; queued records
-	// wait (then Record blocks), none is dropped.
-	Stalled func(err error, queued int, retryIn time.Duration)
-}
-
 // retry is a record that failed alone, to be tried again alone at due.
 type retry struct {
-	rec     UsageRecord
+	rec     store.UsageRecord
 	attempt int
 	due     time.Time
 	err     error
@@ -109,7 +99,7 @@ var settleRetries = []time.Duration{
 }
 
 // NewSettler starts the writer.
-func NewSettler(st *Store, window time.Duration, hooks SettlerHooks) *Settler {
+func NewSettler(st *Store, window time.Duration, hooks store.SettlerHooks) *Settler {
 	q := &Settler{settle: st.settleWith, probe: st.probe, recovery: st.recovery, window: window, hooks: hooks,
 		ch: make(chan entry, settleQueue), done: make(chan struct{}),
 		pend: map[string]entry{}, onDisk: map[string]bool{}}
@@ -135,19 +125,19 @@ func putProbe(tx *bolt.Tx, pageSize int) error {
 }
 
 // Record queues rec to be settled; it ends the hold of the same request id, if any.
-func (q *Settler) Record(rec UsageRecord) { q.ch <- entry{kind: settleEntry, rec: rec} }
+func (q *Settler) Record(rec store.UsageRecord) { q.ch <- entry{kind: settleEntry, rec: rec} }
 
 // Hold queues the hold of an admitted request, or its progress: rec is the record a restart
 // bills if the request never settles (SettleHolds). It is written with the next commit, unless
 // the request settles or ends before. price, when not nil, is rec's cost, asked for only if
 // the hold is written (most requests settle first).
-func (q *Settler) Hold(rec UsageRecord, price func() decimal.Decimal) {
+func (q *Settler) Hold(rec store.UsageRecord, price func() decimal.Decimal) {
 	q.ch <- entry{kind: holdEntry, rec: rec, price: price}
 }
 
 // End queues the end of the hold of a request released unbilled.
 func (q *Settler) End(requestID string) {
-	q.ch <- entry{kind: endEntry, rec: UsageRecord{RequestID: requestID}}
+	q.ch <- entry{kind: endEntry, rec: store.UsageRecord{RequestID: requestID}}
 }
 
 // Queued is the number of changes waiting to be written: queued, and held by the writer while
@@ -212,8 +202,8 @@ func (q *Settler) run() {
 
 // sort files a batch's entries: holds to write or drop go to the writer's pending changes (a
 // hold whose request ended in the meantime is never written), settled records come back.
-func (q *Settler) sort(batch []entry) []UsageRecord {
-	recs := make([]UsageRecord, 0, len(batch))
+func (q *Settler) sort(batch []entry) []store.UsageRecord {
+	recs := make([]store.UsageRecord, 0, len(batch))
 	for _, e := range batch {
 		id := e.rec.RequestID
 		switch e.kind {
@@ -260,14 +250,14 @@ func (q *Settler) holdsWritten(hc HoldChanges) {
 // try settles recs in one transaction with the pending hold changes: it counts what is done,
 // reports what is wrong in itself, and returns the records that failed for another reason,
 // with the transaction's error (nil: it committed).
-func (q *Settler) try(recs []UsageRecord) (failed []UsageRecord, err error) {
+func (q *Settler) try(recs []store.UsageRecord) (failed []store.UsageRecord, err error) {
 	hc := q.holdChanges()
 	if len(recs) == 0 && hc.empty() {
 		return nil, nil
 	}
 	errs, txErr := q.settle(recs, hc)
 	q.commits.Add(1)
-	if txErr != nil && !errors.Is(txErr, ErrUnavailable) && len(hc.Put) > 0 {
+	if txErr != nil && !errors.Is(txErr, store.ErrUnavailable) && len(hc.Put) > 0 {
 		// Holds are provisional bills: one the store refuses must not hold back a record.
 		clear(q.pend)
 		hc.Put = nil
@@ -298,7 +288,7 @@ func cmpErr(a, b error) error {
 	return b
 }
 
-func (q *Settler) notStored(rec UsageRecord, err error) {
+func (q *Settler) notStored(rec store.UsageRecord, err error) {
 	q.records.Add(1)
 	if q.onDisk[rec.RequestID] {
 		q.drop = append(q.drop, rec.RequestID) // reported: a restart must not bill it again
@@ -315,7 +305,7 @@ func (q *Settler) commit(batch []entry) {
 	failed, err := q.try(recs)
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable):
 		q.stall(failed, err)
 	case len(failed) > 0:
 		q.bisect(failed, err)
@@ -325,15 +315,15 @@ func (q *Settler) commit(batch []entry) {
 // bisect finds, in records that failed together, those that fail on their own: it settles each
 // half in its own transaction and splits again what still fails. About 2·log2(n) transactions
 // per culprit; the innocent records are stored on the way.
-func (q *Settler) bisect(recs []UsageRecord, err error) {
+func (q *Settler) bisect(recs []store.UsageRecord, err error) {
 	if len(recs) == 1 {
 		q.failedAlone(recs[0], 0, err)
 		return
 	}
 	h := len(recs) / 2
-	for _, half := range [][]UsageRecord{recs[:h], recs[h:]} {
+	for _, half := range [][]store.UsageRecord{recs[:h], recs[h:]} {
 		switch failed, err := q.try(half); {
-		case errors.Is(err, ErrUnavailable):
+		case errors.Is(err, store.ErrUnavailable):
 			q.stall(failed, err)
 		case len(failed) > 0:
 			q.bisect(failed, err)
@@ -343,9 +333,9 @@ func (q *Settler) bisect(recs []UsageRecord, err error) {
 
 // failedAlone handles a record whose own transaction failed: if the store can commit nothing,
 // everything waits for it; otherwise the record is tried again later, on its own.
-func (q *Settler) failedAlone(rec UsageRecord, attempt int, err error) {
+func (q *Settler) failedAlone(rec store.UsageRecord, attempt int, err error) {
 	if perr := q.probe(); perr != nil {
-		q.stall([]UsageRecord{rec}, perr)
+		q.stall([]store.UsageRecord{rec}, perr)
 		return
 	}
 	if attempt >= len(settleRetries) || len(q.later) >= maxLater {
@@ -359,7 +349,7 @@ func (q *Settler) failedAlone(rec UsageRecord, attempt int, err error) {
 // trying again with growing pauses, at once when the store's outage ends; the writer waits with
 // them, new records wait in the queue and, once it is full, in Record (backpressure). It gives
 // up, reporting recs, only once Close was called and the pauses ran out.
-func (q *Settler) stall(recs []UsageRecord, err error) {
+func (q *Settler) stall(recs []store.UsageRecord, err error) {
 	q.inBatch.Store(int64(len(recs)))
 	for attempt := 0; ; attempt++ {
 		if attempt >= len(settleRetries) && q.closed.Load() {
@@ -377,7 +367,7 @@ func (q *Settler) stall(recs []UsageRecord, err error) {
 		if ferr == nil {
 			return
 		}
-		if !errors.Is(ferr, ErrUnavailable) && q.probe() == nil { // the store works: the records' own doing
+		if !errors.Is(ferr, store.ErrUnavailable) && q.probe() == nil { // the store works: the records' own doing
 			if len(failed) > 0 {
 				q.bisect(failed, ferr)
 			}
@@ -427,7 +417,7 @@ func (q *Settler) retryDue(now time.Time) {
 	}
 	q.later = wait
 	for _, r := range due {
-		if failed, err := q.try([]UsageRecord{r.rec}); len(failed) > 0 {
+		if failed, err := q.try([]store.UsageRecord{r.rec}); len(failed) > 0 {
 			q.failedAlone(r.rec, r.attempt+1, err)
 		}
 	}
@@ -438,20 +428,13 @@ func (q *Settler) lastTries() {
 	later := q.later
 	q.later = nil
 	for _, r := range later {
-		if failed, err := q.try([]UsageRecord{r.rec}); len(failed) > 0 {
+		if failed, err := q.try([]store.UsageRecord{r.rec}); len(failed) > 0 {
 			q.failedAlone(r.rec, len(settleRetries), err) // reported, unless the store is down
 		}
 	}
 }
 
-// SettlerStats count what the writer has done: records done with (stored, already stored or
-// reported as failed) and the transactions that carried them (retries included).
-type SettlerStats struct {
-	Records int64 `json:"records"`
-	Commits int64 `json:"commits"`
-}
-
 // Stats reports the writer's counters.
-func (q *Settler) Stats() SettlerStats {
-	return SettlerStats{Records: q.records.Load(), Commits: q.commits.Load()}
+func (q *Settler) Stats() store.SettlerStats {
+	return store.SettlerStats{Records: q.records.Load(), Commits: q.commits.Load()}
 }

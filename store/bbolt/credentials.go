@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 // Single-use payment credentials (x402): a credential is claimed, committed and fsynced, before
 // the business call it pays for runs, so a replay, the same credential on another endpoint or
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollway/tollway/store"
 )
 
 var (
@@ -29,14 +31,14 @@ const maxCredentialKey = 512
 func (s *Store) ClaimCredential(key string, until time.Time) error {
 	switch {
 	case key == "" || len(key) > maxCredentialKey:
-		return errorOf(ErrInvalid, "store: a credential key must be 1 to %d bytes", maxCredentialKey)
+		return store.Errorf(store.ErrInvalid, "store: a credential key must be 1 to %d bytes", maxCredentialKey)
 	case until.Unix() <= 0 || until.Year() > 2200:
-		return errorOf(ErrInvalid, "store: credential %s kept until %v: not a time the index can order", key, until)
+		return store.Errorf(store.ErrInvalid, "store: credential %s kept until %v: not a time the index can order", key, until)
 	}
 	return s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketCredentials)
 		if b.Get([]byte(key)) != nil {
-			return errorOf(ErrExists, "payment credential already used")
+			return store.Errorf(store.ErrExists, "payment credential already used")
 		}
 		at := usageKey(until, key)
 		if err := b.Put([]byte(key), at[:8]); err != nil {
@@ -48,8 +50,8 @@ func (s *Store) ClaimCredential(key string, until time.Time) error {
 
 // PruneCredentials deletes, in one transaction, up to limit claimed credentials kept until before
 // before. Fewer than limit deleted means none is left.
-func (s *Store) PruneCredentials(before time.Time, limit int) (PruneResult, error) {
-	var res PruneResult
+func (s *Store) PruneCredentials(before time.Time, limit int) (store.PruneResult, error) {
+	var res store.PruneResult
 	var start time.Time
 	err := s.update(func(tx *bolt.Tx) error {
 		start = time.Now()

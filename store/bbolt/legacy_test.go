@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 // Files written before the compact usage form (JSON values, index values holding the whole
 // usage key) keep opening and reading exactly as before. testdata/legacy-v0.db and the
@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/tollway/tollway/store"
 )
 
 // openLegacy opens a copy of the legacy fixture.
@@ -33,11 +35,11 @@ func openLegacy(t *testing.T) (*Store, string) {
 // legacyView is what the old code wrote to testdata/legacy-v0.json, read the same way now.
 func legacyView(t *testing.T, s *Store) []byte {
 	t.Helper()
-	all, err := s.UsageRecords(UsageFilter{}, 0)
+	all, err := s.UsageRecords(store.UsageFilter{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := s.Usage(UsageFilter{})
+	u, err := s.Usage(store.UsageFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}

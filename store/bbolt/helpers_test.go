@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 // Helpers shared by the store's tests.
 
@@ -12,6 +12,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"pgregory.net/rapid"
+
+	"github.com/tollway/tollway/store"
 )
 
 // checkIndex asserts that every usage record has its idempotency index entry and every entry
@@ -22,7 +24,7 @@ func checkIndex(t rapid.TB, s *Store) {
 		usage, byReq := tx.Bucket(bucketUsage), tx.Bucket(bucketUsageByRequest)
 		if err := usage.ForEach(func(k, _ []byte) error {
 			if v := byReq.Get(k[8:]); !indexPointsAt(v, k) {
-				return fmt.Errorf("record %q has no index entry (%x)", ShortID(string(k[8:])), v)
+				return fmt.Errorf("record %q has no index entry (%x)", store.ShortID(string(k[8:])), v)
 			}
 			return nil
 		}); err != nil {
@@ -30,7 +32,7 @@ func checkIndex(t rapid.TB, s *Store) {
 		}
 		return byReq.ForEach(func(id, v []byte) error {
 			if len(v) < 8 || usage.Get(append(v[:8:8], id...)) == nil {
-				return fmt.Errorf("index entry %q has no record", ShortID(string(id)))
+				return fmt.Errorf("index entry %q has no record", store.ShortID(string(id)))
 			}
 			return nil
 		})

@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollway/tollway/store"
 )
 
 const credKey = "x402/exact/eip155:31337/0xe7f1725e7734ce288f8367e1bb143e90bb3f0512/0x70997970c51812dc3a010c7d01b50e0d17dc79c8/0x" +
@@ -33,7 +35,7 @@ func TestClaimCredentialConcurrentOnce(t *testing.T) {
 			switch err := s.ClaimCredential(credKey, until); {
 			case err == nil:
 				ok.Add(1)
-			case errors.Is(err, ErrExists):
+			case errors.Is(err, store.ErrExists):
 				used.Add(1)
 			default:
 				t.Error(err)
@@ -61,7 +63,7 @@ func TestClaimCredentialSurvivesReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.ClaimCredential(credKey, time.Now().Add(time.Minute)); !errors.Is(err, ErrExists) {
+	if err := s.ClaimCredential(credKey, time.Now().Add(time.Minute)); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("claim after reopen: %v, want ErrExists", err)
 	}
 	if err := s.ClaimCredential(credKey+"1", time.Now().Add(time.Minute)); err != nil {
@@ -79,7 +81,7 @@ func TestClaimCredentialRefusesBadInput(t *testing.T) {
 		key   string
 		until time.Time
 	}{{"", time.Now()}, {string(make([]byte, maxCredentialKey+1)), time.Now()}, {"k", time.Time{}}} {
-		if err := s.ClaimCredential(c.key, c.until); !errors.Is(err, ErrInvalid) {
+		if err := s.ClaimCredential(c.key, c.until); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("ClaimCredential(%d-byte key, %v) = %v, want ErrInvalid", len(c.key), c.until, err)
 		}
 	}
@@ -163,7 +165,7 @@ func TestClaimCredentialSurvivesKill(t *testing.T) {
 	})
 	defer s.Close()
 	for _, k := range acked {
-		if err := s.ClaimCredential(k, time.Now().Add(time.Hour)); !errors.Is(err, ErrExists) {
+		if err := s.ClaimCredential(k, time.Now().Add(time.Hour)); !errors.Is(err, store.ErrExists) {
 			t.Fatalf("claim of %s acknowledged before kill -9: claiming again gives %v, want ErrExists", k[len(k)-4:], err)
 		}
 	}

@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 // Offline compaction: the file never shrinks by itself (pages freed by pruning are reused, not
 // returned), so `tollway store compact` rewrites it with bbolt's Compact, pages packed full.
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollway/tollway/store"
 )
 
 // CompactResult gives the file's size before and after compaction, in bytes.
@@ -34,7 +36,7 @@ func Compact(path string) (CompactResult, error) {
 	// open either meanwhile.
 	src, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 100 * time.Millisecond})
 	if errors.Is(err, bolt.ErrTimeout) {
-		return CompactResult{}, fmt.Errorf("store %s: %w: stop the gateway using it, then compact", path, ErrLocked)
+		return CompactResult{}, fmt.Errorf("store %s: %w: stop the gateway using it, then compact", path, store.ErrLocked)
 	}
 	if err != nil {
 		return CompactResult{}, fmt.Errorf("store: open %s: %w", path, err)

@@ -1,4 +1,4 @@
-package store
+package bbolt
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollway/tollway/store"
 )
 
 // requestID is an id as the gateway makes them: a UUID x-request-id plus a random suffix.
@@ -33,11 +35,11 @@ func settleSpread(t testing.TB, s *Store, from time.Time, span time.Duration, n,
 	t.Helper()
 	ids := make([]string, 0, n)
 	for i := 0; i < n; i += batch {
-		var recs []UsageRecord
+		var recs []store.UsageRecord
 		for j := i; j < min(i+batch, n); j++ {
 			id := requestID()
 			ids = append(ids, id)
-			recs = append(recs, UsageRecord{
+			recs = append(recs, store.UsageRecord{
 				RequestID: id, KeyID: fmt.Sprintf("key_%016x", j%7), Account: "acme", Model: "gpt-4o-mini",
 				Provider: "openai", PromptTokens: 812, CompletionTokens: 245, Cost: dec("0.0002688"),
 				Time: from.Add(span * time.Duration(j) / time.Duration(n)),
@@ -54,17 +56,17 @@ func settleSpread(t testing.TB, s *Store, from time.Time, span time.Duration, n,
 
 // kept is what pruning must never change.
 type kept struct {
-	Usage    UsageSummary
-	Routes   map[string][]UsageRow
+	Usage    store.UsageSummary
+	Routes   map[string][]store.UsageRow
 	Spend    map[string]string
-	Accounts []Account
+	Accounts []store.Account
 }
 
 func keptBooks(t testing.TB, s *Store, months ...string) kept {
 	t.Helper()
 	var k kept
 	var err error
-	if k.Usage, err = s.Usage(UsageFilter{}); err != nil {
+	if k.Usage, err = s.Usage(store.UsageFilter{}); err != nil {
 		t.Fatal(err)
 	}
 	if k.Routes, err = s.RouteUsage(); err != nil {
@@ -173,7 +175,7 @@ func TestStartPruning(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer // read only after stop, which waits for the pruner
-	stop := s.StartPruning(PruneOptions{Retention: 35 * 24 * time.Hour, TaskRetention: 30 * 24 * time.Hour, Chunk: 7, Every: time.Hour,
+	stop := s.StartPruning(store.PruneOptions{Retention: 35 * 24 * time.Hour, TaskRetention: 30 * 24 * time.Hour, Chunk: 7, Every: time.Hour,
 		Now: func() time.Time { return now }, Log: slogTo(&logs)})
 	// The pass prunes usage records, then finished tasks: wait for both before stopping it (a
 	// stop between the two left the task, failing the test now and then).
@@ -191,11 +193,11 @@ func TestStartPruning(t *testing.T) {
 	if !strings.Contains(logs.String(), "pruned usage records") || !strings.Contains(logs.String(), "deleted=50") {
 		t.Errorf("no log of the pass: %q", logs.String())
 	}
-	if _, err := s.GetTask(task.ID); !errors.Is(err, ErrTaskNotFound) || !strings.Contains(logs.String(), "pruned finished tasks") {
+	if _, err := s.GetTask(task.ID); !errors.Is(err, store.ErrTaskNotFound) || !strings.Contains(logs.String(), "pruned finished tasks") {
 		t.Errorf("finished task past its window: %v; log %q", err, logs.String())
 	}
 	// Retention 0 keeps everything.
-	s.StartPruning(PruneOptions{Now: func() time.Time { return now.Add(1000 * 24 * time.Hour) }})()
+	s.StartPruning(store.PruneOptions{Now: func() time.Time { return now.Add(1000 * 24 * time.Hour) }})()
 	if n := count(t, s); n != 350 {
 		t.Errorf("retention 0 pruned: %d records left", n)
 	}
@@ -203,7 +205,7 @@ func TestStartPruning(t *testing.T) {
 
 func taskLeft(s *Store, id string) bool {
 	_, err := s.GetTask(id)
-	return !errors.Is(err, ErrTaskNotFound)
+	return !errors.Is(err, store.ErrTaskNotFound)
 }
 
 // TestStoreStopsGrowing: at a steady rate, once the retention window is full and pruning runs,
@@ -220,11 +222,11 @@ func TestStoreStopsGrowing(t *testing.T) {
 		day := start.Add(time.Duration(d) * 24 * time.Hour)
 		settleSpread(t, s, day, 24*time.Hour, perDay, 20)
 		for {
-			res, err := s.PruneUsage(day.Add(24*time.Hour-window*24*time.Hour), PruneChunk)
+			res, err := s.PruneUsage(day.Add(24*time.Hour-window*24*time.Hour), store.PruneChunk)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Deleted < PruneChunk {
+			if res.Deleted < store.PruneChunk {
 				break
 			}
 		}
@@ -321,7 +323,7 @@ func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, n
 // pruning transaction is paired with an ordinary settlement commit of 40 records on the same
 // store, so the figures can be compared on a disk whose fsync time varies.
 func BenchmarkPruneChunk(b *testing.B) {
-	for _, chunk := range []int{PruneChunk, 500, 2000} {
+	for _, chunk := range []int{store.PruneChunk, 500, 2000} {
 		b.Run(fmt.Sprintf("chunk=%d", chunk), func(b *testing.B) {
 			s, err := Open(filepath.Join(b.TempDir(), "prune.db"))
 			if err != nil {
