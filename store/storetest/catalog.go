@@ -1,0 +1,119 @@
+package storetest
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/tollway/tollway/store"
+)
+
+// catalogCases: CatalogStore and Routes.
+var catalogCases = []conformance{
+	{"catalog/config-replaces-its-own-records", func(t *testing.T, e *env) {
+		s := e.s
+		if err := s.PutProvider(store.Provider{Name: "mine", Type: "openai", BaseURL: "https://a", Source: store.SourceAdmin}); err != nil {
+			t.Fatal(err)
+		}
+		file := store.Catalog{
+			Providers: []store.Provider{{Name: "p2", Type: "openai"}, {Name: "p1", Type: "anthropic"}},
+			Models:    []store.Model{{ID: "m1", Providers: []store.ModelProvider{{Provider: "p1", Model: "x"}}}},
+			Routes:    []store.Route{{ID: "route:r", Name: "r", Rule: "priority_fallback", Models: []string{"m1"}, Status: "active"}},
+		}
+		if err := s.ReplaceConfig(file); err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.Catalog()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if names(c.Providers) != "mine p1 p2" || len(c.Models) != 1 || len(c.Routes) != 1 {
+			t.Fatalf("after the file: providers %q, %d models, %d routes", names(c.Providers), len(c.Models), len(c.Routes))
+		}
+		if c.Providers[1].Source != store.SourceConfig || c.Models[0].Source != store.SourceConfig || c.Routes[0].CreatedAt.IsZero() {
+			t.Fatalf("config records: %+v %+v %+v", c.Providers[1], c.Models[0], c.Routes[0])
+		}
+		created := c.Routes[0].CreatedAt
+		// The file drops p2 and keeps its route: p2 goes, the admin's provider stays, the route
+		// keeps its creation time.
+		file.Providers = file.Providers[1:]
+		if err := s.ReplaceConfig(file); err != nil {
+			t.Fatal(err)
+		}
+		if c, err = s.Catalog(); err != nil {
+			t.Fatal(err)
+		}
+		if names(c.Providers) != "mine p1" || !c.Routes[0].CreatedAt.Equal(created) {
+			t.Fatalf("after the file changed: providers %q, route created %v (was %v)", names(c.Providers), c.Routes[0].CreatedAt, created)
+		}
+	}},
+	{"catalog/restore-puts-back-exactly", func(t *testing.T, e *env) {
+		s := e.s
+		before := store.Catalog{
+			Providers: []store.Provider{{Name: "a", Type: "openai", Source: store.SourceAdmin}},
+			Models:    []store.Model{{ID: "m", Providers: []store.ModelProvider{{Provider: "a", Model: "x"}}, Source: store.SourceAdmin}},
+			Routes:    []store.Route{{ID: "route:r", Name: "r", Rule: "priority_fallback", Status: "active", Source: store.SourceAdmin, CreatedAt: day0}},
+		}
+		if err := s.RestoreCatalog(before); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutProvider(store.Provider{Name: "b", Type: "openai"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteModel("m"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RestoreCatalog(before); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Catalog()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, before) {
+			t.Fatalf("restored %+v, want %+v", got, before)
+		}
+	}},
+	{"catalog/delete-absent-is-not-found", func(t *testing.T, e *env) {
+		if err := e.s.DeleteProvider("nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("DeleteProvider: %v", err)
+		}
+		if err := e.s.DeleteModel("nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("DeleteModel: %v", err)
+		}
+	}},
+	{"routes/put-keeps-creation-and-pauses", func(t *testing.T, e *env) {
+		s := e.s
+		if err := s.PutRoute(store.Route{ID: "route:b", Name: "b", Rule: "priority_fallback", Status: "active"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutRoute(store.Route{ID: "route:a", Name: "a", Rule: "priority_fallback", Status: "active", CreatedAt: day0}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutRoute(store.Route{ID: "route:a", Name: "a2", Rule: "priority_fallback", Status: "active"}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.SetRouteStatus("route:a", "paused")
+		if err != nil || r.Status != "paused" || r.Name != "a2" || !r.CreatedAt.Equal(day0) {
+			t.Fatalf("SetRouteStatus: %+v %v", r, err)
+		}
+		rs, err := s.Routes()
+		if err != nil || len(rs) != 2 || rs[0].ID != "route:a" || rs[0].Status != "paused" || rs[1].CreatedAt.IsZero() {
+			t.Fatalf("Routes: %+v %v", rs, err)
+		}
+		if _, err := s.SetRouteStatus("route:nope", "paused"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("SetRouteStatus of an absent route: %v", err)
+		}
+	}},
+}
+
+func names(ps []store.Provider) string {
+	out := ""
+	for i, p := range ps {
+		if i > 0 {
+			out += " "
+		}
+		out += p.Name
+	}
+	return out
+}
