@@ -341,6 +341,10 @@ func (s *Service) commit(t *store.Task, st provider.TaskState, now time.Time) (*
 		uerr, usage = nil, nil
 	}
 	if uerr != nil {
+		// The task stays scheduled as it was stored: the provider is queried again at its next
+		// turn and what it says is written then.
+		s.Log.Error("task: its new state could not be stored; it is queried and stored again at its next turn",
+			"task", t.ID, "provider", t.Provider, "status", st.Status, "error", uerr)
 		return t, uerr
 	}
 	if out.Terminal() {
@@ -553,6 +557,8 @@ func (s *Service) Poll(ctx context.Context, every time.Duration, workers int) {
 				}
 				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				defer cancel()
+				// A failure is the provider's (backed off in the schedule) or the store's (logged
+				// by commit); either way the task stays scheduled and is tried again.
 				_, _ = s.Refresh(rctx, t)
 			}()
 		}

@@ -554,3 +554,74 @@ func TestRefusedCredentialInA400FallsBack(t *testing.T) {
 		t.Fatalf("create: %+v %v", task, err)
 	}
 }
+
+// failingTasks is a task store whose first n updates fail as a full disk's would.
+type failingTasks struct {
+	store.Tasks
+	mu sync.Mutex
+	n  int
+}
+
+func (f *failingTasks) UpdateTask(id string, fn func(t *store.Task) (store.TaskChange, error)) (*store.Task, error) {
+	f.mu.Lock()
+	fail := f.n > 0
+	f.n--
+	f.mu.Unlock()
+	if fail {
+		return nil, fmt.Errorf("%w: no space left on device", store.ErrUnavailable)
+	}
+	return f.Tasks.UpdateTask(id, fn)
+}
+
+var _ store.Tasks = (*failingTasks)(nil)
+
+// logBuffer is a log that tests read while the code under test writes it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestPollerStoreFailureIsLoggedAndRetried: a provider's answer the store cannot record (its
+// first two writes fail) is logged, with the task, and the poller queries and writes it again
+// at the task's next turn until it is stored: the task completes, billed once.
+func TestPollerStoreFailureIsLoggedAndRetried(t *testing.T) {
+	s, billed := newService(t)
+	var log logBuffer
+	s.Log = slog.New(slog.NewTextHandler(&log, nil))
+	s.RefreshEvery = 10 * time.Millisecond
+	task, err := s.newTask(t, "a fox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Store = &failingTasks{Tasks: s.Store, n: 2}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Poll(ctx, 10*time.Millisecond, 4); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for got, _ := s.Store.GetTask(task.ID); !got.Terminal(); got, _ = s.Store.GetTask(task.ID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("task still %s: the poller dropped it after the store failed", got.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if n := strings.Count(log.String(), "level=ERROR msg=\"task: its new state could not be stored"); n != 2 || !strings.Contains(log.String(), "task="+task.ID) {
+		t.Fatalf("%d store failures logged, want 2; log:\n%s", n, log.String())
+	}
+	if len(*billed) != 1 {
+		t.Fatalf("billed %v", *billed)
+	}
+}
