@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -230,4 +231,53 @@ func (p *peak) enter() func() {
 	for m := p.most.Load(); n > m && !p.most.CompareAndSwap(m, n); m = p.most.Load() {
 	}
 	return func() { p.open.Add(-1) }
+}
+
+// failingAcks is an outbox whose first AckCallback fails, as a full disk's would.
+type failingAcks struct {
+	store.Callbacks
+	failed atomic.Bool
+}
+
+func (f *failingAcks) AckCallback(c store.Callback) error {
+	if f.failed.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: no space left on device", store.ErrUnavailable)
+	}
+	return f.Callbacks.AckCallback(c)
+}
+
+var _ store.Callbacks = (*failingAcks)(nil)
+
+// TestGiveUpSurvivesAFailedAck: a callback given up whose removal from the outbox fails is
+// logged, and the give-up is kept: the next read removes it without sending it again (the
+// receiver sees one delivery of a callback allowed one attempt), and the outbox ends empty.
+func TestGiveUpSurvivesAFailedAck(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		w.WriteHeader(500)
+	}))
+	defer srv.Close()
+	st, _, d := outbox(t, 1, srv.URL)
+	var log logBuffer
+	d.Store, d.Log, d.MaxAttempts, d.Base = &failingAcks{Callbacks: st}, slog.New(slog.NewTextHandler(&log, nil)), 1, time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { d.Run(ctx, 5*time.Millisecond); close(stopped) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for due, _ := st.DueCallbacks(time.Now().Add(time.Hour), 10); len(due) > 0; due, _ = st.DueCallbacks(time.Now().Add(time.Hour), 10) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the given-up callback is still in the outbox: %+v", due)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // room for a delivery that should not happen
+	cancel()
+	<-stopped
+	if n := posts.Load(); n != 1 {
+		t.Fatalf("the receiver got %d deliveries of a callback allowed 1 attempt", n)
+	}
+	if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "no space left on device") {
+		t.Fatalf("the failed removal was not logged:\n%s", log.String())
+	}
 }

@@ -209,6 +209,10 @@ func hostOf(raw string) string {
 }
 
 func (d *Deliverer) deliver(ctx context.Context, c store.Callback) {
+	if c.Attempt >= cmpInt(d.MaxAttempts, 12) { // given up before; its removal failed then
+		d.giveUp(c)
+		return
+	}
 	err := d.post(ctx, c)
 	if err == nil {
 		if err := d.Store.AckCallback(c); err != nil {
@@ -221,13 +225,27 @@ func (d *Deliverer) deliver(ctx context.Context, c store.Callback) {
 	}
 	if c.Attempt+1 >= cmpInt(d.MaxAttempts, 12) {
 		d.Log.Warn("CALLBACK NOT DELIVERED: giving up", "delivery", c.ID, "task", c.TaskID, "attempts", c.Attempt+1, "error", err)
-		_ = d.Store.AckCallback(c)
+		d.giveUp(c)
 		return
 	}
 	delay := min(cmpDur(d.Base, time.Second)<<min(c.Attempt, 20), time.Hour)
 	delay += time.Duration(rand.Int64N(int64(delay)/5 + 1)) // jitter: receivers recovering are not stampeded
 	if err := d.Store.RetryCallback(c, d.Now().Add(delay)); err != nil {
 		d.Log.Error("callbacks: retry not recorded", "delivery", c.ID, "error", err)
+	}
+}
+
+// giveUp removes a callback given up from the outbox. A removal that fails is logged and the
+// give-up kept as an attempt past the last (RetryCallback), so that the next read removes it
+// without sending it again; if that fails too, the callback is sent once more first.
+func (d *Deliverer) giveUp(c store.Callback) {
+	err := d.Store.AckCallback(c)
+	if err == nil {
+		return
+	}
+	d.Log.Error("callbacks: a callback given up could not be removed from the outbox; its removal is tried again", "delivery", c.ID, "error", err)
+	if err := d.Store.RetryCallback(c, d.Now()); err != nil {
+		d.Log.Error("callbacks: the give-up could not be recorded either; the callback is sent once more before it is given up again", "delivery", c.ID, "error", err)
 	}
 }
 
