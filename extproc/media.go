@@ -112,7 +112,7 @@ func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *e
 	if method != http.MethodGet || id == "" || strings.Contains(id, "/") {
 		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; read a%s %s task with GET %s/{id} (POST %s creates one)", clip(method), clip(path), article(kind), kind, base, base))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+	ctx, cancel := context.WithTimeout(x.requestContext(), refreshTimeout)
 	defer cancel()
 	t, err := x.s.tasks.Service.Get(ctx, x.key.Account, id)
 	if err == nil && t.Kind != kind {
@@ -249,7 +249,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	}
 	m := first
 	if tr.CallbackURL != "" {
-		if err := x.s.tasks.Callbacks.CheckURL(context.Background(), tr.CallbackURL); err != nil {
+		if err := x.s.tasks.Callbacks.CheckURL(x.requestContext(), tr.CallbackURL); err != nil {
 			return x.fail(apiErr(http.StatusBadRequest, "invalid_callback_url", "%v", err))
 		}
 	}
@@ -275,7 +275,9 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		}
 		hold = h
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
+	// The client going away stops the create before its next provider; one already sent runs
+	// to its answer (tasks.Service.Create).
+	ctx, cancel := context.WithTimeout(x.requestContext(), createTimeout)
 	defer cancel()
 	t, err := x.s.tasks.Service.Create(ctx, tasks.NewTask{
 		Kind: kind, Account: x.key.Account, KeyID: x.key.ID, RequestID: x.requestID, Route: routeID(route),

@@ -230,7 +230,8 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 	if err := x.extendTimeout(p.fac.CallTimeout() + 5*time.Second); err != nil {
 		return errLostEnvoy
 	}
-	if _, err := p.fac.Verify(context.Background(), p.payload, offered[i]); err != nil {
+	// Under the request's context: for a client gone there is no business call to verify.
+	if _, err := p.fac.Verify(x.requestContext(), p.payload, offered[i]); err != nil {
 		if errors.Is(err, x402.ErrUnavailable) {
 			return apiErr(http.StatusServiceUnavailable, "facilitator_unavailable", "the payment facilitator cannot be reached, so the request was not run; retry later with a new credential")
 		}
@@ -280,7 +281,10 @@ func (x *exchange) paySettle(cost decimal.Decimal, draft store.UsageRecord) erro
 		sr = x402.SettlementResponse{Success: true, Payer: p.cred.Payer, Network: req.Network}
 	} else {
 		_ = x.extendTimeout(p.fac.CallTimeout() + 5*time.Second)
-		sr, err = p.fac.Settle(context.Background(), p.payload, req)
+		// Deliberately not the request's context: the business call ran, and a stream the
+		// client cut settles what was sent (finish); a settle cut short would only leave its
+		// outcome unknown. x402.facilitator_timeout bounds it.
+		sr, err = p.fac.Settle(context.WithoutCancel(x.requestContext()), p.payload, req)
 	}
 	switch {
 	case err == nil:

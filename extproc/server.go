@@ -4,6 +4,7 @@
 package extproc
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -118,6 +119,7 @@ func (s *Server) modelReady(rt *Runtime, m *model) bool {
 type exchange struct {
 	s         *Server
 	rt        *Runtime
+	ctx       context.Context // the stream's: it ends when Envoy does (the client went away)
 	requestID string
 	key       *keyInfo
 	plan      *chatPlan
@@ -174,6 +176,15 @@ type exchange struct {
 	taskModel string
 }
 
+// requestContext is what the request's own calls (a facilitator's /verify, a task's create)
+// run under: it ends when the client goes away.
+func (x *exchange) requestContext() context.Context {
+	if x.ctx == nil { // an exchange made outside a stream (tests)
+		return context.Background()
+	}
+	return x.ctx
+}
+
 // served records which attempt answered ("<provider>/<catalog model>"); the model's prices bill it.
 func (x *exchange) served(v string) {
 	p, mid, ok := strings.Cut(v, "/")
@@ -197,7 +208,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	if phase == ir.PhaseUpstream {
 		return s.processAttempt(stream)
 	}
-	x := &exchange{s: s, rt: s.runtime.Load(), send: stream.Send, ownRoutes: phase == ir.PhaseRouter}
+	x := &exchange{s: s, rt: s.runtime.Load(), ctx: stream.Context(), send: stream.Send, ownRoutes: phase == ir.PhaseRouter}
 	handle := one(func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		x.msgs++
 		var resp *extprocv3.ProcessingResponse

@@ -111,9 +111,16 @@ type NewTask struct {
 // before the client sees its id. A provider that fails before accepting (unreachable, 5xx,
 // 429, a refused credential) passes the task to the next; a refusal of the request itself
 // (invalid parameters, content policy) is the client's answer.
+//
+// ctx is the client's request. Once it is cancelled (the client went away) no provider is
+// asked any more; a create already sent is deliberately not cut (only ctx's deadline bounds
+// it): the provider may have accepted it, and a task it runs and bills must be recorded.
 func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 	var reasons []string
 	for _, a := range in.Attempts {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil, &Error{Kind: KindUnavailable, Code: "upstream_unavailable", Message: "the request ended before a provider accepted the task; nothing was created"}
+		}
 		m, req := cmp.Or(a.Spec, in.Model), cmp.Or(a.Request, &in.Request)
 		ad, err := provider.TaskFor(m.Family)
 		if err != nil {
@@ -126,7 +133,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			}
 			return nil, err
 		}
-		ans, err := s.Envoy.Do(ctx, a.Provider, up)
+		ans, err := s.sent(ctx, a.Provider, up)
 		if err != nil {
 			reasons = append(reasons, err.Error())
 			continue
@@ -189,7 +196,7 @@ func (s *Service) unrecorded(ctx context.Context, ad provider.TaskAdapter, p *ir
 	cancelled := false
 	if c, ok := ad.(provider.TaskCanceler); ok && taskID != "" {
 		if up, cerr := c.Cancel(p, m, taskID); cerr == nil {
-			ans, derr := s.Envoy.Do(ctx, p, up)
+			ans, derr := s.sent(ctx, p, up)
 			cancelled = derr == nil && ans.Status/100 == 2
 		}
 	}
@@ -204,6 +211,18 @@ func (s *Service) unrecorded(ctx context.Context, ad provider.TaskAdapter, p *ir
 	}
 	return &Error{Kind: KindUnavailable, Code: "store_unavailable", Message: fmt.Sprintf(
 		"provider %s accepted the task but the gateway could not record it (its store cannot make records durable), so %s; it was not charged; retry once the gateway records tasks again", p.Name, fate)}
+}
+
+// sent makes a provider call that must run to its answer once it is sent (a create, or the
+// cancel of a task nobody can see): ctx's deadline bounds it, the client going away does not.
+func (s *Service) sent(ctx context.Context, p *ir.Provider, up *provider.Upstream) (Answer, error) {
+	call := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		call, cancel = context.WithDeadline(call, d)
+		defer cancel()
+	}
+	return s.Envoy.Do(call, p, up)
 }
 
 func joinReasons(r []string) string {

@@ -625,3 +625,48 @@ func TestPollerStoreFailureIsLoggedAndRetried(t *testing.T) {
 		t.Fatalf("billed %v", *billed)
 	}
 }
+
+// TestCreateStopsWhenTheClientIsGone: a client that goes away while the first provider is
+// answering its create (the request's context ends) gets no task from the next provider; the
+// call in flight runs to its answer, so a task a provider accepted would still be recorded.
+func TestCreateStopsWhenTheClientIsGone(t *testing.T) {
+	s, _ := newService(t)
+	var mu sync.Mutex
+	var creates []string
+	inFlightCut := make(chan bool, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // read whole: the server then notices a caller that hangs up
+		cluster := strings.TrimPrefix(r.Header.Get(ir.ClusterHeader), ir.ClusterPrefix)
+		mu.Lock()
+		creates = append(creates, cluster)
+		mu.Unlock()
+		if cluster == "slow" { // answers 503 after a while, unless its caller hangs up first
+			select {
+			case <-time.After(300 * time.Millisecond):
+				inFlightCut <- false
+				w.WriteHeader(503)
+			case <-r.Context().Done():
+				inFlightCut <- true
+			}
+			return
+		}
+		w.Write([]byte(`{"task_id":"t-1"}`))
+	}))
+	defer srv.Close()
+	s.Envoy = &Envoy{Addr: strings.TrimPrefix(srv.URL, "http://")}
+	slow := &ir.Provider{Name: "slow", Type: "standin", Host: "slow.example", Port: 443, TLS: true}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel) // the client goes away during the first attempt
+	cat := s.Catalog()
+	task, err := s.Create(ctx, NewTask{Kind: "video", Account: "acme", KeyID: "k1", Model: cat.Model("clip"),
+		Attempts: []Attempt{{Provider: slow, Model: "c-1"}, {Provider: cat.Provider("up"), Model: "c-1"}},
+		Body:     provider.Request{"prompt": json.RawMessage(`"a fox"`)}, Hold: decimal.RequireFromString("0.4")})
+	mu.Lock()
+	defer mu.Unlock()
+	if err == nil || task != nil || len(creates) != 1 || creates[0] != "slow" {
+		t.Fatalf("a create whose client left during its first attempt: task %+v, error %v, creates sent %v (want only the first)", task, err, creates)
+	}
+	if <-inFlightCut {
+		t.Fatal("the attempt in flight was cut when the client left: a task the provider accepted would be lost")
+	}
+}

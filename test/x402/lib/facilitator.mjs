@@ -2,7 +2,8 @@
 // backed by a viem wallet on the local chain) behind node:http, plus test controls.
 //
 // Facilitator API (x402 v2):  POST /verify, POST /settle, GET /supported
-// Test controls (not part of x402): POST /__control, GET /__control, GET /__calls, POST /__reset,
+// Test controls (not part of x402): POST /__control, GET /__control, GET /__calls (each call
+//   with aborted: true when its caller hung up before the answer), POST /__reset,
 //   POST /__fund, GET /__balance?address=0x.., GET /__health
 import http from 'node:http';
 import { getAddress, isAddress } from 'viem';
@@ -106,6 +107,12 @@ export async function startFacilitator(o) {
     }
     const entry = { n: calls.length ? calls[calls.length - 1].n + 1 : 1, path: `/${route}`, at, body, status: 0, response: null };
     record(entry);
+    // aborted: the caller (the gateway) hung up before an answer, as it does for a request
+    // whose client went away; aborted_ms is how long after the call arrived.
+    const arrived = Date.now();
+    res.on('close', () => {
+      if (!res.writableEnded && entry.status === 0) Object.assign(entry, { aborted: true, aborted_ms: Date.now() - arrived });
+    });
     const answer = (status, obj) => {
       entry.status = status;
       entry.response = obj;
@@ -121,6 +128,7 @@ export async function startFacilitator(o) {
     }
     if (route === 'supported') return answer(200, facilitator.getSupported());
     if (controls.delay_ms > 0) await new Promise((r) => setTimeout(r, Math.min(controls.delay_ms, MAX_DELAY_MS)));
+    if (entry.aborted) return undefined; // nobody is waiting for the answer
     if (!body || typeof body !== 'object' || !body.paymentPayload || !body.paymentRequirements) {
       return answer(400, { error: 'body must be JSON {x402Version, paymentPayload, paymentRequirements}' });
     }
