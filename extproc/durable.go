@@ -20,7 +20,7 @@ const checkpointEvery = time.Second
 
 // SetStoreCheck makes the server refuse billable requests, task creates and paid requests
 // while check reports the store's outage (nil: healthy). It is called on each of them, so it
-// must be as cheap as an atomic load (store.Store.Unavailable).
+// must be as cheap as an atomic load (store.Health.Unavailable).
 func (s *Server) SetStoreCheck(check func() error) { s.storeCheck.Store(&check) }
 
 // storeRefusal is the answer to new billable work while the store cannot record it; nil while

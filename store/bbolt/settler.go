@@ -98,6 +98,8 @@ var settleRetries = []time.Duration{
 	50 * time.Millisecond, 200 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second,
 }
 
+var _ store.Recorder = (*Settler)(nil)
+
 // NewSettler starts the writer.
 func NewSettler(st *Store, window time.Duration, hooks store.SettlerHooks) *Settler {
 	q := &Settler{settle: st.settleWith, probe: st.probe, recovery: st.recovery, window: window, hooks: hooks,
