@@ -166,7 +166,7 @@ func (x *exchange) settle() {
 func (x *exchange) cost(u ir.Usage) decimal.Decimal {
 	cost := x.plan.model.Pricing.Cost(u)
 	for _, o := range x.meter.others() {
-		ou := storable(o.billing())
+		ou := storable(usageBill(&o.Usage))
 		m := x.rt.pricedAs(x.provider, o.Model)
 		if m == nil {
 			x.s.log.Warn("usage on a model the catalog does not price is not billed: add a catalog model for it on this provider to bill it",

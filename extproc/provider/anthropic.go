@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"strings"
 
+	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -301,7 +302,7 @@ func anthToolID(id string) string {
 // anthBlocks converts a user or assistant message into content blocks: its content parts in
 // order, then (assistant) one tool_use per tool call. Empty text is left out: Anthropic
 // refuses empty text blocks.
-func anthBlocks(m chatMessage, i int, removed removals) ([]anthBlock, error) {
+func anthBlocks(m openai.Message, i int, removed removals) ([]anthBlock, error) {
 	parts, err := contentParts(m.Content, i)
 	if err != nil {
 		return nil, err
@@ -311,7 +312,7 @@ func anthBlocks(m chatMessage, i int, removed removals) ([]anthBlock, error) {
 	for _, part := range parts {
 		switch part.Type {
 		case "text", "refusal":
-			if t := part.text(); t != "" {
+			if t := partText(part); t != "" {
 				blocks = append(blocks, anthBlock{Type: "text", Text: t})
 			}
 		case "image_url":
@@ -394,7 +395,7 @@ type anthUsage struct {
 	// Iterations, when the answer has them, replace the counts above: see summed.
 	Iterations []anthIteration `json:"iterations"`
 	// others is the usage on other models than the one asked (an advisor), per model.
-	others []modelUsage
+	others []openai.ModelUsage
 }
 
 // anthIteration is one sampling iteration of usage.iterations. Server-side compaction runs a
@@ -431,7 +432,7 @@ func (u anthUsage) summed(asked, answered string) anthUsage {
 // chat reports Anthropic usage the OpenAI way: prompt_tokens counts every input token,
 // cached or not, and cached_tokens says how many were cache reads. Anthropic bills thinking as
 // output and reports no count of it: reasoning is the thinking text's token count, an estimate.
-func (u anthUsage) chat(reasoning int64) *chatUsage {
+func (u anthUsage) chat(reasoning int64) *openai.Usage {
 	c := newUsage(tokens(u.InputTokens, u.CacheReadTokens, u.CacheCreationTokens), tokens(u.OutputTokens), tokens(u.CacheReadTokens), reasoning)
 	c.OtherModels = u.others
 	return c
@@ -519,7 +520,7 @@ func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
 	if in.Error != nil || in.Type == "error" {
 		return nil, in.Error.failure()
 	}
-	msg := completionMessage{Role: "assistant"}
+	msg := openai.ResponseMessage{Role: "assistant"}
 	var text strings.Builder
 	hasText := false
 	for _, c := range in.Content {
@@ -528,17 +529,17 @@ func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
 			text.WriteString(c.Text)
 			hasText = true
 		case "tool_use":
-			msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: callID(c.ID, len(msg.ToolCalls)), Type: "function", Function: toolFunction{Name: c.Name, Arguments: ptr(compactArgs(c.Input))}})
+			msg.ToolCalls = append(msg.ToolCalls, openai.ToolCall{ID: callID(c.ID, len(msg.ToolCalls)), Type: "function", Function: openai.FunctionCall{Name: c.Name, Arguments: compactArgs(c.Input)}})
 		case "thinking":
 			r.thinking.add(c.Thinking)
 		} // redacted thinking and server tool blocks have no OpenAI form
 	}
 	if hasText {
-		msg.Content = ptr(text.String())
+		msg.Content = openai.TextContent(text.String())
 	}
-	return marshal(chatCompletion{
-		ID: cmp.Or(in.ID, r.out.id), Object: "chat.completion", Created: r.out.created, Model: cmp.Or(in.Model, r.out.model),
-		Choices: []completionChoice{{Message: msg, FinishReason: anthropicFinish(in.StopReason)}},
+	return marshal(openai.ChatCompletion{
+		ID: cmp.Or(in.ID, r.out.id), Object: openai.ObjectCompletion, Created: r.out.created, Model: cmp.Or(in.Model, r.out.model),
+		Choices: []openai.Choice{{Message: msg, FinishReason: anthropicFinish(in.StopReason)}},
 		Usage:   in.Usage.summed(r.asked, in.Model).chat(r.thinking.count()),
 	}), nil
 }
@@ -617,7 +618,7 @@ func (r *anthropicResponse) event(data []byte) error {
 		switch ev.ContentBlock.Type {
 		case "text":
 			if ev.ContentBlock.Text != "" {
-				r.out.chunk(chunkDelta{Content: ptr(ev.ContentBlock.Text)}, "")
+				r.out.chunk(openai.Delta{Content: ptr(ev.ContentBlock.Text)}, "")
 			}
 		case "thinking":
 			r.thinking.add(ev.ContentBlock.Thinking)
@@ -628,21 +629,21 @@ func (r *anthropicResponse) event(data []byte) error {
 			}
 			r.blocks[ev.Index] = c
 			r.calls = append(r.calls, c)
-			r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &c.index, ID: callID(ev.ContentBlock.ID, c.index), Type: "function",
-				Function: toolFunction{Name: c.name, Arguments: ptr("")}}}}, "")
+			r.out.chunk(openai.Delta{ToolCalls: []openai.ToolCallDelta{{Index: c.index, ToolCall: openai.ToolCall{ID: callID(ev.ContentBlock.ID, c.index), Type: "function",
+				Function: openai.FunctionCall{Name: c.name}}}}}, "")
 		}
 	case "content_block_delta":
 		switch ev.Delta.Type {
 		case "text_delta":
 			if ev.Delta.Text != "" {
-				r.out.chunk(chunkDelta{Content: ptr(ev.Delta.Text)}, "")
+				r.out.chunk(openai.Delta{Content: ptr(ev.Delta.Text)}, "")
 			}
 		case "thinking_delta":
 			r.thinking.add(ev.Delta.Thinking)
 		case "input_json_delta":
 			if c := r.blocks[ev.Index]; c != nil && !c.closed && ev.Delta.PartialJSON != "" {
 				c.args = append(c.args, ev.Delta.PartialJSON...)
-				r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &c.index, Function: toolFunction{Arguments: ptr(ev.Delta.PartialJSON)}}}}, "")
+				r.out.chunk(openai.Delta{ToolCalls: []openai.ToolCallDelta{{Index: c.index, ToolCall: openai.ToolCall{Function: openai.FunctionCall{Arguments: ev.Delta.PartialJSON}}}}}, "")
 			}
 		} // signature and citation deltas have no OpenAI form
 	case "content_block_stop":
@@ -672,15 +673,15 @@ func (r *anthropicResponse) wholeBlock(c anthContent) {
 	switch c.Type {
 	case "text":
 		if c.Text != "" {
-			r.out.chunk(chunkDelta{Content: ptr(c.Text)}, "")
+			r.out.chunk(openai.Delta{Content: ptr(c.Text)}, "")
 		}
 	case "thinking":
 		r.thinking.add(c.Thinking)
 	case "tool_use":
 		call := &streamedCall{index: len(r.calls), name: c.Name, input: c.Input, args: []byte(compactArgs(c.Input)), closed: true}
 		r.calls = append(r.calls, call)
-		r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &call.index, ID: callID(c.ID, call.index), Type: "function",
-			Function: toolFunction{Name: c.Name, Arguments: ptr(string(call.args))}}}}, "")
+		r.out.chunk(openai.Delta{ToolCalls: []openai.ToolCallDelta{{Index: call.index, ToolCall: openai.ToolCall{ID: callID(c.ID, call.index), Type: "function",
+			Function: openai.FunctionCall{Name: c.Name, Arguments: string(call.args)}}}}}, "")
 	}
 }
 
@@ -695,7 +696,7 @@ func (r *anthropicResponse) closeCall(c *streamedCall) {
 	if len(bytes.TrimSpace(c.args)) == 0 {
 		args := compactArgs(c.input)
 		c.args = append(c.args, args...)
-		r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &c.index, Function: toolFunction{Arguments: &args}}}}, "")
+		r.out.chunk(openai.Delta{ToolCalls: []openai.ToolCallDelta{{Index: c.index, ToolCall: openai.ToolCall{Function: openai.FunctionCall{Arguments: args}}}}}, "")
 	}
 }
 
@@ -709,7 +710,7 @@ func (r *anthropicResponse) finish(reason string) error {
 			return &UpstreamFailure{Provider: "Anthropic", Code: "upstream_error", Message: fmt.Sprintf("streamed arguments for tool call %q that are not JSON", c.name)}
 		}
 	}
-	r.out.chunk(chunkDelta{}, reason)
+	r.out.chunk(openai.Delta{}, reason)
 	return nil
 }
 

@@ -247,8 +247,8 @@ func testAgainstFake(t *testing.T, kind, base string) {
 	t.Run("text", func(t *testing.T) {
 		out, _ := viaFake(t, kind, base, `{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi there"}],"max_tokens":100}`)
 		msg, finish, usage := completion(t, out)
-		if msg.Content == nil || *msg.Content != "Hello from fake-"+kind+"/model-x: hi there" || finish != "stop" {
-			t.Errorf("content %v, finish %q", msg.Content, finish)
+		if msg.Content.Text == nil || *msg.Content.Text != "Hello from fake-"+kind+"/model-x: hi there" || finish != "stop" {
+			t.Errorf("content %v, finish %q", msg.Content.Text, finish)
 		}
 		if usage == nil || usage.PromptTokens != 4 || usage.CompletionTokens != 5 || usage.TotalTokens != 9 {
 			t.Errorf("usage %+v", usage)
@@ -257,18 +257,18 @@ func testAgainstFake(t *testing.T, kind, base string) {
 	t.Run("length", func(t *testing.T) {
 		out, _ := viaFake(t, kind, base, `{"messages":[{"role":"user","content":"a b c"}],"max_completion_tokens":2}`)
 		msg, finish, _ := completion(t, out)
-		if msg.Content == nil || *msg.Content != "Hello from " || finish != "length" {
-			t.Errorf("content %v, finish %q", msg.Content, finish)
+		if msg.Content.Text == nil || *msg.Content.Text != "Hello from " || finish != "length" {
+			t.Errorf("content %v, finish %q", msg.Content.Text, finish)
 		}
 	})
 	t.Run("tool call", func(t *testing.T) {
 		out, _ := viaFake(t, kind, base, `{"messages":[{"role":"user","content":"weather?"}],`+weatherTools+`,"tool_choice":"required"}`)
 		msg, finish, _ := completion(t, out)
-		if finish != "tool_calls" || msg.Content != nil || len(msg.ToolCalls) != 1 {
+		if finish != "tool_calls" || msg.Content.Text != nil || len(msg.ToolCalls) != 1 {
 			t.Fatalf("finish %q, message %s", finish, marshal(msg))
 		}
 		tc := msg.ToolCalls[0]
-		if tc.ID == "" || tc.Type != "function" || tc.Function.Name != "get_weather" || *tc.Function.Arguments != `{"city":"Paris"}` {
+		if tc.ID == "" || tc.Type != "function" || tc.Function.Name != "get_weather" || tc.Function.Arguments != `{"city":"Paris"}` {
 			t.Errorf("tool call %s", marshal(tc))
 		}
 	})
@@ -282,8 +282,8 @@ func testAgainstFake(t *testing.T, kind, base string) {
 	t.Run("tool results", func(t *testing.T) {
 		out, _ := viaFake(t, kind, base, strings.Replace(loop, "STREAM", "", 1))
 		msg, finish, _ := completion(t, out)
-		if msg.Content == nil || *msg.Content != "Tool said: 25C" || finish != "stop" {
-			t.Errorf("content %v, finish %q", msg.Content, finish)
+		if msg.Content.Text == nil || *msg.Content.Text != "Tool said: 25C" || finish != "stop" {
+			t.Errorf("content %v, finish %q", msg.Content.Text, finish)
 		}
 	})
 	t.Run("stream text", func(t *testing.T) {

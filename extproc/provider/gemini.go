@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -375,7 +376,7 @@ func geminiThinking(req Request) (*gemThinkingConfig, error) {
 // gemParts converts a user or assistant message into parts: its content parts in order, then
 // (assistant) one functionCall per tool call. Empty text is left out. An image model
 // (imagesOnly) takes text and image parts only.
-func gemParts(m chatMessage, i int, removed removals, imagesOnly bool) ([]gemPart, error) {
+func gemParts(m openai.Message, i int, removed removals, imagesOnly bool) ([]gemPart, error) {
 	cparts, err := contentParts(m.Content, i)
 	if err != nil {
 		return nil, err
@@ -388,7 +389,7 @@ func gemParts(m chatMessage, i int, removed removals, imagesOnly bool) ([]gemPar
 		}
 		switch cp.Type {
 		case "text", "refusal":
-			if t := cp.text(); t != "" {
+			if t := partText(cp); t != "" {
 				parts = append(parts, gemPart{Text: t})
 			}
 		case "image_url":
@@ -604,7 +605,7 @@ type gemUsage struct {
 // completion (and as reasoning); prompt tokens of Google's own tools count as prompt.
 // promptTokenCount already includes the cached tokens. total_tokens is the sum, as OpenAI
 // clients expect.
-func (u *gemUsage) chat() *chatUsage {
+func (u *gemUsage) chat() *openai.Usage {
 	return newUsage(tokens(u.PromptTokenCount, u.ToolUsePromptTokenCount), tokens(u.CandidatesTokenCount, u.ThoughtsTokenCount),
 		tokens(u.CachedContentTokenCount), tokens(u.ThoughtsTokenCount))
 }
@@ -691,25 +692,25 @@ func (r *geminiResponse) Body(b []byte) ([]byte, error) {
 		return nil, a.blocked()
 	}
 	cand := a.Candidates[0]
-	msg := completionMessage{Role: "assistant"}
+	msg := openai.ResponseMessage{Role: "assistant"}
 	var text strings.Builder
 	hasText := false
 	for _, p := range cand.Content.Parts {
 		switch {
 		case p.FunctionCall != nil:
 			id := geminiCallID(p.FunctionCall.ID, len(msg.ToolCalls), p.ThoughtSignature)
-			msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: id, Type: "function", Function: toolFunction{Name: p.FunctionCall.Name, Arguments: ptr(compactArgs(p.FunctionCall.Args))}})
+			msg.ToolCalls = append(msg.ToolCalls, openai.ToolCall{ID: id, Type: "function", Function: openai.FunctionCall{Name: p.FunctionCall.Name, Arguments: compactArgs(p.FunctionCall.Args)}})
 		case p.Text != "" && !p.Thought: // thought summaries are not the answer
 			text.WriteString(p.Text)
 			hasText = true
 		}
 	}
 	if hasText {
-		msg.Content = ptr(text.String())
+		msg.Content = openai.TextContent(text.String())
 	}
-	c := chatCompletion{
-		ID: cmp.Or(a.ResponseID, r.out.id), Object: "chat.completion", Created: r.out.created, Model: cmp.Or(a.ModelVersion, r.out.model),
-		Choices: []completionChoice{{Message: msg, FinishReason: geminiFinish(cand.FinishReason, len(msg.ToolCalls) > 0)}},
+	c := openai.ChatCompletion{
+		ID: cmp.Or(a.ResponseID, r.out.id), Object: openai.ObjectCompletion, Created: r.out.created, Model: cmp.Or(a.ModelVersion, r.out.model),
+		Choices: []openai.Choice{{Message: msg, FinishReason: geminiFinish(cand.FinishReason, len(msg.ToolCalls) > 0)}},
 	}
 	if a.UsageMetadata != nil {
 		c.Usage = a.UsageMetadata.chat()
@@ -727,7 +728,7 @@ func (r *geminiResponse) Chunk(b []byte, end bool) ([]byte, error) {
 		if r.reason == "" {
 			err = &UpstreamFailure{Provider: "Gemini", Code: "upstream_error", Message: "the stream ended without a finishReason: the answer is incomplete"}
 		} else {
-			r.out.chunk(chunkDelta{}, geminiFinish(r.reason, r.calls > 0))
+			r.out.chunk(openai.Delta{}, geminiFinish(r.reason, r.calls > 0))
 			if r.usage != nil {
 				r.out.usage(r.usage.chat())
 			}
@@ -800,7 +801,7 @@ func (r *geminiResponse) event(data []byte) error {
 			r.call(fc.ID, fc.Name, p.ThoughtSignature, compactArgs(fc.Args))
 		case p.Text != "" && !p.Thought:
 			r.endPending()
-			r.out.chunk(chunkDelta{Content: ptr(p.Text)}, "")
+			r.out.chunk(openai.Delta{Content: ptr(p.Text)}, "")
 		}
 	}
 	r.reason = cmp.Or(cand.FinishReason, r.reason)
@@ -811,8 +812,8 @@ func (r *geminiResponse) event(data []byte) error {
 func (r *geminiResponse) call(id, name, signature, args string) {
 	n := r.calls
 	r.calls++
-	r.out.chunk(chunkDelta{ToolCalls: []toolCall{{Index: &n, ID: geminiCallID(id, n, signature), Type: "function",
-		Function: toolFunction{Name: name, Arguments: &args}}}}, "")
+	r.out.chunk(openai.Delta{ToolCalls: []openai.ToolCallDelta{{Index: n, ToolCall: openai.ToolCall{ID: geminiCallID(id, n, signature), Type: "function",
+		Function: openai.FunctionCall{Name: name, Arguments: args}}}}}, "")
 }
 
 // endPending sends the call whose arguments were streaming, if any.

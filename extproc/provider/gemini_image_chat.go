@@ -11,8 +11,8 @@ import (
 	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -65,38 +65,6 @@ func GeminiImageChat(p *ir.Provider, m *ir.Model, model string, req Request) (*U
 	return geminiUpstream(p, model, out, false, resp, removed)
 }
 
-// imageCompletion is the chat answer of an image model: a chat.completion whose message
-// content is an array of text and image_url parts (null when the model returned neither).
-type imageCompletion struct {
-	ID      string        `json:"id"`
-	Object  string        `json:"object"`
-	Created int64         `json:"created"`
-	Model   string        `json:"model"`
-	Choices []imageChoice `json:"choices"`
-	Usage   *chatUsage    `json:"usage,omitempty"`
-}
-
-type imageChoice struct {
-	Index        int          `json:"index"`
-	Message      imageMessage `json:"message"`
-	FinishReason string       `json:"finish_reason"`
-}
-
-type imageMessage struct {
-	Role    string        `json:"role"`
-	Content []contentPart `json:"content"`
-}
-
-type contentPart struct {
-	Type     string    `json:"type"`
-	Text     string    `json:"text,omitempty"`
-	ImageURL *imageURL `json:"image_url,omitempty"`
-}
-
-type imageURL struct {
-	URL jsontext.Value `json:"url"` // a JSON string: the data URL, its base64 as Gemini sent it
-}
-
 // imageBody translates an image model's whole answer: its text and image parts in order
 // (consecutive text joined), thoughts left out, at most GeminiMaxImages images, the images'
 // base64 copied as it came. Usage as geminiImageUsage: every output token, the images' named
@@ -118,7 +86,7 @@ func (r *geminiResponse) imageBody(b []byte) ([]byte, error) {
 		return nil, fmt.Errorf("gemini: the answer has no candidates")
 	}
 	cand := a.Candidates[0]
-	var parts []contentPart
+	var parts []openai.Part
 	var text strings.Builder
 	images := 0
 	for _, p := range cand.Content.Parts {
@@ -133,30 +101,39 @@ func (r *geminiResponse) imageBody(b []byte) ([]byte, error) {
 				return nil, err
 			}
 			images++
-			mime, _ := jsonv2.Marshal(p.InlineData.MimeType)
-			url := slices.Concat([]byte(`"data:`), mime[1:len(mime)-1], []byte(";base64,"), data, []byte(`"`))
-			parts = append(parts, contentPart{Type: "image_url", ImageURL: &imageURL{URL: url}})
+			parts = append(parts, openai.Part{Type: openai.PartImageURL, ImageURL: openai.ImageURL{URL: dataURL(p.InlineData.MimeType, data)}})
 		case p.Text != "":
 			text.WriteString(p.Text)
-			if n := len(parts); n > 0 && parts[n-1].Type == "text" {
+			if n := len(parts); n > 0 && parts[n-1].Type == openai.PartText {
 				parts[n-1].Text += p.Text
 			} else {
-				parts = append(parts, contentPart{Type: "text", Text: p.Text})
+				parts = append(parts, openai.Part{Type: openai.PartText, Text: p.Text})
 			}
 		}
 	}
-	c := imageCompletion{
-		ID: cmp.Or(a.ResponseID, r.out.id), Object: "chat.completion", Created: r.out.created, Model: cmp.Or(a.ModelVersion, r.out.model),
-		Choices: []imageChoice{{Message: imageMessage{Role: "assistant", Content: parts}, FinishReason: geminiFinish(cand.FinishReason, false)}},
+	c := openai.ChatCompletion{
+		ID: cmp.Or(a.ResponseID, r.out.id), Object: openai.ObjectCompletion, Created: r.out.created, Model: cmp.Or(a.ModelVersion, r.out.model),
+		Choices: []openai.Choice{{Message: openai.ResponseMessage{Role: "assistant", Content: openai.Content{Parts: parts}}, FinishReason: geminiFinish(cand.FinishReason, false)}},
 	}
 	if u := a.UsageMetadata; u != nil {
-		prompt, completion, imageTokens := geminiImageUsage(u, text.String(), images)
+		prompt, completion, imgTokens := geminiImageUsage(u, text.String(), images)
 		c.Usage = newUsage(prompt, completion, tokens(u.CachedContentTokenCount), tokens(u.ThoughtsTokenCount))
-		c.Usage.imageTokens(imageTokens)
+		imageTokens(c.Usage, imgTokens)
 	}
-	out, err := jsonv2.Marshal(c, jsonv2.FormatNilSliceAsNull(true))
+	out, err := jsonv2.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("gemini: an image part is not a valid string: %w", err)
 	}
 	return out, nil
+}
+
+// dataURL is a base64 data URL of type mime, its data copied once.
+func dataURL(mime string, b64 []byte) string {
+	var b strings.Builder
+	b.Grow(len(mime) + len(b64) + 13)
+	b.WriteString("data:")
+	b.WriteString(mime)
+	b.WriteString(";base64,")
+	b.Write(b64)
+	return b.String()
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/test/fuzzcheck"
 	"github.com/tollway/tollway/test/golden"
 	"github.com/tollway/tollway/xds/ir"
@@ -219,9 +220,9 @@ func parseStream(t *testing.T, out []byte) streamSummary {
 }
 
 // completion decodes a translated chat.completion and checks its envelope.
-func completion(t *testing.T, b []byte) (completionMessage, string, *chatUsage) {
+func completion(t *testing.T, b []byte) (openai.ResponseMessage, string, *openai.Usage) {
 	t.Helper()
-	var c chatCompletion
+	var c openai.ChatCompletion
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatalf("%v: %s", err, b)
 	}

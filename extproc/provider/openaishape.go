@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/sse"
 )
@@ -26,51 +27,16 @@ var ErrBadRequest = errors.New("request cannot be translated")
 // now is the clock for "created"; tests pin it.
 var now = time.Now
 
-// chatMessage is an OpenAI chat message, as far as the translating adapters read it.
-type chatMessage struct {
-	Role       string          `json:"role"`
-	Name       string          `json:"name"` // no provider API has one: dropped openly (removedNested)
-	Content    json.RawMessage `json:"content"`
-	ToolCalls  []chatToolCall  `json:"tool_calls"`
-	ToolCallID string          `json:"tool_call_id"`
-}
-
-type chatToolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-// chatPart is one content part of any type; only the fields of its type are set.
-type chatPart struct {
-	Type     string `json:"type"`
-	Text     string `json:"text"`
-	Refusal  string `json:"refusal"`
-	ImageURL struct {
-		URL    string `json:"url"`
-		Detail string `json:"detail"` // auto | low | high
-	} `json:"image_url"`
-	InputAudio struct {
-		Data   string `json:"data"`
-		Format string `json:"format"`
-	} `json:"input_audio"`
-	File struct {
-		FileData string `json:"file_data"`
-	} `json:"file"`
-}
-
-func (p chatPart) text() string {
-	if p.Type == "refusal" {
+// partText is a text or refusal part's text.
+func partText(p openai.Part) string {
+	if p.Type == openai.PartRefusal {
 		return p.Refusal
 	}
 	return p.Text
 }
 
-func decodeMessages(req Request) ([]chatMessage, error) {
-	return decodeEach[chatMessage](req, "messages")
+func decodeMessages(req Request) ([]openai.Message, error) {
+	return decodeEach[openai.Message](req, "messages")
 }
 
 // decodeEach decodes the array field key one element at a time, so a refusal names the
@@ -123,20 +89,12 @@ func jsonKind(t reflect.Type) string {
 }
 
 // contentParts reads message i's content: a string is one text part, null none.
-func contentParts(raw json.RawMessage, i int) ([]chatPart, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	if raw[0] == '"' {
-		var s string
-		if json.Unmarshal(raw, &s) != nil {
-			return nil, fmt.Errorf("%w: messages[%d].content is not a valid JSON string", ErrBadRequest, i)
-		}
-		return []chatPart{{Type: "text", Text: s}}, nil
-	}
-	var parts []chatPart
-	if err := json.Unmarshal(raw, &parts); err != nil {
+func contentParts(raw json.RawMessage, i int) ([]openai.Part, error) {
+	parts, err := openai.Parts(raw)
+	switch {
+	case errors.Is(err, openai.ErrContentString):
+		return nil, fmt.Errorf("%w: messages[%d].content is not a valid JSON string", ErrBadRequest, i)
+	case err != nil:
 		return nil, fmt.Errorf("%w: messages[%d].content must be a string or an array of content parts", ErrBadRequest, i)
 	}
 	return parts, nil
@@ -184,7 +142,7 @@ func isHTTPURL(u string) bool {
 
 // toolArguments parses the arguments of tool call j of message i, which providers want as an
 // object. Empty arguments (some clients send "" for a call without parameters) mean {}.
-func toolArguments(tc chatToolCall, i, j int) (json.RawMessage, error) {
+func toolArguments(tc openai.ToolCall, i, j int) (json.RawMessage, error) {
 	s := strings.TrimSpace(tc.Function.Arguments)
 	if s == "" {
 		return json.RawMessage("{}"), nil
@@ -263,29 +221,18 @@ func stopSequences(req Request) ([]string, error) {
 	return many, nil
 }
 
-// funcTool is one OpenAI function tool.
-type funcTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-	Strict      bool            `json:"strict"`
-}
-
 // emptySchema stands in for a tool without parameters: providers want an object schema.
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
-func decodeTools(req Request) ([]funcTool, error) {
+func decodeTools(req Request) ([]openai.FunctionDefinition, error) {
 	if rawField(req, "tools") == nil {
 		return nil, nil
 	}
-	tools, err := decodeEach[struct {
-		Type     string   `json:"type"`
-		Function funcTool `json:"function"`
-	}](req, "tools")
+	tools, err := decodeEach[openai.Tool](req, "tools")
 	if err != nil {
 		return nil, err
 	}
-	out := make([]funcTool, len(tools))
+	out := make([]openai.FunctionDefinition, len(tools))
 	for i, t := range tools {
 		if t.Type != "function" || t.Function.Name == "" {
 			return nil, fmt.Errorf("%w: tools[%d]: only function tools with a name are supported", ErrBadRequest, i)
@@ -308,89 +255,18 @@ func decodeToolChoice(req Request) (toolChoice, error) {
 		return toolChoice{}, nil
 	}
 	var mode string
-	if json.Unmarshal(raw, &mode) == nil {
-		switch mode {
-		case "auto", "none", "required":
-			return toolChoice{Mode: mode}, nil
-		}
+	if json.Unmarshal(raw, &mode) == nil && slices.Contains(openai.ToolChoiceModes, mode) {
+		return toolChoice{Mode: mode}, nil
 	}
-	var forced struct {
-		Type     string `json:"type"`
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	}
+	var forced openai.NamedToolChoice
 	if json.Unmarshal(raw, &forced) == nil && forced.Type == "function" && forced.Function.Name != "" {
 		return toolChoice{Mode: "function", Name: forced.Function.Name}, nil
 	}
 	return toolChoice{}, fmt.Errorf(`%w: tool_choice must be "auto", "none", "required" or {"type":"function","function":{"name":...}}`, ErrBadRequest)
 }
 
-// The OpenAI answer shapes the translators write.
-type chatCompletion struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []completionChoice `json:"choices"`
-	Usage   *chatUsage         `json:"usage,omitempty"`
-}
-
-type completionChoice struct {
-	Index        int               `json:"index"`
-	Message      completionMessage `json:"message"`
-	FinishReason string            `json:"finish_reason"`
-}
-
-type completionMessage struct {
-	Role      string     `json:"role"`
-	Content   *string    `json:"content"`
-	ToolCalls []toolCall `json:"tool_calls,omitempty"`
-}
-
-// toolCall is a whole call in a message, or a fragment of one in a stream delta (with Index).
-type toolCall struct {
-	Index    *int         `json:"index,omitempty"`
-	ID       string       `json:"id,omitempty"`
-	Type     string       `json:"type,omitempty"`
-	Function toolFunction `json:"function"`
-}
-
-type toolFunction struct {
-	Name      string  `json:"name,omitempty"`
-	Arguments *string `json:"arguments,omitempty"`
-}
-
-type chatUsage struct {
-	PromptTokens            int64              `json:"prompt_tokens"`
-	CompletionTokens        int64              `json:"completion_tokens"`
-	TotalTokens             int64              `json:"total_tokens"`
-	PromptTokensDetails     promptDetails      `json:"prompt_tokens_details"`
-	CompletionTokensDetails *completionDetails `json:"completion_tokens_details,omitempty"`
-	// OtherModels is the gateway's own member: usage on other models than the one asked, which
-	// the provider ran for this request and bills at their own prices (an Anthropic advisor's
-	// iterations), per model, by the provider's name for it.
-	OtherModels []modelUsage `json:"other_models,omitempty"`
-}
-
-type promptDetails struct {
-	CachedTokens int64 `json:"cached_tokens"`
-}
-
-type completionDetails struct {
-	ReasoningTokens int64 `json:"reasoning_tokens"`
-	// ImageTokens is the part of completion_tokens that was images (Gemini's image models).
-	ImageTokens int64 `json:"image_tokens,omitempty"`
-}
-
-// modelUsage is usage on one other model (chatUsage.OtherModels).
-type modelUsage struct {
-	Model string `json:"model"`
-	chatUsage
-}
-
 // addModelUsage adds u to model's entry of list, or appends one.
-func addModelUsage(list []modelUsage, model string, u *chatUsage) []modelUsage {
+func addModelUsage(list []openai.ModelUsage, model string, u *openai.Usage) []openai.ModelUsage {
 	for i := range list {
 		if e := &list[i]; e.Model == model {
 			e.PromptTokens = tokens(e.PromptTokens, u.PromptTokens)
@@ -400,31 +276,31 @@ func addModelUsage(list []modelUsage, model string, u *chatUsage) []modelUsage {
 			return list
 		}
 	}
-	return append(list, modelUsage{Model: model, chatUsage: *u})
+	return append(list, openai.ModelUsage{Model: model, Usage: *u})
 }
 
 // newUsage is OpenAI usage from token counts; cached tokens are part of the prompt, reasoning
 // tokens part of the completion (both providers bill thinking as output).
-func newUsage(prompt, completion, cached, reasoning int64) *chatUsage {
-	u := &chatUsage{
+func newUsage(prompt, completion, cached, reasoning int64) *openai.Usage {
+	u := &openai.Usage{
 		PromptTokens:        prompt,
 		CompletionTokens:    completion,
 		TotalTokens:         tokens(prompt, completion),
-		PromptTokensDetails: promptDetails{CachedTokens: min(cached, prompt)},
+		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: min(cached, prompt)},
 	}
 	if reasoning > 0 {
-		u.CompletionTokensDetails = &completionDetails{ReasoningTokens: min(reasoning, completion)}
+		u.CompletionTokensDetails = &openai.CompletionTokensDetails{ReasoningTokens: min(reasoning, completion)}
 	}
 	return u
 }
 
 // imageTokens names the part of the completion that was images.
-func (u *chatUsage) imageTokens(n int64) {
+func imageTokens(u *openai.Usage, n int64) {
 	if n <= 0 {
 		return
 	}
 	if u.CompletionTokensDetails == nil {
-		u.CompletionTokensDetails = &completionDetails{}
+		u.CompletionTokensDetails = &openai.CompletionTokensDetails{}
 	}
 	u.CompletionTokensDetails.ImageTokens = min(n, u.CompletionTokens)
 }
@@ -441,27 +317,6 @@ func tokens(counts ...int64) int64 {
 	return sum
 }
 
-type chatChunk struct {
-	ID      string        `json:"id"`
-	Object  string        `json:"object"`
-	Created int64         `json:"created"`
-	Model   string        `json:"model"`
-	Choices []chunkChoice `json:"choices"`
-	Usage   *chatUsage    `json:"usage,omitempty"`
-}
-
-type chunkChoice struct {
-	Index        int        `json:"index"`
-	Delta        chunkDelta `json:"delta"`
-	FinishReason *string    `json:"finish_reason"`
-}
-
-type chunkDelta struct {
-	Role      string     `json:"role,omitempty"`
-	Content   *string    `json:"content,omitempty"`
-	ToolCalls []toolCall `json:"tool_calls,omitempty"`
-}
-
 // chunkWriter renders chat.completion.chunk events for one stream.
 type chunkWriter struct {
 	id, model string
@@ -474,28 +329,28 @@ type chunkWriter struct {
 func (w *chunkWriter) start() {
 	if !w.started {
 		w.started = true
-		w.write(chatChunk{Choices: []chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: ptr("")}}}})
+		w.write(openai.ChatCompletionChunk{Choices: []openai.ChunkChoice{{Delta: openai.Delta{Role: "assistant", Content: ptr("")}}}})
 	}
 }
 
 // chunk sends one delta, and finish_reason when finish is set.
-func (w *chunkWriter) chunk(d chunkDelta, finish string) {
+func (w *chunkWriter) chunk(d openai.Delta, finish string) {
 	w.start()
-	c := chunkChoice{Delta: d}
+	c := openai.ChunkChoice{Delta: d}
 	if finish != "" {
 		c.FinishReason = &finish
 	}
-	w.write(chatChunk{Choices: []chunkChoice{c}})
+	w.write(openai.ChatCompletionChunk{Choices: []openai.ChunkChoice{c}})
 }
 
 // usage sends the usage-only chunk that precedes [DONE].
-func (w *chunkWriter) usage(u *chatUsage) {
+func (w *chunkWriter) usage(u *openai.Usage) {
 	w.start()
-	w.write(chatChunk{Choices: []chunkChoice{}, Usage: u})
+	w.write(openai.ChatCompletionChunk{Choices: []openai.ChunkChoice{}, Usage: u})
 }
 
-func (w *chunkWriter) write(c chatChunk) {
-	c.ID, c.Object, c.Created, c.Model = w.id, "chat.completion.chunk", w.created, w.model
+func (w *chunkWriter) write(c openai.ChatCompletionChunk) {
+	c.ID, c.Object, c.Created, c.Model = w.id, openai.ObjectChunk, w.created, w.model
 	w.out = append(w.out, "data: "...)
 	w.out = append(w.out, marshal(c)...)
 	w.out = append(w.out, "\n\n"...)

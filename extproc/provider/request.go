@@ -11,6 +11,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/tollway/tollway/extproc/apischema/openai"
 )
 
 // Nested field paths an adapter may drop, as listed in x-tollway-removed-params.
@@ -39,7 +41,7 @@ func (r removals) list() []string {
 // message notes what of message m neither provider API has a place for: its name (a
 // participant name; OpenAI uses it to tell speakers of one role apart) and an image detail
 // other than auto (a resolution hint).
-func (r removals) message(m chatMessage, parts []chatPart) {
+func (r removals) message(m openai.Message, parts []openai.Part) {
 	if m.Name != "" {
 		r[removedName] = true
 	}

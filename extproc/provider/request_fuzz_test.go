@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/test/fuzzcheck"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -140,14 +141,14 @@ func requestTexts(req Request) []string {
 	var out []string
 	for _, m := range msgs {
 		var s string
-		var parts []chatPart
+		var parts []openai.Part
 		switch {
 		case json.Unmarshal(m.Content, &s) == nil:
 			out = append(out, s)
 		case json.Unmarshal(m.Content, &parts) == nil:
 			for _, p := range parts {
 				if p.Type == "text" || p.Type == "refusal" {
-					out = append(out, p.text())
+					out = append(out, partText(p))
 				}
 			}
 		}
