@@ -8,11 +8,12 @@ import (
 	"hash/fnv"
 	"strings"
 
+	"github.com/tollway/tollway/extproc/apischema/anthropic"
 	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// anthropic speaks the Anthropic Messages API (POST {base}/messages).
+// toAnthropic speaks the Anthropic Messages API (POST {base}/messages).
 //
 // Request mapping, from the OpenAI chat request:
 //   - system and developer messages, wherever they stand, are joined with "\n\n" into the
@@ -41,91 +42,22 @@ import (
 //     thinking blocks replayed with every tool loop, which OpenAI clients do not keep),
 //     service_tier, store, metadata, modalities, audio, prediction, web_search_options,
 //     functions, function_call.
-type anthropic struct{}
+type toAnthropic struct{}
 
-func init() { register(ir.ProviderTypeAnthropic, anthropic{}) }
+func init() { register(ir.ProviderTypeAnthropic, toAnthropic{}) }
 
 // Parameters are the fields the mapping above translates.
-func (anthropic) Parameters() Parameters {
+func (toAnthropic) Parameters() Parameters {
 	return Parameters{Known: []string{"max_completion_tokens", "max_tokens", "n", "parallel_tool_calls", "response_format", "stop", "temperature", "tool_choice", "tools", "top_p", "user"},
 		Fixed: []string{"n"}} // oneAnswer
 }
 
-const (
-	anthropicVersion = "2023-06-01"
-	// anthropicDefaultMaxTokens applies when the client set no cap: Anthropic requires one, and
-	// 4096 fits every current Claude model's output limit.
-	anthropicDefaultMaxTokens = 4096
-)
+// anthropicDefaultMaxTokens applies when the client set no cap: Anthropic requires one, and
+// 4096 fits every current Claude model's output limit.
+const anthropicDefaultMaxTokens = 4096
 
-type anthRequest struct {
-	Model         string           `json:"model"`
-	MaxTokens     int64            `json:"max_tokens"`
-	System        string           `json:"system,omitempty"`
-	Messages      []anthMessage    `json:"messages"`
-	Tools         []anthTool       `json:"tools,omitempty"`
-	ToolChoice    *anthToolChoice  `json:"tool_choice,omitempty"`
-	Temperature   json.RawMessage  `json:"temperature,omitempty"`
-	TopP          json.RawMessage  `json:"top_p,omitempty"`
-	StopSequences []string         `json:"stop_sequences,omitempty"`
-	Stream        bool             `json:"stream,omitempty"`
-	Metadata      *anthRequestMeta `json:"metadata,omitempty"`
-	OutputConfig  *anthOutput      `json:"output_config,omitempty"`
-}
-
-// anthOutput is output_config; format holds a structured output's JSON Schema.
-type anthOutput struct {
-	Format *anthFormat `json:"format,omitempty"`
-}
-
-type anthFormat struct {
-	Type   string          `json:"type"` // json_schema
-	Schema json.RawMessage `json:"schema"`
-}
-
-type anthRequestMeta struct {
-	UserID string `json:"user_id"`
-}
-
-type anthMessage struct {
-	Role    string      `json:"role"`
-	Content []anthBlock `json:"content"`
-}
-
-// anthBlock is a content block of any type; only the fields of its type are set.
-type anthBlock struct {
-	Type      string          `json:"type"`
-	Text      string          `json:"text,omitempty"`
-	Source    *anthSource     `json:"source,omitempty"`
-	ID        string          `json:"id,omitempty"`
-	Name      string          `json:"name,omitempty"`
-	Input     json.RawMessage `json:"input,omitempty"`
-	ToolUseID string          `json:"tool_use_id,omitempty"`
-	Content   string          `json:"content,omitempty"`
-}
-
-type anthSource struct {
-	Type      string `json:"type"` // base64 | url
-	MediaType string `json:"media_type,omitempty"`
-	Data      string `json:"data,omitempty"`
-	URL       string `json:"url,omitempty"`
-}
-
-type anthTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	InputSchema json.RawMessage `json:"input_schema"`
-	Strict      bool            `json:"strict,omitempty"`
-}
-
-type anthToolChoice struct {
-	Type                   string `json:"type"` // auto | none | any | tool
-	Name                   string `json:"name,omitempty"`
-	DisableParallelToolUse bool   `json:"disable_parallel_tool_use,omitempty"`
-}
-
-func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
-	out := anthRequest{Model: model, Temperature: rawField(req, "temperature"), TopP: rawField(req, "top_p")}
+func (toAnthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
+	out := anthropic.Request{Model: model, Temperature: Field(req, "temperature"), TopP: Field(req, "top_p")}
 	if err := anthropicRanges(req); err != nil {
 		return nil, fmt.Errorf("anthropic: %w", err)
 	}
@@ -168,14 +100,14 @@ func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, err
 				return nil, fmt.Errorf("anthropic: %w", err)
 			}
 			removed.message(m, nil)
-			out.Messages = appendAnthTurn(out.Messages, "user", []anthBlock{{Type: "tool_result", ToolUseID: anthToolID(m.ToolCallID), Content: s}})
+			out.Messages = appendAnthTurn(out.Messages, "user", []anthropic.Block{{Type: "tool_result", ToolUseID: anthToolID(m.ToolCallID), Content: s}})
 		default:
 			return nil, fmt.Errorf("anthropic: %w: messages[%d] has role %q", ErrBadRequest, i, m.Role)
 		}
 	}
 	out.System = strings.Join(system, "\n\n")
 	if out.Messages == nil {
-		out.Messages = []anthMessage{} // Anthropic's own error is clearer than a missing field
+		out.Messages = []anthropic.Message{} // Anthropic's own error is clearer than a missing field
 	}
 
 	tools, err := decodeTools(req)
@@ -183,7 +115,7 @@ func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, err
 		return nil, fmt.Errorf("anthropic: %w", err)
 	}
 	for _, t := range tools {
-		out.Tools = append(out.Tools, anthTool{Name: t.Name, Description: t.Description, InputSchema: t.Parameters, Strict: t.Strict})
+		out.Tools = append(out.Tools, anthropic.Tool{Name: t.Name, Description: t.Description, InputSchema: t.Parameters, Strict: t.Strict})
 	}
 	if len(tools) > 0 { // a tool_choice without tools is refused upstream and means nothing
 		choice, err := decodeToolChoice(req)
@@ -192,17 +124,17 @@ func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, err
 		}
 		switch choice.Mode {
 		case "auto":
-			out.ToolChoice = &anthToolChoice{Type: "auto"}
+			out.ToolChoice = &anthropic.ToolChoice{Type: "auto"}
 		case "none":
-			out.ToolChoice = &anthToolChoice{Type: "none"}
+			out.ToolChoice = &anthropic.ToolChoice{Type: "none"}
 		case "required":
-			out.ToolChoice = &anthToolChoice{Type: "any"}
+			out.ToolChoice = &anthropic.ToolChoice{Type: "any"}
 		case "function":
-			out.ToolChoice = &anthToolChoice{Type: "tool", Name: choice.Name}
+			out.ToolChoice = &anthropic.ToolChoice{Type: "tool", Name: choice.Name}
 		}
-		if string(rawField(req, "parallel_tool_calls")) == "false" {
+		if string(Field(req, "parallel_tool_calls")) == "false" {
 			if out.ToolChoice == nil {
-				out.ToolChoice = &anthToolChoice{Type: "auto"}
+				out.ToolChoice = &anthropic.ToolChoice{Type: "auto"}
 			}
 			// With "none" no tool runs at all, and Anthropic accepts the flag only elsewhere.
 			out.ToolChoice.DisableParallelToolUse = out.ToolChoice.Type != "none"
@@ -214,13 +146,13 @@ func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, err
 	if out.Stream, err = boolField(req, "stream"); err != nil {
 		return nil, fmt.Errorf("anthropic: %w", err)
 	}
-	if raw := rawField(req, "user"); raw != nil {
+	if raw := Field(req, "user"); raw != nil {
 		var user string
 		if err := json.Unmarshal(raw, &user); err != nil {
 			return nil, fmt.Errorf("anthropic: %w: user must be a string", ErrBadRequest)
 		}
 		if user != "" {
-			out.Metadata = &anthRequestMeta{UserID: user}
+			out.Metadata = &anthropic.RequestMeta{UserID: user}
 		}
 	}
 
@@ -233,7 +165,7 @@ func (anthropic) Chat(p *ir.Provider, model string, req Request) (*Upstream, err
 		Path: "/messages",
 		Headers: map[string]string{
 			"x-api-key":         p.APIKey,
-			"anthropic-version": anthropicVersion,
+			"anthropic-version": anthropic.Version,
 			"authorization":     "", // the client's gateway key must not reach Anthropic
 			"content-type":      "application/json",
 		},
@@ -256,7 +188,7 @@ func anthropicRanges(req Request) error {
 // anthropicOutput translates response_format: a JSON Schema becomes a structured output
 // (output_config.format), text needs nothing, and json_object, JSON without a schema, has no
 // Anthropic form.
-func anthropicOutput(req Request) (*anthOutput, error) {
+func anthropicOutput(req Request) (*anthropic.OutputConfig, error) {
 	rf, err := decodeResponseFormat(req)
 	if err != nil {
 		return nil, err
@@ -268,13 +200,10 @@ func anthropicOutput(req Request) (*anthOutput, error) {
 		if rf.Schema == nil {
 			return nil, fmt.Errorf(`%w: response_format json_schema needs json_schema.schema for Anthropic: {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}`, ErrBadRequest)
 		}
-		return &anthOutput{Format: &anthFormat{Type: "json_schema", Schema: rf.Schema}}, nil
+		return &anthropic.OutputConfig{Format: &anthropic.Format{Type: "json_schema", Schema: rf.Schema}}, nil
 	}
 	return nil, nil
 }
-
-// anthImageTypes are the image media types Anthropic takes.
-var anthImageTypes = []string{"image/jpeg", "image/png", "image/gif", "image/webp"}
 
 // anthToolID returns a tool call id in the form Anthropic requires (^[a-zA-Z0-9_-]+$). Ids
 // in that form, OpenAI's and Gemini's included, stay as they are; others (some providers use
@@ -302,31 +231,31 @@ func anthToolID(id string) string {
 // anthBlocks converts a user or assistant message into content blocks: its content parts in
 // order, then (assistant) one tool_use per tool call. Empty text is left out: Anthropic
 // refuses empty text blocks.
-func anthBlocks(m openai.Message, i int, removed removals) ([]anthBlock, error) {
+func anthBlocks(m openai.Message, i int, removed removals) ([]anthropic.Block, error) {
 	parts, err := contentParts(m.Content, i)
 	if err != nil {
 		return nil, err
 	}
 	removed.message(m, parts)
-	var blocks []anthBlock
+	var blocks []anthropic.Block
 	for _, part := range parts {
 		switch part.Type {
 		case "text", "refusal":
 			if t := partText(part); t != "" {
-				blocks = append(blocks, anthBlock{Type: "text", Text: t})
+				blocks = append(blocks, anthropic.Block{Type: "text", Text: t})
 			}
 		case "image_url":
 			src, err := anthSourceOf(part.ImageURL.URL, i)
 			if err != nil {
 				return nil, err
 			}
-			blocks = append(blocks, anthBlock{Type: "image", Source: src})
+			blocks = append(blocks, anthropic.Block{Type: "image", Source: src})
 		case "file":
-			mt, data, ok := parseDataURL(part.File.FileData)
+			mt, data, ok := ParseDataURL(part.File.FileData)
 			if !ok || mt != "application/pdf" {
 				return nil, fmt.Errorf("%w: messages[%d]: Anthropic takes files only as PDF data URLs (file.file_data = data:application/pdf;base64,...)", ErrBadRequest, i)
 			}
-			blocks = append(blocks, anthBlock{Type: "document", Source: &anthSource{Type: "base64", MediaType: mt, Data: data}})
+			blocks = append(blocks, anthropic.Block{Type: "document", Source: &anthropic.Source{Type: "base64", MediaType: mt, Data: data}})
 		default:
 			return nil, fmt.Errorf("%w: messages[%d]: content part type %q is not supported by Anthropic", ErrBadRequest, i, part.Type)
 		}
@@ -337,33 +266,33 @@ func anthBlocks(m openai.Message, i int, removed removals) ([]anthBlock, error) 
 			if err != nil {
 				return nil, err
 			}
-			blocks = append(blocks, anthBlock{Type: "tool_use", ID: anthToolID(tc.ID), Name: tc.Function.Name, Input: input})
+			blocks = append(blocks, anthropic.Block{Type: "tool_use", ID: anthToolID(tc.ID), Name: tc.Function.Name, Input: input})
 		}
 	}
 	return blocks, nil
 }
 
-func anthSourceOf(u string, i int) (*anthSource, error) {
+func anthSourceOf(u string, i int) (*anthropic.Source, error) {
 	if strings.HasPrefix(u, "data:") {
-		mt, data, ok := parseDataURL(u)
+		mt, data, ok := ParseDataURL(u)
 		if !ok {
 			return nil, fmt.Errorf("%w: messages[%d]: image data URL must be base64 (data:image/png;base64,...)", ErrBadRequest, i)
 		}
-		mt, err := imageMediaType(mt, "Anthropic", anthImageTypes, i)
+		mt, err := imageMediaType(mt, "Anthropic", anthropic.ImageTypes, i)
 		if err != nil {
 			return nil, err
 		}
-		return &anthSource{Type: "base64", MediaType: mt, Data: data}, nil
+		return &anthropic.Source{Type: "base64", MediaType: mt, Data: data}, nil
 	}
 	if isHTTPURL(u) {
-		return &anthSource{Type: "url", URL: u}, nil
+		return &anthropic.Source{Type: "url", URL: u}, nil
 	}
 	return nil, fmt.Errorf("%w: messages[%d]: image_url.url must be an http(s) or base64 data URL", ErrBadRequest, i)
 }
 
 // appendAnthTurn adds blocks as a turn of role, merged into the previous turn when it has the
 // same role. A turn without blocks is left out.
-func appendAnthTurn(turns []anthMessage, role string, blocks []anthBlock) []anthMessage {
+func appendAnthTurn(turns []anthropic.Message, role string, blocks []anthropic.Block) []anthropic.Message {
 	if len(blocks) == 0 {
 		return turns
 	}
@@ -371,7 +300,7 @@ func appendAnthTurn(turns []anthMessage, role string, blocks []anthBlock) []anth
 		turns[n-1].Content = append(turns[n-1].Content, blocks...)
 		return turns
 	}
-	return append(turns, anthMessage{Role: role, Content: blocks})
+	return append(turns, anthropic.Message{Role: role, Content: blocks})
 }
 
 // anthropicFinish maps stop_reason to finish_reason; pause_turn and anything new read as stop.
@@ -387,25 +316,11 @@ func anthropicFinish(reason string) string {
 	return "stop"
 }
 
+// anthUsage is an answer's usage as the translation keeps it: Anthropic's counts, and apart
+// the usage on other models than the one asked (an advisor's iterations), per model.
 type anthUsage struct {
-	InputTokens         int64 `json:"input_tokens"`
-	OutputTokens        int64 `json:"output_tokens"`
-	CacheReadTokens     int64 `json:"cache_read_input_tokens"`
-	CacheCreationTokens int64 `json:"cache_creation_input_tokens"`
-	// Iterations, when the answer has them, replace the counts above: see summed.
-	Iterations []anthIteration `json:"iterations"`
-	// others is the usage on other models than the one asked (an advisor), per model.
+	anthropic.Usage
 	others []openai.ModelUsage
-}
-
-// anthIteration is one sampling iteration of usage.iterations. Server-side compaction runs a
-// summarising iteration before the answer's, an advisor runs on another model between the
-// executor's: the top-level counts then cover only part of what ran (the last iteration, or
-// the executor's), and Anthropic bills every iteration.
-type anthIteration struct {
-	Type  string `json:"type"`
-	Model string `json:"model"` // named when it ran on another model (an advisor's)
-	anthUsage
 }
 
 // summed is the usage of an answer with iterations: the sum of those that ran on the model
@@ -424,7 +339,7 @@ func (u anthUsage) summed(asked, answered string) anthUsage {
 			out.CacheCreationTokens = tokens(out.CacheCreationTokens, it.CacheCreationTokens)
 			continue
 		}
-		out.others = addModelUsage(out.others, it.Model, it.anthUsage.chat(0))
+		out.others = addModelUsage(out.others, it.Model, anthUsage{Usage: it.Usage}.chat(0))
 	}
 	return out
 }
@@ -438,21 +353,12 @@ func (u anthUsage) chat(reasoning int64) *openai.Usage {
 	return c
 }
 
-// anthUsageUpdate is a usage object of a stream event: only the counts it names change.
-type anthUsageUpdate struct {
-	InputTokens         *int64          `json:"input_tokens"`
-	OutputTokens        *int64          `json:"output_tokens"`
-	CacheReadTokens     *int64          `json:"cache_read_input_tokens"`
-	CacheCreationTokens *int64          `json:"cache_creation_input_tokens"`
-	Iterations          []anthIteration `json:"iterations"`
-}
-
 // merge takes every count a later event reports, 0 included (the latest value is the
 // provider's final word, and billing uses it); counts it leaves out keep earlier values. An
 // event with iterations (message_delta's) says everything that ran: its sum replaces them all.
-func (u *anthUsage) merge(v anthUsageUpdate, asked, answered string) {
+func (u *anthUsage) merge(v anthropic.UsageUpdate, asked, answered string) {
 	if len(v.Iterations) > 0 {
-		*u = anthUsage{Iterations: v.Iterations}.summed(asked, answered)
+		*u = anthUsage{Usage: anthropic.Usage{Iterations: v.Iterations}}.summed(asked, answered)
 		return
 	}
 	for _, f := range []struct {
@@ -466,15 +372,6 @@ func (u *anthUsage) merge(v anthUsageUpdate, asked, answered string) {
 			*f.to = *f.from
 		}
 	}
-}
-
-type anthContent struct {
-	Type     string          `json:"type"`
-	Text     string          `json:"text"`
-	Thinking string          `json:"thinking"`
-	ID       string          `json:"id"`
-	Name     string          `json:"name"`
-	Input    json.RawMessage `json:"input"`
 }
 
 // anthropicResponse translates one Anthropic answer; for streams it keeps the state.
@@ -505,20 +402,12 @@ func newAnthropicResponse(model string) *anthropicResponse {
 }
 
 func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
-	var in struct {
-		ID         string        `json:"id"`
-		Type       string        `json:"type"`
-		Model      string        `json:"model"`
-		Content    []anthContent `json:"content"`
-		StopReason string        `json:"stop_reason"`
-		Usage      anthUsage     `json:"usage"`
-		Error      *anthError    `json:"error"`
-	}
+	var in anthropic.Response
 	if err := json.Unmarshal(b, &in); err != nil {
 		return nil, fmt.Errorf("anthropic: the answer is not a Messages API response (%s)", jsonMismatch("answer", err))
 	}
 	if in.Error != nil || in.Type == "error" {
-		return nil, in.Error.failure()
+		return nil, anthFailure(in.Error)
 	}
 	msg := openai.ResponseMessage{Role: "assistant"}
 	var text strings.Builder
@@ -540,20 +429,14 @@ func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
 	return marshal(openai.ChatCompletion{
 		ID: cmp.Or(in.ID, r.out.id), Object: openai.ObjectCompletion, Created: r.out.created, Model: cmp.Or(in.Model, r.out.model),
 		Choices: []openai.Choice{{Message: msg, FinishReason: anthropicFinish(in.StopReason)}},
-		Usage:   in.Usage.summed(r.asked, in.Model).chat(r.thinking.count()),
+		Usage:   anthUsage{Usage: in.Usage}.summed(r.asked, in.Model).chat(r.thinking.count()),
 	}), nil
 }
 
-// anthError is Anthropic's error object, in an error event or an error answer.
-type anthError struct {
-	Type    string `json:"type"`
-	Message string `json:"message"`
-}
-
-// failure is the error the client gets for it: the provider's message and type.
-func (e *anthError) failure() *UpstreamFailure {
+// anthFailure is the error the client gets for Anthropic's error e: the provider's message and type.
+func anthFailure(e *anthropic.Error) *UpstreamFailure {
 	if e == nil {
-		e = &anthError{}
+		e = &anthropic.Error{}
 	}
 	return &UpstreamFailure{Provider: "Anthropic", Code: cmp.Or(e.Type, "upstream_error"), Message: cmp.Or(e.Message, "Anthropic reported an error")}
 }
@@ -575,27 +458,7 @@ func (r *anthropicResponse) event(data []byte) error {
 	if r.done {
 		return nil
 	}
-	var ev struct {
-		Type    string `json:"type"`
-		Index   int    `json:"index"`
-		Message struct {
-			ID         string          `json:"id"`
-			Model      string          `json:"model"`
-			Content    []anthContent   `json:"content"`
-			StopReason string          `json:"stop_reason"`
-			Usage      anthUsageUpdate `json:"usage"`
-		} `json:"message"`
-		ContentBlock anthContent `json:"content_block"`
-		Delta        struct {
-			Type        string `json:"type"`
-			Text        string `json:"text"`
-			Thinking    string `json:"thinking"`
-			PartialJSON string `json:"partial_json"`
-			StopReason  string `json:"stop_reason"`
-		} `json:"delta"`
-		Usage anthUsageUpdate `json:"usage"`
-		Error *anthError      `json:"error"`
-	}
+	var ev anthropic.Event
 	if err := json.Unmarshal(data, &ev); err != nil {
 		return fmt.Errorf("anthropic: a stream event is not a Messages API event (%s)", jsonMismatch("event", err))
 	}
@@ -663,13 +526,13 @@ func (r *anthropicResponse) event(data []byte) error {
 		r.out.doneMarker()
 		r.done = true
 	case "error":
-		return ev.Error.failure()
+		return anthFailure(ev.Error)
 	} // ping and new event types carry nothing to forward
 	return nil
 }
 
 // wholeBlock sends a content block that arrived complete rather than streamed.
-func (r *anthropicResponse) wholeBlock(c anthContent) {
+func (r *anthropicResponse) wholeBlock(c anthropic.Content) {
 	switch c.Type {
 	case "text":
 		if c.Text != "" {

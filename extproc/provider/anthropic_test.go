@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/apischema/anthropic"
 	"github.com/tollway/tollway/test/fakeupstream"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -26,15 +27,7 @@ func anthropicExpect(t *testing.T, in []byte) streamSummary {
 	calls := map[int]int{}
 	var r sseReader
 	err := r.feed(in, true, func(data []byte) error {
-		var ev struct {
-			Type         string      `json:"type"`
-			Index        int         `json:"index"`
-			ContentBlock anthContent `json:"content_block"`
-			Delta        struct {
-				Text        string `json:"text"`
-				PartialJSON string `json:"partial_json"`
-			} `json:"delta"`
-		}
+		var ev anthropic.Event
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return err
 		}
@@ -87,13 +80,13 @@ func TestAnthropicHeaders(t *testing.T) {
 }
 
 // anthropicBody translates a request and decodes the fields a test looks at.
-func anthropicBody(t *testing.T, body string) anthRequest {
+func anthropicBody(t *testing.T, body string) anthropic.Request {
 	t.Helper()
 	up, err := chat(t, ir.ProviderTypeAnthropic, "claude", body)
 	if err != nil {
 		t.Fatalf("Chat: %v", err)
 	}
-	var got anthRequest
+	var got anthropic.Request
 	if err := json.Unmarshal(up.Body, &got); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 package provider
 
-// dashscope is family V2 (spec 4.3): Alibaba Model Studio (DashScope) Wan video generation, in
+// dashscopeVideo is family V2 (spec 4.3): Alibaba Model Studio (DashScope) Wan video generation, in
 // two variants: t2v (text-to-video: input.prompt) and i2v (image-to-video: a first frame in
 // input.media). The provider's base_url is its API host root (https://dashscope-intl.aliyuncs.com).
 // A task is created with POST /api/v1/services/aigc/video-generation/video-synthesis and the
@@ -28,12 +28,13 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/tollway/tollway/extproc/apischema/dashscope"
 	"github.com/tollway/tollway/xds/ir"
 )
 
-type dashscope struct{}
+type dashscopeVideo struct{}
 
-func init() { RegisterTask("V2", dashscope{}) }
+func init() { RegisterTask("V2", dashscopeVideo{}) }
 
 var (
 	dashscopeRatios      = []string{"16:9", "9:16", "1:1", "4:3", "3:4", "4:5", "5:4", "9:21", "21:9"}
@@ -53,7 +54,7 @@ var (
 	v2ParamFields = []string{"resolution", "ratio", "duration", "watermark", "seed"}
 )
 
-func (dashscope) Fields(*ir.Model) []string {
+func (dashscopeVideo) Fields(*ir.Model) []string {
 	out := []string{"prompt"}
 	for _, f := range v2InputFields {
 		out = append(out, "input."+f)
@@ -64,7 +65,7 @@ func (dashscope) Fields(*ir.Model) []string {
 	return out
 }
 
-func (dashscope) Validate(m *ir.Model, req Request) (TaskRequest, error) {
+func (dashscopeVideo) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 	if err := onlyFields("V2", req, v2Fields); err != nil {
 		return TaskRequest{}, err
 	}
@@ -85,7 +86,7 @@ func (dashscope) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 			return TaskRequest{}, fmt.Errorf("%w: input.media needs one {type: first_frame, url}: %s is an image-to-video model", ErrBadRequest, m.ID)
 		}
 	}
-	dur, err := v2Parameters(rawField(req, "parameters"))
+	dur, err := v2Parameters(Field(req, "parameters"))
 	if err != nil {
 		return TaskRequest{}, err
 	}
@@ -100,47 +101,47 @@ func v2Input(req Request) (prompt string, frames int, err error) {
 	if err != nil {
 		return "", 0, err
 	}
-	in, err := objectOf("input", cmpRaw(rawField(req, "input"), `{}`), v2InputFields)
+	in, err := dsObject("input", Field(req, "input"), v2InputFields)
 	if err != nil {
 		return "", 0, err
 	}
-	inner, has, err := readString("input.prompt", member(in, "prompt"))
+	inner, has, err := ReadString("input.prompt", Field(in, "prompt"))
 	switch {
 	case err != nil:
 		return "", 0, err
 	case has && top != "" && top != inner:
 		return "", 0, fmt.Errorf("%w: prompt %q and input.prompt %q differ: send one of them (V2 reads a top-level prompt, as the OpenAI SDKs send it, as input.prompt)",
-			ErrBadRequest, clipText(top), clipText(inner))
+			ErrBadRequest, clip(top), clip(inner))
 	case !has:
 		inner = top
 	}
-	media := member(in, "media")
+	media := Field(in, "media")
 	if media == nil {
 		return inner, 0, nil
 	}
-	items, err := arrayOf("input.media", media, "an array of {type, url}")
+	items, err := Array("input.media", media, "an array of {type, url}")
 	if err != nil {
 		return "", 0, err
 	}
 	for i, item := range items {
 		field := fmt.Sprintf("input.media[%d]", i)
-		md, err := objectOf(field, item, v2MediaFields)
+		md, err := dsObject(field, item, v2MediaFields)
 		if err != nil {
 			return "", 0, err
 		}
-		typ, _, err := readString(field+".type", member(md, "type"))
+		typ, _, err := ReadString(field+".type", Field(md, "type"))
 		if err != nil {
 			return "", 0, err
 		}
 		if typ != "first_frame" {
-			return "", 0, fmt.Errorf("%w: %s.type %q is not allowed: use first_frame", ErrBadRequest, field, clipText(typ))
+			return "", 0, fmt.Errorf("%w: %s.type %q is not allowed: use first_frame", ErrBadRequest, field, clip(typ))
 		}
-		u, ok, err := readString(field+".url", member(md, "url"))
+		u, ok, err := ReadString(field+".url", Field(md, "url"))
 		if err == nil && !ok {
 			err = fmt.Errorf("%w: %s.url is required: the first frame's image URL or base64 data URL", ErrBadRequest, field)
 		}
 		if err == nil {
-			_, _, err = imageData(field+".url", u)
+			_, _, err = ImageData(field+".url", u)
 		}
 		if err != nil {
 			return "", 0, err
@@ -151,29 +152,29 @@ func v2Input(req Request) (prompt string, frames int, err error) {
 
 // v2Parameters checks parameters and returns the video's duration.
 func v2Parameters(raw json.RawMessage) (int64, error) {
-	p, err := objectOf("parameters", cmpRaw(raw, `{}`), v2ParamFields)
+	p, err := dsObject("parameters", raw, v2ParamFields)
 	if err != nil {
 		return 0, err
 	}
-	if v, ok, err := readString("parameters.resolution", member(p, "resolution")); err != nil {
+	if v, ok, err := ReadString("parameters.resolution", Field(p, "resolution")); err != nil {
 		return 0, err
 	} else if ok && !slices.Contains(dashscopeResolutions, v) {
-		return 0, fmt.Errorf("%w: parameters.resolution %q is not allowed: use %s", ErrBadRequest, clipText(v), joinOr(dashscopeResolutions))
+		return 0, fmt.Errorf("%w: parameters.resolution %q is not allowed: use %s", ErrBadRequest, clip(v), joinOr(dashscopeResolutions))
 	}
-	if v, ok, err := readString("parameters.ratio", member(p, "ratio")); err != nil {
+	if v, ok, err := ReadString("parameters.ratio", Field(p, "ratio")); err != nil {
 		return 0, err
 	} else if ok && !slices.Contains(dashscopeRatios, v) {
-		return 0, fmt.Errorf("%w: parameters.ratio %q is not allowed: use one of %s", ErrBadRequest, clipText(v), strings.Join(dashscopeRatios, ", "))
+		return 0, fmt.Errorf("%w: parameters.ratio %q is not allowed: use one of %s", ErrBadRequest, clip(v), strings.Join(dashscopeRatios, ", "))
 	}
-	if _, _, err := readBool("parameters.watermark", member(p, "watermark")); err != nil {
+	if _, _, err := ReadBool("parameters.watermark", Field(p, "watermark")); err != nil {
 		return 0, err
 	}
-	if seed, ok, err := readInt("parameters.seed", member(p, "seed")); err != nil {
+	if seed, ok, err := ReadInt("parameters.seed", Field(p, "seed")); err != nil {
 		return 0, err
 	} else if ok && (seed < 0 || seed > maxSeed) {
 		return 0, fmt.Errorf("%w: parameters.seed %d is out of range: 0 to %d", ErrBadRequest, seed, maxSeed)
 	}
-	dur, ok, err := readInt("parameters.duration", member(p, "duration"))
+	dur, ok, err := ReadInt("parameters.duration", Field(p, "duration"))
 	if err != nil {
 		return 0, err
 	}
@@ -186,9 +187,9 @@ func v2Parameters(raw json.RawMessage) (int64, error) {
 	return dur, nil
 }
 
-func (dashscope) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
+func (dashscopeVideo) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
 	out := Request{"model": mustJSON(model)}
-	if v := rawField(req, "parameters"); v != nil {
+	if v := Field(req, "parameters"); v != nil {
 		out["parameters"] = v
 	}
 	in, err := v2SentInput(req)
@@ -206,7 +207,7 @@ func (dashscope) Create(p *ir.Provider, m *ir.Model, model string, req Request) 
 // v2SentInput is input as DashScope takes it: a validated body's top-level prompt becomes
 // input.prompt when input has none (DashScope reads no top-level prompt).
 func v2SentInput(req Request) (json.RawMessage, error) {
-	in := rawField(req, "input")
+	in := Field(req, "input")
 	top, _, _ := stringOf(req, "prompt")
 	if top == "" {
 		return in, nil
@@ -218,20 +219,15 @@ func v2SentInput(req Request) (json.RawMessage, error) {
 			return nil, fmt.Errorf("%w: input must be an object", ErrBadRequest)
 		}
 	}
-	if rawField(obj, "prompt") != nil {
+	if Field(obj, "prompt") != nil {
 		return in, nil // the same prompt (Validate refuses two)
 	}
 	obj["prompt"] = mustJSON(top)
 	return obj.Encode(), nil
 }
 
-// dashscopeError is DashScope's error envelope (HTTP 4xx/5xx).
-type dashscopeError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-func (e dashscopeError) failure(status int) error {
+// dashscopeFailure is the task error of DashScope's error answer e with HTTP status.
+func dashscopeFailure(e dashscope.Error, status int) error {
 	code := httpCode(status)
 	switch {
 	case e.Code == "DataInspectionFailed":
@@ -242,16 +238,11 @@ func (e dashscopeError) failure(status int) error {
 	return &TaskError{Code: code, Message: fmt.Sprintf("DashScope HTTP %d %s: %s", status, e.Code, e.Message)}
 }
 
-func (dashscope) Created(status int, body []byte) (Created, error) {
-	var a struct {
-		dashscopeError
-		Output struct {
-			TaskID string `json:"task_id"`
-		} `json:"output"`
-	}
+func (dashscopeVideo) Created(status int, body []byte) (Created, error) {
+	var a dashscope.Answer
 	_ = json.Unmarshal(body, &a)
 	if status != http.StatusOK {
-		return Created{}, a.failure(status)
+		return Created{}, dashscopeFailure(a.Error, status)
 	}
 	if a.Output.TaskID == "" {
 		return Created{}, &TaskError{Code: "upstream_error", Message: "DashScope accepted the task without a task_id"}
@@ -259,35 +250,23 @@ func (dashscope) Created(status int, body []byte) (Created, error) {
 	return Created{TaskID: a.Output.TaskID}, nil
 }
 
-func (dashscope) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
+func (dashscopeVideo) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
 	return &Upstream{Method: http.MethodGet, Path: "/api/v1/tasks/" + url.PathEscape(id), Headers: bearer(p.APIKey)}, nil
 }
 
 // Cancel is DashScope's cancel of an asynchronous task, which it accepts while the task is
 // PENDING (POST /api/v1/tasks/{task_id}/cancel).
-func (dashscope) Cancel(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
+func (dashscopeVideo) Cancel(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
 	return &Upstream{Method: http.MethodPost, Path: "/api/v1/tasks/" + url.PathEscape(id) + "/cancel", Headers: bearer(p.APIKey)}, nil
 }
 
-func (dashscope) Queried(status int, body []byte) (TaskState, error) {
-	var a struct {
-		dashscopeError
-		Output struct {
-			Status   string `json:"task_status"`
-			VideoURL string `json:"video_url"`
-			EndTime  string `json:"end_time"`
-			Code     string `json:"code"`
-			Message  string `json:"message"`
-		} `json:"output"`
-		Usage struct {
-			Duration json.Number `json:"duration"`
-		} `json:"usage"`
-	}
+func (dashscopeVideo) Queried(status int, body []byte) (TaskState, error) {
+	var a dashscope.Answer
 	if err := json.Unmarshal(body, &a); err != nil && status == http.StatusOK {
 		return TaskState{}, fmt.Errorf("DashScope's task answer is not JSON")
 	}
 	if status != http.StatusOK {
-		return TaskState{}, a.failure(status)
+		return TaskState{}, dashscopeFailure(a.Error, status)
 	}
 	st := TaskState{FamilyStatus: a.Output.Status}
 	switch a.Output.Status {
@@ -310,12 +289,12 @@ func (dashscope) Queried(status int, body []byte) (TaskState, error) {
 	case "UNKNOWN":
 		return st, errDashScopeUnknown
 	default:
-		return TaskState{}, fmt.Errorf("DashScope reported an unknown task_status %q", clipText(a.Output.Status))
+		return TaskState{}, fmt.Errorf("DashScope reported an unknown task_status %q", clip(a.Output.Status))
 	}
 	return st, nil
 }
 
-func (dashscope) Followed(*TaskState, int, []byte) error { return nil }
+func (dashscopeVideo) Followed(*TaskState, int, []byte) error { return nil }
 
 // errDashScopeUnknown is DashScope's task_status UNKNOWN (HTTP 200): an id it never issued, or
 // a task past its 24 h retention.

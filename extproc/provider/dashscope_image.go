@@ -40,6 +40,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollway/tollway/extproc/apischema/dashscope"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -55,8 +56,8 @@ func init() {
 
 func (d dashscopeImage) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
 	h := bearer(p.APIKey)
-	out := Request{"model": mustJSON(model), "input": rawField(req, "input")}
-	if v := rawField(req, "parameters"); v != nil {
+	out := Request{"model": mustJSON(model), "input": Field(req, "input")}
+	if v := Field(req, "parameters"); v != nil {
 		out["parameters"] = v
 		if d.family == "I2b" {
 			var err error
@@ -109,7 +110,7 @@ func messageOf(req Request) (prompt string, images bool, err error) {
 			} `json:"content"`
 		} `json:"messages"`
 	}
-	if json.Unmarshal(rawField(req, "input"), &in) != nil || len(in.Messages) != 1 {
+	if json.Unmarshal(Field(req, "input"), &in) != nil || len(in.Messages) != 1 {
 		return "", false, fmt.Errorf("%w: input.messages must be one user message", ErrBadRequest)
 	}
 	for _, part := range in.Messages[0].Content {
@@ -126,33 +127,9 @@ type present struct{}
 
 func (*present) UnmarshalJSON([]byte) error { return nil }
 
-// dsImageResult is where DashScope's image APIs put their images: output.results[] (text2image)
-// or output.choices[].message.content[] (the messages APIs), with usage.
-type dsImageResult struct {
-	Results []struct {
-		URL     string `json:"url"`
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"results"`
-	Choices []struct {
-		FinishReason string `json:"finish_reason"`
-		Message      struct {
-			Content []struct {
-				Image string `json:"image"`
-			} `json:"content"`
-		} `json:"message"`
-	} `json:"choices"`
-}
-
-type dsImageUsage struct {
-	ImageCount int64  `json:"image_count"`
-	Width      int    `json:"width"`
-	Height     int    `json:"height"`
-	Size       string `json:"size"`
-}
-
-// done is the finished state of a task whose result is r, ended at end.
-func (r dsImageResult) done(u dsImageUsage, end time.Time, status string) TaskState {
+// imagesDone is the finished state of an image task whose output is r, ended at end: its images
+// (output.results[] of text2image, output.choices[].message.content[] of the messages APIs).
+func imagesDone(r dashscope.Output, u dashscope.Usage, end time.Time, status string) TaskState {
 	w, h := u.Width, u.Height
 	if mt := sizeRE.FindStringSubmatch(u.Size); mt != nil && w == 0 {
 		w, _ = strconv.Atoi(mt[1])
@@ -222,55 +199,38 @@ func imageMIME(raw string) string {
 // Created reads a create answer: a task id (the asynchronous APIs) or the finished images (the
 // synchronous one).
 func (d dashscopeImage) Created(status int, body []byte) (Created, error) {
-	var a struct {
-		dashscopeError
-		Output struct {
-			TaskID string `json:"task_id"`
-			dsImageResult
-		} `json:"output"`
-		Usage dsImageUsage `json:"usage"`
-	}
+	var a dashscope.Answer
 	if err := json.Unmarshal(body, &a); err != nil && status == http.StatusOK {
 		return Created{}, fmt.Errorf("DashScope's create answer is not JSON")
 	}
 	switch {
 	case status != http.StatusOK:
-		return Created{}, a.failure(status)
+		return Created{}, dashscopeFailure(a.Error, status)
 	case a.Output.TaskID != "":
 		return Created{TaskID: a.Output.TaskID}, nil
 	case len(a.Output.Choices) > 0 || len(a.Output.Results) > 0:
-		st := a.Output.dsImageResult.done(a.Usage, time.Now(), "SUCCEEDED")
+		st := imagesDone(a.Output, a.Usage, time.Now(), "SUCCEEDED")
 		return Created{Done: &st}, nil
 	}
 	return Created{}, &TaskError{Code: "upstream_error", Message: "DashScope answered without a task_id or an image"}
 }
 
 func (d dashscopeImage) Query(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
-	return dashscope{}.Query(p, m, id)
+	return dashscopeVideo{}.Query(p, m, id)
 }
 
 // Cancel: image tasks are cancelled as video tasks are.
 func (d dashscopeImage) Cancel(p *ir.Provider, m *ir.Model, id string) (*Upstream, error) {
-	return dashscope{}.Cancel(p, m, id)
+	return dashscopeVideo{}.Cancel(p, m, id)
 }
 
 func (d dashscopeImage) Queried(status int, body []byte) (TaskState, error) {
-	var a struct {
-		dashscopeError
-		Output struct {
-			Status  string `json:"task_status"`
-			EndTime string `json:"end_time"`
-			Code    string `json:"code"`
-			Message string `json:"message"`
-			dsImageResult
-		} `json:"output"`
-		Usage dsImageUsage `json:"usage"`
-	}
+	var a dashscope.Answer
 	if err := json.Unmarshal(body, &a); err != nil && status == http.StatusOK {
 		return TaskState{}, fmt.Errorf("DashScope's task answer is not JSON")
 	}
 	if status != http.StatusOK {
-		return TaskState{}, a.failure(status)
+		return TaskState{}, dashscopeFailure(a.Error, status)
 	}
 	st := TaskState{FamilyStatus: a.Output.Status}
 	switch a.Output.Status {
@@ -279,7 +239,7 @@ func (d dashscopeImage) Queried(status int, body []byte) (TaskState, error) {
 	case "RUNNING":
 		st.Status = TaskInProgress
 	case "SUCCEEDED":
-		return a.Output.dsImageResult.done(a.Usage, dashscopeTime(a.Output.EndTime), a.Output.Status), nil
+		return imagesDone(a.Output, a.Usage, dashscopeTime(a.Output.EndTime), a.Output.Status), nil
 	case "FAILED", "CANCELED":
 		code := strings.ToLower(a.Output.Code)
 		if a.Output.Code == "DataInspectionFailed" || strings.HasPrefix(a.Output.Code, "DataInspection") {
@@ -290,7 +250,7 @@ func (d dashscopeImage) Queried(status int, body []byte) (TaskState, error) {
 	case "UNKNOWN":
 		return st, errDashScopeUnknown
 	default:
-		return TaskState{}, fmt.Errorf("DashScope reported an unknown task_status %q", clipText(a.Output.Status))
+		return TaskState{}, fmt.Errorf("DashScope reported an unknown task_status %q", clip(a.Output.Status))
 	}
 	return st, nil
 }

@@ -5,12 +5,8 @@ package provider
 // the field's path, its value and what is allowed.
 
 import (
-	"bytes"
-	"cmp"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"image"
 	_ "image/gif" // input image formats DashScope takes besides JPEG, PNG and WebP
 	"regexp"
 	"slices"
@@ -33,18 +29,18 @@ type dsImageFamily struct {
 	// the catalog, which lists what a model honours.
 	fixed      []string
 	maxImages  int // image parts a request may carry
-	imageRules inputImageRules
+	imageRules ImageRules
 }
 
 var dsImageFamilies = map[string]dsImageFamily{
 	// Qwen-Image-Edit's input limits: up to 3 images, each 384 to 3072 px a side, up to 10 MB.
 	"I2": {name: "I2 (Qwen-Image)", params: []string{"n", "size", "seed", "watermark", "negative_prompt", "prompt_extend"}, fixed: []string{"n"}, maxImages: 3,
-		imageRules: inputImageRules{maxBytes: 10 << 20, minSide: 384, maxSide: 3072,
-			formats: []string{"jpeg", "png", "bmp", "tiff", "webp", "gif"}, formatNames: "JPG, JPEG, PNG, BMP, TIFF, WebP or GIF"}},
+		imageRules: ImageRules{MaxBytes: 10 << 20, MinSide: 384, MaxSide: 3072,
+			Formats: []string{"jpeg", "png", "bmp", "tiff", "webp", "gif"}, FormatNames: "JPG, JPEG, PNG, BMP, TIFF, WebP or GIF"}},
 	// Wan 2.7 image's: up to 9 images, each 240 to 8000 px a side, aspect 1:8 to 8:1, up to 20 MB.
 	"I2b": {name: "I2b (Wan image)", params: []string{"n", "size", "seed", "watermark", "enable_sequential", "thinking_mode", "color_palette"}, maxImages: 9,
-		imageRules: inputImageRules{maxBytes: 20 << 20, minSide: 240, maxSide: 8000, maxAspect: 8,
-			formats: []string{"jpeg", "png", "bmp", "webp"}, formatNames: "JPG, JPEG, PNG, BMP or WebP"}},
+		imageRules: ImageRules{MaxBytes: 20 << 20, MinSide: 240, MaxSide: 8000, MinAspect: [2]int{1, 8}, MaxAspect: [2]int{8, 1},
+			Formats: []string{"jpeg", "png", "bmp", "webp"}, FormatNames: "JPG, JPEG, PNG, BMP or WebP"}},
 }
 
 const (
@@ -75,12 +71,12 @@ var wanSingleOnly = []string{"color_palette", "thinking_mode"}
 
 // wanLeftOut is what of I2b's parameters p DashScope does not get: wanSingleOnly in a set.
 func wanLeftOut(p map[string]json.RawMessage) []string {
-	if string(member(p, "enable_sequential")) != "true" {
+	if string(Field(p, "enable_sequential")) != "true" {
 		return nil
 	}
 	var out []string
 	for _, k := range wanSingleOnly {
-		if member(p, k) != nil {
+		if Field(p, k) != nil {
 			out = append(out, k)
 		}
 	}
@@ -111,11 +107,11 @@ func (d dashscopeImage) Validate(m *ir.Model, req Request) (TaskRequest, error) 
 	if err := onlyFields(d.family, req, []string{"input", "parameters"}); err != nil {
 		return TaskRequest{}, err
 	}
-	ask, err := d.input(f, rawField(req, "input"))
+	ask, err := d.input(f, Field(req, "input"))
 	if err != nil {
 		return TaskRequest{}, err
 	}
-	n, removed, err := d.parameters(f, m, rawField(req, "parameters"), ask)
+	n, removed, err := d.parameters(f, m, Field(req, "parameters"), ask)
 	if err != nil {
 		return TaskRequest{}, err
 	}
@@ -130,29 +126,29 @@ func (d dashscopeImage) input(f dsImageFamily, raw json.RawMessage) (dsImageAsk,
 	if raw == nil {
 		return dsImageAsk{}, fmt.Errorf("%w: input is required: %s", ErrBadRequest, shape)
 	}
-	in, err := objectOf("input", raw, []string{"messages"})
+	in, err := dsObject("input", raw, []string{"messages"})
 	if err != nil {
 		return dsImageAsk{}, err
 	}
-	msgs, err := arrayOf("input.messages", member(in, "messages"), "an array of one user message")
+	msgs, err := Array("input.messages", Field(in, "messages"), "an array of one user message")
 	if err != nil {
 		return dsImageAsk{}, err
 	}
 	if len(msgs) != 1 {
 		return dsImageAsk{}, fmt.Errorf("%w: input.messages must be an array of exactly one user message, not %d messages: %s", ErrBadRequest, len(msgs), shape)
 	}
-	msg, err := objectOf("input.messages[0]", msgs[0], []string{"role", "content"})
+	msg, err := dsObject("input.messages[0]", msgs[0], []string{"role", "content"})
 	if err != nil {
 		return dsImageAsk{}, err
 	}
-	if role, ok, err := readString("input.messages[0].role", member(msg, "role")); err != nil {
+	if role, ok, err := ReadString("input.messages[0].role", Field(msg, "role")); err != nil {
 		return dsImageAsk{}, err
 	} else if !ok {
 		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].role is required: the one message is the user's (\"user\")", ErrBadRequest)
 	} else if role != "user" {
-		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].role %q is not allowed: the one message is the user's (\"user\")", ErrBadRequest, clipText(role))
+		return dsImageAsk{}, fmt.Errorf("%w: input.messages[0].role %q is not allowed: the one message is the user's (\"user\")", ErrBadRequest, clip(role))
 	}
-	parts, err := arrayOf("input.messages[0].content", member(msg, "content"), "a non-empty array of {text} and {image} parts")
+	parts, err := Array("input.messages[0].content", Field(msg, "content"), "a non-empty array of {text} and {image} parts")
 	if err != nil {
 		return dsImageAsk{}, err
 	}
@@ -163,16 +159,16 @@ func (d dashscopeImage) input(f dsImageFamily, raw json.RawMessage) (dsImageAsk,
 	texts := 0
 	for i, pr := range parts {
 		field := fmt.Sprintf("input.messages[0].content[%d]", i)
-		part, err := objectOf(field, pr, []string{"text", "image"})
+		part, err := dsObject(field, pr, []string{"text", "image"})
 		if err != nil {
 			return dsImageAsk{}, err
 		}
-		tr, ir := member(part, "text"), member(part, "image")
+		tr, ir := Field(part, "text"), Field(part, "image")
 		if len(part) != 1 || (tr == nil) == (ir == nil) {
 			return dsImageAsk{}, fmt.Errorf("%w: %s must be {\"text\": \"...\"} or {\"image\": \"...\"}, one key with a value", ErrBadRequest, field)
 		}
 		if tr != nil {
-			if ask.prompt, _, err = readString(field+".text", tr); err != nil {
+			if ask.prompt, _, err = ReadString(field+".text", tr); err != nil {
 				return dsImageAsk{}, err
 			}
 			if err := d.prompt(field+".text", ask.prompt); err != nil {
@@ -181,11 +177,11 @@ func (d dashscopeImage) input(f dsImageFamily, raw json.RawMessage) (dsImageAsk,
 			texts++
 			continue
 		}
-		img, _, err := readString(field+".image", ir)
+		img, _, err := ReadString(field+".image", ir)
 		if err != nil {
 			return dsImageAsk{}, err
 		}
-		if err := checkInputImage(field+".image", img, f.imageRules); err != nil {
+		if err := CheckImage(field+".image", img, f.imageRules); err != nil {
 			return dsImageAsk{}, err
 		}
 		ask.images++
@@ -225,7 +221,7 @@ func (d dashscopeImage) prompt(field, text string) error {
 // parameters checks the family's parameters; it returns the most images the request can make
 // and what Create leaves out (wanLeftOut), as paths.
 func (d dashscopeImage) parameters(f dsImageFamily, m *ir.Model, raw json.RawMessage, ask dsImageAsk) (int64, []string, error) {
-	p, err := objectOf("parameters", cmpRaw(raw, `{}`), nil)
+	p, err := dsObject("parameters", raw, nil)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -233,25 +229,25 @@ func (d dashscopeImage) parameters(f dsImageFamily, m *ir.Model, raw json.RawMes
 		return 0, nil, err
 	}
 	for _, b := range []string{"watermark", "prompt_extend", "enable_sequential", "thinking_mode"} {
-		if _, _, err := readBool("parameters."+b, member(p, b)); err != nil {
+		if _, _, err := ReadBool("parameters."+b, Field(p, b)); err != nil {
 			return 0, nil, err
 		}
 	}
-	if seed, ok, err := readInt("parameters.seed", member(p, "seed")); err != nil {
+	if seed, ok, err := ReadInt("parameters.seed", Field(p, "seed")); err != nil {
 		return 0, nil, err
 	} else if ok && (seed < 0 || seed > maxSeed) {
 		return 0, nil, fmt.Errorf("%w: parameters.seed %d is out of range: an integer from 0 to %d", ErrBadRequest, seed, maxSeed)
 	}
-	if neg, _, err := readString("parameters.negative_prompt", member(p, "negative_prompt")); err != nil {
+	if neg, _, err := ReadString("parameters.negative_prompt", Field(p, "negative_prompt")); err != nil {
 		return 0, nil, err
 	} else if n := len([]rune(neg)); n > qwenMaxNegativeChars {
 		return 0, nil, fmt.Errorf("%w: parameters.negative_prompt is %d characters; DashScope takes at most %d", ErrBadRequest, n, qwenMaxNegativeChars)
 	}
-	n, hasN, err := readInt("parameters.n", member(p, "n"))
+	n, hasN, err := ReadInt("parameters.n", Field(p, "n"))
 	if err != nil {
 		return 0, nil, err
 	}
-	size, _, err := readString("parameters.size", member(p, "size"))
+	size, _, err := ReadString("parameters.size", Field(p, "size"))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -260,11 +256,11 @@ func (d dashscopeImage) parameters(f dsImageFamily, m *ir.Model, raw json.RawMes
 			return 0, nil, fmt.Errorf("%w: parameters.n %d is not allowed: I2 (Qwen-Image) makes one image a request; use 1", ErrBadRequest, n)
 		}
 		if size != "" && !slices.Contains(qwenSizes, size) {
-			return 0, nil, fmt.Errorf("%w: parameters.size %q is not allowed: I2 takes %s", ErrBadRequest, clipText(size), joinOr(qwenSizes))
+			return 0, nil, fmt.Errorf("%w: parameters.size %q is not allowed: I2 takes %s", ErrBadRequest, clip(size), joinOr(qwenSizes))
 		}
 		return 1, nil, nil
 	}
-	seq := string(member(p, "enable_sequential")) == "true"
+	seq := string(Field(p, "enable_sequential")) == "true"
 	switch {
 	case seq && !hasN:
 		n = wanMaxSequential // DashScope's default for a set
@@ -278,7 +274,7 @@ func (d dashscopeImage) parameters(f dsImageFamily, m *ir.Model, raw json.RawMes
 	if err := wanSize(m, size, ask.images > 0, seq); err != nil {
 		return 0, nil, err
 	}
-	if v := member(p, "color_palette"); v != nil {
+	if v := Field(p, "color_palette"); v != nil {
 		if err := colorPalette(v); err != nil {
 			return 0, nil, err
 		}
@@ -298,10 +294,10 @@ func (d dashscopeImage) known(f dsImageFamily, p map[string]json.RawMessage) err
 		}
 		for fam, other := range dsImageFamilies {
 			if fam != d.family && slices.Contains(other.params, k) {
-				return fmt.Errorf("%w: parameters.%s is for %s only; %s takes %s", ErrBadRequest, clipText(k), other.name, f.name, strings.Join(f.params, ", "))
+				return fmt.Errorf("%w: parameters.%s is for %s only; %s takes %s", ErrBadRequest, clip(k), other.name, f.name, strings.Join(f.params, ", "))
 			}
 		}
-		return fmt.Errorf("%w: parameters does not take field %q; %s takes %s", ErrBadRequest, clipText(k), f.name, strings.Join(f.params, ", "))
+		return fmt.Errorf("%w: parameters does not take field %q; %s takes %s", ErrBadRequest, clip(k), f.name, strings.Join(f.params, ", "))
 	}
 	return nil
 }
@@ -331,7 +327,7 @@ func wanSize(m *ir.Model, size string, hasImage, seq bool) error {
 	}
 	mt := sizeRE.FindStringSubmatch(size)
 	if mt == nil {
-		return fmt.Errorf("%w: parameters.size %q is not allowed: use 1K, 2K, 4K (pro text-to-image) or <width>*<height> such as 1920*1080", ErrBadRequest, clipText(size))
+		return fmt.Errorf("%w: parameters.size %q is not allowed: use 1K, 2K, 4K (pro text-to-image) or <width>*<height> such as 1920*1080", ErrBadRequest, clip(size))
 	}
 	w, _ := strconv.ParseInt(mt[1], 10, 64)
 	h, _ := strconv.ParseInt(mt[2], 10, 64)
@@ -351,7 +347,7 @@ func wanSize(m *ir.Model, size string, hasImage, seq bool) error {
 // colorPalette checks I2b's color_palette: 3 to 10 {hex, ratio} entries, hex #RRGGBB, ratios
 // percentages with up to two decimals ("25.00%") that sum to exactly 100.00%, in decimal.
 func colorPalette(raw json.RawMessage) error {
-	entries, err := arrayOf("parameters.color_palette", raw, "an array of {hex, ratio}")
+	entries, err := Array("parameters.color_palette", raw, "an array of {hex, ratio}")
 	if err != nil {
 		return err
 	}
@@ -361,24 +357,24 @@ func colorPalette(raw json.RawMessage) error {
 	sum := decimal.Zero
 	for i, er := range entries {
 		field := fmt.Sprintf("parameters.color_palette[%d]", i)
-		e, err := objectOf(field, er, []string{"hex", "ratio"})
+		e, err := dsObject(field, er, []string{"hex", "ratio"})
 		if err != nil {
 			return err
 		}
-		hex, _, err := readString(field+".hex", member(e, "hex"))
+		hex, _, err := ReadString(field+".hex", Field(e, "hex"))
 		if err != nil {
 			return err
 		}
 		if !hexRE.MatchString(hex) {
-			return fmt.Errorf("%w: %s.hex %q is not allowed: a color as #RRGGBB, such as \"#1A2B3C\"", ErrBadRequest, field, clipText(hex))
+			return fmt.Errorf("%w: %s.hex %q is not allowed: a color as #RRGGBB, such as \"#1A2B3C\"", ErrBadRequest, field, clip(hex))
 		}
-		ratio, _, err := readString(field+".ratio", member(e, "ratio"))
+		ratio, _, err := ReadString(field+".ratio", Field(e, "ratio"))
 		if err != nil {
 			return err
 		}
 		mt := ratioRE.FindStringSubmatch(ratio)
 		if mt == nil {
-			return fmt.Errorf("%w: %s.ratio %q is not allowed: a percentage with up to two decimals, such as \"25.00%%\"", ErrBadRequest, field, clipText(ratio))
+			return fmt.Errorf("%w: %s.ratio %q is not allowed: a percentage with up to two decimals, such as \"25.00%%\"", ErrBadRequest, field, clip(ratio))
 		}
 		v := decimal.RequireFromString(mt[1])
 		if !v.IsPositive() || v.GreaterThan(decimal.NewFromInt(100)) {
@@ -392,74 +388,11 @@ func colorPalette(raw json.RawMessage) error {
 	return nil
 }
 
-// inputImageRules are a provider's limits on an input image.
-type inputImageRules struct {
-	maxBytes         int // decoded size limit
-	minSide, maxSide int // width and height each within, inclusive
-	maxAspect        int // the long side at most this many times the short one (0: no bound)
-	formats          []string
-	formatNames      string
-}
-
-// checkInputImage validates an input image as checkFrame does a first frame: a public URL
-// (imageData: the provider fetches it) or a base64 data URL whose decoded header, not its
-// declared type, gives the format and the size.
-func checkInputImage(field, v string, r inputImageRules) error {
-	data, isURL, err := imageData(field, v)
-	if err != nil || isURL {
-		return err
+// dsObject reads field's JSON object, refusing members outside known (nil: any member).
+func dsObject(field string, raw json.RawMessage, known []string) (Request, error) {
+	obj, err := Object(field, raw)
+	if err == nil && known != nil {
+		err = OnlyMembers(field, obj, known, ItTakes)
 	}
-	if base64.StdEncoding.DecodedLen(len(data)) > r.maxBytes+3 {
-		return fmt.Errorf("%w: %s is over %d MB decoded", ErrBadRequest, field, r.maxBytes>>20)
-	}
-	raw, err := base64.StdEncoding.DecodeString(data)
-	if err != nil {
-		return fmt.Errorf("%w: %s is not valid base64", ErrBadRequest, field)
-	}
-	if len(raw) > r.maxBytes {
-		return fmt.Errorf("%w: %s is %d bytes decoded; it must be at most %d MB", ErrBadRequest, field, len(raw), r.maxBytes>>20)
-	}
-	cfg, format, err := image.DecodeConfig(bytes.NewReader(raw))
-	if err != nil || !slices.Contains(r.formats, format) {
-		return fmt.Errorf("%w: %s is not a %s image (its bytes say %q)", ErrBadRequest, field, r.formatNames, cmp.Or(format, "unknown"))
-	}
-	w, h := cfg.Width, cfg.Height
-	if min(w, h) < r.minSide || max(w, h) > r.maxSide {
-		return fmt.Errorf("%w: %s is %dx%d; its width and height must each be %d to %d px", ErrBadRequest, field, w, h, r.minSide, r.maxSide)
-	}
-	if r.maxAspect > 0 && (w > r.maxAspect*h || h > r.maxAspect*w) {
-		return fmt.Errorf("%w: %s is %dx%d; its aspect ratio must be between 1:%d and %d:1", ErrBadRequest, field, w, h, r.maxAspect, r.maxAspect)
-	}
-	return nil
-}
-
-// objectOf decodes field's JSON object, refusing keys outside known (nil: any key).
-func objectOf(field string, raw json.RawMessage, known []string) (map[string]json.RawMessage, error) {
-	var obj map[string]json.RawMessage
-	if raw = bytes.TrimSpace(raw); len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &obj) != nil {
-		return nil, wrongType(field, "an object", cmpRaw(raw, "null"))
-	}
-	for k := range obj {
-		if known != nil && !slices.Contains(known, k) {
-			return nil, fmt.Errorf("%w: %s does not take field %q; it takes %s", ErrBadRequest, field, clipText(k), strings.Join(known, ", "))
-		}
-	}
-	return obj, nil
-}
-
-// member is an object's field, nil when absent or null.
-func member(obj map[string]json.RawMessage, key string) json.RawMessage {
-	v := bytes.TrimSpace(obj[key])
-	if len(v) == 0 || string(v) == "null" {
-		return nil
-	}
-	return v
-}
-
-// cmpRaw is v, or otherwise when v is absent.
-func cmpRaw(v json.RawMessage, otherwise string) json.RawMessage {
-	if len(v) == 0 {
-		return json.RawMessage(otherwise)
-	}
-	return v
+	return obj, err
 }

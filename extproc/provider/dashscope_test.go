@@ -37,7 +37,7 @@ func TestDashScopeValidation(t *testing.T) {
 		{i2v, `{"input":{"prompt":"x"}}`, "input.media needs one"},
 		{i2v, `{"input":{"media":[{"type":"last_frame","url":"https://x/a.png"}]}}`, `input.media[0].type "last_frame"`},
 	} {
-		tr, err := dashscope{}.Validate(c.m, taskReq(t, c.body))
+		tr, err := dashscopeVideo{}.Validate(c.m, taskReq(t, c.body))
 		switch {
 		case strings.HasPrefix(c.want, "max "):
 			if err != nil || "max "+itoa(tr.MaxSeconds) != c.want {
@@ -52,19 +52,19 @@ func TestDashScopeValidation(t *testing.T) {
 // TestDashScopeAnswers: the async header on creation, statuses mapped (UNKNOWN: see
 // TestUnknownTaskAnswers), usage.duration billed, errors from the HTTP status and code.
 func TestDashScopeAnswers(t *testing.T) {
-	up, err := dashscope{}.Create(&ir.Provider{APIKey: "sk-ds"}, &ir.Model{}, "wan2.2-t2v-plus", taskReq(t, `{"model":"wan-t2v","input":{"prompt":"a fox"},"callback_url":"https://h/x"}`))
+	up, err := dashscopeVideo{}.Create(&ir.Provider{APIKey: "sk-ds"}, &ir.Model{}, "wan2.2-t2v-plus", taskReq(t, `{"model":"wan-t2v","input":{"prompt":"a fox"},"callback_url":"https://h/x"}`))
 	if err != nil || up.Headers["x-dashscope-async"] != "enable" || up.Headers["authorization"] != "Bearer sk-ds" ||
 		string(up.Body) != `{"input":{"prompt":"a fox"},"model":"wan2.2-t2v-plus"}` {
 		t.Fatalf("create %+v %s %v", up, up.Body, err)
 	}
-	if id, err := (dashscope{}).Created(200, []byte(`{"output":{"task_status":"PENDING","task_id":"0385dc79"},"request_id":"4909100c"}`)); err != nil || id.TaskID != "0385dc79" {
+	if id, err := (dashscopeVideo{}).Created(200, []byte(`{"output":{"task_status":"PENDING","task_id":"0385dc79"},"request_id":"4909100c"}`)); err != nil || id.TaskID != "0385dc79" {
 		t.Fatalf("created %+v %v", id, err)
 	}
 	var te *TaskError
-	if _, err := (dashscope{}).Created(400, []byte(`{"code":"DataInspectionFailed","message":"Input data may contain inappropriate content.","request_id":"x"}`)); !errors.As(err, &te) || te.Code != "content_filter" {
+	if _, err := (dashscopeVideo{}).Created(400, []byte(`{"code":"DataInspectionFailed","message":"Input data may contain inappropriate content.","request_id":"x"}`)); !errors.As(err, &te) || te.Code != "content_filter" {
 		t.Fatalf("inspection: %v", err)
 	}
-	st, err := dashscope{}.Queried(200, []byte(`{"request_id":"x","output":{"task_id":"0385dc79","task_status":"SUCCEEDED","submit_time":"2025-09-11 18:59:05.123","end_time":"2025-09-11 19:01:05.123","video_url":"https://dashscope-result.example/a.mp4"},"usage":{"duration":5.0,"video_count":1}}`))
+	st, err := dashscopeVideo{}.Queried(200, []byte(`{"request_id":"x","output":{"task_id":"0385dc79","task_status":"SUCCEEDED","submit_time":"2025-09-11 18:59:05.123","end_time":"2025-09-11 19:01:05.123","video_url":"https://dashscope-result.example/a.mp4"},"usage":{"duration":5.0,"video_count":1}}`))
 	if err != nil || st.Status != TaskCompleted || st.Videos[0].URL == "" || st.BilledSeconds.String() != "5" || st.Videos[0].ExpiresAt.Format("2006-01-02 15:04") != "2025-09-12 19:01" {
 		t.Fatalf("succeeded %+v %v", st, err)
 	}
@@ -72,7 +72,7 @@ func TestDashScopeAnswers(t *testing.T) {
 		`{"output":{"task_status":"FAILED","code":"InternalError.Algo","message":"algo failed"}}`: "internalerror.algo",
 		`{"output":{"task_status":"CANCELED"}}`:                                                   "generation_failed",
 	} {
-		if st, err := (dashscope{}).Queried(200, []byte(body)); err != nil || st.Status != TaskFailed || st.Error.Code != want {
+		if st, err := (dashscopeVideo{}).Queried(200, []byte(body)); err != nil || st.Status != TaskFailed || st.Error.Code != want {
 			t.Errorf("%s: %+v %v", body, st, err)
 		}
 	}
@@ -90,7 +90,7 @@ func FuzzValidateDashScope(f *testing.F) {
 		if text {
 			m.Variant = "t2v"
 		}
-		tr, err := dashscope{}.Validate(m, r)
+		tr, err := dashscopeVideo{}.Validate(m, r)
 		if err == nil && (tr.MaxSeconds < 3 || tr.MaxSeconds > 15) {
 			t.Fatalf("accepted %s with max %d", body, tr.MaxSeconds)
 		}
@@ -107,12 +107,12 @@ func FuzzValidateDashScope(f *testing.F) {
 func TestDashScopeTimesAreShanghai(t *testing.T) {
 	end := time.Date(2025, 2, 20, 10, 45, 52, 262e6, time.UTC) // 18:45:52.262 in Beijing
 	signed := `{"request_id":"r","output":{"task_id":"t","task_status":"SUCCEEDED","submit_time":"2025-02-20 18:44:40.105","scheduled_time":"2025-02-20 18:44:40.127","end_time":"2025-02-20 18:45:52.262","video_url":"https://dashscope-result-sh.oss-cn-shanghai.aliyuncs.com/1d/f8/20250220/e7d3f375/a.mp4?Expires=1740137152&OSSAccessKeyId=LTAIfake&Signature=fake%3D"},"usage":{"duration":5,"video_count":1}}`
-	st, err := dashscope{}.Queried(200, []byte(signed))
+	st, err := dashscopeVideo{}.Queried(200, []byte(signed))
 	if err != nil || st.Videos[0].ExpiresAt.Unix() != 1740137152 {
 		t.Fatalf("signed URL: expires %v (%d), want its Expires 1740137152; %v", st.Videos[0].ExpiresAt, st.Videos[0].ExpiresAt.Unix(), err)
 	}
 	plain := strings.Replace(signed, "?Expires=1740137152&OSSAccessKeyId=LTAIfake&Signature=fake%3D", "", 1)
-	st, err = dashscope{}.Queried(200, []byte(plain))
+	st, err = dashscopeVideo{}.Queried(200, []byte(plain))
 	if want := end.Add(24 * time.Hour); err != nil || !st.Videos[0].ExpiresAt.Equal(want) {
 		t.Fatalf("unsigned URL: expires %v, want %v (end_time at +08:00 plus 24 h); %v", st.Videos[0].ExpiresAt.UTC(), want, err)
 	}
@@ -123,7 +123,7 @@ func TestDashScopeTimesAreShanghai(t *testing.T) {
 		t.Fatalf("image: expires %v, want %v; %v", st.Images[0].ExpiresAt.UTC(), want, err)
 	}
 	// Without milliseconds too.
-	st, err = dashscope{}.Queried(200, []byte(strings.Replace(plain, "18:45:52.262", "18:45:52", 1)))
+	st, err = dashscopeVideo{}.Queried(200, []byte(strings.Replace(plain, "18:45:52.262", "18:45:52", 1)))
 	if want := end.Truncate(time.Second).Add(24 * time.Hour); err != nil || !st.Videos[0].ExpiresAt.Equal(want) {
 		t.Fatalf("whole seconds: expires %v, want %v; %v", st.Videos[0].ExpiresAt.UTC(), want, err)
 	}

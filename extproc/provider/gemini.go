@@ -7,18 +7,19 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/url"
 	"path"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/tollway/tollway/extproc/apischema/gemini"
 	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// gemini speaks Google's Gemini API (generateContent and streamGenerateContent?alt=sse below a
+// toGemini speaks Google's Gemini API (generateContent and streamGenerateContent?alt=sse below a
 // base URL like https://generativelanguage.googleapis.com/v1beta).
 //
 // Request mapping, from the OpenAI chat request:
@@ -56,115 +57,21 @@ import (
 //     top_logprobs (Gemini's logprobs come back in another shape), parallel_tool_calls,
 //     service_tier, store, metadata, modalities, audio, prediction, web_search_options,
 //     functions, function_call.
-type gemini struct {
+type toGemini struct {
 	// images: the request is for an image model (family I3, see GeminiImageChat), which takes
 	// text and image parts and no tools.
 	images bool
 }
 
-func init() { register(ir.ProviderTypeGemini, gemini{}) }
+func init() { register(ir.ProviderTypeGemini, toGemini{}) }
 
 // Parameters are the fields the mapping above translates.
-func (gemini) Parameters() Parameters {
+func (toGemini) Parameters() Parameters {
 	return Parameters{Known: []string{"frequency_penalty", "max_completion_tokens", "max_tokens", "n", "presence_penalty", "reasoning_effort", "response_format", "seed", "stop", "temperature", "tool_choice", "tools", "top_p"},
 		Fixed: []string{"n"}} // oneAnswer
 }
 
-type gemRequest struct {
-	Contents          []gemContent   `json:"contents"`
-	SystemInstruction *gemContent    `json:"systemInstruction,omitempty"`
-	Tools             []gemTool      `json:"tools,omitempty"`
-	ToolConfig        *gemToolConfig `json:"toolConfig,omitempty"`
-	GenerationConfig  *gemGenConfig  `json:"generationConfig,omitempty"`
-}
-
-type gemContent struct {
-	Role  string    `json:"role,omitempty"`
-	Parts []gemPart `json:"parts"`
-}
-
-// gemPart is a part of any kind; only the field of its kind is set.
-type gemPart struct {
-	Text             string               `json:"text,omitempty"`
-	Thought          bool                 `json:"thought,omitempty"`
-	InlineData       *gemBlob             `json:"inlineData,omitempty"`
-	FileData         *gemFileData         `json:"fileData,omitempty"`
-	FunctionCall     *gemFunctionCall     `json:"functionCall,omitempty"`
-	FunctionResponse *gemFunctionResponse `json:"functionResponse,omitempty"`
-	ThoughtSignature string               `json:"thoughtSignature,omitempty"` // base64, on function calls
-}
-
-type gemBlob struct {
-	MimeType string `json:"mimeType"`
-	Data     string `json:"data"`
-}
-
-type gemFileData struct {
-	MimeType string `json:"mimeType,omitempty"`
-	FileURI  string `json:"fileUri"`
-}
-
-type gemFunctionCall struct {
-	ID   string          `json:"id,omitempty"` // answers only, and only from some models
-	Name string          `json:"name"`
-	Args json.RawMessage `json:"args,omitempty"`
-	// Gemini 3 may stream a call's arguments: a part with the name and willContinue, parts of
-	// partialArgs, and a part without willContinue (often an empty functionCall) at its end.
-	PartialArgs  []gemPartialArg `json:"partialArgs,omitempty"`
-	WillContinue bool            `json:"willContinue,omitempty"`
-}
-
-type gemFunctionResponse struct {
-	Name     string        `json:"name"`
-	Response gemToolOutput `json:"response"`
-}
-
-// gemToolOutput wraps a tool message's text: Gemini wants the response as an object.
-type gemToolOutput struct {
-	Content string `json:"content"`
-}
-
-type gemTool struct {
-	FunctionDeclarations []gemFunctionDecl `json:"functionDeclarations,omitempty"`
-	GoogleSearch         *struct{}         `json:"googleSearch,omitempty"` // grounding (image models, I3)
-}
-
-type gemFunctionDecl struct {
-	Name                 string          `json:"name"`
-	Description          string          `json:"description,omitempty"`
-	ParametersJSONSchema json.RawMessage `json:"parametersJsonSchema,omitempty"`
-}
-
-type gemToolConfig struct {
-	FunctionCallingConfig gemFunctionCallingConfig `json:"functionCallingConfig"`
-}
-
-type gemFunctionCallingConfig struct {
-	Mode                 string   `json:"mode"` // AUTO | NONE | ANY
-	AllowedFunctionNames []string `json:"allowedFunctionNames,omitempty"`
-}
-
-type gemGenConfig struct {
-	Temperature        json.RawMessage    `json:"temperature,omitempty"`
-	TopP               json.RawMessage    `json:"topP,omitempty"`
-	MaxOutputTokens    int64              `json:"maxOutputTokens,omitempty"`
-	StopSequences      []string           `json:"stopSequences,omitempty"`
-	Seed               *int64             `json:"seed,omitempty"`
-	PresencePenalty    json.RawMessage    `json:"presencePenalty,omitempty"`
-	FrequencyPenalty   json.RawMessage    `json:"frequencyPenalty,omitempty"`
-	ResponseMimeType   string             `json:"responseMimeType,omitempty"`
-	ResponseJSONSchema json.RawMessage    `json:"responseJsonSchema,omitempty"`
-	ThinkingConfig     *gemThinkingConfig `json:"thinkingConfig,omitempty"`
-	// Image models (family I3): which parts the answer may hold, and the images' shape.
-	ResponseModalities []string        `json:"responseModalities,omitempty"`
-	ImageConfig        *gemImageConfig `json:"imageConfig,omitempty"`
-}
-
-type gemThinkingConfig struct {
-	ThinkingBudget int64 `json:"thinkingBudget"` // 0 turns thinking off
-}
-
-func (g gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
+func (g toGemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, error) {
 	out, removed, err := g.request(model, req)
 	if err != nil {
 		return nil, err
@@ -177,7 +84,7 @@ func (g gemini) Chat(p *ir.Provider, model string, req Request) (*Upstream, erro
 }
 
 // geminiUpstream encodes a generateContent request for model, streamed or not.
-func geminiUpstream(p *ir.Provider, model string, out *gemRequest, stream bool, resp *geminiResponse, removed removals) (*Upstream, error) {
+func geminiUpstream(p *ir.Provider, model string, out *gemini.Request, stream bool, resp *geminiResponse, removed removals) (*Upstream, error) {
 	upPath := "/models/" + url.PathEscape(strings.TrimPrefix(model, "models/"))
 	if stream {
 		upPath += ":streamGenerateContent?alt=sse"
@@ -202,8 +109,8 @@ func geminiUpstream(p *ir.Provider, model string, out *gemRequest, stream bool, 
 }
 
 // request maps the OpenAI chat request to generateContent (see the type's comment).
-func (g gemini) request(model string, req Request) (*gemRequest, removals, error) {
-	var out gemRequest
+func (g toGemini) request(model string, req Request) (*gemini.Request, removals, error) {
+	var out gemini.Request
 	msgs, err := decodeMessages(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gemini: %w", err)
@@ -251,19 +158,19 @@ func (g gemini) request(model string, req Request) (*gemRequest, removals, error
 				return nil, nil, fmt.Errorf("gemini: %w", err)
 			}
 			removed.message(m, nil)
-			out.Contents = appendGemTurn(out.Contents, "user", []gemPart{{FunctionResponse: &gemFunctionResponse{Name: name, Response: gemToolOutput{s}}}})
+			out.Contents = appendGemTurn(out.Contents, "user", []gemini.Part{{FunctionResponse: &gemini.FunctionResponse{Name: name, Response: gemini.ToolOutput{Content: s}}}})
 		default:
 			return nil, nil, fmt.Errorf("gemini: %w: messages[%d] has role %q", ErrBadRequest, i, m.Role)
 		}
 	}
 	if out.Contents == nil {
-		out.Contents = []gemContent{} // Gemini's own error is clearer than a missing field
+		out.Contents = []gemini.Content{} // Gemini's own error is clearer than a missing field
 	}
 	if geminiChecksSignatures(model) {
 		signFirstCalls(out.Contents)
 	}
 	if len(system) > 0 {
-		out.SystemInstruction = &gemContent{Parts: []gemPart{{Text: strings.Join(system, "\n\n")}}}
+		out.SystemInstruction = &gemini.Content{Parts: []gemini.Part{{Text: strings.Join(system, "\n\n")}}}
 	}
 
 	tools, err := decodeTools(req)
@@ -274,24 +181,24 @@ func (g gemini) request(model string, req Request) (*gemRequest, removals, error
 		return nil, nil, fmt.Errorf("gemini: %w: tools: image model %s takes no function tools; remove tools and tool_choice", ErrBadRequest, model)
 	}
 	if len(tools) > 0 {
-		decls := make([]gemFunctionDecl, len(tools))
+		decls := make([]gemini.FunctionDeclaration, len(tools))
 		for i, t := range tools {
 			if t.Strict {
 				removed[removedStrict] = true // Gemini has no strict mode: the schema guides only
 			}
-			decls[i] = gemFunctionDecl{Name: t.Name, Description: t.Description, ParametersJSONSchema: t.Parameters}
+			decls[i] = gemini.FunctionDeclaration{Name: t.Name, Description: t.Description, ParametersJSONSchema: t.Parameters}
 			if bytes.Equal(t.Parameters, emptySchema) {
 				decls[i].ParametersJSONSchema = nil // Gemini's way to declare no parameters
 			}
 		}
-		out.Tools = []gemTool{{FunctionDeclarations: decls}}
+		out.Tools = []gemini.Tool{{FunctionDeclarations: decls}}
 		choice, err := decodeToolChoice(req)
 		if err != nil {
 			return nil, nil, fmt.Errorf("gemini: %w", err)
 		}
 		mode := map[string]string{"auto": "AUTO", "none": "NONE", "required": "ANY", "function": "ANY"}[choice.Mode]
 		if mode != "" {
-			out.ToolConfig = &gemToolConfig{gemFunctionCallingConfig{Mode: mode}}
+			out.ToolConfig = &gemini.ToolConfig{FunctionCallingConfig: gemini.FunctionCallingConfig{Mode: mode}}
 			if choice.Name != "" {
 				out.ToolConfig.FunctionCallingConfig.AllowedFunctionNames = []string{choice.Name}
 			}
@@ -308,8 +215,8 @@ func (g gemini) request(model string, req Request) (*gemRequest, removals, error
 const geminiMaxStop = 5
 
 // geminiGeneration builds generationConfig from the sampling fields, nil when none is set.
-func geminiGeneration(req Request) (*gemGenConfig, error) {
-	gc := gemGenConfig{Temperature: rawField(req, "temperature"), TopP: rawField(req, "top_p")}
+func geminiGeneration(req Request) (*gemini.GenerationConfig, error) {
+	gc := gemini.GenerationConfig{Temperature: Field(req, "temperature"), TopP: Field(req, "top_p")}
 	var err error
 	if gc.MaxOutputTokens, err = maxTokens(req); err != nil {
 		return nil, err
@@ -334,7 +241,7 @@ func geminiGeneration(req Request) (*gemGenConfig, error) {
 		if v, ok, err := numberField(req, p.key); err != nil {
 			return nil, err
 		} else if ok && v != 0 {
-			*p.dst = rawField(req, p.key)
+			*p.dst = Field(req, p.key)
 		}
 	}
 	rf, err := decodeResponseFormat(req)
@@ -359,8 +266,8 @@ func geminiGeneration(req Request) (*gemGenConfig, error) {
 // themselves.
 var geminiThinkingBudgets = map[string]int64{"none": 0, "minimal": 1024, "low": 1024, "medium": 8192, "high": 24576}
 
-func geminiThinking(req Request) (*gemThinkingConfig, error) {
-	raw := rawField(req, "reasoning_effort")
+func geminiThinking(req Request) (*gemini.ThinkingConfig, error) {
+	raw := Field(req, "reasoning_effort")
 	if raw == nil {
 		return nil, nil
 	}
@@ -370,19 +277,19 @@ func geminiThinking(req Request) (*gemThinkingConfig, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: reasoning_effort %s has no Gemini equivalent; send none, minimal, low, medium or high", ErrBadRequest, raw)
 	}
-	return &gemThinkingConfig{ThinkingBudget: budget}, nil
+	return &gemini.ThinkingConfig{ThinkingBudget: budget}, nil
 }
 
 // gemParts converts a user or assistant message into parts: its content parts in order, then
 // (assistant) one functionCall per tool call. Empty text is left out. An image model
 // (imagesOnly) takes text and image parts only.
-func gemParts(m openai.Message, i int, removed removals, imagesOnly bool) ([]gemPart, error) {
+func gemParts(m openai.Message, i int, removed removals, imagesOnly bool) ([]gemini.Part, error) {
 	cparts, err := contentParts(m.Content, i)
 	if err != nil {
 		return nil, err
 	}
 	removed.message(m, cparts)
-	var parts []gemPart
+	var parts []gemini.Part
 	for _, cp := range cparts {
 		if imagesOnly && cp.Type != "text" && cp.Type != "image_url" && cp.Type != "refusal" {
 			return nil, fmt.Errorf("%w: messages[%d]: content part type %q is not supported by image models; send text and image_url parts", ErrBadRequest, i, cp.Type)
@@ -390,26 +297,26 @@ func gemParts(m openai.Message, i int, removed removals, imagesOnly bool) ([]gem
 		switch cp.Type {
 		case "text", "refusal":
 			if t := partText(cp); t != "" {
-				parts = append(parts, gemPart{Text: t})
+				parts = append(parts, gemini.Part{Text: t})
 			}
 		case "image_url":
 			u := cp.ImageURL.URL
-			if mt, data, ok := parseDataURL(u); ok {
-				if mt, err = imageMediaType(mt, "Gemini", gemImageTypes, i); err != nil {
+			if mt, data, ok := ParseDataURL(u); ok {
+				if mt, err = imageMediaType(mt, "Gemini", gemini.ImageTypes, i); err != nil {
 					return nil, err
 				}
-				if n := base64Size(data); imagesOnly && n > geminiInlineMax {
+				if n := Base64Size(data); imagesOnly && n > geminiInlineMax {
 					return nil, fmt.Errorf("%w: messages[%d]: an image_url is %d bytes decoded; image models take images of at most 20 MiB (%d bytes)", ErrBadRequest, i, n, geminiInlineMax)
 				}
-				parts = append(parts, gemPart{InlineData: &gemBlob{MimeType: mt, Data: data}})
+				parts = append(parts, gemini.Part{InlineData: &gemini.Blob{MimeType: mt, Data: data}})
 			} else if isHTTPURL(u) {
 				mt := imageTypeOf(u) // "" when the URL does not say
 				if mt != "" {
-					if mt, err = imageMediaType(mt, "Gemini", gemImageTypes, i); err != nil {
+					if mt, err = imageMediaType(mt, "Gemini", gemini.ImageTypes, i); err != nil {
 						return nil, err
 					}
 				}
-				parts = append(parts, gemPart{FileData: &gemFileData{MimeType: mt, FileURI: u}})
+				parts = append(parts, gemini.Part{FileData: &gemini.FileData{MimeType: mt, FileURI: u}})
 			} else {
 				return nil, fmt.Errorf("%w: messages[%d]: image_url.url must be an http(s) or base64 data URL", ErrBadRequest, i)
 			}
@@ -418,13 +325,13 @@ func gemParts(m openai.Message, i int, removed removals, imagesOnly bool) ([]gem
 			if f == "" || cp.InputAudio.Data == "" {
 				return nil, fmt.Errorf("%w: messages[%d]: input_audio needs data and format", ErrBadRequest, i)
 			}
-			parts = append(parts, gemPart{InlineData: &gemBlob{MimeType: "audio/" + f, Data: cp.InputAudio.Data}})
+			parts = append(parts, gemini.Part{InlineData: &gemini.Blob{MimeType: "audio/" + f, Data: cp.InputAudio.Data}})
 		case "file":
-			mt, data, ok := parseDataURL(cp.File.FileData)
+			mt, data, ok := ParseDataURL(cp.File.FileData)
 			if !ok {
 				return nil, fmt.Errorf("%w: messages[%d]: Gemini takes files only as base64 data URLs in file.file_data", ErrBadRequest, i)
 			}
-			parts = append(parts, gemPart{InlineData: &gemBlob{MimeType: mt, Data: data}})
+			parts = append(parts, gemini.Part{InlineData: &gemini.Blob{MimeType: mt, Data: data}})
 		default:
 			return nil, fmt.Errorf("%w: messages[%d]: content part type %q is not supported by Gemini", ErrBadRequest, i, cp.Type)
 		}
@@ -436,14 +343,11 @@ func gemParts(m openai.Message, i int, removed removals, imagesOnly bool) ([]gem
 				return nil, err
 			}
 			_, sig := splitGeminiCallID(tc.ID)
-			parts = append(parts, gemPart{FunctionCall: &gemFunctionCall{Name: tc.Function.Name, Args: args}, ThoughtSignature: sig})
+			parts = append(parts, gemini.Part{FunctionCall: &gemini.FunctionCall{Name: tc.Function.Name, Args: args}, ThoughtSignature: sig})
 		}
 	}
 	return parts, nil
 }
-
-// gemImageTypes are the image media types Gemini takes.
-var gemImageTypes = []string{"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"}
 
 // callSignatureMark separates a tool call id the gateway hands out from the thought signature
 // it carries. What follows is the signature in unpadded URL-safe base64, so the whole id stays
@@ -501,7 +405,7 @@ func geminiChecksSignatures(model string) bool {
 // signFirstCalls gives the first function call of each model turn the placeholder signature
 // when it has none: Gemini checks the first call of each step (parallel calls after it carry
 // none).
-func signFirstCalls(contents []gemContent) {
+func signFirstCalls(contents []gemini.Content) {
 	for _, c := range contents {
 		if c.Role != "model" {
 			continue
@@ -541,7 +445,7 @@ func imageTypeOf(u string) string {
 
 // appendGemTurn adds parts as a turn of role, merged into the previous turn when it has the
 // same role. A turn without parts is left out.
-func appendGemTurn(turns []gemContent, role string, parts []gemPart) []gemContent {
+func appendGemTurn(turns []gemini.Content, role string, parts []gemini.Part) []gemini.Content {
 	if len(parts) == 0 {
 		return turns
 	}
@@ -549,7 +453,7 @@ func appendGemTurn(turns []gemContent, role string, parts []gemPart) []gemConten
 		turns[n-1].Parts = append(turns[n-1].Parts, parts...)
 		return turns
 	}
-	return append(turns, gemContent{Role: role, Parts: parts})
+	return append(turns, gemini.Content{Role: role, Parts: parts})
 }
 
 // BlockedError is a prompt the provider refused to answer at all (Gemini's
@@ -580,60 +484,24 @@ func geminiFinish(reason string, calls bool) string {
 		}
 	case "MAX_TOKENS":
 		return "length"
-	case "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION":
+	}
+	if slices.Contains(gemini.FilterReasons, reason) {
 		return "content_filter"
 	}
 	return "stop"
 }
 
-type gemUsage struct {
-	PromptTokenCount        int64 `json:"promptTokenCount"`
-	CandidatesTokenCount    int64 `json:"candidatesTokenCount"`
-	TotalTokenCount         int64 `json:"totalTokenCount"`
-	CachedContentTokenCount int64 `json:"cachedContentTokenCount"`
-	ThoughtsTokenCount      int64 `json:"thoughtsTokenCount"`
-	ToolUsePromptTokenCount int64 `json:"toolUsePromptTokenCount"`
-	// CandidatesTokensDetails splits candidatesTokenCount by modality (TEXT, IMAGE, ...):
-	// image models bill their images apart from their text.
-	CandidatesTokensDetails []struct {
-		Modality   string `json:"modality"`
-		TokenCount int64  `json:"tokenCount"`
-	} `json:"candidatesTokensDetails"`
-}
-
-// chat reports Gemini usage the OpenAI way: thinking is billed as output, so it counts as
+// geminiUsage reports Gemini usage the OpenAI way: thinking is billed as output, so it counts as
 // completion (and as reasoning); prompt tokens of Google's own tools count as prompt.
 // promptTokenCount already includes the cached tokens. total_tokens is the sum, as OpenAI
 // clients expect.
-func (u *gemUsage) chat() *openai.Usage {
+func geminiUsage(u *gemini.UsageMetadata) *openai.Usage {
 	return newUsage(tokens(u.PromptTokenCount, u.ToolUsePromptTokenCount), tokens(u.CandidatesTokenCount, u.ThoughtsTokenCount),
 		tokens(u.CachedContentTokenCount), tokens(u.ThoughtsTokenCount))
 }
 
-// gemAnswer is a GenerateContentResponse, or an error event in a stream.
-type gemAnswer struct {
-	Candidates []struct {
-		Content struct {
-			Parts []gemPart `json:"parts"`
-		} `json:"content"`
-		FinishReason string `json:"finishReason"`
-	} `json:"candidates"`
-	PromptFeedback *struct {
-		BlockReason        string `json:"blockReason"`
-		BlockReasonMessage string `json:"blockReasonMessage"`
-	} `json:"promptFeedback"`
-	UsageMetadata *gemUsage `json:"usageMetadata"`
-	ModelVersion  string    `json:"modelVersion"`
-	ResponseID    string    `json:"responseId"`
-	Error         *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-		Status  string `json:"status"`
-	} `json:"error"`
-}
-
-// failure is the error an answer carries, or nil.
-func (a *gemAnswer) failure() error {
+// geminiFailure is the error an answer carries, or nil.
+func geminiFailure(a *gemini.Response) error {
 	if a.Error == nil {
 		return nil
 	}
@@ -644,8 +512,8 @@ func (a *gemAnswer) failure() error {
 	return &UpstreamFailure{Provider: "Gemini", Code: cmp.Or(code, "upstream_error"), Message: cmp.Or(a.Error.Message, "Gemini reported an error")}
 }
 
-// blocked returns the error of an answer without candidates.
-func (a *gemAnswer) blocked() error {
+// geminiBlocked returns the error of an answer without candidates.
+func geminiBlocked(a *gemini.Response) error {
 	if a.PromptFeedback != nil && a.PromptFeedback.BlockReason != "" {
 		return &BlockedError{Provider: "gemini", Reason: a.PromptFeedback.BlockReason, Message: a.PromptFeedback.BlockReasonMessage}
 	}
@@ -666,8 +534,8 @@ type geminiResponse struct {
 	reason string      // the last finishReason reported: sent once, when the body ends
 	// pending is a call whose arguments are streaming; it goes out whole when they end.
 	pending *pendingCall
-	usage   *gemUsage // the latest usageMetadata; the last event has the totals
-	done    bool      // [DONE] or an error went out: the rest is ignored
+	usage   *gemini.UsageMetadata // the latest usageMetadata; the last event has the totals
+	done    bool                  // [DONE] or an error went out: the rest is ignored
 	// images: the answer of an image model (family I3), whose content is an array of text and
 	// image parts (see imageBody).
 	images bool
@@ -681,15 +549,15 @@ func (r *geminiResponse) Body(b []byte) ([]byte, error) {
 	if r.images {
 		return r.imageBody(b)
 	}
-	var a gemAnswer
+	var a gemini.Response
 	if err := json.Unmarshal(b, &a); err != nil {
 		return nil, fmt.Errorf("gemini: the answer is not a GenerateContentResponse (%s)", jsonMismatch("answer", err))
 	}
-	if err := a.failure(); err != nil {
+	if err := geminiFailure(&a); err != nil {
 		return nil, err
 	}
 	if len(a.Candidates) == 0 {
-		return nil, a.blocked()
+		return nil, geminiBlocked(&a)
 	}
 	cand := a.Candidates[0]
 	msg := openai.ResponseMessage{Role: "assistant"}
@@ -713,7 +581,7 @@ func (r *geminiResponse) Body(b []byte) ([]byte, error) {
 		Choices: []openai.Choice{{Message: msg, FinishReason: geminiFinish(cand.FinishReason, len(msg.ToolCalls) > 0)}},
 	}
 	if a.UsageMetadata != nil {
-		c.Usage = a.UsageMetadata.chat()
+		c.Usage = geminiUsage(a.UsageMetadata)
 	}
 	return marshal(c), nil
 }
@@ -730,7 +598,7 @@ func (r *geminiResponse) Chunk(b []byte, end bool) ([]byte, error) {
 		} else {
 			r.out.chunk(openai.Delta{}, geminiFinish(r.reason, r.calls > 0))
 			if r.usage != nil {
-				r.out.usage(r.usage.chat())
+				r.out.usage(geminiUsage(r.usage))
 			}
 			r.out.doneMarker()
 		}
@@ -758,11 +626,11 @@ func (r *geminiResponse) event(data []byte) error {
 		}
 		return nil
 	}
-	var a gemAnswer
+	var a gemini.Response
 	if err := json.Unmarshal(data, &a); err != nil {
 		return fmt.Errorf("gemini: a stream event is not a GenerateContentResponse (%s)", jsonMismatch("event", err))
 	}
-	if err := a.failure(); err != nil {
+	if err := geminiFailure(&a); err != nil {
 		return err
 	}
 	if !r.out.started {
@@ -774,7 +642,7 @@ func (r *geminiResponse) event(data []byte) error {
 	}
 	if len(a.Candidates) == 0 {
 		if a.PromptFeedback != nil && a.PromptFeedback.BlockReason != "" {
-			return a.blocked() // headers are out already: the refusal travels as an error event
+			return geminiBlocked(&a) // headers are out already: the refusal travels as an error event
 		}
 		return nil
 	}
@@ -830,16 +698,6 @@ type pendingCall struct {
 	args                argNode
 }
 
-// gemPartialArg is one piece of streamed arguments: the value at a JSON path ($.a.b[2].c).
-// Strings arrive in pieces, each continuing the string already at the path.
-type gemPartialArg struct {
-	JSONPath    string          `json:"jsonPath"`
-	StringValue *string         `json:"stringValue,omitempty"`
-	NumberValue json.RawMessage `json:"numberValue,omitempty"` // kept as sent: no float rounding
-	BoolValue   *bool           `json:"boolValue,omitempty"`
-	NullValue   json.RawMessage `json:"nullValue,omitempty"`
-}
-
 // argNode is a JSON value built from partialArgs: an object (keys in arrival order), an array,
 // a string being continued, or a finished scalar.
 type argNode struct {
@@ -852,7 +710,7 @@ type argNode struct {
 }
 
 // set applies one partial argument under n, the arguments object.
-func (n *argNode) set(pa gemPartialArg) error {
+func (n *argNode) set(pa gemini.PartialArg) error {
 	steps, err := argPath(pa.JSONPath)
 	if err != nil {
 		return fmt.Errorf("gemini: streamed function call arguments: %w", err)
@@ -981,17 +839,7 @@ const maxStreamedIndex = 10000
 // RefusesCredential: Gemini answers a bad API key with 400 INVALID_ARGUMENT (reason
 // API_KEY_INVALID) and a missing one with 403 PERMISSION_DENIED.
 func (r *geminiResponse) RefusesCredential(status int, body []byte) bool {
-	return geminiRefusesCredential(status, body)
-}
-
-func geminiRefusesCredential(status int, body []byte) bool {
-	switch status {
-	case http.StatusBadRequest:
-		return bytes.Contains(body, []byte("API_KEY_INVALID")) || bytes.Contains(body, []byte("API key not valid"))
-	case http.StatusForbidden:
-		return bytes.Contains(body, []byte("unregistered callers"))
-	}
-	return false
+	return gemini.RefusesCredential(status, body)
 }
 
 var _ CredentialRefusal = (*geminiResponse)(nil)

@@ -32,11 +32,11 @@ import (
 	"image"
 	"net/url"
 	"strings"
-	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/tollway/tollway/extproc/apischema/gemini"
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -84,8 +84,6 @@ var (
 	// i3AspectRatios are spec 4.4's common aspect ratios; flash-3.1 also takes i3WideRatios.
 	i3AspectRatios = []string{"1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9"}
 	i3WideRatios   = []string{"1:4", "4:1", "1:8", "8:1"}
-	// heifBrands are the ISO BMFF brands of HEIC and HEIF images (the ftyp box's major brand).
-	heifBrands = []string{"heic", "heix", "hevc", "hevx", "heim", "heis", "hevm", "hevs", "mif1", "msf1"}
 )
 
 // i3Sizes are the imageSize values of a variant (spec 4.4); flash-2.5 takes none.
@@ -133,19 +131,19 @@ func (geminiImage) Create(p *ir.Provider, m *ir.Model, model string, req Request
 	if err != nil {
 		return nil, err
 	}
-	gen := &gemGenConfig{ResponseModalities: b.modalities}
+	gen := &gemini.GenerationConfig{ResponseModalities: b.modalities}
 	if b.aspectRatio != "" || b.imageSize != "" {
-		gen.ImageConfig = &gemImageConfig{AspectRatio: b.aspectRatio, ImageSize: b.imageSize}
+		gen.ImageConfig = &gemini.ImageConfig{AspectRatio: b.aspectRatio, ImageSize: b.imageSize}
 	}
 	if m.MaxOutputLength > 0 {
 		gen.MaxOutputTokens = geminiOutput(m)
 	}
 	rest := struct {
-		Tools            []gemTool     `json:"tools,omitempty"`
-		GenerationConfig *gemGenConfig `json:"generationConfig"`
+		Tools            []gemini.Tool            `json:"tools,omitempty"`
+		GenerationConfig *gemini.GenerationConfig `json:"generationConfig"`
 	}{GenerationConfig: gen}
 	if b.search {
-		rest.Tools = []gemTool{{GoogleSearch: &struct{}{}}}
+		rest.Tools = []gemini.Tool{{GoogleSearch: &struct{}{}}}
 	}
 	tail, err := encodeJSON(rest)
 	if err != nil {
@@ -192,18 +190,12 @@ func (geminiImage) Create(p *ir.Provider, m *ir.Model, model string, req Request
 	}, nil
 }
 
-// gemImageConfig is generationConfig.imageConfig.
-type gemImageConfig struct {
-	AspectRatio string `json:"aspectRatio,omitempty"`
-	ImageSize   string `json:"imageSize,omitempty"`
-}
-
 // Created reads Gemini's answer: the finished task, or the error that refused it.
 func (geminiImage) Created(status int, body []byte) (Created, error) {
 	if status != 200 {
 		return Created{}, geminiTaskError(status, body)
 	}
-	var a gemImageWire
+	var a gemini.Response
 	if err := jsonv2.Unmarshal(body, &a, imageWireOptions); err != nil {
 		return Created{}, &TaskError{Code: "upstream_error", Message: "Gemini's answer is not a GenerateContentResponse"}
 	}
@@ -214,98 +206,33 @@ func (geminiImage) Created(status int, body []byte) (Created, error) {
 	return Created{Done: &st}, nil
 }
 
-// gemImageWire is an image model's answer as read here: gemAnswer's fields, read with
-// encoding/json/v2, which scans a 4 MiB image's base64 several times faster than encoding/json;
-// the base64 is kept as the answer's JSON string, decoded once (tasks) or passed on as it came
-// (chat).
-type gemImageWire struct {
-	Candidates []struct {
-		Content struct {
-			Parts []struct {
-				Text       string         `json:"text"`
-				Thought    bool           `json:"thought"`
-				InlineData *gemImageBlobs `json:"inlineData"`
-			} `json:"parts"`
-		} `json:"content"`
-		FinishReason  string `json:"finishReason"`
-		FinishMessage string `json:"finishMessage"`
-	} `json:"candidates"`
-	PromptFeedback *struct {
-		BlockReason        string `json:"blockReason"`
-		BlockReasonMessage string `json:"blockReasonMessage"`
-	} `json:"promptFeedback"`
-	UsageMetadata *gemUsage `json:"usageMetadata"`
-	ModelVersion  string    `json:"modelVersion"`
-	ResponseID    string    `json:"responseId"`
-	Error         *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-		Status  string `json:"status"`
-	} `json:"error"`
-}
-
-// gemImageBlobs is an inlineData part of an answer.
-type gemImageBlobs struct {
-	MimeType string         `json:"mimeType"`
-	Data     jsontext.Value `json:"data"` // a JSON string, quotes included
-}
-
 // imageWireOptions read providers' answers as encoding/json would: a stray invalid UTF-8 byte
-// or a repeated member does not lose the answer.
+// or a repeated member does not lose the answer. encoding/json/v2 reads an image answer: it
+// scans a 4 MiB image's base64 several times faster than encoding/json.
 var imageWireOptions = jsonv2.JoinOptions(jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
-
-// base64 is the data's base64 text, unquoted (escapes, which base64 never needs, resolved).
-func (b *gemImageBlobs) base64() ([]byte, error) {
-	v := b.Data
-	if len(v) < 2 || v[0] != '"' {
-		return nil, errors.New("gemini: an image's data is not a string")
-	}
-	if bytes.IndexByte(v, '\\') < 0 {
-		return v[1 : len(v)-1], nil
-	}
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil {
-		return nil, err
-	}
-	return []byte(s), nil
-}
-
-// decode is the image.
-func (b *gemImageBlobs) decode() ([]byte, error) {
-	raw, err := b.base64()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, base64.StdEncoding.DecodedLen(len(raw)))
-	n, err := base64.StdEncoding.Decode(out, raw)
-	return out[:n], err
-}
 
 // geminiTaskError maps Gemini's error answer (HTTP status and {"error": {code, message,
 // status}}): a refused key is the gateway's credential (the next provider is tried), another
 // 400 the client's request, 429 and 5xx the provider's trouble.
 func geminiTaskError(status int, body []byte) *TaskError {
 	var e struct {
-		Error struct {
-			Message string `json:"message"`
-			Status  string `json:"status"`
-		} `json:"error"`
+		Error gemini.Error `json:"error"`
 	}
 	_ = json.Unmarshal(body, &e)
 	msg := fmt.Sprintf("Gemini HTTP %d %s: %s", status, e.Error.Status, cmp.Or(e.Error.Message, "no message"))
-	if geminiRefusesCredential(status, body) {
+	if gemini.RefusesCredential(status, body) {
 		return &TaskError{Code: "provider_auth_failed", Message: msg}
 	}
 	return &TaskError{Code: httpCode(status), Message: msg}
 }
 
 // geminiImageState is the finished task an answer with HTTP 200 describes.
-func geminiImageState(a *gemImageWire) TaskState {
+func geminiImageState(a *gemini.Response) TaskState {
 	st := TaskState{Status: TaskFailed, Progress: 100}
 	if len(a.Candidates) == 0 {
 		st.PromptTokens, st.CompletionTokens, st.ImageTokens = geminiImageUsage(a.UsageMetadata, "", 0)
 		if pf := a.PromptFeedback; pf != nil && pf.BlockReason != "" {
-			st.FamilyStatus = "blockReason " + clipText(pf.BlockReason)
+			st.FamilyStatus = "blockReason " + clip(pf.BlockReason)
 			st.Error = &TaskError{Code: "content_filter", Message: clipMessage((&BlockedError{Provider: "Gemini", Reason: pf.BlockReason, Message: pf.BlockReasonMessage}).Error())}
 			return st
 		}
@@ -314,7 +241,7 @@ func geminiImageState(a *gemImageWire) TaskState {
 		return st
 	}
 	cand := a.Candidates[0]
-	st.FamilyStatus = clipText(cand.FinishReason)
+	st.FamilyStatus = clip(cand.FinishReason)
 	var text strings.Builder
 	for _, p := range cand.Content.Parts {
 		switch {
@@ -323,14 +250,14 @@ func geminiImageState(a *gemImageWire) TaskState {
 			if len(st.Images) == GeminiMaxImages {
 				continue
 			}
-			data, err := p.InlineData.decode()
+			data, err := base64.StdEncoding.DecodeString(p.InlineData.Data)
 			if err != nil {
 				st.Error = &TaskError{Code: "upstream_error", Message: "Gemini sent an image that is not valid base64"}
 				st.Images = nil
 				st.PromptTokens, st.CompletionTokens, st.ImageTokens = geminiImageUsage(a.UsageMetadata, text.String(), 0)
 				return st
 			}
-			im := TaskImage{Data: data, MIMEType: clipText(p.InlineData.MimeType)}
+			im := TaskImage{Data: data, MIMEType: clip(p.InlineData.MimeType)}
 			if cfg, _, err := image.DecodeConfig(bytes.NewReader(data)); err == nil {
 				im.Width, im.Height = cfg.Width, cfg.Height
 			}
@@ -339,7 +266,7 @@ func geminiImageState(a *gemImageWire) TaskState {
 			text.WriteString(p.Text)
 		}
 	}
-	st.Text = clipUTF8(text.String(), geminiMaxText)
+	st.Text = Cut(text.String(), geminiMaxText)
 	st.PromptTokens, st.CompletionTokens, st.ImageTokens = geminiImageUsage(a.UsageMetadata, text.String(), len(st.Images))
 	if len(st.Images) > 0 {
 		st.Status = TaskCompleted
@@ -368,7 +295,7 @@ func geminiImageState(a *gemImageWire) TaskState {
 // IMAGE entry though text came back, so the text is what is left, never the TEXT entries
 // alone. Without a breakdown the text is counted with the gateway's tokenizer (o200k_base, an
 // estimate, at most what Gemini reports) and the images are the rest.
-func geminiImageUsage(u *gemUsage, text string, images int) (prompt, completion, imageTokens int64) {
+func geminiImageUsage(u *gemini.UsageMetadata, text string, images int) (prompt, completion, imageTokens int64) {
 	if u == nil {
 		if text == "" {
 			return 0, 0, 0
@@ -401,15 +328,4 @@ func (geminiImage) Queried(int, []byte) (TaskState, error) {
 func (geminiImage) Followed(*TaskState, int, []byte) error { return nil }
 
 // clipMessage bounds an error message the task store keeps (4,096 bytes).
-func clipMessage(s string) string { return clipUTF8(s, 4000) }
-
-// clipUTF8 cuts s to at most n bytes, at a character boundary.
-func clipUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
+func clipMessage(s string) string { return Cut(s, 4000) }

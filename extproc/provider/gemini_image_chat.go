@@ -12,6 +12,7 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 
+	"github.com/tollway/tollway/extproc/apischema/gemini"
 	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -42,8 +43,8 @@ func GeminiImageChat(p *ir.Provider, m *ir.Model, model string, req Request) (*U
 	if stream, err := boolField(req, "stream"); err != nil || stream {
 		return nil, fmt.Errorf("%w: image model %s answers whole: send stream false", ErrBadRequest, m.ID)
 	}
-	for _, f := range (gemini{}).Parameters().Known {
-		if rawField(req, f) != nil && !slices.Contains(GeminiImageChatParameters.Known, f) {
+	for _, f := range (toGemini{}).Parameters().Known {
+		if Field(req, f) != nil && !slices.Contains(GeminiImageChatParameters.Known, f) {
 			return nil, fmt.Errorf("%w: %s is not taken by image model %s: %s", ErrBadRequest, f, m.ID, cmp.Or(imageChatRefused[f], "remove it"))
 		}
 	}
@@ -52,12 +53,12 @@ func GeminiImageChat(p *ir.Provider, m *ir.Model, model string, req Request) (*U
 	} else if rf.Type != "" && rf.Type != "text" {
 		return nil, fmt.Errorf("%w: response_format %s is not taken by image model %s: it answers with text and images", ErrBadRequest, rf.Type, m.ID)
 	}
-	out, removed, err := gemini{images: true}.request(model, req)
+	out, removed, err := toGemini{images: true}.request(model, req)
 	if err != nil {
 		return nil, err
 	}
 	if out.GenerationConfig == nil {
-		out.GenerationConfig = &gemGenConfig{}
+		out.GenerationConfig = &gemini.GenerationConfig{}
 	}
 	out.GenerationConfig.ResponseModalities = []string{"TEXT", "IMAGE"}
 	resp := newGeminiResponse(model)
@@ -72,7 +73,7 @@ func GeminiImageChat(p *ir.Provider, m *ir.Model, model string, req Request) (*U
 // price, at the completion price where it has none). Failures as Body's: a blocked prompt is a
 // BlockedError.
 func (r *geminiResponse) imageBody(b []byte) ([]byte, error) {
-	var a gemImageWire
+	var a gemini.Response
 	if err := jsonv2.Unmarshal(b, &a, imageWireOptions); err != nil {
 		return nil, fmt.Errorf("gemini: the answer is not a GenerateContentResponse (%s)", strings.TrimPrefix(err.Error(), "json: "))
 	}
@@ -96,12 +97,8 @@ func (r *geminiResponse) imageBody(b []byte) ([]byte, error) {
 			if images == GeminiMaxImages {
 				continue
 			}
-			data, err := p.InlineData.base64()
-			if err != nil {
-				return nil, err
-			}
 			images++
-			parts = append(parts, openai.Part{Type: openai.PartImageURL, ImageURL: openai.ImageURL{URL: dataURL(p.InlineData.MimeType, data)}})
+			parts = append(parts, openai.Part{Type: openai.PartImageURL, ImageURL: openai.ImageURL{URL: dataURL(p.InlineData.MimeType, p.InlineData.Data)}})
 		case p.Text != "":
 			text.WriteString(p.Text)
 			if n := len(parts); n > 0 && parts[n-1].Type == openai.PartText {
@@ -128,12 +125,12 @@ func (r *geminiResponse) imageBody(b []byte) ([]byte, error) {
 }
 
 // dataURL is a base64 data URL of type mime, its data copied once.
-func dataURL(mime string, b64 []byte) string {
+func dataURL(mime, b64 string) string {
 	var b strings.Builder
 	b.Grow(len(mime) + len(b64) + 13)
 	b.WriteString("data:")
 	b.WriteString(mime)
 	b.WriteString(";base64,")
-	b.Write(b64)
+	b.WriteString(b64)
 	return b.String()
 }

@@ -7,16 +7,13 @@ package provider
 import (
 	"bytes"
 	"cmp"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"image"
 	"maps"
 	"slices"
 	"strings"
 
-	"github.com/go-json-experiment/json/jsontext"
+	"github.com/tollway/tollway/extproc/apischema/gemini"
 
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -72,11 +69,11 @@ func decodeI3(m *ir.Model, req Request, check bool) (*i3Body, error) {
 		return nil, err
 	}
 	b.callbackURL = cb
-	raw := rawField(req, "contents")
+	raw := Field(req, "contents")
 	if raw == nil {
 		return nil, fmt.Errorf(`%w: contents is required: [{"role": "user", "parts": [{"text": "a red fox in snow"}]}]`, ErrBadRequest)
 	}
-	turns, err := arrayOf("contents", raw, "an array of user turns")
+	turns, err := Array("contents", raw, "an array of user turns")
 	if err != nil {
 		return nil, err
 	}
@@ -86,20 +83,20 @@ func decodeI3(m *ir.Model, req Request, check bool) (*i3Body, error) {
 	hasText := false
 	for i, t := range turns {
 		at := fmt.Sprintf("contents[%d]", i)
-		obj, err := jsonObject(at, t, i3TurnFields)
+		obj, err := protoObject(at, t, i3TurnFields)
 		if err != nil {
 			return nil, err
 		}
-		if role, ok, err := readString(at+".role", obj["role"]); err != nil {
+		if role, ok, err := ReadString(at+".role", obj["role"]); err != nil {
 			return nil, err
 		} else if ok && role != "user" {
-			return nil, fmt.Errorf("%w: %s.role %q is not allowed: I3 takes user turns (text and inline_data parts); send an image to edit as inline_data", ErrBadRequest, at, clipText(role))
+			return nil, fmt.Errorf("%w: %s.role %q is not allowed: I3 takes user turns (text and inline_data parts); send an image to edit as inline_data", ErrBadRequest, at, clip(role))
 		}
-		praw := rawField(obj, "parts")
+		praw := Field(obj, "parts")
 		if praw == nil {
 			return nil, fmt.Errorf(`%w: %s.parts is required: [{"text": "..."}]`, ErrBadRequest, at)
 		}
-		parts, err := arrayOf(at+".parts", praw, "an array of parts")
+		parts, err := Array(at+".parts", praw, "an array of parts")
 		if err != nil {
 			return nil, err
 		}
@@ -109,7 +106,7 @@ func decodeI3(m *ir.Model, req Request, check bool) (*i3Body, error) {
 		var turn []i3Part
 		for j, p := range parts {
 			pat := fmt.Sprintf("%s.parts[%d]", at, j)
-			part, err := jsonObject(pat, p, i3PartFields)
+			part, err := protoObject(pat, p, i3PartFields)
 			if err != nil {
 				return nil, err
 			}
@@ -117,7 +114,7 @@ func decodeI3(m *ir.Model, req Request, check bool) (*i3Body, error) {
 			case len(part) != 1:
 				return nil, fmt.Errorf(`%w: %s must have one of text or inline_data: {"text": "..."} or {"inline_data": {"mime_type": "image/png", "data": "<base64>"}}`, ErrBadRequest, pat)
 			case part["text"] != nil:
-				s, _, err := readString(pat+".text", part["text"])
+				s, _, err := ReadString(pat+".text", part["text"])
 				if err != nil {
 					return nil, err
 				}
@@ -141,10 +138,10 @@ func decodeI3(m *ir.Model, req Request, check bool) (*i3Body, error) {
 	if !hasText {
 		return nil, fmt.Errorf("%w: contents has no text part: say what to generate", ErrBadRequest)
 	}
-	if err := b.generation(m, rawField(req, "generationConfig")); err != nil {
+	if err := b.generation(m, Field(req, "generationConfig")); err != nil {
 		return nil, err
 	}
-	if err := b.tools(m, rawField(req, "tools")); err != nil {
+	if err := b.tools(m, Field(req, "tools")); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -155,34 +152,34 @@ func (b *i3Body) generation(m *ir.Model, raw json.RawMessage) error {
 	if raw == nil {
 		return nil
 	}
-	gc, err := jsonObject("generationConfig", raw, i3GenFields)
+	gc, err := protoObject("generationConfig", raw, i3GenFields)
 	if err != nil {
 		return err
 	}
-	if mr := rawField(gc, "responseModalities"); mr != nil {
-		items, err := arrayOf("generationConfig.responseModalities", mr, `["TEXT", "IMAGE"] or ["IMAGE"]`)
+	if mr := Field(gc, "responseModalities"); mr != nil {
+		items, err := Array("generationConfig.responseModalities", mr, `["TEXT", "IMAGE"] or ["IMAGE"]`)
 		if err != nil {
 			return err
 		}
 		mods := make([]string, len(items))
 		for i, it := range items {
-			if mods[i], _, err = readString(fmt.Sprintf("generationConfig.responseModalities[%d]", i), it); err != nil {
+			if mods[i], _, err = ReadString(fmt.Sprintf("generationConfig.responseModalities[%d]", i), it); err != nil {
 				return err
 			}
 		}
 		sorted := slices.Sorted(slices.Values(mods))
 		if !slices.Equal(sorted, []string{"IMAGE"}) && !slices.Equal(sorted, []string{"IMAGE", "TEXT"}) {
-			return fmt.Errorf(`%w: generationConfig.responseModalities %s is not allowed: use ["TEXT", "IMAGE"] (text and images) or ["IMAGE"] (images only)`, ErrBadRequest, clipText(string(mr)))
+			return fmt.Errorf(`%w: generationConfig.responseModalities %s is not allowed: use ["TEXT", "IMAGE"] (text and images) or ["IMAGE"] (images only)`, ErrBadRequest, clip(string(mr)))
 		}
 		b.modalities = mods
 	}
-	at, imgRaw := "generationConfig.imageConfig", rawField(gc, "imageConfig")
-	if rf := rawField(gc, "responseFormat"); rf != nil {
-		f, err := jsonObject("generationConfig.responseFormat", rf, []string{"image"})
+	at, imgRaw := "generationConfig.imageConfig", Field(gc, "imageConfig")
+	if rf := Field(gc, "responseFormat"); rf != nil {
+		f, err := protoObject("generationConfig.responseFormat", rf, []string{"image"})
 		if err != nil {
 			return err
 		}
-		if v := rawField(f, "image"); v != nil && imgRaw != nil {
+		if v := Field(f, "image"); v != nil && imgRaw != nil {
 			return fmt.Errorf("%w: generationConfig.responseFormat.image and generationConfig.imageConfig are the same settings (the spec's name and Gemini's); send one", ErrBadRequest)
 		} else if v != nil {
 			at, imgRaw = "generationConfig.responseFormat.image", v
@@ -191,12 +188,12 @@ func (b *i3Body) generation(m *ir.Model, raw json.RawMessage) error {
 	if imgRaw == nil {
 		return nil
 	}
-	img, err := jsonObject(at, imgRaw, i3ImageFields)
+	img, err := protoObject(at, imgRaw, i3ImageFields)
 	if err != nil {
 		return err
 	}
 	at += "."
-	ratio, hasRatio, err := readString(at+"aspectRatio", img["aspectRatio"])
+	ratio, hasRatio, err := ReadString(at+"aspectRatio", img["aspectRatio"])
 	if err != nil {
 		return err
 	}
@@ -210,11 +207,11 @@ func (b *i3Body) generation(m *ir.Model, raw json.RawMessage) error {
 			if slices.Contains(i3WideRatios, ratio) {
 				hint = " (" + ratio + " is for flash-3.1 models only)"
 			}
-			return fmt.Errorf("%w: %saspectRatio %q is not allowed for %s (variant %s): use one of %s%s", ErrBadRequest, at, clipText(ratio), m.ID, m.Variant, strings.Join(ratios, ", "), hint)
+			return fmt.Errorf("%w: %saspectRatio %q is not allowed for %s (variant %s): use one of %s%s", ErrBadRequest, at, clip(ratio), m.ID, m.Variant, strings.Join(ratios, ", "), hint)
 		}
 		b.aspectRatio = ratio
 	}
-	size, hasSize, err := readString(at+"imageSize", img["imageSize"])
+	size, hasSize, err := ReadString(at+"imageSize", img["imageSize"])
 	if err != nil {
 		return err
 	}
@@ -228,7 +225,7 @@ func (b *i3Body) generation(m *ir.Model, raw json.RawMessage) error {
 			if size == "512" {
 				hint = " (512 is for flash-3.1 models only)"
 			}
-			return fmt.Errorf("%w: %simageSize %q is not allowed for %s (variant %s): use one of %s%s", ErrBadRequest, at, clipText(size), m.ID, m.Variant, strings.Join(sizes, ", "), hint)
+			return fmt.Errorf("%w: %simageSize %q is not allowed for %s (variant %s): use one of %s%s", ErrBadRequest, at, clip(size), m.ID, m.Variant, strings.Join(sizes, ", "), hint)
 		}
 		b.imageSize = size
 	}
@@ -240,24 +237,24 @@ func (b *i3Body) tools(m *ir.Model, raw json.RawMessage) error {
 	if raw == nil {
 		return nil
 	}
-	tools, err := arrayOf("tools", raw, `an array of tools ([{"google_search": {}}])`)
+	tools, err := Array("tools", raw, `an array of tools ([{"google_search": {}}])`)
 	if err != nil {
 		return err
 	}
 	for i, t := range tools {
 		at := fmt.Sprintf("tools[%d]", i)
-		tool, err := jsonObject(at, t, []string{"google_search"})
+		tool, err := protoObject(at, t, []string{"google_search"})
 		if err != nil {
 			return err
 		}
-		gs := rawField(tool, "google_search")
+		gs := Field(tool, "google_search")
 		switch {
 		case gs == nil:
 			return fmt.Errorf(`%w: %s must be {"google_search": {}}`, ErrBadRequest, at)
 		case gs[0] != '{':
-			return wrongType(at+".google_search", "an empty object {}", gs)
+			return WrongType(at+".google_search", "an empty object {}", gs)
 		}
-		if _, err := jsonObject(at+".google_search", gs, nil); err != nil {
+		if _, err := protoObject(at+".google_search", gs, []string{}); err != nil {
 			return fmt.Errorf(`%w: %s.google_search takes no options: send {"google_search": {}}`, ErrBadRequest, at)
 		}
 		if m.Variant != variantPro && m.Variant != variantFlash31 {
@@ -281,11 +278,11 @@ type i3Part struct {
 // and bytes that are the image type declared (a PNG sent as image/jpeg is refused, not
 // guessed).
 func inlineImage(at string, raw json.RawMessage, check bool) (i3Part, error) {
-	blob, err := jsonObject(at, raw, i3BlobFields)
+	blob, err := protoObject(at, raw, i3BlobFields)
 	if err != nil {
 		return i3Part{}, err
 	}
-	mt, _, err := readString(at+".mime_type", blob["mime_type"])
+	mt, _, err := ReadString(at+".mime_type", blob["mime_type"])
 	if err != nil {
 		return i3Part{}, err
 	}
@@ -293,14 +290,14 @@ func inlineImage(at string, raw json.RawMessage, check bool) (i3Part, error) {
 	if norm == "image/jpg" {
 		norm = "image/jpeg"
 	}
-	data := rawField(blob, "data")
+	data := Field(blob, "data")
 	switch {
-	case !slices.Contains(gemImageTypes, norm):
-		return i3Part{}, fmt.Errorf("%w: %s.mime_type %q is not allowed: Gemini takes images as %s", ErrBadRequest, at, clipText(mt), strings.Join(gemImageTypes, ", "))
+	case !slices.Contains(gemini.ImageTypes, norm):
+		return i3Part{}, fmt.Errorf("%w: %s.mime_type %q is not allowed: Gemini takes images as %s", ErrBadRequest, at, clip(mt), strings.Join(gemini.ImageTypes, ", "))
 	case data == nil:
 		return i3Part{}, fmt.Errorf("%w: %s.data is required: the image in base64, as a string", ErrBadRequest, at)
 	case len(data) < 2 || data[0] != '"':
-		return i3Part{}, wrongType(at+".data", "a string (the image in base64)", data)
+		return i3Part{}, WrongType(at+".data", "a string (the image in base64)", data)
 	case len(data) == 2:
 		return i3Part{}, fmt.Errorf("%w: %s.data is empty: send the image in base64", ErrBadRequest, at)
 	case !check:
@@ -310,21 +307,24 @@ func inlineImage(at string, raw json.RawMessage, check bool) (i3Part, error) {
 	if bytes.IndexByte(b64, '\\') >= 0 { // escaped ("\/"): decode the string the slow way
 		var str string
 		if json.Unmarshal(data, &str) != nil {
-			return i3Part{}, wrongType(at+".data", "a string (the image in base64)", data)
+			return i3Part{}, WrongType(at+".data", "a string (the image in base64)", data)
 		}
 		b64 = []byte(str)
 	}
-	head, size, err := base64Head(b64)
-	switch {
-	case errors.Is(err, errTooLarge):
-		return i3Part{}, fmt.Errorf("%w: %s.data is %d bytes decoded; at most 20 MiB (%d bytes)", ErrBadRequest, at, size, geminiInlineMax)
-	case err != nil:
-		return i3Part{}, fmt.Errorf("%w: %s.data is not valid base64 (standard alphabet, = padded)", ErrBadRequest, at)
+	notBase64 := fmt.Errorf("%w: %s.data is not valid base64 (standard alphabet, = padded)", ErrBadRequest, at)
+	if len(b64)%4 != 0 {
+		return i3Part{}, notBase64
 	}
-	got := imageFormat(head)
-	if got == "" && len(head) < size { // a header past the first bytes (a JPEG's large EXIF)
-		full, _ := base64.StdEncoding.DecodeString(string(b64))
-		got = imageFormat(full)
+	if size := Base64Size(b64); size > geminiInlineMax {
+		return i3Part{}, fmt.Errorf("%w: %s.data is %d bytes decoded; at most 20 MiB (%d bytes)", ErrBadRequest, at, size, geminiInlineMax)
+	}
+	im, err := ReadImage([]byte(b64))
+	if err != nil {
+		return i3Part{}, notBase64
+	}
+	got := im.Format
+	if im.HEIF {
+		got = "heif"
 	}
 	if got != strings.TrimPrefix(norm, "image/") && !(got == "heif" && (norm == "image/heic" || norm == "image/heif")) {
 		return i3Part{}, fmt.Errorf("%w: %s.data is not a %s image (its bytes say %q); set mime_type to the image's type", ErrBadRequest, at, norm, cmp.Or(got, "unknown"))
@@ -332,84 +332,17 @@ func inlineImage(at string, raw json.RawMessage, check bool) (i3Part, error) {
 	return i3Part{mime: norm, data: data}, nil
 }
 
-var errTooLarge = errors.New("over the size limit")
-
-// base64Size is the decoded size of padded base64 text, read from its length.
-func base64Size[T string | []byte](b64 T) int {
-	n := len(b64) / 4 * 3
-	for i := len(b64) - 1; i >= len(b64)-2 && i >= 0 && b64[i] == '='; i-- {
-		n--
-	}
-	return n
-}
-
-// base64Head checks b64 as padded standard base64 of at most geminiInlineMax bytes, a chunk at
-// a time (nothing the size of the image is allocated), and returns its first 256 KiB decoded
-// (where image headers are) and its decoded size.
-func base64Head(b64 []byte) (head []byte, size int, err error) {
-	const chunk = 256 << 10 // encoded bytes per step, a multiple of 4
-	if len(b64)%4 != 0 {
-		return nil, 0, errors.New("base64: length not a multiple of 4")
-	}
-	if size = base64Size(b64); size > geminiInlineMax {
-		return nil, size, errTooLarge
-	}
-	buf := make([]byte, chunk/4*3)
-	for off := 0; off < len(b64); off += chunk {
-		part := b64[off:min(off+chunk, len(b64))]
-		n, err := base64.StdEncoding.Decode(buf, part)
-		if err != nil || (off+chunk < len(b64) && n != len(buf)) { // padding before the end
-			return nil, size, errors.New("base64: invalid data")
-		}
-		if off == 0 {
-			head = bytes.Clone(buf[:n])
-		}
-	}
-	return head, size, nil
-}
-
-// imageFormat names the format of an image's bytes: png, jpeg, webp (decoded headers), heif
-// (HEIC and HEIF: an ISO BMFF ftyp box with an HEIF brand), or "".
-func imageFormat(b []byte) string {
-	if _, format, err := image.DecodeConfig(bytes.NewReader(b)); err == nil {
-		return format
-	}
-	if len(b) >= 12 && string(b[4:8]) == "ftyp" && slices.Contains(heifBrands, string(b[8:12])) {
-		return "heif"
-	}
-	return ""
-}
-
-// Small readers of the I3 body that name the field in their refusals. Values are subslices of
-// the request (jsonObject, arrayOf): a 20 MiB image is not copied until it is decoded.
-
-// jsonObject reads the object at (nil raw is absent: an empty object), its members named as
-// known spells them (protoNames); a member outside known is refused with the list (known nil:
-// no members allowed).
-func jsonObject(at string, raw json.RawMessage, known []string) (Request, error) {
-	if len(raw) == 0 {
-		return Request{}, nil
-	}
-	if raw[0] != '{' {
-		return nil, wrongType(at, "an object", raw)
-	}
-	obj, err := ParseRequest(raw)
+// protoObject reads the object at (nil raw is absent: an empty object), its members named as
+// known spells them (protoNames); a member outside known is refused with the list.
+func protoObject(at string, raw json.RawMessage, known []string) (Request, error) {
+	obj, err := Object(at, raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s is not valid JSON", ErrBadRequest, at)
+		return nil, err
 	}
 	if err := protoNames(at, obj, known); err != nil {
 		return nil, err
 	}
-	for k := range obj {
-		if !slices.Contains(known, k) {
-			allowed := "none"
-			if len(known) > 0 {
-				allowed = strings.Join(known, ", ")
-			}
-			return nil, fmt.Errorf("%w: %s does not take field %q; its fields are %s", ErrBadRequest, at, clipText(k), allowed)
-		}
-	}
-	return obj, nil
+	return obj, OnlyMembers(at, obj, known, ItsFields)
 }
 
 // protoNames renames the members of obj spelt the other way proto JSON allows (Gemini's API
@@ -426,7 +359,7 @@ func protoNames(at string, obj Request, known []string) error {
 			if at != "" {
 				where = at + ": "
 			}
-			return fmt.Errorf("%w: %s%s and %s are the same field (Gemini's JSON spells it both ways); send one", ErrBadRequest, where, alt, clipText(k))
+			return fmt.Errorf("%w: %s%s and %s are the same field (Gemini's JSON spells it both ways); send one", ErrBadRequest, where, alt, clip(k))
 		}
 		obj[alt] = obj[k]
 		delete(obj, k)
@@ -454,23 +387,4 @@ func otherSpelling(name string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
-}
-
-// arrayOf reads the array at field into its elements, each a subslice of raw; want says what
-// the value must be.
-func arrayOf(field string, raw json.RawMessage, want string) ([]json.RawMessage, error) {
-	dec := jsontext.NewDecoder(bytes.NewBuffer(raw)) // a Buffer is parsed in place
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '[' {
-		return nil, wrongType(field, want, cmpRaw(bytes.TrimSpace(raw), "null"))
-	}
-	var out []json.RawMessage
-	for dec.PeekKind() != ']' {
-		v, err := dec.ReadValue()
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s is not valid JSON", ErrBadRequest, field)
-		}
-		end := int(dec.InputOffset())
-		out = append(out, raw[end-len(v):end:end])
-	}
-	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/apischema/gemini"
 	"github.com/tollway/tollway/test/fuzzcheck"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -278,7 +279,7 @@ func TestGeminiImageChat(t *testing.T) {
 	}
 	var sent struct {
 		SystemInstruction json.RawMessage
-		Contents          []gemContent
+		Contents          []gemini.Content
 		GenerationConfig  map[string]json.RawMessage
 	}
 	_ = json.Unmarshal(up.Body, &sent)
@@ -394,19 +395,24 @@ func FuzzGeminiImageAnswer(f *testing.F) {
 }
 
 // TestGeminiImageBase64Chunks: an inline image is checked a chunk at a time: padding inside
-// the data is refused wherever it falls, the size is the decoded size, and a JPEG whose header
-// comes after 256 KiB of metadata is still recognised.
+// the data is refused wherever it falls, the size is the decoded size (20 MiB + 1 refused), and
+// a JPEG whose header comes after 256 KiB of metadata is still recognised.
 func TestGeminiImageBase64Chunks(t *testing.T) {
 	valid := base64.StdEncoding.EncodeToString(make([]byte, 1<<20))
-	if _, size, err := base64Head([]byte(valid)); err != nil || size != 1<<20 {
-		t.Fatalf("%d %v", size, err)
+	if im, err := ReadImage(valid); err != nil || im.Size != 1<<20 {
+		t.Fatalf("%d %v", im.Size, err)
 	}
 	broken := valid[:256<<10-4] + "AA==" + valid[256<<10:] // padding at the end of the first chunk
-	if _, _, err := base64Head([]byte(broken)); err == nil {
+	if _, err := ReadImage(broken); err == nil {
 		t.Fatal("padding inside the data accepted")
 	}
-	if _, size, err := base64Head([]byte(base64.StdEncoding.EncodeToString(make([]byte, 20<<20+1)))); !errors.Is(err, errTooLarge) || size != 20<<20+1 {
-		t.Fatalf("%d %v", size, err)
+	big := base64.StdEncoding.EncodeToString(make([]byte, 20<<20+1))
+	if im, err := ReadImage(big); err != nil || im.Size != 20<<20+1 || Base64Size(big) != 20<<20+1 {
+		t.Fatalf("%d %v", im.Size, err)
+	}
+	tooBig := `{"contents":[{"parts":[{"text":"x"},{"inline_data":{"mime_type":"image/png","data":"` + big + `"}}]}]}`
+	if _, err := (geminiImage{}).Validate(i3Models["pro"], taskReq(t, tooBig)); err == nil || !strings.Contains(err.Error(), "is 20971521 bytes decoded; at most 20 MiB") {
+		t.Fatalf("20 MiB + 1: %v", err)
 	}
 	raw, _ := base64.StdEncoding.DecodeString(b64JPEG(8, 8))
 	var exif []byte

@@ -58,7 +58,7 @@ func (kling) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 		return TaskRequest{}, err
 	}
 	dur := "5"
-	if raw := rawField(req, "duration"); raw != nil {
+	if raw := Field(req, "duration"); raw != nil {
 		_ = json.Unmarshal(raw, &dur) // klingVideoParams checked it
 	}
 	secs, _ := strconv.ParseInt(dur, 10, 64)
@@ -93,13 +93,13 @@ func klingPrompts(req Request, why string) error {
 // video values: cfg_scale 0 to 1, mode std or pro, duration the string "5" or "10", and
 // aspect_ratio one of ratios (the family's own list).
 func klingVideoParams(family string, req Request, ratios []string) error {
-	if raw := rawField(req, "cfg_scale"); raw != nil {
+	if raw := Field(req, "cfg_scale"); raw != nil {
 		v, err := decimal.NewFromString(string(raw))
 		switch {
 		case err != nil:
-			return wrongType("cfg_scale", "a number from 0 to 1", raw)
+			return WrongType("cfg_scale", "a number from 0 to 1", raw)
 		case v.IsNegative() || v.GreaterThan(decimal.NewFromInt(1)):
-			return fmt.Errorf("%w: cfg_scale %s is not allowed: a number from 0 to 1", ErrBadRequest, clipText(string(raw)))
+			return fmt.Errorf("%w: cfg_scale %s is not allowed: a number from 0 to 1", ErrBadRequest, clip(string(raw)))
 		}
 	}
 	for _, c := range []struct {
@@ -111,14 +111,14 @@ func klingVideoParams(family string, req Request, ratios []string) error {
 			return err
 		}
 		if ok && !slices.Contains(c.allowed, v) {
-			return fmt.Errorf("%w: %s %q is not allowed: use %s", ErrBadRequest, c.field, clipText(v), joinOr(c.allowed))
+			return fmt.Errorf("%w: %s %q is not allowed: use %s", ErrBadRequest, c.field, clip(v), joinOr(c.allowed))
 		}
 	}
-	if dur, ok, err := readString("duration", rawField(req, "duration")); err != nil {
-		return wrongType("duration", `a string for `+family+`: "5" or "10"`, rawField(req, "duration"))
+	if dur, ok, err := ReadString("duration", Field(req, "duration")); err != nil {
+		return WrongType("duration", `a string for `+family+`: "5" or "10"`, Field(req, "duration"))
 	} else if ok {
 		if !slices.Contains(klingSeconds, dur) {
-			return fmt.Errorf(`%w: duration %q is not allowed: use "5" or "10"`, ErrBadRequest, clipText(dur))
+			return fmt.Errorf(`%w: duration %q is not allowed: use "5" or "10"`, ErrBadRequest, clip(dur))
 		}
 	}
 	return nil
@@ -142,7 +142,7 @@ func joinOr(vs []string) string {
 func (kling) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
 	out := Request{"model_name": mustJSON(model)}
 	for _, f := range klingFields {
-		if v := rawField(req, f); v != nil {
+		if v := Field(req, f); v != nil {
 			out[f] = v
 		}
 	}
@@ -298,7 +298,7 @@ func klingQueried(status int, body []byte, what string) (klingEnvelope, TaskStat
 		return e, TaskState{}, fmt.Errorf("Kling's task answer is not JSON")
 	}
 	if status == http.StatusNotFound && e.Code != nil && *e.Code == klingUnknownTask {
-		return e, TaskState{FamilyStatus: "not found"}, fmt.Errorf("%w: Kling HTTP 404 code %d (it keeps results 30 days): %s", ErrTaskUnknown, klingUnknownTask, clipText(e.Message))
+		return e, TaskState{FamilyStatus: "not found"}, fmt.Errorf("%w: Kling HTTP 404 code %d (it keeps results 30 days): %s", ErrTaskUnknown, klingUnknownTask, clip(e.Message))
 	}
 	if err := e.failure(status); err != nil {
 		return e, TaskState{}, err
@@ -315,7 +315,7 @@ func klingQueried(status int, body []byte, what string) (klingEnvelope, TaskStat
 		st.Status = TaskFailed
 		st.Error = &TaskError{Code: "generation_failed", Message: cmp.Or(e.Data.TaskStatusMsg, "Kling could not generate the "+what)}
 	default:
-		return e, TaskState{}, fmt.Errorf("Kling reported an unknown task_status %q", clipText(e.Data.TaskStatus))
+		return e, TaskState{}, fmt.Errorf("Kling reported an unknown task_status %q", clip(e.Data.TaskStatus))
 	}
 	return e, st, nil
 }

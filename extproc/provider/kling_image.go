@@ -78,7 +78,7 @@ func (klingImage) Fields(*ir.Model) []string { return klingImageSent }
 func (klingImage) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
 	out := Request{"model_name": mustJSON(model)}
 	for _, f := range klingImageSent {
-		if v := rawField(req, f); v != nil {
+		if v := Field(req, f); v != nil {
 			out[f] = v
 		}
 	}

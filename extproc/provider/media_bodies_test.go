@@ -42,7 +42,7 @@ func TestV2TakesTopLevelPrompt(t *testing.T) {
 		{v2t2v, `{"prompt":""}`, "input.prompt is required"},
 	} {
 		r := taskReq(t, c.body)
-		_, err := dashscope{}.Validate(c.m, r)
+		_, err := dashscopeVideo{}.Validate(c.m, r)
 		if !strings.HasPrefix(c.want, "{") {
 			if err == nil || !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%s: %v; want a refusal saying %q", c.body, err, c.want)
@@ -53,7 +53,7 @@ func TestV2TakesTopLevelPrompt(t *testing.T) {
 			t.Errorf("%s: %v", c.body, err)
 			continue
 		}
-		up, err := dashscope{}.Create(&ir.Provider{APIKey: "k"}, c.m, "wan2.2-t2v-plus", r)
+		up, err := dashscopeVideo{}.Create(&ir.Provider{APIKey: "k"}, c.m, "wan2.2-t2v-plus", r)
 		if err != nil || string(up.Body) != c.want {
 			t.Errorf("%s: DashScope got %s (%v), want %s", c.body, up.Body, err, c.want)
 		}
@@ -70,7 +70,7 @@ func TestPublicImageURLs(t *testing.T) {
 			return err
 		},
 		"V2 input.media[0].url": func(u string) error {
-			_, err := dashscope{}.Validate(v2i2v, taskReq(t, `{"input":{"media":[{"type":"first_frame","url":"`+u+`"}]}}`))
+			_, err := dashscopeVideo{}.Validate(v2i2v, taskReq(t, `{"input":{"media":[{"type":"first_frame","url":"`+u+`"}]}}`))
 			return err
 		},
 		"I2 image": func(u string) error {
@@ -193,7 +193,7 @@ func familyBodies() []struct {
 		body string
 	}{
 		{&ir.Model{ID: "hailuo", Family: "V1"}, minimax{}, `{"prompt":"a fox","first_frame_image":"https://example.com/a.png","prompt_optimizer":true,"fast_pretreatment":false,"duration":6,"resolution":"768P","aigc_watermark":false,"callback_url":"https://h.example/cb"}`},
-		{v2i2v, dashscope{}, `{"prompt":"a fox","input":{"prompt":"a fox","media":[{"type":"first_frame","url":"https://example.com/a.png"}]},"parameters":{"resolution":"720P","ratio":"16:9","duration":5,"watermark":true,"seed":1}}`},
+		{v2i2v, dashscopeVideo{}, `{"prompt":"a fox","input":{"prompt":"a fox","media":[{"type":"first_frame","url":"https://example.com/a.png"}]},"parameters":{"resolution":"720P","ratio":"16:9","duration":5,"watermark":true,"seed":1}}`},
 		{&ir.Model{ID: "kling", Family: "V3"}, kling{}, `{"prompt":"a fox","negative_prompt":"blur","cfg_scale":0.5,"mode":"std","duration":"5","aspect_ratio":"16:9"}`},
 		{&ir.Model{ID: "kling-image", Family: "I1"}, klingImage{}, `{"prompt":"a fox","negative_prompt":"blur","n":2,"aspect_ratio":"1:1","cfg_scale":0.5,"mode":"pro","duration":"10"}`},
 		{qwenStd, dashscopeImage{family: "I2"}, dsBody(`{"text":"a fox"},{"image":"https://example.com/a.png"}`, `{"n":1,"size":"1328*1328","seed":1,"watermark":false,"negative_prompt":"blur","prompt_extend":true}`)},

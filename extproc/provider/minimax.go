@@ -32,8 +32,10 @@ var minimaxFields = []string{"prompt", "first_frame_image", "prompt_optimizer", 
 // minimaxURLLife is how long a MiniMax download URL works.
 const minimaxURLLife = time.Hour
 
-var minimaxFrame = frameRules{maxBytes: 20 << 20, minShort: 300, minAspect: [2]int{2, 5}, maxAspect: [2]int{5, 2},
-	formats: []string{"jpeg", "png", "webp"}, formatNames: "JPG, JPEG, PNG or WebP"}
+// minimaxFrame are V1's first-frame limits (spec 8): below 20 MB, short side above 300 px,
+// aspect 2:5 to 5:2.
+var minimaxFrame = ImageRules{MaxBytes: 20 << 20, Below: true, MinShort: 300, MinAspect: [2]int{2, 5}, MaxAspect: [2]int{5, 2},
+	Formats: []string{"jpeg", "png", "webp"}, FormatNames: "JPG, JPEG, PNG or WebP"}
 
 func (minimax) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 	if err := onlyFields("V1", req, minimaxFields); err != nil {
@@ -54,12 +56,12 @@ func (minimax) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 		return TaskRequest{}, fmt.Errorf("%w: send a prompt (text-to-video) or a first_frame_image (image-to-video)", ErrBadRequest)
 	}
 	if hasFrame {
-		if err := checkFrame("first_frame_image", frame, minimaxFrame); err != nil {
+		if err := CheckImage("first_frame_image", frame, minimaxFrame); err != nil {
 			return TaskRequest{}, err
 		}
 	}
 	for _, f := range []string{"prompt_optimizer", "fast_pretreatment", "aigc_watermark"} {
-		if _, _, err := readBool(f, rawField(req, f)); err != nil {
+		if _, _, err := ReadBool(f, Field(req, f)); err != nil {
 			return TaskRequest{}, err
 		}
 	}
@@ -79,7 +81,7 @@ func (minimax) Validate(m *ir.Model, req Request) (TaskRequest, error) {
 	}
 	switch {
 	case res != "768P" && res != "1080P":
-		return TaskRequest{}, fmt.Errorf("%w: resolution %q is not allowed: use 768P or 1080P", ErrBadRequest, clipText(res))
+		return TaskRequest{}, fmt.Errorf("%w: resolution %q is not allowed: use 768P or 1080P", ErrBadRequest, clip(res))
 	case res == "1080P" && dur != 6:
 		return TaskRequest{}, fmt.Errorf("%w: duration %d is not allowed at resolution 1080P: 1080P takes 6 s; use 768P for 10 s", ErrBadRequest, dur)
 	case dur != 6 && dur != 10:
@@ -94,7 +96,7 @@ func (minimax) Fields(*ir.Model) []string { return minimaxFields }
 func (minimax) Create(p *ir.Provider, m *ir.Model, model string, req Request) (*Upstream, error) {
 	out := Request{"model": mustJSON(model)}
 	for _, f := range minimaxFields {
-		if v := rawField(req, f); v != nil {
+		if v := Field(req, f); v != nil {
 			out[f] = v
 		}
 	}
@@ -184,7 +186,7 @@ func (minimax) Queried(status int, body []byte) (TaskState, error) {
 	}
 	if a.BaseResp != nil && a.BaseResp.StatusCode == minimaxInvalidParams && status == http.StatusOK {
 		// The task id is the query's only parameter: MiniMax does not know it.
-		return TaskState{}, fmt.Errorf("%w: MiniMax status_code %d: %s", ErrTaskUnknown, minimaxInvalidParams, clipText(a.BaseResp.StatusMsg))
+		return TaskState{}, fmt.Errorf("%w: MiniMax status_code %d: %s", ErrTaskUnknown, minimaxInvalidParams, clip(a.BaseResp.StatusMsg))
 	}
 	if err := a.failure(status); err != nil {
 		return TaskState{}, err
@@ -206,7 +208,7 @@ func (minimax) Queried(status int, body []byte) (TaskState, error) {
 		st.Status = TaskFailed
 		st.Error = &TaskError{Code: "generation_failed", Message: "MiniMax could not generate the video"}
 	default:
-		return TaskState{}, fmt.Errorf("MiniMax reported an unknown status %q", clipText(a.Status))
+		return TaskState{}, fmt.Errorf("MiniMax reported an unknown status %q", clip(a.Status))
 	}
 	return st, nil
 }

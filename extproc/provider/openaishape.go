@@ -42,7 +42,7 @@ func decodeMessages(req Request) ([]openai.Message, error) {
 // decodeEach decodes the array field key one element at a time, so a refusal names the
 // element (messages[3].tool_calls) and speaks JSON, not Go.
 func decodeEach[T any](req Request, key string) ([]T, error) {
-	raw := rawField(req, key)
+	raw := Field(req, key)
 	if raw == nil {
 		return nil, fmt.Errorf("%w: %s is required", ErrBadRequest, key)
 	}
@@ -117,24 +117,6 @@ func contentText(raw json.RawMessage, i int) (string, error) {
 	return strings.Join(texts, "\n"), nil
 }
 
-// parseDataURL splits a base64 data URL into its media type and data. Only the prefix is
-// looked at, so a 20 MB image is not copied.
-func parseDataURL(u string) (mediaType, data string, ok bool) {
-	rest, ok := strings.CutPrefix(u, "data:")
-	if !ok {
-		return "", "", false
-	}
-	meta, data, ok := strings.Cut(rest, ",")
-	if !ok {
-		return "", "", false
-	}
-	params := strings.Split(meta, ";")
-	if params[0] == "" || !slices.Contains(params[1:], "base64") {
-		return "", "", false
-	}
-	return params[0], data, true
-}
-
 func isHTTPURL(u string) bool {
 	l := strings.ToLower(u[:min(len(u), 8)])
 	return strings.HasPrefix(l, "http://") || strings.HasPrefix(l, "https://")
@@ -149,11 +131,7 @@ func toolArguments(tc openai.ToolCall, i, j int) (json.RawMessage, error) {
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, []byte(s)); err != nil || buf.Bytes()[0] != '{' {
-		shown := s
-		if len(shown) > 80 {
-			shown = shown[:80] + "..."
-		}
-		return nil, fmt.Errorf("%w: messages[%d].tool_calls[%d] (%s): function.arguments must be a JSON object, got %q", ErrBadRequest, i, j, tc.Function.Name, shown)
+		return nil, fmt.Errorf("%w: messages[%d].tool_calls[%d] (%s): function.arguments must be a JSON object, got %q", ErrBadRequest, i, j, tc.Function.Name, Clip(s, 80))
 	}
 	return buf.Bytes(), nil
 }
@@ -170,18 +148,9 @@ func compactArgs(raw json.RawMessage) string {
 	return buf.String()
 }
 
-// rawField returns a top-level field, or nil when it is absent or null.
-func rawField(req Request, key string) json.RawMessage {
-	raw := bytes.TrimSpace(req[key])
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	return raw
-}
-
 func boolField(req Request, key string) (bool, error) {
 	var b bool
-	if raw := rawField(req, key); raw != nil && json.Unmarshal(raw, &b) != nil {
+	if raw := Field(req, key); raw != nil && json.Unmarshal(raw, &b) != nil {
 		return false, fmt.Errorf("%w: %s must be true or false", ErrBadRequest, key)
 	}
 	return b, nil
@@ -190,7 +159,7 @@ func boolField(req Request, key string) (bool, error) {
 // maxTokens is the client's output cap, 0 if none; max_completion_tokens wins over max_tokens.
 func maxTokens(req Request) (int64, error) {
 	for _, f := range []string{"max_completion_tokens", "max_tokens"} {
-		if raw := rawField(req, f); raw != nil {
+		if raw := Field(req, f); raw != nil {
 			var n int64
 			if json.Unmarshal(raw, &n) != nil || n < 1 {
 				return 0, fmt.Errorf("%w: %s must be a positive integer", ErrBadRequest, f)
@@ -203,7 +172,7 @@ func maxTokens(req Request) (int64, error) {
 
 // stopSequences reads stop, a string or an array of strings.
 func stopSequences(req Request) ([]string, error) {
-	raw := rawField(req, "stop")
+	raw := Field(req, "stop")
 	if raw == nil {
 		return nil, nil
 	}
@@ -225,7 +194,7 @@ func stopSequences(req Request) ([]string, error) {
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
 func decodeTools(req Request) ([]openai.FunctionDefinition, error) {
-	if rawField(req, "tools") == nil {
+	if Field(req, "tools") == nil {
 		return nil, nil
 	}
 	tools, err := decodeEach[openai.Tool](req, "tools")
@@ -250,7 +219,7 @@ func decodeTools(req Request) ([]openai.FunctionDefinition, error) {
 type toolChoice struct{ Mode, Name string }
 
 func decodeToolChoice(req Request) (toolChoice, error) {
-	raw := rawField(req, "tool_choice")
+	raw := Field(req, "tool_choice")
 	if raw == nil {
 		return toolChoice{}, nil
 	}

@@ -54,7 +54,7 @@ func (r removals) message(m openai.Message, parts []openai.Part) {
 
 // numberField reads a numeric top-level field; ok is false when it is absent.
 func numberField(req Request, key string) (v float64, ok bool, err error) {
-	raw := rawField(req, key)
+	raw := Field(req, key)
 	if raw == nil {
 		return 0, false, nil
 	}
@@ -67,7 +67,7 @@ func numberField(req Request, key string) (v float64, ok bool, err error) {
 // oneAnswer refuses n above 1: the translating providers' answers are read as one choice
 // (Anthropic has no n at all). n=1, the default, is honoured as it is.
 func oneAnswer(req Request, provider string) error {
-	raw := rawField(req, "n")
+	raw := Field(req, "n")
 	if raw == nil {
 		return nil
 	}
@@ -89,7 +89,7 @@ type responseFormat struct {
 }
 
 func decodeResponseFormat(req Request) (responseFormat, error) {
-	raw := rawField(req, "response_format")
+	raw := Field(req, "response_format")
 	if raw == nil {
 		return responseFormat{}, nil
 	}
@@ -107,7 +107,7 @@ func decodeResponseFormat(req Request) (responseFormat, error) {
 	case "text", "json_object":
 	case "json_schema":
 		if in.JSONSchema != nil {
-			out.Schema = rawField(Request{"schema": in.JSONSchema.Schema}, "schema") // nil if null
+			out.Schema = Field(Request{"schema": in.JSONSchema.Schema}, "schema") // nil if null
 		}
 	default:
 		return responseFormat{}, fmt.Errorf(`%w: response_format.type must be "text", "json_object" or "json_schema", not %q`, ErrBadRequest, in.Type)
@@ -131,7 +131,7 @@ func imageMediaType(mt, provider string, allowed []string, i int) (string, error
 
 // int32Field reads an integer top-level field that the provider keeps in 32 bits.
 func int32Field(req Request, key, provider string) (*int64, error) {
-	raw := rawField(req, key)
+	raw := Field(req, key)
 	if raw == nil {
 		return nil, nil
 	}

@@ -19,7 +19,7 @@ func TestUnknownTaskAnswers(t *testing.T) {
 		words  string
 	}{
 		{"minimax", minimax{}, 200, `{"task_id":"106916112212999","status":"","base_resp":{"status_code":2013,"status_msg":"invalid params, task not found"}}`, "task not found"},
-		{"dashscope video", dashscope{}, 200, `{"request_id":"r","output":{"task_id":"nope","task_status":"UNKNOWN"}}`, "UNKNOWN"},
+		{"dashscope video", dashscopeVideo{}, 200, `{"request_id":"r","output":{"task_id":"nope","task_status":"UNKNOWN"}}`, "UNKNOWN"},
 		{"dashscope image", dashscopeImage{family: "I2"}, 200, `{"output":{"task_id":"nope","task_status":"UNKNOWN"},"usage":{}}`, "UNKNOWN"},
 		{"kling video", kling{}, 404, `{"code":1203,"message":"task not found","request_id":"r"}`, "task not found"},
 		{"kling image", klingImage{}, 404, `{"code":1203,"message":"task not found","request_id":"r"}`, "task not found"},

@@ -431,12 +431,8 @@ func (s *Service) query(ctx context.Context, p *ir.Provider, m *ir.Model, t *sto
 	return st, nil
 }
 
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "..."
-	}
-	return s
-}
+// clip shortens a client's value quoted in a message, at a character boundary.
+func clip(s string) string { return provider.Clip(s, 80) }
 
 // apply records a provider's view of a task and reports whether it changed anything.
 func (s *Service) apply(r *store.Task, st provider.TaskState, now time.Time) bool {

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 
@@ -548,5 +549,20 @@ func TestRefusedCredentialInA400FallsBack(t *testing.T) {
 		Body:     provider.Request{"prompt": json.RawMessage(`"a fox"`)}, Request: provider.TaskRequest{MaxSeconds: 6}})
 	if err != nil || task.Provider != "up" {
 		t.Fatalf("create: %+v %v", task, err)
+	}
+}
+
+// TestUnknownTaskIDQuotedWhole: the id a not-found answer quotes is cut at a character
+// boundary, never inside one (the README's Errors: messages are JSON in UTF-8).
+func TestUnknownTaskIDQuotedWhole(t *testing.T) {
+	s, _ := newService(t)
+	id := "t" + strings.Repeat("é", 100) // two bytes a character: the cut at 80 splits one
+	_, err := s.Get(context.Background(), "acme", id)
+	var te *Error
+	if !errors.As(err, &te) || te.Kind != KindNotFound {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if !utf8.ValidString(te.Message) || strings.Contains(te.Message, `\x`) || strings.Contains(te.Message, id) {
+		t.Errorf("the id is not clipped to whole characters: %s", te.Message)
 	}
 }
