@@ -6,16 +6,17 @@ import (
 	"bytes"
 
 	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// lenient reads providers' answers as encoding/json did: a provider's stray invalid UTF-8 or
-// repeated member must not cost the usage (encoding/json/v2 is fast on large answers).
-var lenient = json.JoinOptions(jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
+// lenient reads providers' answers as encoding/json did (provider.Lenient): a provider's stray
+// invalid UTF-8 or repeated member must not cost the usage (encoding/json/v2 is fast on large
+// answers).
+var lenient = provider.Lenient
 
 // usageBill is what the bill reads of an answer's usage.
 func usageBill(u *openai.Usage) ir.Usage {

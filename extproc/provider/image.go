@@ -163,7 +163,7 @@ func ImageData(field, v string) (data string, isURL bool, err error) {
 		u, err := url.Parse(v)
 		switch {
 		case err != nil || (!strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https")) || u.Host == "":
-			return "", false, fmt.Errorf("%w: %s must be an http or https URL with a host, or a base64 data URL (data:image/png;base64,...), not %q", ErrBadRequest, field, Clip(v, shown))
+			return "", false, fmt.Errorf("%w: %s must be an http or https URL with a host, or a base64 data URL (data:image/png;base64,...), not %q", ErrBadRequest, field, Clip(v, Shown))
 		case len(v) > maxImageURL:
 			return "", false, fmt.Errorf("%w: %s URL is over %d bytes", ErrBadRequest, field, maxImageURL)
 		}
@@ -171,7 +171,7 @@ func ImageData(field, v string) (data string, isURL bool, err error) {
 	}
 	_, data, ok := ParseDataURL(v)
 	if !ok {
-		return "", false, fmt.Errorf("%w: %s must be an http or https URL, or a base64 data URL (data:image/png;base64,...), not %q", ErrBadRequest, field, Clip(v, shown))
+		return "", false, fmt.Errorf("%w: %s must be an http or https URL, or a base64 data URL (data:image/png;base64,...), not %q", ErrBadRequest, field, Clip(v, Shown))
 	}
 	return data, false, nil
 }

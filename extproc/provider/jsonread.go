@@ -15,8 +15,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// shown bounds a client's value quoted in a refusal.
-const shown = 60
+// Shown bounds a client's value quoted in a refusal (bytes).
+const Shown = 60
 
 // Field is a member of a JSON object, nil when it is absent or null.
 func Field(obj Request, key string) json.RawMessage {
@@ -63,7 +63,7 @@ func ReadBool(field string, raw json.RawMessage) (b, ok bool, err error) {
 // WrongType refuses the value raw at field: what it must be, what it is, and the value.
 func WrongType(field, want string, raw json.RawMessage) error {
 	raw = bytes.TrimSpace(raw)
-	return fmt.Errorf("%w: %s must be %s, not %s (got %s)", ErrBadRequest, field, want, typeOf(raw), Clip(string(raw), shown))
+	return fmt.Errorf("%w: %s must be %s, not %s (got %s)", ErrBadRequest, field, want, typeOf(raw), Clip(string(raw), Shown))
 }
 
 // typeOf names the JSON type of a value, as a client wrote it.
@@ -117,7 +117,7 @@ func OnlyMembers(field string, obj Request, known []string, lists string, unlist
 			if len(known) > 0 {
 				allowed = strings.Join(known, ", ")
 			}
-			return fmt.Errorf("%w: %s does not take field %q; %s %s", ErrBadRequest, field, Clip(k, shown), lists, allowed)
+			return fmt.Errorf("%w: %s does not take field %q; %s %s", ErrBadRequest, field, Clip(k, Shown), lists, allowed)
 		}
 	}
 	return nil
@@ -128,11 +128,11 @@ func OnlyMembers(field string, obj Request, known []string, lists string, unlist
 func Array(field string, raw json.RawMessage, want string) ([]json.RawMessage, error) {
 	dec := jsontext.NewDecoder(bytes.NewBuffer(raw)) // a Buffer is parsed in place
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '[' {
-		shown := bytes.TrimSpace(raw)
-		if len(shown) == 0 {
-			shown = json.RawMessage("null")
+		got := bytes.TrimSpace(raw)
+		if len(got) == 0 {
+			got = json.RawMessage("null")
 		}
-		return nil, WrongType(field, want, shown)
+		return nil, WrongType(field, want, got)
 	}
 	var out []json.RawMessage
 	for dec.PeekKind() != ']' {
