@@ -64,7 +64,7 @@ func (c *completionText) appendText(b *bytes.Buffer) {
 }
 
 // images counts the image parts of the answer's messages (an image model's answer, see
-// provider.GeminiImageChat), each billed at the model's image price.
+// provider/chat's openai_gemini_image.go), each billed at the model's image price.
 func (c *completionText) images() int64 {
 	var n int64
 	for _, ch := range c.Choices {

@@ -3,7 +3,7 @@
 // provider's answer back into OpenAI's (openai_openai.go, openai_anthropic.go,
 // openai_gemini.go, and openai_gemini_image.go for Gemini's image models, family I3). For
 // chooses one by an explicit switch. The shapes are extproc/apischema's; what the adapters
-// share of the OpenAI side is request.go (reading the request) and openai.go (writing answers,
+// share of the OpenAI side is request.go (reading the request) and answer.go (writing answers,
 // reading event streams).
 package chat
 

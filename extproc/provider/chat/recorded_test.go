@@ -41,7 +41,7 @@ func translatorFor(rec *recorded.Recording) provider.ResponseTranslator {
 		return newAnthropicResponse("claude-recorded")
 	}
 	r := newGeminiResponse("gemini-recorded")
-	r.images = rec.IsImage() // an image model's answer, as GeminiImageChat reads it
+	r.images = rec.IsImage() // an image model's answer, as toGeminiImage reads it
 	return r
 }
 

@@ -1,6 +1,6 @@
 package task
 
-// The rules of families I2 and I2b (dashscope_image.go), checked before any provider call
+// The rules of families I2 and I2b (images_dashscope.go), checked before any provider call
 // (spec 4.4, 8; where the spec is silent, DashScope's documented limits). Each refusal names
 // the field's path, its value and what is allowed.
 

@@ -7,7 +7,7 @@ package task
 // /v1/videos/text2video and queried with GET /v1/videos/text2video/{id}. Kling reads the model
 // from model_name (a plain model field would be ignored: it would run kling-v1), and duration
 // is a string. Errors carry a numeric code in an envelope {code, message, request_id, data}.
-// The signing, the envelope and the V3 field checks are shared with I1 (kling_image.go).
+// The signing, the envelope and the V3 field checks are shared with I1 (images_kling.go).
 //
 // Fields are the spec's: prompt, cfg_scale, mode, duration, aspect_ratio (plus Kling's
 // negative_prompt); the spec shows no image field for V3, so image-to-video is not offered.
