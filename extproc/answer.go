@@ -202,7 +202,7 @@ func (a *answer) appendEstimatedUsage(out []byte) []byte {
 		Created int64  `json:"created"`
 	}
 	_ = jsonv2.Unmarshal(a.last, &last, lenient)
-	chunk := openai.ChatCompletionChunk{ID: last.ID, Object: openai.ObjectChunk, Created: last.Created, Model: a.modelID,
+	chunk := openai.ChatCompletionChunk{Header: openai.Header{ID: last.ID, Object: openai.ObjectChunk, Created: last.Created, Model: a.modelID},
 		Choices: []openai.ChunkChoice{}, Usage: &openai.Usage{
 			PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens,
 			PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: u.CachedTokens}, Estimated: true,

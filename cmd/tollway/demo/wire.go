@@ -178,7 +178,7 @@ func (a *Answer) Completion() []byte {
 	}
 	usage := a.Usage
 	b, _ := json.Marshal(openai.ChatCompletion{
-		ID: a.ID, Object: openai.ObjectCompletion, Created: a.Created, Model: a.Model,
+		Header:      openai.Header{ID: a.ID, Object: openai.ObjectCompletion, Created: a.Created, Model: a.Model},
 		Choices:     []openai.Choice{{Message: msg, Logprobs: null, FinishReason: a.Finish}},
 		Usage:       &usage,
 		ServiceTier: "default", SystemFingerprint: a.Fingerprint,

@@ -14,12 +14,17 @@ const (
 	ObjectChunk      = "chat.completion.chunk"
 )
 
+// Header is what every answer object starts with.
+type Header struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`  // ObjectCompletion or ObjectChunk
+	Created int64  `json:"created"` // Unix seconds
+	Model   string `json:"model"`
+}
+
 // ChatCompletion is a whole answer (object chat.completion).
 type ChatCompletion struct {
-	ID                string   `json:"id"`
-	Object            string   `json:"object"`
-	Created           int64    `json:"created"`
-	Model             string   `json:"model"`
+	Header
 	Choices           []Choice `json:"choices"`
 	Usage             *Usage   `json:"usage,omitempty"`
 	ServiceTier       string   `json:"service_tier,omitempty"`
@@ -147,10 +152,7 @@ func (c *Content) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 // ChatCompletionChunk is one event of a streamed answer (object chat.completion.chunk); the
 // last before [DONE] carries usage and no choices.
 type ChatCompletionChunk struct {
-	ID      string        `json:"id"`
-	Object  string        `json:"object"`
-	Created int64         `json:"created"`
-	Model   string        `json:"model"`
+	Header
 	Choices []ChunkChoice `json:"choices"`
 	Usage   *Usage        `json:"usage,omitempty"`
 }

@@ -5,6 +5,7 @@ package chat
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"strings"
 	"time"
@@ -101,8 +102,14 @@ func (w *chunkWriter) usage(u *openai.Usage) {
 	w.write(openai.ChatCompletionChunk{Choices: []openai.ChunkChoice{}, Usage: u})
 }
 
+// header heads an answer object: the provider's id and model when it named them, else the
+// stream's.
+func (w *chunkWriter) header(object, id, model string) openai.Header {
+	return openai.Header{ID: cmp.Or(id, w.id), Object: object, Created: w.created, Model: cmp.Or(model, w.model)}
+}
+
 func (w *chunkWriter) write(c openai.ChatCompletionChunk) {
-	c.ID, c.Object, c.Created, c.Model = w.id, openai.ObjectChunk, w.created, w.model
+	c.Header = w.header(openai.ObjectChunk, "", "")
 	w.out = append(w.out, "data: "...)
 	w.out = append(w.out, provider.Marshal(c)...)
 	w.out = append(w.out, "\n\n"...)

@@ -426,7 +426,7 @@ func (r *anthropicResponse) Body(b []byte) ([]byte, error) {
 		msg.Content = openai.TextContent(text.String())
 	}
 	return provider.Marshal(openai.ChatCompletion{
-		ID: cmp.Or(in.ID, r.out.id), Object: openai.ObjectCompletion, Created: r.out.created, Model: cmp.Or(in.Model, r.out.model),
+		Header:  r.out.header(openai.ObjectCompletion, in.ID, in.Model),
 		Choices: []openai.Choice{{Message: msg, FinishReason: anthropicFinish(in.StopReason)}},
 		Usage:   anthUsage{Usage: in.Usage}.summed(r.asked, in.Model).chat(r.thinking.count()),
 	}), nil

@@ -560,7 +560,7 @@ func (r *geminiResponse) Body(b []byte) ([]byte, error) {
 		msg.Content = openai.TextContent(text.String())
 	}
 	c := openai.ChatCompletion{
-		ID: cmp.Or(a.ResponseID, r.out.id), Object: openai.ObjectCompletion, Created: r.out.created, Model: cmp.Or(a.ModelVersion, r.out.model),
+		Header:  r.out.header(openai.ObjectCompletion, a.ResponseID, a.ModelVersion),
 		Choices: []openai.Choice{{Message: msg, FinishReason: geminiFinish(cand.FinishReason, len(msg.ToolCalls) > 0)}},
 	}
 	if a.UsageMetadata != nil {

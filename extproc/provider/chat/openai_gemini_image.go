@@ -118,7 +118,7 @@ func (r *geminiResponse) imageBody(b []byte) ([]byte, error) {
 		}
 	}
 	c := openai.ChatCompletion{
-		ID: cmp.Or(a.ResponseID, r.out.id), Object: openai.ObjectCompletion, Created: r.out.created, Model: cmp.Or(a.ModelVersion, r.out.model),
+		Header:  r.out.header(openai.ObjectCompletion, a.ResponseID, a.ModelVersion),
 		Choices: []openai.Choice{{Message: openai.ResponseMessage{Role: "assistant", Content: openai.Content{Parts: parts}}, FinishReason: geminiFinish(cand.FinishReason, false)}},
 	}
 	if u := a.UsageMetadata; u != nil {

@@ -25,6 +25,10 @@ func TestForKnownAndUnknown(t *testing.T) {
 			t.Errorf("type %q has neither a chat adapter nor a media family: %v", kind, err)
 		}
 	}
+	// An I3 model's chat goes to the Gemini image adapter, whatever else the provider serves.
+	if a, err := For(ir.ProviderTypeGemini, ir.ChatImageFamily); err != nil || a != (toGeminiImage{}) {
+		t.Errorf("For(gemini, I3) = %T, %v; want the image adapter", a, err)
+	}
 	_, err := For("cohere", "")
 	if err == nil {
 		t.Fatal("For(anthropic) succeeded; there is no such adapter")
