@@ -108,7 +108,7 @@ test-unit: ## Unit tests only (no Envoy)
 
 .PHONY: recorded
 recorded: deps build ## The recorded-provider corpus through the adapters and the real Envoy (RECORDED=dir, default ../shared/recorded)
-	TOLLWAY_RECORDED_DIR=$(or $(RECORDED),$(CURDIR)/../shared/recorded) $(GO) test -race -count=1 -run 'TestRecorded' ./extproc/provider ./test/e2e
+	TOLLWAY_RECORDED_DIR=$(or $(RECORDED),$(CURDIR)/../shared/recorded) $(GO) test -race -count=1 -run 'TestRecorded' ./extproc/provider/chat ./test/e2e
 
 # Every package whose tests use the golden helper (test/golden) takes -update.
 GOLDEN_PKGS   = $(shell grep -rl --include='*_test.go' 'tollway/test/golden"' . | xargs -n1 dirname | sort -u)

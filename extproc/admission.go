@@ -10,7 +10,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
-	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -89,9 +89,9 @@ func (x *exchange) worstCase() decimal.Decimal {
 			// An image model's answer is bounded by Gemini's own output limit when nothing
 			// smaller caps it, and holds as many images as that budget pays for.
 			if asked <= 0 && m.MaxOutputLength <= 0 {
-				out = provider.GeminiImageMaxOutput
+				out = task.GeminiImageMaxOutput
 			}
-			w = m.Pricing.TaskWorstCase(x.promptEstimate, out, provider.GeminiImagesBound(m.Variant, "", out), 0)
+			w = m.Pricing.TaskWorstCase(x.promptEstimate, out, task.GeminiImagesBound(m.Variant, "", out), 0)
 		}
 		if w.GreaterThan(worst) {
 			worst = w
@@ -166,7 +166,7 @@ func (x *exchange) settle() {
 func (x *exchange) cost(u ir.Usage) decimal.Decimal {
 	cost := x.plan.model.Pricing.Cost(u)
 	for _, o := range x.meter.others() {
-		ou := storable(o.billing())
+		ou := storable(usageBill(&o.Usage))
 		m := x.rt.pricedAs(x.provider, o.Model)
 		if m == nil {
 			x.s.log.Warn("usage on a model the catalog does not price is not billed: add a catalog model for it on this provider to bill it",

@@ -12,13 +12,15 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/extproc/sse"
 )
 
 // answer rewrites one successful answer, whole or streamed.
 type answer struct {
-	model []byte // the catalog model id as a JSON string
-	meter *meter // nil without billing
+	model   []byte // the catalog model id as a JSON string
+	modelID string
+	meter   *meter // nil without billing
 	// dropUsage removes the usage-only chunk: the gateway asks every streaming provider for
 	// usage, and clients that did not ask must not get it, billing on or off.
 	dropUsage bool
@@ -44,7 +46,7 @@ type answer struct {
 
 func newAnswer(modelID string, m *meter, dropUsage bool) *answer {
 	q, _ := json.Marshal(modelID) // a string always encodes
-	return &answer{model: q, meter: m, dropUsage: dropUsage}
+	return &answer{model: q, modelID: modelID, meter: m, dropUsage: dropUsage}
 }
 
 // body rewrites a whole JSON answer; changed is false when it goes on as it came.
@@ -200,27 +202,11 @@ func (a *answer) appendEstimatedUsage(out []byte) []byte {
 		Created int64  `json:"created"`
 	}
 	_ = jsonv2.Unmarshal(a.last, &last, lenient)
-	type details struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	}
-	chunk := struct {
-		ID      string            `json:"id"`
-		Object  string            `json:"object"`
-		Created int64             `json:"created"`
-		Model   jsontext.Value    `json:"model"`
-		Choices []json.RawMessage `json:"choices"`
-		Usage   struct {
-			PromptTokens        int64   `json:"prompt_tokens"`
-			CompletionTokens    int64   `json:"completion_tokens"`
-			TotalTokens         int64   `json:"total_tokens"`
-			PromptTokensDetails details `json:"prompt_tokens_details"`
-			Estimated           bool    `json:"estimated"`
-		} `json:"usage"`
-	}{ID: last.ID, Object: "chat.completion.chunk", Created: last.Created, Model: a.model, Choices: []json.RawMessage{}}
-	chunk.Usage.PromptTokens, chunk.Usage.CompletionTokens = u.PromptTokens, u.CompletionTokens
-	chunk.Usage.TotalTokens = u.PromptTokens + u.CompletionTokens
-	chunk.Usage.PromptTokensDetails.CachedTokens = u.CachedTokens
-	chunk.Usage.Estimated = true
+	chunk := openai.ChatCompletionChunk{Header: openai.Header{ID: last.ID, Object: openai.ObjectChunk, Created: last.Created, Model: a.modelID},
+		Choices: []openai.ChunkChoice{}, Usage: &openai.Usage{
+			PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens,
+			PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: u.CachedTokens}, Estimated: true,
+		}}
 	b, _ := jsonv2.Marshal(chunk) // strings and numbers always encode
 	out = append(out, "data: "...)
 	out = append(out, b...)

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/chat"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -38,7 +39,7 @@ type attempt struct {
 	status    int
 	streaming bool
 	// refusal reads an error answer that may refuse the gateway's credential without a 401.
-	refusal provider.CredentialRefusal
+	refusal chat.CredentialRefusal
 	removed []string // nested fields the adapter dropped (provider.Upstream.Removed)
 }
 
@@ -278,7 +279,7 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	// Answers in another API are translated; errors pass as they are (the router-level ext_proc
 	// shapes them, and Envoy decides on retries from the status), except that an error that
 	// may be a refused credential in disguise is read first.
-	if r, ok := a.translate.(provider.CredentialRefusal); ok && a.status >= 400 && a.status != http.StatusUnauthorized {
+	if r, ok := a.translate.(chat.CredentialRefusal); ok && a.status >= 400 && a.status != http.StatusUnauthorized {
 		a.refusal = r
 		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_BUFFERED}
 		return resp

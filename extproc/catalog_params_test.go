@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -71,7 +71,7 @@ func TestCatalogListsWhatIsAccepted(t *testing.T) {
 	}
 	for _, id := range []string{"v1", "v2", "v3", "i1", "i2", "i2b"} {
 		m := rt.models[id]
-		want := provider.TaskFieldsOf(&m.Model)
+		want := task.FieldsOf(&m.Model)
 		if got := m.entry(true).SupportedSamplingParameters; len(want) == 0 || !slices.Equal(got, want) {
 			t.Errorf("%s (%s) lists %v, want its family's fields %v", id, m.Family, got, want)
 		}

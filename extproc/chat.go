@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/chat"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -262,15 +263,11 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 			return nil, nil, errors.New(e.Message)
 		}
 	}
-	if m.Family == ir.ChatImageFamily {
-		up, err := provider.GeminiImageChat(p, &m.Model, target, req)
-		return up, removed, err
-	}
-	adapter, err := provider.For(p.Type)
+	adapter, err := chat.For(p.Type, m.Family)
 	if err != nil {
 		return nil, nil, err
 	}
-	up, err := adapter.Chat(p, target, req)
+	up, err := adapter.Chat(p, &m.Model, target, req)
 	return up, removed, err
 }
 

@@ -56,9 +56,9 @@ var (
 // into a JSON request without gateway fields or removed parameters, or refuses it as the
 // client's fault (a 400, never a 500) in words without Go vocabulary.
 func FuzzPlanChat(f *testing.F) {
-	paths, _ := filepath.Glob("provider/testdata/chat/*.json")
+	paths, _ := filepath.Glob("provider/chat/testdata/chat/*.json")
 	if len(paths) == 0 {
-		f.Fatal("no seeds in provider/testdata/chat")
+		f.Fatal("no seeds in provider/chat/testdata/chat")
 	}
 	for _, p := range paths {
 		b, err := os.ReadFile(p)

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/tollway/tollway/extproc/provider"
 )
 
 // APIError is an error the client sees: an HTTP status and the spec's error body. Code is a
@@ -77,16 +78,7 @@ func upstreamError(status int, provider string, body []byte) *APIError {
 		readProviderError(shaped.Error, e)
 	}
 	if e.Message == "" {
-		const max = 512
-		text := string(body)
-		if len(text) > max {
-			cut := max
-			for cut > 0 && !utf8.RuneStart(text[cut]) {
-				cut--
-			}
-			text = text[:cut] + "..."
-		}
-		e.Message = fmt.Sprintf("provider %s answered HTTP %d: %s", provider, status, text)
+		e.Message = fmt.Sprintf("provider %s answered HTTP %d: %s", provider, status, clipBody(body))
 	}
 	return e
 }
@@ -113,3 +105,6 @@ func readProviderError(raw json.RawMessage, e *APIError) {
 		e.Code = cmp.Or(code, obj.Type, strings.ToLower(obj.Status), e.Code)
 	}
 }
+
+// clipBody is a provider's answer quoted in a message: at most 512 bytes of it.
+func clipBody(body []byte) string { return provider.Clip(string(body), 512) }

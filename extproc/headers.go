@@ -9,7 +9,8 @@ import (
 	"mime"
 	"net/http"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/tollway/tollway/extproc/provider"
 )
 
 // MaxRequestIDBytes bounds a client's x-request-id: it becomes part of usage record ids and
@@ -102,16 +103,4 @@ func upstreamDropped(k string) bool {
 const maxShown = 64
 
 // clip shortens a client's value for an error message, cutting at a character boundary.
-func clip(s string) string { return clipTo(s, maxShown) }
-
-// clipTo cuts s to at most n bytes and "...", at a character boundary.
-func clipTo(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+func clip(s string) string { return provider.Clip(s, maxShown) }

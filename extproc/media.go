@@ -25,6 +25,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
@@ -200,11 +201,11 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		refusal  error
 		worst    decimal.Decimal
 		first    *model // the model of the first attempt: the task's, until a fallback moves on
-		tr       provider.TaskRequest
+		tr       task.Validated
 	)
 	now := time.Now()
 	for _, m := range models {
-		adapter, err := provider.TaskFor(m.Family)
+		adapter, err := task.For(m.Family)
 		if err != nil {
 			continue
 		}
@@ -399,7 +400,7 @@ func (s *Server) taskPrice(t *store.Task) decimal.Decimal {
 		return decimal.Zero
 	}
 	u := ir.Usage{PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens, ImageTokens: t.ImageTokens}
-	if t.Status != string(provider.TaskCompleted) {
+	if t.Status != string(task.Completed) {
 		tier := m.Pricing.TierFor(u.PromptTokens)
 		completion := u.CompletionTokens - min(max(u.ImageTokens, 0), u.CompletionTokens)
 		return tier.Prompt.Mul(decimal.NewFromInt(u.PromptTokens)).Add(tier.Completion.Mul(decimal.NewFromInt(completion)))
@@ -462,8 +463,8 @@ func familyStrings(rt *Runtime, body []byte) []string {
 	var out []string
 	for _, id := range ids {
 		if m := rt.models[id]; m != nil {
-			a, err := provider.TaskFor(m.Family)
-			if fs, ok := a.(provider.FormStrings); err == nil && ok {
+			a, err := task.For(m.Family)
+			if fs, ok := a.(task.FormStrings); err == nil && ok {
 				out = append(out, fs.FormStrings()...)
 			}
 		}

@@ -4,41 +4,22 @@ package extproc
 
 import (
 	"bytes"
-	"strings"
 
 	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/tollway/tollway/extproc/apischema/openai"
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// lenient reads providers' answers as encoding/json did: a provider's stray invalid UTF-8 or
-// repeated member must not cost the usage (encoding/json/v2 is fast on large answers).
-var lenient = json.JoinOptions(jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
+// lenient reads providers' answers as encoding/json did (provider.Lenient): a provider's stray
+// invalid UTF-8 or repeated member must not cost the usage (encoding/json/v2 is fast on large
+// answers).
+var lenient = provider.Lenient
 
-// upstreamUsage is OpenAI's usage object, with the cached-prompt and image-output details and
-// the usage on other models that the Anthropic adapter reports (other_models).
-type upstreamUsage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	CompletionTokensDetails *struct {
-		ImageTokens int64 `json:"image_tokens"`
-	} `json:"completion_tokens_details"`
-	OtherModels []otherUsage `json:"other_models"`
-}
-
-// otherUsage is usage on a model other than the one asked (an Anthropic advisor's), by the
-// provider's name for it.
-type otherUsage struct {
-	Model string `json:"model"`
-	upstreamUsage
-}
-
-func (u *upstreamUsage) billing() ir.Usage {
+// usageBill is what the bill reads of an answer's usage.
+func usageBill(u *openai.Usage) ir.Usage {
 	out := ir.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 	if u.PromptTokensDetails != nil {
 		out.CachedTokens = u.PromptTokensDetails.CachedTokens
@@ -49,103 +30,55 @@ func (u *upstreamUsage) billing() ir.Usage {
 	return out
 }
 
-// completionText is what a response (or a chunk) says: text and tool-call arguments, the parts a
-// tokenizer can count when the provider reports no usage.
+// completionText is a whole answer or a stream event as the meter reads it: its usage, and
+// what a tokenizer can count when the provider reports none (text and tool-call names and
+// arguments). A message (a whole answer) and a delta (a chunk) are both read, so an answer
+// that mixes the two forms is still counted.
 type completionText struct {
 	Choices []struct {
-		Message *messageText `json:"message"`
-		Delta   *messageText `json:"delta"`
+		Message *openai.ResponseMessage `json:"message"`
+		Delta   *openai.Delta           `json:"delta"`
 	} `json:"choices"`
-	Usage *upstreamUsage `json:"usage"`
-}
-
-// messageText is an answer's message, or a stream's delta of one.
-type messageText struct {
-	Content   *messageContent `json:"content"`
-	ToolCalls []struct {
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	} `json:"tool_calls"`
-}
-
-func (m *messageText) appendText(b *bytes.Buffer) {
-	if m == nil {
-		return
-	}
-	if m.Content != nil {
-		b.WriteString(m.Content.text)
-	}
-	for _, tc := range m.ToolCalls {
-		b.WriteString(tc.Function.Name)
-		b.WriteString(tc.Function.Arguments)
-	}
+	Usage *openai.Usage `json:"usage"`
 }
 
 func (c *completionText) appendText(b *bytes.Buffer) {
 	for _, ch := range c.Choices {
-		ch.Message.appendText(b)
-		ch.Delta.appendText(b)
+		if m := ch.Message; m != nil {
+			b.WriteString(m.Content.String()) // an image's data URL is not text
+			for _, tc := range m.ToolCalls {
+				b.WriteString(tc.Function.Name)
+				b.WriteString(tc.Function.Arguments)
+			}
+		}
+		if d := ch.Delta; d != nil {
+			if d.Content != nil {
+				b.WriteString(*d.Content)
+			}
+			for _, tc := range d.ToolCalls {
+				b.WriteString(tc.Function.Name)
+				b.WriteString(tc.Function.Arguments)
+			}
+		}
 	}
 }
 
-// images counts the image parts of the answer's messages.
+// images counts the image parts of the answer's messages (an image model's answer, see
+// provider/chat's openai_gemini_image.go), each billed at the model's image price.
 func (c *completionText) images() int64 {
 	var n int64
 	for _, ch := range c.Choices {
-		for _, m := range []*messageText{ch.Message, ch.Delta} {
-			if m != nil && m.Content != nil {
-				n += m.Content.images
-			}
+		if ch.Message != nil {
+			n += ch.Message.Content.Images()
 		}
 	}
 	return n
 }
 
-// messageContent is a message's content: a string, or an array of parts (an image model's
-// answer: text and image_url parts, see provider.GeminiImageChat). Its text is kept for an
-// estimate and its images counted, each billed at the model's image price; an image's data
-// URL is skipped, not copied.
-type messageContent struct {
-	text   string
-	images int64
-}
-
-func (c *messageContent) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
-	switch dec.PeekKind() {
-	case '"':
-		tok, err := dec.ReadToken()
-		c.text = tok.String()
-		return err
-	case '[':
-	default:
-		return dec.SkipValue()
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.UnmarshalDecode(dec, &parts); err != nil {
-		return err
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		switch p.Type {
-		case "text":
-			b.WriteString(p.Text)
-		case "image_url":
-			c.images++
-		}
-	}
-	c.text = b.String()
-	return nil
-}
-
 // meter follows one answer to find what it cost: the provider's usage when it reports it, a
 // token count of what was sent when it does not (cut streams, disconnects).
 type meter struct {
-	usage  *upstreamUsage
+	usage  *openai.Usage
 	images int64        // image parts of a whole answer, billed per image
 	text   bytes.Buffer // completion text, for the estimate
 	// events are a stream's latest content events, undecoded until an estimate needs them or
@@ -252,7 +185,7 @@ func isUsageOnly(data []byte) bool {
 }
 
 // others is the provider's usage on other models than the one asked, when it reported usage.
-func (m *meter) others() []otherUsage {
+func (m *meter) others() []openai.ModelUsage {
 	if m.usage == nil {
 		return nil
 	}
@@ -264,7 +197,7 @@ func (m *meter) others() []otherUsage {
 // (only the text since the last report is tokenized).
 func (m *meter) progress(promptTokens func() int64) ir.Usage {
 	if m.usage != nil {
-		u := m.usage.billing()
+		u := usageBill(m.usage)
 		u.Images = m.images
 		return u
 	}
@@ -279,7 +212,7 @@ func (m *meter) progress(promptTokens func() int64) ir.Usage {
 // result is the usage to bill and whether it is an estimate.
 func (m *meter) result(promptTokens func() int64) (ir.Usage, bool) {
 	if m.usage != nil {
-		u := m.usage.billing()
+		u := usageBill(m.usage)
 		u.Images = m.images
 		return u, false
 	}

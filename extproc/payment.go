@@ -28,6 +28,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
@@ -359,7 +360,7 @@ func (x *exchange) payRecord(rec store.UsageRecord) store.UsageRecord {
 	rec.Payment = &store.Payment{Endpoint: p.slug, Scheme: req.Scheme, Network: req.Network, Asset: req.Asset,
 		Payer: p.cred.Payer, Amount: amount, AmountUSD: usd, Transaction: p.resp.Transaction, Status: store.PaymentSettled}
 	if p.outcome == SettlePending {
-		rec.Payment.Status, rec.Payment.Reason = store.PaymentPending, clipTo(p.why, 200) // a record's fields stop at 256 bytes
+		rec.Payment.Status, rec.Payment.Reason = store.PaymentPending, provider.Clip(p.why, 200) // a record's fields stop at 256 bytes
 	}
 	return rec
 }

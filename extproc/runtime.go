@@ -8,7 +8,8 @@ import (
 
 	"github.com/shopspring/decimal"
 
-	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/chat"
+	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -46,7 +47,7 @@ type model struct {
 type paramRule struct {
 	allowed     map[string]bool
 	passUnknown bool            // fields outside allowed pass too (an OpenAI-shaped provider, no list)
-	fixed       map[string]bool // allowed only at their default (provider.Parameters.Fixed)
+	fixed       map[string]bool // allowed only at their default (chat.Parameters.Fixed)
 }
 
 // carries reports whether an attempt on provider p keeps field f.
@@ -62,13 +63,14 @@ func (m *model) carries(p, f string) bool {
 // parameters of it.
 var alwaysCarried = map[string]bool{"model": true, "messages": true, "stream": true, "stream_options": true}
 
-// paramsFor works out the rule for provider p serving m, whose own list is list (the provider
-// entry's, else the model's). A list narrows what the adapter carries; user, an end-user id
-// rather than a sampling parameter, is carried whenever the adapter can, list or not.
-func paramsFor(p *ir.Provider, list []string) paramRule {
-	params := provider.Parameters{PassUnknown: true} // an unknown type never gets an attempt
+// paramsFor works out the rule for provider p serving a model of media family family ("" for a
+// chat model), whose own list is list (the provider entry's, else the model's). A list narrows
+// what the adapter carries; user, an end-user id rather than a sampling parameter, is carried
+// whenever the adapter can, list or not.
+func paramsFor(p *ir.Provider, family string, list []string) paramRule {
+	params := chat.Parameters{PassUnknown: true} // an unknown type never gets an attempt
 	if p != nil {
-		if a, err := provider.For(p.Type); err == nil {
+		if a, err := chat.For(p.Type, family); err == nil {
 			params = a.Parameters()
 		}
 	}
@@ -117,10 +119,10 @@ func samplingParameters(rules []paramRule) []string {
 func catalogParameters(m *ir.Model, rules []paramRule) []string {
 	switch {
 	case m.Family == ir.ChatImageFamily:
-		listed := provider.GeminiImageChatParameters.Listed()
+		listed := chat.GeminiImageParameters.Listed()
 		return slices.DeleteFunc(samplingParameters(rules), func(f string) bool { return !slices.Contains(listed, f) })
 	case m.Family != "":
-		return nonNil(provider.TaskFieldsOf(m))
+		return nonNil(task.FieldsOf(m))
 	}
 	return samplingParameters(rules)
 }
@@ -210,7 +212,7 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 			if len(t.SupportedParameters) > 0 {
 				list = t.SupportedParameters
 			}
-			r := paramsFor(rt.providers[t.Provider], list)
+			r := paramsFor(rt.providers[t.Provider], m.Family, list)
 			cm.params[t.Provider] = r
 			rules = append(rules, r)
 		}

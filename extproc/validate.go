@@ -18,7 +18,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tollway/tollway/extproc/billing"
-	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/chat"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -28,7 +28,7 @@ const (
 	maxUser    = 256 // the end-user id the client passes on
 	maxNameLen = 64  // message names and function names (OpenAI's limit)
 	// tool call ids, echoed back by clients; Gemini's ids carry thought signatures
-	maxToolCallID   = provider.MaxToolCallID
+	maxToolCallID   = chat.MaxToolCallID
 	maxTools        = 128 // OpenAI's limit on tools per request
 	maxStop         = 16  // stop sequences
 	maxN            = 128 // answers per request (OpenAI's limit)

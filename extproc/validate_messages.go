@@ -7,19 +7,15 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+
+	"github.com/tollway/tollway/extproc/apischema/openai"
 )
 
 // messageName is OpenAI's rule for a message's name: no whitespace and none of <|\/>.
 var messageName = regexp.MustCompile(`^[^\s<|\\/>]{1,64}$`)
 
-// Content part types each role may send.
-var partTypes = map[string][]string{
-	"system":    {"text"},
-	"developer": {"text"},
-	"tool":      {"text"},
-	"user":      {"text", "image_url", "input_audio", "file"},
-	"assistant": {"text", "refusal"},
-}
+// partTypes are the content part types each role may send.
+var partTypes = openai.RolePartTypes
 
 // message is what is checked once a message's members have all been read (they come in any
 // order).
@@ -166,7 +162,7 @@ func (w *walker) part(path string) (string, error) {
 		at := path + "." + name
 		switch name {
 		case "type":
-			s, err := w.oneOf(at, "text", "image_url", "input_audio", "file", "refusal")
+			s, err := w.oneOf(at, openai.PartTypes...)
 			typ = s
 			return err
 		case "text", "refusal":
@@ -186,7 +182,7 @@ func (w *walker) part(path string) (string, error) {
 					has["url"] = n > 0
 					return err
 				case "detail":
-					_, err := w.oneOf(at+".detail", "auto", "low", "high")
+					_, err := w.oneOf(at+".detail", openai.ImageDetails...)
 					return err
 				}
 				return w.skip()
@@ -360,7 +356,7 @@ func (w *walker) toolChoice() (mode, name string, err error) {
 	const want = `"auto", "none", "required" or {"type": "function", "function": {"name": "..."}}`
 	switch w.dec.PeekKind() {
 	case '"':
-		mode, err = w.oneOf("tool_choice", "auto", "none", "required")
+		mode, err = w.oneOf("tool_choice", openai.ToolChoiceModes...)
 		if _, ok := err.(*fieldError); ok {
 			err = invalid("tool_choice", "must be %s", want)
 		}
@@ -417,7 +413,7 @@ func (w *walker) responseFormat() error {
 	err := w.object("response_format", func(k string) error {
 		switch k {
 		case "type":
-			s, err := w.oneOf("response_format.type", "text", "json_object", "json_schema")
+			s, err := w.oneOf("response_format.type", openai.ResponseFormatTypes...)
 			typ = s
 			return err
 		case "json_schema":

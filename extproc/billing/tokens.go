@@ -11,6 +11,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+
+	"github.com/tollway/tollway/extproc/apischema/openai"
 )
 
 // Encoding is the BPE encoding estimates use: o200k_base (GPT-4o and later), embedded in the
@@ -110,66 +112,13 @@ const (
 	tokensPerImage = 85
 )
 
-// The request shapes below are read with encoding/json/v2 (its mirror module): one pass that
-// skips what it does not need, such as a multi-MB image data URL, without copying it.
+// chatPrompt is what a prompt count reads of a request: its messages, and its tool definitions
+// as the JSON they are (their compact text is counted). It is read with encoding/json/v2 (its
+// mirror module), in one pass.
 type chatPrompt struct {
-	Messages  []chatMessage    `json:"messages"`
+	Messages  []openai.Message `json:"messages"`
 	Tools     []jsontext.Value `json:"tools"`
 	Functions []jsontext.Value `json:"functions"` // legacy form of tools
-}
-
-type chatMessage struct {
-	Role      string  `json:"role"`
-	Name      string  `json:"name"`
-	Content   content `json:"content"`
-	ToolCalls []struct {
-		Function functionCall `json:"function"`
-	} `json:"tool_calls"`
-	FunctionCall *functionCall `json:"function_call"` // legacy form of tool_calls
-}
-
-type functionCall struct {
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
-
-// content is a message's content: a string (one text part), an array of parts, or null.
-type content []contentPart
-
-func (c *content) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
-	switch dec.PeekKind() {
-	case 'n':
-		_, err := dec.ReadToken()
-		return err
-	case '"':
-		tok, err := dec.ReadToken()
-		*c = content{{Type: "text", Text: tok.String()}}
-		return err
-	}
-	return json.UnmarshalDecode(dec, (*[]contentPart)(c))
-}
-
-// contentPart leaves image_url out on purpose: the decoder then skips a multi-MB data URL instead
-// of copying it. Audio and file data are only measured (encodedSize), never copied.
-type contentPart struct {
-	Type       string `json:"type"`
-	Text       string `json:"text"`
-	Refusal    string `json:"refusal"`
-	InputAudio struct {
-		Data encodedSize `json:"data"`
-	} `json:"input_audio"`
-	File struct {
-		FileData encodedSize `json:"file_data"`
-	} `json:"file"`
-}
-
-// encodedSize is the length of a JSON string's content as encoded, read without copying it.
-type encodedSize int
-
-func (s *encodedSize) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
-	v, err := dec.ReadValue()
-	*s = encodedSize(max(len(v)-2, 0))
-	return err
 }
 
 // CountChatPrompt estimates the prompt tokens of an OpenAI chat completion request body: per
@@ -233,7 +182,11 @@ func countChat(body []byte, count func(string) int, perImage int, media bool) (i
 		if m.Name != "" {
 			n += tokensPerName + count(m.Name)
 		}
-		for _, p := range m.Content {
+		parts, err := openai.Parts(m.Content)
+		if err != nil {
+			return 0, fmt.Errorf("counting prompt tokens: %w", err)
+		}
+		for _, p := range parts {
 			switch p.Type {
 			case "text":
 				n += count(p.Text)
@@ -243,11 +196,11 @@ func countChat(body []byte, count func(string) int, perImage int, media bool) (i
 				n += perImage
 			case "input_audio":
 				if media {
-					n += int(p.InputAudio.Data)
+					n += len(p.InputAudio.Data)
 				}
 			case "file":
 				if media {
-					n += int(p.File.FileData)
+					n += len(p.File.FileData)
 				}
 			}
 		}

@@ -1,6 +1,9 @@
-// Package provider holds one adapter per upstream API kind. An adapter turns the client's
-// OpenAI-shaped chat request into the provider's request; later adapters also translate
-// responses back.
+// Package provider is what the gateway's adapters to providers share: a request split into its
+// top-level fields (Request), the upstream request an adapter makes (Upstream), the errors that
+// say whose fault a failure is, and the readers of what clients send (JSON fields, images)
+// whose refusals name the field. The adapters are in chat (a chat completion, one file per
+// provider API) and task (a media task, one file per family), each chosen by an explicit
+// switch (chat.For, task.For); the wire formats they speak are declared in extproc/apischema.
 package provider
 
 import (
@@ -8,12 +11,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"math"
 	"sort"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
-
-	"github.com/tollway/tollway/xds/ir"
 )
 
 // Request is a chat request already parsed into its top-level fields. Values stay raw so that
@@ -74,30 +76,6 @@ func (r Request) Encode() []byte {
 	return buf.Bytes()
 }
 
-// Upstream is what an adapter produces for one attempt.
-type Upstream struct {
-	// Method is the HTTP method when it is not the client's (task queries are GETs).
-	Method string
-	Body   []byte
-	// Path is the request path below the provider's base path (the base URL's path), e.g.
-	// "/chat/completions", "/messages", "/models/gemini-2.5-flash:streamGenerateContent?alt=sse".
-	Path    string
-	Headers map[string]string // set on the upstream request; "" removes the header
-	// Response turns the provider's answer back into the OpenAI chat-completion shape; nil when
-	// the provider already speaks it. One per attempt: stream translation keeps state.
-	Response ResponseTranslator
-	// Removed lists, sorted, what the adapter dropped inside fields it carries because the
-	// provider has no equivalent, as field paths (tools[].function.strict, messages[].name):
-	// the top-level fields the provider lacks never reach Chat, these do. The gateway adds them
-	// to x-tollway-removed-params.
-	Removed []string
-}
-
-// MaxToolCallID bounds the tool call ids a client sends back (assistant tool_calls[].id and
-// tool messages' tool_call_id). Gemini's thought signatures travel inside the ids the gateway
-// hands out (see geminiCallID), and they run to a few kilobytes.
-const MaxToolCallID = 16384
-
 // ResponseTranslator converts one provider answer into OpenAI chat-completion form, including
 // an OpenAI "usage" object (and, for streams, a final usage-only chunk with "choices": []
 // before "data: [DONE]") so metering reads every provider the same way.
@@ -108,6 +86,25 @@ type ResponseTranslator interface {
 	// events; end marks the last bytes. Input events may be split across calls: incomplete
 	// ones are held until their end arrives. Output is whole "data: ...\n\n" events.
 	Chunk(b []byte, end bool) ([]byte, error)
+}
+
+// Upstream is what an adapter produces for one attempt.
+type Upstream struct {
+	// Method is the HTTP method when it is not the client's (task queries are GETs).
+	Method string
+	Body   []byte
+	// Path is the request path below the provider's base path (the base URL's path), e.g.
+	// "/chat/completions", "/messages", "/models/gemini-2.5-flash:streamGenerateContent?alt=sse".
+	Path    string
+	Headers map[string]string // set on the upstream request; "" removes the header
+	// Response turns a chat answer back into the OpenAI chat-completion shape; nil when the
+	// provider already speaks it, and for tasks. One per attempt: stream translation keeps state.
+	Response ResponseTranslator
+	// Removed lists, sorted, what the adapter dropped inside fields it carries because the
+	// provider has no equivalent, as field paths (tools[].function.strict, messages[].name):
+	// the top-level fields the provider lacks never reach Chat, these do. The gateway adds them
+	// to x-tollway-removed-params.
+	Removed []string
 }
 
 // UpstreamFailure is a provider's failure inside a 2xx answer: an error it wrote into its stream
@@ -122,58 +119,63 @@ type UpstreamFailure struct {
 
 func (f *UpstreamFailure) Error() string { return f.Provider + ": " + f.Message }
 
-// CredentialRefusal is implemented by translators whose provider refuses a bad credential
-// with a status other than 401 (Gemini answers a bad API key with 400 INVALID_ARGUMENT), so
-// the gateway can treat it as the 401 it means: retried elsewhere, never blamed on the client.
-type CredentialRefusal interface {
-	// RefusesCredential reports whether an error answer refuses the gateway's credential.
-	RefusesCredential(status int, body []byte) bool
+// ErrBadRequest marks a request an adapter cannot translate because of what the client sent (a
+// tool call whose arguments are not a JSON object, a content part the provider lacks): the
+// client's mistake, a 400, not a gateway fault.
+var ErrBadRequest = errors.New("request cannot be translated")
+
+// BlockedError is a prompt the provider refused to answer at all (Gemini's
+// promptFeedback.blockReason, with HTTP 200). The gateway can answer it as a content filter
+// refusal rather than an upstream failure.
+type BlockedError struct {
+	Provider string
+	Reason   string // e.g. SAFETY, BLOCKLIST, PROHIBITED_CONTENT
+	Message  string // the provider's explanation, if any
 }
 
-// Adapter builds the upstream request for one provider kind.
-type Adapter interface {
-	// Chat rewrites req (already stripped of gateway-only and unsupported fields) for provider p,
-	// whose model name is model.
-	Chat(p *ir.Provider, model string, req Request) (*Upstream, error)
-	// Parameters says which request fields, beyond model, messages, stream and
-	// stream_options (which every adapter carries), reach the provider.
-	Parameters() Parameters
-}
-
-// Parameters are the request fields an adapter carries to its provider.
-type Parameters struct {
-	Known []string // fields the adapter carries (translated, for APIs other than OpenAI's)
-	// PassUnknown: fields outside Known go on as they are (OpenAI-compatible servers take
-	// extensions of their own); otherwise they are dropped.
-	PassUnknown bool
-	// Fixed are the fields of Known taken only at their default value (n: 1, one answer):
-	// carried, so that another value is refused by name rather than dropped, and not listed
-	// by the catalog, which lists what a model honours.
-	Fixed []string
-}
-
-// Listed are the fields the catalog lists: Known less Fixed.
-func (p Parameters) Listed() []string {
-	return slices.DeleteFunc(slices.Clone(p.Known), func(f string) bool { return slices.Contains(p.Fixed, f) })
-}
-
-// openAIParameters are the OpenAI chat-completions fields beyond model, messages and streaming
-// that the catalog lists for OpenAI-shaped providers.
-var openAIParameters = []string{
-	"frequency_penalty", "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "n",
-	"parallel_tool_calls", "presence_penalty", "reasoning_effort", "response_format", "seed",
-	"stop", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user",
-}
-
-var adapters = map[string]Adapter{}
-
-func register(kind string, a Adapter) { adapters[kind] = a }
-
-// For returns the adapter of a provider type.
-func For(kind string) (Adapter, error) {
-	a, ok := adapters[kind]
-	if !ok {
-		return nil, fmt.Errorf("provider: no adapter for type %q", kind)
+func (e *BlockedError) Error() string {
+	s := e.Provider + " blocked the prompt (blockReason " + e.Reason + ")"
+	if e.Message != "" {
+		s += ": " + e.Message
 	}
-	return a, nil
+	return s
 }
+
+// EncodeJSON encodes v without Go's HTML escaping, so text reads the same as it was sent.
+func EncodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// Marshal is EncodeJSON for answer shapes, made of strings and numbers only, which
+// always encode.
+func Marshal(v any) []byte {
+	b, err := EncodeJSON(v)
+	if err != nil {
+		panic(fmt.Sprintf("provider: marshal %T: %v", v, err))
+	}
+	return b
+}
+
+// Lenient reads providers' answers with encoding/json/v2 as encoding/json would: a provider's
+// stray invalid UTF-8 byte or repeated member must not lose an answer (or its usage).
+var Lenient = jsonv2.JoinOptions(jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
+
+// Tokens adds a provider's token counts. Usage is billed, so a bogus count can neither turn
+// negative (it reads as 0) nor wrap around a huge sum (it saturates).
+func Tokens(counts ...int64) int64 {
+	var sum int64
+	for _, c := range counts {
+		if c > 0 {
+			sum += min(c, math.MaxInt64-sum)
+		}
+	}
+	return sum
+}
+
+// chunkWriter renders chat.completion.chunk events for one stream.

@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/store"
 )
 
@@ -36,7 +36,7 @@ func (s *Service) unknownGrace() time.Duration { return cmp.Or(s.UnknownGrace, D
 func (s *Service) deadline(t *store.Task) time.Time { return t.CreatedAt.Add(s.maxAge()) }
 
 // timeoutEnd is the state that ends t at its deadline.
-func (s *Service) timeoutEnd(t *store.Task) provider.TaskState {
+func (s *Service) timeoutEnd(t *store.Task) task.State {
 	age := s.maxAge()
 	s.Log.Warn("task timed out: its provider did not finish it within tasks.max_age; its hold is released and nothing is billed",
 		"task", t.ID, "provider", t.Provider, "provider_task_id", t.ProviderTaskID, "max_age", age.String())
@@ -45,7 +45,7 @@ func (s *Service) timeoutEnd(t *store.Task) provider.TaskState {
 
 // unknownEnd is the state that ends t after n answers over span saying its provider does not
 // know it (why: the last of them).
-func (s *Service) unknownEnd(t *store.Task, why error, n int, span time.Duration) provider.TaskState {
+func (s *Service) unknownEnd(t *store.Task, why error, n int, span time.Duration) task.State {
 	s.Log.Warn("task ended: its provider does not know it (an unknown id, or results past the provider's retention)",
 		"task", t.ID, "provider", t.Provider, "provider_task_id", t.ProviderTaskID, "answers", n, "over", span.Round(time.Second).String())
 	return ended(t, "task_expired_or_unknown", fmt.Sprintf("provider %s answered %d times over %s that it does not know task %s (%v); nothing was billed",
@@ -53,21 +53,21 @@ func (s *Service) unknownEnd(t *store.Task, why error, n int, span time.Duration
 }
 
 // ended is t failed with code and message, its provider's last status word kept.
-func ended(t *store.Task, code, message string) provider.TaskState {
-	return provider.TaskState{Status: provider.TaskFailed, FamilyStatus: t.FamilyStatus, Error: &provider.TaskError{Code: code, Message: message}}
+func ended(t *store.Task, code, message string) task.State {
+	return task.State{Status: task.Failed, FamilyStatus: t.FamilyStatus, Error: &task.Error{Code: code, Message: message}}
 }
 
 // heard reports what a provider's answer (err: its adapter's reading) says of the gateway's
 // credential: refused (provider_auth_failed, in whatever HTTP status), or accepted (a task
 // created; a query answered, even to say the task is unknown). Other failures say nothing.
 func (s *Service) heard(name string, err error, query bool) {
-	var te *provider.TaskError
+	var te *task.Error
 	switch {
 	case errors.As(err, &te) && te.Code == "provider_auth_failed":
 		if s.Refused != nil {
 			s.Refused(name)
 		}
-	case err == nil || (query && errors.Is(err, provider.ErrTaskUnknown)):
+	case err == nil || (query && errors.Is(err, task.ErrUnknown)):
 		if s.Answered != nil {
 			s.Answered(name)
 		}

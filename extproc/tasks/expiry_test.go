@@ -142,7 +142,7 @@ func TestTimeoutSurvivesRestart(t *testing.T) {
 		mu     sync.Mutex
 		billed []string
 	)
-	again := &Service{Store: s.Store, Envoy: s.Envoy, Log: s.Log, Now: c.now, Catalog: s.Catalog, RefreshEvery: time.Hour,
+	again := &Service{Store: s.Store, Envoy: s.Envoy, Log: s.Log, Now: c.now, Catalog: s.Catalog, Adapters: s.Adapters, RefreshEvery: time.Hour,
 		Price: s.Price, Bill: func(t *store.Task) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -1,7 +1,7 @@
 // Package tasks is the lifecycle of asynchronous generation tasks (videos; images next): the
 // task object clients see, creation with fallback, status refresh through Envoy, the
 // background poller, signed callbacks from a durable outbox, and the task's bill. Provider
-// shapes stay in extproc/provider's task adapters; records in store.
+// shapes stay in extproc/provider/task's adapters; records in store.
 package tasks
 
 import (
@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/store"
 )
 
@@ -80,13 +80,13 @@ type Image struct {
 
 // progressOf gives a progress when the provider says none: 0 until it runs, 50 while it runs
 // (no provider reports a fraction we could trust), 100 when done.
-func progressOf(st provider.TaskStatus, reported int) int {
+func progressOf(st task.Status, reported int) int {
 	switch {
 	case st.Terminal():
 		return 100
 	case reported > 0:
 		return min(reported, 99)
-	case st == provider.TaskInProgress:
+	case st == task.InProgress:
 		return 50
 	}
 	return 0

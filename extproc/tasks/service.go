@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -34,6 +35,8 @@ type Service struct {
 	Log     *slog.Logger
 	Now     func() time.Time
 	Catalog func() Catalog
+	// Adapters finds a media family's task adapter (nil: task.For); tests stand in their own.
+	Adapters func(family string) (task.Adapter, error)
 	// Price is what a finished task costs (nil: nothing is priced or billed): a completed one
 	// what it produced, a failed one what its provider billed anyway (I3: its tokens), if any.
 	Price func(t *store.Task) decimal.Decimal
@@ -93,7 +96,7 @@ type Attempt struct {
 	// Spec and Request are the catalog model this attempt runs and the request as its family
 	// read it; nil: NewTask's (a route falls back across models, each with its own).
 	Spec    *ir.Model
-	Request *provider.TaskRequest
+	Request *task.Validated
 }
 
 // NewTask is a validated create request.
@@ -102,7 +105,7 @@ type NewTask struct {
 	Model                                  *ir.Model
 	Attempts                               []Attempt
 	Body                                   provider.Request
-	Request                                provider.TaskRequest
+	Request                                task.Validated
 	Hold                                   decimal.Decimal
 	Paid                                   bool // paid through x402: never charged to credits
 }
@@ -122,7 +125,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			return nil, &Error{Kind: KindUnavailable, Code: "upstream_unavailable", Message: "the request ended before a provider accepted the task; nothing was created"}
 		}
 		m, req := cmp.Or(a.Spec, in.Model), cmp.Or(a.Request, &in.Request)
-		ad, err := provider.TaskFor(m.Family)
+		ad, err := s.adapter(m.Family)
 		if err != nil {
 			return nil, err
 		}
@@ -140,7 +143,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 		}
 		created, err := ad.Created(ans.Status, ans.Body)
 		s.heard(a.Provider.Name, err, false)
-		var te *provider.TaskError
+		var te *task.Error
 		// The adapter's reading of a refusal comes first: Gemini answers a bad key with a 400,
 		// which is the gateway's credential, not the client's request.
 		switch {
@@ -160,7 +163,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 		t := &store.Task{
 			ID: store.NewTaskID(in.Kind), Kind: in.Kind, Account: in.Account, KeyID: in.KeyID, RequestID: in.RequestID,
 			Model: m.ID, Family: m.Family, Variant: m.Variant, Route: in.Route,
-			Provider: a.Provider.Name, ProviderTaskID: cmp.Or(created.TaskID, "-"), Status: string(provider.TaskQueued),
+			Provider: a.Provider.Name, ProviderTaskID: cmp.Or(created.TaskID, "-"), Status: string(task.Queued),
 			Hold: in.Hold, CallbackURL: req.CallbackURL, RequestedSeconds: req.MaxSeconds,
 			CreatedAt: now, UpdatedAt: now, Paid: in.Paid,
 		}
@@ -192,9 +195,9 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 // (err): the task is cancelled at the provider where its API allows, and either way the
 // operator is told loudly (a task left running is one it pays for and nobody can see). Nothing
 // is charged.
-func (s *Service) unrecorded(ctx context.Context, ad provider.TaskAdapter, p *ir.Provider, m *ir.Model, taskID string, err error) error {
+func (s *Service) unrecorded(ctx context.Context, ad task.Adapter, p *ir.Provider, m *ir.Model, taskID string, err error) error {
 	cancelled := false
-	if c, ok := ad.(provider.TaskCanceler); ok && taskID != "" {
+	if c, ok := ad.(task.Canceler); ok && taskID != "" {
 		if up, cerr := c.Cancel(p, m, taskID); cerr == nil {
 			ans, derr := s.sent(ctx, p, up)
 			cancelled = derr == nil && ans.Status/100 == 2
@@ -297,7 +300,7 @@ func (s *Service) Refresh(ctx context.Context, t *store.Task) (*store.Task, erro
 	now := s.Now()
 	o := answered
 	switch {
-	case errors.Is(qerr, provider.ErrTaskUnknown):
+	case errors.Is(qerr, task.ErrUnknown):
 		o = unknownTask
 	case qerr != nil:
 		o = failed
@@ -327,7 +330,7 @@ var errEnded = errors.New("the task has already ended")
 // commit stores the provider's view st of t if it changes anything, with what the change writes
 // beside it (changeOf), and bills a task that just ended. A task stored as ended stays as it
 // is: a late answer (a success after the task timed out) is logged and changes nothing.
-func (s *Service) commit(t *store.Task, st provider.TaskState, now time.Time) (*store.Task, error) {
+func (s *Service) commit(t *store.Task, st task.State, now time.Time) (*store.Task, error) {
 	if probe := *t; !s.apply(&probe, st, now) {
 		return t, nil
 	}
@@ -348,7 +351,7 @@ func (s *Service) commit(t *store.Task, st provider.TaskState, now time.Time) (*
 		return ch, nil
 	})
 	if errors.Is(uerr, errEnded) {
-		if st.Status == provider.TaskCompleted {
+		if st.Status == task.Completed {
 			s.Log.Warn("a provider finished a task after it had ended: the result is not kept and nothing is billed",
 				"task", t.ID, "provider", t.Provider, "provider_task_id", t.ProviderTaskID)
 		}
@@ -390,7 +393,7 @@ func (s *Service) changeOf(r *store.Task, before string, now time.Time) (ch stor
 				billing.WarnOverage(s.Log.With("task", r.ID), r.Provider, r.Model, store.ShortID(r.RequestID), r.Cost.Add(r.Overage), r.Hold)
 			}
 			// A failed task is billed only what its provider charged anyway (I3's tokens).
-			r.Settled = r.Status == string(provider.TaskCompleted) || r.Cost.IsPositive()
+			r.Settled = r.Status == string(task.Completed) || r.Cost.IsPositive()
 			if s.Charge && r.Settled && !r.Paid {
 				ch.Usage = usageOf(r, now)
 			}
@@ -410,6 +413,14 @@ func (s *Service) changeOf(r *store.Task, before string, now time.Time) (ch stor
 	return ch, ended
 }
 
+// adapter is family's task adapter.
+func (s *Service) adapter(family string) (task.Adapter, error) {
+	if s.Adapters != nil {
+		return s.Adapters(family)
+	}
+	return task.For(family)
+}
+
 // usageOf is the bill of a completed task: one usage record, under an id that makes settling
 // it idempotent.
 func usageOf(t *store.Task, now time.Time) *store.UsageRecord {
@@ -418,21 +429,21 @@ func usageOf(t *store.Task, now time.Time) *store.UsageRecord {
 		Cost: t.Cost, Overage: t.Overage, Time: now.UTC()}
 }
 
-func (s *Service) query(ctx context.Context, p *ir.Provider, m *ir.Model, t *store.Task) (provider.TaskState, error) {
+func (s *Service) query(ctx context.Context, p *ir.Provider, m *ir.Model, t *store.Task) (task.State, error) {
 	if p == nil || m == nil {
-		return provider.TaskState{}, fmt.Errorf("provider %q or model %q is no longer configured", t.Provider, t.Model)
+		return task.State{}, fmt.Errorf("provider %q or model %q is no longer configured", t.Provider, t.Model)
 	}
-	ad, err := provider.TaskFor(m.Family)
+	ad, err := s.adapter(m.Family)
 	if err != nil {
-		return provider.TaskState{}, err
+		return task.State{}, err
 	}
 	up, err := ad.Query(p, m, t.ProviderTaskID)
 	if err != nil {
-		return provider.TaskState{}, err
+		return task.State{}, err
 	}
 	ans, err := s.Envoy.Do(ctx, p, up)
 	if err != nil {
-		return provider.TaskState{}, err
+		return task.State{}, err
 	}
 	st, err := ad.Queried(ans.Status, ans.Body)
 	s.heard(p.Name, err, true)
@@ -454,15 +465,11 @@ func (s *Service) query(ctx context.Context, p *ir.Provider, m *ir.Model, t *sto
 	return st, nil
 }
 
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "..."
-	}
-	return s
-}
+// clip shortens a client's value quoted in a message, at a character boundary.
+func clip(s string) string { return provider.Clip(s, 80) }
 
 // apply records a provider's view of a task and reports whether it changed anything.
-func (s *Service) apply(r *store.Task, st provider.TaskState, now time.Time) bool {
+func (s *Service) apply(r *store.Task, st task.State, now time.Time) bool {
 	was, _ := json.Marshal(r)
 	r.Status, r.FamilyStatus = string(st.Status), st.FamilyStatus
 	r.Progress = progressOf(st.Status, st.Progress)
@@ -517,7 +524,7 @@ func Images(t *store.Task) int64 {
 	if t.BilledImages > 0 {
 		return t.BilledImages
 	}
-	if t.Status != string(provider.TaskCompleted) {
+	if t.Status != string(task.Completed) {
 		return 0
 	}
 	return int64(len(t.Images))

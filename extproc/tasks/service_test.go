@@ -15,10 +15,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/xds/ir"
@@ -28,13 +30,13 @@ import (
 // answers {"status", "url"}.
 type standIn struct{}
 
-func (standIn) Validate(*ir.Model, provider.Request) (provider.TaskRequest, error) {
-	return provider.TaskRequest{MaxSeconds: 6}, nil
+func (standIn) Validate(*ir.Model, provider.Request) (task.Validated, error) {
+	return task.Validated{MaxSeconds: 6}, nil
 }
 func (standIn) Create(p *ir.Provider, m *ir.Model, model string, req provider.Request) (*provider.Upstream, error) {
 	return &provider.Upstream{Path: "/create", Body: []byte(`{"model":"` + model + `","prompt":` + string(req["prompt"]) + `}`)}, nil
 }
-func (standIn) Created(status int, body []byte) (provider.Created, error) {
+func (standIn) Created(status int, body []byte) (task.Created, error) {
 	var a struct {
 		TaskID string `json:"task_id"`
 		Code   string `json:"code"`
@@ -42,30 +44,30 @@ func (standIn) Created(status int, body []byte) (provider.Created, error) {
 	_ = json.Unmarshal(body, &a)
 	switch {
 	case a.Code != "":
-		return provider.Created{}, &provider.TaskError{Code: a.Code, Message: "refused"}
+		return task.Created{}, &task.Error{Code: a.Code, Message: "refused"}
 	case status != 200 || a.TaskID == "":
-		return provider.Created{}, fmt.Errorf("HTTP %d", status)
+		return task.Created{}, fmt.Errorf("HTTP %d", status)
 	}
-	return provider.Created{TaskID: a.TaskID}, nil
+	return task.Created{TaskID: a.TaskID}, nil
 }
 func (standIn) Query(p *ir.Provider, m *ir.Model, id string) (*provider.Upstream, error) {
 	return &provider.Upstream{Method: "GET", Path: "/query/" + id}, nil
 }
-func (standIn) Queried(status int, body []byte) (provider.TaskState, error) {
+func (standIn) Queried(status int, body []byte) (task.State, error) {
 	var a struct{ Status, URL string }
 	if status == 404 {
-		return provider.TaskState{}, fmt.Errorf("%w: stand-in: no such task", provider.ErrTaskUnknown)
+		return task.State{}, fmt.Errorf("%w: stand-in: no such task", task.ErrUnknown)
 	}
 	if status != 200 || json.Unmarshal(body, &a) != nil {
-		return provider.TaskState{}, fmt.Errorf("HTTP %d", status)
+		return task.State{}, fmt.Errorf("HTTP %d", status)
 	}
-	st := provider.TaskState{Status: provider.TaskStatus(a.Status), FamilyStatus: strings.ToUpper(a.Status)}
+	st := task.State{Status: task.Status(a.Status), FamilyStatus: strings.ToUpper(a.Status)}
 	if a.URL != "" {
-		st.Videos = []provider.TaskVideo{{URL: a.URL, Seconds: decimal.RequireFromString("6"), ExpiresAt: time.Now().Add(time.Hour)}}
+		st.Videos = []task.Video{{URL: a.URL, Seconds: decimal.RequireFromString("6"), ExpiresAt: time.Now().Add(time.Hour)}}
 	}
 	return st, nil
 }
-func (standIn) Followed(*provider.TaskState, int, []byte) error { return nil }
+func (standIn) Followed(*task.State, int, []byte) error { return nil }
 func (standIn) Cancel(p *ir.Provider, m *ir.Model, id string) (*provider.Upstream, error) {
 	return &provider.Upstream{Method: "POST", Path: "/cancel/" + id}, nil
 }
@@ -73,7 +75,16 @@ func (standIn) Cancel(p *ir.Provider, m *ir.Model, id string) (*provider.Upstrea
 // cancelled are the task ids fakeEnvoy's providers were asked to cancel.
 var cancelled sync.Map
 
-func init() { provider.RegisterTask("standin", standIn{}) }
+// standIns are the stand-in families' adapters, and the real ones.
+func standIns(family string) (task.Adapter, error) {
+	switch family {
+	case "standin":
+		return standIn{}, nil
+	case "syncstandin":
+		return syncStandIn{}, nil
+	}
+	return task.For(family)
+}
 
 type catalog struct {
 	ps map[string]*ir.Provider
@@ -160,7 +171,7 @@ func newService(t *testing.T) (*Service, *[]string) {
 	}, m: &ir.Model{ID: "clip", Family: "standin"}}
 	var mu sync.Mutex
 	billed := &[]string{}
-	s := &Service{Store: st, Envoy: e, Log: slog.New(slog.DiscardHandler), Now: time.Now,
+	s := &Service{Store: st, Envoy: e, Log: slog.New(slog.DiscardHandler), Now: time.Now, Adapters: standIns,
 		Catalog: func() Catalog { return cat },
 		Price: func(t *store.Task) decimal.Decimal {
 			if t.Status != "completed" { // a failed task: the tokens its provider reported (none here)
@@ -182,7 +193,7 @@ func (s *Service) newTask(t *testing.T, prompt string) (*store.Task, error) {
 	return s.Create(context.Background(), NewTask{Kind: "video", Account: "acme", KeyID: "k1", Model: cat.Model("clip"),
 		Attempts: []Attempt{{Provider: cat.Provider("down"), Model: "c-1"}, {Provider: cat.Provider("up"), Model: "c-1"}},
 		Body:     provider.Request{"prompt": json.RawMessage(`"` + prompt + `"`)},
-		Request:  provider.TaskRequest{MaxSeconds: 6, CallbackURL: "https://hooks.example.com/v"}, Hold: decimal.RequireFromString("0.4")})
+		Request:  task.Validated{MaxSeconds: 6, CallbackURL: "https://hooks.example.com/v"}, Hold: decimal.RequireFromString("0.4")})
 }
 
 // TestTaskLifecycle: a create that the first provider fails goes to the next; the task is
@@ -406,7 +417,7 @@ func TestResumeSchedulesRunningTasks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	again := &Service{Store: s.Store, Envoy: s.Envoy, Log: s.Log, Now: time.Now, Catalog: s.Catalog, RefreshEvery: time.Hour}
+	again := &Service{Store: s.Store, Envoy: s.Envoy, Log: s.Log, Now: time.Now, Catalog: s.Catalog, Adapters: s.Adapters, RefreshEvery: time.Hour}
 	if n, err := again.Resume(); n != 2 || err != nil || again.Running() != 2 {
 		t.Fatalf("resume: %d %v, running %d", n, err, again.Running())
 	}
@@ -454,20 +465,18 @@ func TestPollingInterval(t *testing.T) {
 // or, for a prompt with "blocked", a failed task whose tokens the provider billed anyway.
 type syncStandIn struct{ standIn }
 
-func (syncStandIn) Created(status int, body []byte) (provider.Created, error) {
+func (syncStandIn) Created(status int, body []byte) (task.Created, error) {
 	if status != 200 {
-		return provider.Created{}, fmt.Errorf("HTTP %d", status)
+		return task.Created{}, fmt.Errorf("HTTP %d", status)
 	}
 	if strings.Contains(string(body), "blocked") {
-		return provider.Created{Done: &provider.TaskState{Status: provider.TaskFailed, FamilyStatus: "SAFETY",
-			Error: &provider.TaskError{Code: "content_filter", Message: "blocked"}, PromptTokens: 10}}, nil
+		return task.Created{Done: &task.State{Status: task.Failed, FamilyStatus: "SAFETY",
+			Error: &task.Error{Code: "content_filter", Message: "blocked"}, PromptTokens: 10}}, nil
 	}
-	return provider.Created{Done: &provider.TaskState{Status: provider.TaskCompleted, FamilyStatus: "STOP", Text: "here",
-		Images:       []provider.TaskImage{{Data: []byte("\x89PNG fake"), MIMEType: "image/png", Width: 2, Height: 2}},
+	return task.Created{Done: &task.State{Status: task.Completed, FamilyStatus: "STOP", Text: "here",
+		Images:       []task.Image{{Data: []byte("\x89PNG fake"), MIMEType: "image/png", Width: 2, Height: 2}},
 		PromptTokens: 10, CompletionTokens: 3}}, nil
 }
-
-func init() { provider.RegisterTask("syncstandin", syncStandIn{}) }
 
 // TestTaskFinishedAtCreation: a provider that answers with the finished task gives a task born
 // completed: stored with its image bytes (read back by GetTask, rendered as b64_json, withheld
@@ -493,7 +502,7 @@ func TestTaskFinishedAtCreation(t *testing.T) {
 		task, err := s.Create(context.Background(), NewTask{Kind: "image", Account: "acme", KeyID: "k1", Model: cat.m,
 			Attempts: []Attempt{{Provider: cat.Provider("up"), Model: "img-1"}},
 			Body:     provider.Request{"prompt": json.RawMessage(`"` + prompt + `"`)},
-			Request:  provider.TaskRequest{MaxImages: 1, CallbackURL: "https://hooks.example.com/i"}, Hold: decimal.RequireFromString("0.1")})
+			Request:  task.Validated{MaxImages: 1, CallbackURL: "https://hooks.example.com/i"}, Hold: decimal.RequireFromString("0.1")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -549,7 +558,7 @@ func TestRefusedCredentialInA400FallsBack(t *testing.T) {
 	cat.ps["badkey"] = &ir.Provider{Name: "badkey", Type: "standin", Host: "bad.example", Port: 443, TLS: true}
 	task, err := s.Create(context.Background(), NewTask{Kind: "video", Account: "acme", KeyID: "k1", Model: cat.m,
 		Attempts: []Attempt{{Provider: cat.Provider("badkey"), Model: "c-1"}, {Provider: cat.Provider("up"), Model: "c-1"}},
-		Body:     provider.Request{"prompt": json.RawMessage(`"a fox"`)}, Request: provider.TaskRequest{MaxSeconds: 6}})
+		Body:     provider.Request{"prompt": json.RawMessage(`"a fox"`)}, Request: task.Validated{MaxSeconds: 6}})
 	if err != nil || task.Provider != "up" {
 		t.Fatalf("create: %+v %v", task, err)
 	}
@@ -668,5 +677,20 @@ func TestCreateStopsWhenTheClientIsGone(t *testing.T) {
 	}
 	if <-inFlightCut {
 		t.Fatal("the attempt in flight was cut when the client left: a task the provider accepted would be lost")
+	}
+}
+
+// TestUnknownTaskIDQuotedWhole: the id a not-found answer quotes is cut at a character
+// boundary, never inside one (the README's Errors: messages are JSON in UTF-8).
+func TestUnknownTaskIDQuotedWhole(t *testing.T) {
+	s, _ := newService(t)
+	id := "t" + strings.Repeat("é", 100) // two bytes a character: the cut at 80 splits one
+	_, err := s.Get(context.Background(), "acme", id)
+	var te *Error
+	if !errors.As(err, &te) || te.Kind != KindNotFound {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if !utf8.ValidString(te.Message) || strings.Contains(te.Message, `\x`) || strings.Contains(te.Message, id) {
+		t.Errorf("the id is not clipped to whole characters: %s", te.Message)
 	}
 }

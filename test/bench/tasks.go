@@ -24,6 +24,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/store/bbolt"
@@ -69,7 +70,7 @@ func runTasks(ctx context.Context, dir string, n, callbacks int, w io.Writer) er
 		}
 		_, err := svc.Create(ctx, tasks.NewTask{Kind: "video", Account: "acme", KeyID: "k1", Model: m,
 			Attempts: []tasks.Attempt{{Provider: p, Model: "MiniMax-Hailuo-02"}},
-			Body:     provider.Request{"prompt": []byte(fmt.Sprintf(`"fox %d"`, i))}, Request: provider.TaskRequest{MaxSeconds: 6},
+			Body:     provider.Request{"prompt": []byte(fmt.Sprintf(`"fox %d"`, i))}, Request: task.Validated{MaxSeconds: 6},
 			Hold: decimal.RequireFromString("0.32")})
 		if err != nil {
 			return err

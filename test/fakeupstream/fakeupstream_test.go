@@ -7,12 +7,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/tollway/tollway/cmd/tollway/demo"
+	"github.com/tollway/tollway/extproc/apischema/openai"
 )
 
 const weatherTool = `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`
@@ -85,7 +86,7 @@ type completionOut struct {
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *demo.Usage `json:"usage"`
+	Usage *openai.Usage `json:"usage"`
 }
 
 func TestCompletion(t *testing.T) {
@@ -107,7 +108,7 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("role %q finish %q", ch.Message.Role, ch.FinishReason)
 	}
 	// prompt: "be brief" + "hi [image] there"; completion: 6 words.
-	if u := c.Usage; u == nil || *u != (demo.Usage{PromptTokens: 5, CompletionTokens: 6, TotalTokens: 11}) {
+	if u := c.Usage; u == nil || !reflect.DeepEqual(*u, openai.Usage{PromptTokens: 5, CompletionTokens: 6, TotalTokens: 11}) {
 		t.Errorf("usage = %+v", c.Usage)
 	}
 	reqs := s.Requests()
@@ -181,7 +182,7 @@ type chunkOut struct {
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *demo.Usage `json:"usage"`
+	Usage *openai.Usage `json:"usage"`
 }
 
 // readSSE returns the data payloads of a stream, and the read error that

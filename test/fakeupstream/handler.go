@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/cmd/tollway/demo"
+	"github.com/tollway/tollway/extproc/apischema/openai"
 )
 
 var discardLogger = log.New(io.Discard, "", 0)
@@ -183,10 +184,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 			a.Pieces, a.Finish = a.Pieces[:max], "length"
 		}
 	}
-	a.Usage = demo.Usage{PromptTokens: req.PromptTokens(), CompletionTokens: len(a.Pieces)}
+	a.Usage = openai.Usage{PromptTokens: int64(req.PromptTokens()), CompletionTokens: int64(len(a.Pieces))}
 	if faulted {
-		a.Usage.PromptTokens = cmp.Or(fault.ReportPrompt, a.Usage.PromptTokens)
-		a.Usage.CompletionTokens = cmp.Or(fault.ReportCompletion, a.Usage.CompletionTokens)
+		a.Usage.PromptTokens = cmp.Or(int64(fault.ReportPrompt), a.Usage.PromptTokens)
+		a.Usage.CompletionTokens = cmp.Or(int64(fault.ReportCompletion), a.Usage.CompletionTokens)
 	}
 	a.Usage.TotalTokens = a.Usage.PromptTokens + a.Usage.CompletionTokens
 	cut := -1

@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollway/tollway/extproc/apischema/openai"
 )
 
 // Fingerprint is the system_fingerprint of every demo answer.
@@ -112,7 +114,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *ChatRequest
 			a.Pieces, a.Finish = a.Pieces[:n], "length"
 		}
 	}
-	a.Usage = Usage{PromptTokens: req.PromptTokens(), CompletionTokens: len(a.Pieces)}
+	a.Usage = openai.Usage{PromptTokens: int64(req.PromptTokens()), CompletionTokens: int64(len(a.Pieces))}
 	a.Usage.TotalTokens = a.Usage.PromptTokens + a.Usage.CompletionTokens
 	if !req.Stream {
 		b := a.Completion()

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tollway/tollway/extproc/apischema/openai"
 )
 
 func start(t *testing.T, opts Options) *Server {
@@ -33,7 +36,7 @@ func post(t *testing.T, s *Server, body string) *http.Response {
 
 type toolCallOut struct {
 	Index int `json:"index"` // streamed calls only
-	toolCall
+	openai.ToolCall
 }
 
 type completionOut struct {
@@ -53,7 +56,7 @@ type completionOut struct {
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *Usage `json:"usage"`
+	Usage *openai.Usage `json:"usage"`
 }
 
 func complete(t *testing.T, s *Server, body string) completionOut {
@@ -121,7 +124,7 @@ func TestTextAnswer(t *testing.T) {
 	if c.Model != "demo-chat" {
 		t.Errorf("model %q", c.Model)
 	}
-	if u := *c.Usage; u.PromptTokens != 4 || u.CompletionTokens != len(Pieces(want)) {
+	if u := *c.Usage; u.PromptTokens != 4 || u.CompletionTokens != int64(len(Pieces(want))) {
 		t.Errorf("usage %+v: want 4 prompt words and one completion token per piece", u)
 	}
 
@@ -159,7 +162,7 @@ func TestStreamMatchesWholeAnswer(t *testing.T) {
 		cs := stream(t, s, body)
 		if usage {
 			last := cs[len(cs)-1]
-			if len(last.Choices) != 0 || last.Usage == nil || *last.Usage != *whole.Usage {
+			if len(last.Choices) != 0 || last.Usage == nil || !reflect.DeepEqual(*last.Usage, *whole.Usage) {
 				t.Fatalf("usage chunk %+v, want usage %+v", last, whole.Usage)
 			}
 			cs = cs[:len(cs)-1]
@@ -229,7 +232,7 @@ func TestToolCallLoop(t *testing.T) {
 func TestStreamedToolCall(t *testing.T) {
 	s := start(t, Options{})
 	cs := stream(t, s, `{"model":"m","stream":true,"stream_options":{"include_usage":true},"tools":[`+weatherTool+`],"messages":[{"role":"user","content":"Weather?"}]}`)
-	if last := cs[len(cs)-1]; last.Usage == nil || last.Usage.CompletionTokens != len(cs)-3 {
+	if last := cs[len(cs)-1]; last.Usage == nil || last.Usage.CompletionTokens != int64(len(cs)-3) {
 		t.Errorf("usage chunk %+v: want one completion token per argument chunk (%d)", last.Usage, len(cs)-3)
 	}
 	var id, name, args string
@@ -250,7 +253,7 @@ func TestStreamedToolCall(t *testing.T) {
 }
 
 func TestToolArguments(t *testing.T) {
-	req := &ChatRequest{Messages: []Message{{Role: "user", Content: json.RawMessage(`"find cheap flights"`)}}}
+	req := &ChatRequest{openai.ChatRequest{Messages: []openai.Message{{Role: "user", Content: json.RawMessage(`"find cheap flights"`)}}}}
 	nested := `{"type":"object","properties":{"a":` + strings.Repeat(`{"type":"object","required":["a"],"properties":{"a":`, 20) + `{"type":"string"}` + strings.Repeat(`}}`, 20) + `},"required":["a"]}`
 	for _, tc := range []struct{ schema, want string }{
 		{``, `{}`},

@@ -11,47 +11,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/tollway/tollway/extproc/apischema/openai"
 )
 
-// ChatRequest holds the fields of a chat completion request an answering server acts on.
-// Unknown fields are accepted (OpenAI refuses them) so gateway extensions never break a server.
-type ChatRequest struct {
-	Model               string          `json:"model"`
-	Messages            []Message       `json:"messages"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *StreamOptions  `json:"stream_options"`
-	Tools               []Tool          `json:"tools"`
-	ToolChoice          json.RawMessage `json:"tool_choice"`
-	MaxTokens           int             `json:"max_tokens"`
-	MaxCompletionTokens int             `json:"max_completion_tokens"`
-}
-
-// StreamOptions is stream_options; IncludeUsage asks for a final usage chunk.
-type StreamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
-}
-
-// Message is one entry of messages. Content stays raw: a string, an array of parts, or null.
-type Message struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCallID string          `json:"tool_call_id"`
-	ToolCalls  []struct {
-		ID       string `json:"id"`
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	} `json:"tool_calls"`
-}
-
-// Tool is one entry of tools.
-type Tool struct {
-	Type     string `json:"type"`
-	Function struct {
-		Name       string          `json:"name"`
-		Parameters json.RawMessage `json:"parameters"` // a JSON schema
-	} `json:"function"`
-}
+// ChatRequest is a chat completion request (its shape is apischema/openai's), with what an
+// answering server reads of it.
+type ChatRequest struct{ openai.ChatRequest }
 
 // Error is an OpenAI-shaped error answer: {"error":{"message","type","param","code"}}.
 type Error struct {
@@ -122,10 +88,7 @@ func Text(content json.RawMessage) string {
 		json.Unmarshal(content, &s) // null or non-string: empty
 		return s
 	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
+	var parts []openai.Part
 	json.Unmarshal(content, &parts)
 	out := make([]string, 0, len(parts))
 	for _, p := range parts {
@@ -153,7 +116,7 @@ func (r *ChatRequest) ToolToCall() (name string, params json.RawMessage) {
 		return "", nil
 	}
 	name = r.Tools[0].Function.Name
-	var forced Tool
+	var forced openai.NamedToolChoice
 	if json.Unmarshal(r.ToolChoice, &forced) == nil && forced.Function.Name != "" {
 		name = forced.Function.Name
 	}
@@ -192,13 +155,6 @@ func Pieces(s string) []string {
 	return parts
 }
 
-// Usage is OpenAI's usage object.
-type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
 // Answer is one chat completion answer, rendered whole (Completion) or streamed (Events).
 type Answer struct {
 	ID, Model   string
@@ -206,61 +162,25 @@ type Answer struct {
 	Fingerprint string   // system_fingerprint
 	Pieces      []string // content pieces, or the tool call's argument pieces
 	Finish      string   // finish_reason
-	Usage       Usage
+	Usage       openai.Usage
 	ToolName    string // set for a tool-call answer
 	ToolID      string
 }
 
-type completion struct {
-	ID                string   `json:"id"`
-	Object            string   `json:"object"`
-	Created           int64    `json:"created"`
-	Model             string   `json:"model"`
-	Choices           []choice `json:"choices"`
-	Usage             Usage    `json:"usage"`
-	ServiceTier       string   `json:"service_tier"`
-	SystemFingerprint string   `json:"system_fingerprint"`
-}
-
-type choice struct {
-	Index        int       `json:"index"`
-	Message      outMsg    `json:"message"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason string    `json:"finish_reason"`
-}
-
-type outMsg struct {
-	Role        string     `json:"role"`
-	Content     *string    `json:"content"`
-	Refusal     *string    `json:"refusal"`
-	ToolCalls   []toolCall `json:"tool_calls,omitempty"`
-	Annotations []struct{} `json:"annotations"`
-}
-
-type toolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
 // Completion is the answer as a chat.completion object, newline-terminated.
 func (a *Answer) Completion() []byte {
-	msg := outMsg{Role: "assistant", Annotations: []struct{}{}}
+	msg := openai.ResponseMessage{Role: "assistant", Refusal: null, Annotations: []struct{}{}}
 	text := strings.Join(a.Pieces, "")
 	if a.ToolName != "" {
-		tc := toolCall{ID: a.ToolID, Type: "function"}
-		tc.Function.Name, tc.Function.Arguments = a.ToolName, text
-		msg.ToolCalls = []toolCall{tc}
+		msg.ToolCalls = []openai.ToolCall{{ID: a.ToolID, Type: "function", Function: openai.FunctionCall{Name: a.ToolName, Arguments: text}}}
 	} else {
-		msg.Content = &text
+		msg.Content = openai.TextContent(text)
 	}
-	b, _ := json.Marshal(completion{
-		ID: a.ID, Object: "chat.completion", Created: a.Created, Model: a.Model,
-		Choices:     []choice{{Message: msg, FinishReason: a.Finish}},
-		Usage:       a.Usage,
+	usage := a.Usage
+	b, _ := json.Marshal(openai.ChatCompletion{
+		Header:      openai.Header{ID: a.ID, Object: openai.ObjectCompletion, Created: a.Created, Model: a.Model},
+		Choices:     []openai.Choice{{Message: msg, Logprobs: null, FinishReason: a.Finish}},
+		Usage:       &usage,
 		ServiceTier: "default", SystemFingerprint: a.Fingerprint,
 	})
 	return append(b, '\n')
@@ -328,6 +248,9 @@ func (a *Answer) Events(includeUsage bool) [][]byte {
 	}
 	return append(events, []byte("data: [DONE]\n\n"))
 }
+
+// null is a member OpenAI writes as null (a message's refusal, a choice's logprobs).
+var null = json.RawMessage("null")
 
 func appendQuoted(b []byte, s string) []byte {
 	q, _ := json.Marshal(s)
