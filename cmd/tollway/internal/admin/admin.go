@@ -52,14 +52,14 @@ type Runtime interface {
 
 // Options is what the admin API serves.
 type Options struct {
-	Listen string // listen.admin: the Host names the guard accepts
-	Token  string // the admin token every request must carry; "" for none
-	Log    *slog.Logger
-	Store  *store.Store
-	Apply  Applier
-	Run    Runtime
-	XDS    *xds.Server
-	Ext    *extproc.Server
+	Listen  string // listen.admin: the Host names the guard accepts
+	Token   string // the admin token every request must carry; "" for none
+	Log     *slog.Logger
+	Store   *store.Store
+	Apply   Applier
+	Runtime Runtime
+	XDS     *xds.Server
+	Ext     *extproc.Server
 	// Ledger and Settler are nil when billing is off; Metrics is nil when metrics are off.
 	Ledger  *billing.Ledger
 	Settler *store.Settler
@@ -73,7 +73,7 @@ type api struct {
 	log     *slog.Logger
 	store   *store.Store
 	apply   Applier
-	run     Runtime
+	runtime Runtime
 	xds     *xds.Server
 	ext     *extproc.Server
 	ledger  *billing.Ledger
@@ -86,7 +86,7 @@ const maxPathID = ir.MaxModelIDLength
 
 // Handler is the whole admin API behind its guard.
 func Handler(o Options) http.Handler {
-	s := &api{log: o.Log, store: o.Store, apply: o.Apply, run: o.Run, xds: o.XDS, ext: o.Ext, ledger: o.Ledger, settler: o.Settler}
+	s := &api{log: o.Log, store: o.Store, apply: o.Apply, runtime: o.Runtime, xds: o.XDS, ext: o.Ext, ledger: o.Ledger, settler: o.Settler}
 	if o.Metrics != nil {
 		s.metrics = promhttp.HandlerFor(o.Metrics.Registry(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	}

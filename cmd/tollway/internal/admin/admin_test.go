@@ -58,7 +58,7 @@ func newTestAdmin(tb testing.TB, token string) *testAdmin {
 		tb.Fatal(err)
 	}
 	ledger.SetAccount("acme", decimal.RequireFromString("10"))
-	h := Handler(Options{Listen: testAdminAddr, Token: token, Log: log, Store: st, Apply: g, Run: g, XDS: ctrl, Ext: ext, Ledger: ledger,
+	h := Handler(Options{Listen: testAdminAddr, Token: token, Log: log, Store: st, Apply: g, Runtime: g, XDS: ctrl, Ext: ext, Ledger: ledger,
 		Reload: func() error { return nil }})
 	return &testAdmin{gw: g, store: st, ledger: ledger, h: h}
 }

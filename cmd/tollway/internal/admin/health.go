@@ -33,7 +33,7 @@ func (s *api) healthRoutes(mux *http.ServeMux) {
 	// the public listener (through Envoy and ext_proc, without a key).
 	mux.HandleFunc("GET /admin/v1/catalog", func(w http.ResponseWriter, r *http.Request) {
 		public := ""
-		if cfg := s.run.Config(); cfg != nil {
+		if cfg := s.runtime.Config(); cfg != nil {
 			public = cfg.Listen.Public
 		}
 		addr, err := dialable(public)
@@ -73,7 +73,7 @@ func (s *api) healthReport() ([]adminapi.ProviderHealth, []adminapi.ModelHealth,
 	if err != nil {
 		return nil, nil, err
 	}
-	ready, health := s.run.Credentials(), s.run.Health()
+	ready, health := s.runtime.Credentials(), s.runtime.Health()
 	serves := map[string][]string{}
 	models := make([]adminapi.ModelHealth, 0, len(cat.Models))
 	for _, m := range cat.Models {

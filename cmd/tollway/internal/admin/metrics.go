@@ -32,7 +32,7 @@ func (s *api) metricsRoutes(mux *http.ServeMux) {
 			writeErr(w, errMetricsOff)
 			return
 		}
-		proc, _ := s.run.Envoy() // the Envoy running now (a restarted one too)
+		proc, _ := s.runtime.Envoy() // the Envoy running now (a restarted one too)
 		if proc == nil {
 			writeErr(w, &adminRefusal{http.StatusServiceUnavailable, "envoy_unavailable", "Envoy is not running yet; retry"})
 			return

@@ -32,7 +32,7 @@ const envoyInfoTimeout = 2 * time.Second
 func (s *api) status(ctx context.Context) (adminapi.Status, error) {
 	var st adminapi.Status
 	st.Status = s.xds.Status()
-	if cfg := s.run.Config(); cfg != nil {
+	if cfg := s.runtime.Config(); cfg != nil {
 		st.Listeners.Public, st.Listeners.Admin = cfg.Listen.Public, cfg.Listen.Admin
 		if cfg.Envoy.Mode == config.EnvoyExternal {
 			st.Listeners.XDS, st.Listeners.ExtProc = cfg.Listen.XDS, cfg.Listen.ExtProc
@@ -72,7 +72,7 @@ func (s *api) envoyStatus(ctx context.Context) adminapi.EnvoyStatus {
 	if s.external() {
 		return adminapi.EnvoyStatus{State: "external"} // Envoys started elsewhere: see nodes
 	}
-	p, sup := s.run.Envoy()
+	p, sup := s.runtime.Envoy()
 	if p == nil {
 		return adminapi.EnvoyStatus{State: "starting"}
 	}
@@ -111,6 +111,6 @@ func (s *api) statusRoutes(mux *http.ServeMux) {
 
 // external reports whether this gateway serves Envoys it does not start (envoy.mode external).
 func (s *api) external() bool {
-	cfg := s.run.Config()
+	cfg := s.runtime.Config()
 	return cfg != nil && cfg.Envoy.Mode == config.EnvoyExternal
 }

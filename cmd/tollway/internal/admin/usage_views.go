@@ -200,7 +200,7 @@ const lastUsedScan = 200_000
 
 // retentionDays is store.usage_retention_days of the running configuration.
 func (s *api) retentionDays() int {
-	if cfg := s.run.Config(); cfg != nil {
+	if cfg := s.runtime.Config(); cfg != nil {
 		return cfg.Store.UsageRetentionDays
 	}
 	return 0

@@ -31,6 +31,33 @@ type envoyRunner struct {
 // starts the supervisor.
 func (e *envoyRunner) start(ctx context.Context) error {
 	p := e.p
+	if err := e.prepare(); err != nil {
+		return err
+	}
+	proc, err := e.startEnvoy(ctx, true)
+	if err != nil {
+		return err
+	}
+	e.first = proc
+	p.gw.SetEnvoy(proc)
+	e.sup = envoy.NewSupervisor(p.log, proc, func(ctx context.Context) (*envoy.Process, error) { return e.startEnvoy(ctx, false) })
+	e.sup.OnRestart = p.gw.SetEnvoy
+	p.gw.SetSupervisor(e.sup)
+	// The supervisor outlives ctx: a signal drains Envoy (wait), it does not stop supervising.
+	var supCtx context.Context
+	supCtx, e.stopSup = context.WithCancel(context.Background())
+	e.supDone = make(chan struct{})
+	go func() {
+		defer close(e.supDone)
+		e.sup.Run(supCtx)
+	}()
+	logFileLimit(p.log, proc, e.limits)
+	return nil
+}
+
+// prepare writes the bootstrap into the run directory and sets how Envoy is launched.
+func (e *envoyRunner) prepare() error {
+	p := e.p
 	e.limits = p.cfg.IRLimits()
 	boot, err := envoy.Bootstrap(envoy.BootstrapConfig{
 		XDS:     envoy.Endpoint{Network: "unix", Address: p.sock("xds.sock")},
@@ -61,24 +88,6 @@ func (e *envoyRunner) start(ctx context.Context) error {
 		FullLog:       strings.EqualFold(p.cfg.Log.Level, "debug"),
 		AccessLog:     p.stdout, // the access log's lines (log.access: stdout); Envoy logs on stderr
 	}
-	proc, err := e.startEnvoy(ctx, true)
-	if err != nil {
-		return err
-	}
-	e.first = proc
-	p.gw.SetEnvoy(proc)
-	e.sup = envoy.NewSupervisor(p.log, proc, func(ctx context.Context) (*envoy.Process, error) { return e.startEnvoy(ctx, false) })
-	e.sup.OnRestart = p.gw.SetEnvoy
-	p.gw.SetSupervisor(e.sup)
-	// The supervisor outlives ctx: a signal drains Envoy (wait), it does not stop supervising.
-	var supCtx context.Context
-	supCtx, e.stopSup = context.WithCancel(context.Background())
-	e.supDone = make(chan struct{})
-	go func() {
-		defer close(e.supDone)
-		e.sup.Run(supCtx)
-	}()
-	logFileLimit(p.log, proc, e.limits)
 	return nil
 }
 
