@@ -15,6 +15,7 @@ require (
 	github.com/spf13/viper v1.21.0 // config: file, TOLLWAY_* environment overrides
 	github.com/tsenart/vegeta/v12 v12.13.0 // make bench: fixed-rate load generation
 	go.etcd.io/bbolt v1.5.0 // the store
+	go.uber.org/goleak v1.3.0 // tests only: no goroutine of the gateway outlives `tollway run` or a Gateway's Close
 	go.yaml.in/yaml/v3 v3.0.4 // golden files rendered as YAML
 	golang.org/x/image v0.47.0 // WebP headers: a first-frame image is checked by its decoded size, not its declared type
 	golang.org/x/sys v0.49.0 // inotify for the config watch with its own event mask (fsnotify asks for every write in the directory); statfs and fallocate for the store's health and reserve

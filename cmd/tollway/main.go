@@ -1,5 +1,5 @@
 // Command tollway runs the gateway and administers a running one. main only wires signals and
-// exit codes; everything else is in package app.
+// exit codes; everything else is in package app (cmd/tollway/internal).
 package main
 
 import (

@@ -1,0 +1,126 @@
+package admin
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+	"github.com/tollway/tollway/cmd/tollway/internal/adminapi"
+)
+
+// createTestKey creates a key through the admin API with body's settings.
+func (a *testAdmin) createTestKey(t *testing.T, body string) adminapi.Key {
+	t.Helper()
+	_, _, raw := a.do("POST", "/admin/v1/keys", body, nil)
+	var k adminapi.Key
+	if err := json.Unmarshal([]byte(raw), &k); err != nil || k.ID == "" {
+		t.Fatalf("create: %s", raw)
+	}
+	return k
+}
+
+// TestKeyLimitsPatch: PATCH /admin/v1/keys/{id}/limits changes only the settings it names (the
+// CLI's keys set-limit and set-models), so one never undoes a change of the other; null removes
+// the limit, [] (or null) allows every model; values are checked like PUT's.
+func TestKeyLimitsPatch(t *testing.T) {
+	a := newTestAdmin(t, "")
+	k := a.createTestKey(t, `{"account":"acme","monthly_limit":"5","models":["gpt-4o-mini"]}`)
+	path := "/admin/v1/keys/" + k.ID + "/limits"
+	steps := []struct {
+		body, limit, models string // limit "" = none, models "" = all
+	}{
+		{`{"monthly_limit":"12.50"}`, "12.5", "gpt-4o-mini"},
+		{`{"models":["route:bot","gpt-4o-mini"]}`, "12.5", "route:bot,gpt-4o-mini"},
+		{`{"monthly_limit":null}`, "", "route:bot,gpt-4o-mini"},
+		{`{"monthly_limit":0.05}`, "0.05", "route:bot,gpt-4o-mini"},
+		{`{"models":[]}`, "0.05", ""},
+		{`{"models":["gpt-4o-mini"],"monthly_limit":"1"}`, "1", "gpt-4o-mini"},
+		{`{"models":null}`, "1", ""},
+	}
+	for _, s := range steps {
+		status, _, body := a.do("PATCH", path, s.body, nil)
+		var got adminapi.Key
+		if status != 200 || json.Unmarshal([]byte(body), &got) != nil {
+			t.Fatalf("PATCH %s: %d %s", s.body, status, body)
+		}
+		stored, err := a.store.GetKey(k.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := ""
+		if stored.MonthlyLimit != nil {
+			limit = stored.MonthlyLimit.String()
+		}
+		if limit != s.limit || strings.Join(stored.Models, ",") != s.models {
+			t.Fatalf("after PATCH %s: limit %q models %v; want %q and %q", s.body, limit, stored.Models, s.limit, s.models)
+		}
+		if got.ID != k.ID || strings.Join(got.Models, ",") != s.models || got.Secret != "" {
+			t.Fatalf("PATCH %s answered %s", s.body, body)
+		}
+	}
+	for _, c := range []struct {
+		body   string
+		status int
+		want   string
+	}{
+		{`{}`, 400, "names neither monthly_limit nor models"},
+		{`{"monthly_limit":"-1"}`, 400, "monthly_limit"},
+		{`{"monthly_limit":"abc"}`, 400, `monthly_limit: "abc" is not a decimal amount`},
+		{`{"monthly_limit":"12345678901234567890"}`, 400, "too many digits"},
+		{`{"models":["bad model"]}`, 400, "models[0]"},
+		{`{"models":"gpt-4o-mini"}`, 400, "models: got a string"},
+		{`{"monthly_limt":"5"}`, 400, "did you mean monthly_limit?"},
+	} {
+		status, e, _ := a.do("PATCH", path, c.body, nil)
+		if status != c.status || !strings.Contains(e.Error.Message, c.want) {
+			t.Errorf("PATCH %s: %d %q, want %d saying %q", c.body, status, e.Error.Message, c.status, c.want)
+		}
+	}
+	if stored, _ := a.store.GetKey(k.ID); stored.MonthlyLimit == nil || stored.MonthlyLimit.String() != "1" || len(stored.Models) != 0 {
+		t.Fatalf("a refused PATCH changed the key: %+v", stored)
+	}
+	if status, _, _ := a.do("PATCH", "/admin/v1/keys/key_0000000000000000/limits", `{"models":[]}`, nil); status != 404 {
+		t.Errorf("unknown key: %d", status)
+	}
+	a.do("POST", "/admin/v1/keys/"+k.ID+"/revoke", "", nil)
+	if status, e, _ := a.do("PATCH", path, `{"monthly_limit":"2"}`, nil); status != 400 || !strings.Contains(e.Error.Message, "revoked") {
+		t.Errorf("revoked key: %d %+v", status, e)
+	}
+}
+
+// TestKeyListShowsSpentThisMonth: GET /admin/v1/keys gives each key's spend this month (UTC)
+// from the gateway's ledger, what its monthly limit counts, settled requests included as soon
+// as they settle.
+func TestKeyListShowsSpentThisMonth(t *testing.T) {
+	a := newTestAdmin(t, "")
+	spender := a.createTestKey(t, `{"account":"acme","monthly_limit":"5"}`)
+	idle := a.createTestKey(t, `{"account":"acme"}`)
+	limit := decimal.RequireFromString("5")
+	r, err := a.ledger.Reserve("acme", spender.ID, &limit, decimal.RequireFromString("0.5"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.ledger.Settle(r, decimal.RequireFromString("0.0102"))
+	status, _, body := a.do("GET", "/admin/v1/keys", "", nil)
+	var out struct {
+		Month string
+		Data  []struct {
+			ID             string
+			SpentThisMonth *string `json:"spent_this_month"` // a string: decoding a number fails
+		}
+	}
+	if status != 200 || json.Unmarshal([]byte(body), &out) != nil || len(out.Data) != 2 {
+		t.Fatalf("GET keys: %d %s", status, body)
+	}
+	if out.Month != time.Now().UTC().Format("2006-01") {
+		t.Errorf("month %q", out.Month)
+	}
+	for _, k := range out.Data {
+		want := map[string]string{spender.ID: "0.0102", idle.ID: "0"}[k.ID]
+		if k.SpentThisMonth == nil || *k.SpentThisMonth != want {
+			t.Errorf("key %s: spent_this_month %v, want %s", k.ID, k.SpentThisMonth, want)
+		}
+	}
+}

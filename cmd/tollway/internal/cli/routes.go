@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/cmd/tollway/internal/adminapi"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+const routesHelp = `  tollway routes list                                 routes with rule, status, health and usage
+  tollway routes create NAME --rule priority_fallback --models m1,m2
+  tollway routes create NAME --rule mode_mapping --modes fast=m1,balanced=m2,deep=m3
+                                                      create a route; its id is route:<NAME as a slug>
+  tollway routes pause ID | tollway routes resume ID  stop serving a route (409 route_paused) or serve it again
+`
+
+func cmdRoutes(ctx context.Context, c *cli, args []string) error {
+	fs := c.flags("routes")
+	rule := fs.String("rule", "", "priority_fallback or mode_mapping")
+	models := fs.String("models", "", "priority_fallback: models in order, comma-separated")
+	modes := fs.String("modes", "", "mode_mapping: fast=m1,balanced=m2,deep=m3")
+	pos, err := c.parse(fs, args, map[string][]string{"create": {"rule", "models", "modes"}})
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 1 && pos[0] == "list":
+		return routesList(ctx, c)
+	case len(pos) == 2 && pos[0] == "create":
+		req := map[string]any{"name": pos[1], "rule": *rule}
+		if *models != "" {
+			req["models"] = csv(*models)
+		}
+		if *modes != "" {
+			mm := map[string]string{}
+			for _, kv := range csv(*modes) {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return fmt.Errorf("%w: --modes takes fast=model,balanced=model,deep=model", ErrUsage)
+				}
+				mm[k] = v
+			}
+			req["modes"] = mm
+		}
+		var out json.RawMessage
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/routes", req, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "route %s%s created\n", ir.RoutePrefix, ir.Slug(pos[1]))
+		return nil
+	case len(pos) == 2 && (pos[0] == "pause" || pos[0] == "resume"):
+		var out json.RawMessage
+		if err := c.call(ctx, http.MethodPost, "/admin/v1/routes/"+pathEscape(pos[1])+"/"+pos[0], nil, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "route %s %sd\n", pos[1], pos[0])
+		return nil
+	}
+	return fmt.Errorf("%w: routes takes list, create NAME, pause ID or resume ID:\n%s", ErrUsage, routesHelp)
+}
+
+func routesList(ctx context.Context, c *cli) error {
+	var out adminapi.List[adminapi.RouteView]
+	if err := c.call(ctx, http.MethodGet, "/admin/v1/routes", nil, &out); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tRULE\tMODELS\tSTATUS\tHEALTH\tREQUESTS\tCOST")
+	for _, r := range out.Data {
+		models := strings.Join(r.Models, ",")
+		if r.Rule == ir.RuleModeMapping {
+			var parts []string
+			for _, m := range ir.Modes {
+				if v, ok := r.Modes[m]; ok {
+					parts = append(parts, m+"="+v)
+				}
+			}
+			models = strings.Join(parts, ",")
+		}
+		var reqs int64
+		cost := decimal.Zero
+		for _, u := range r.Usage {
+			reqs += u.Requests
+			cost = cost.Add(u.Cost)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.ID, r.Name, r.Rule, models, r.Status, r.Health, reqs, cost.String())
+	}
+	return tw.Flush()
+}

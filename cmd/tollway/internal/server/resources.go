@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
+)
+
+// What the process holds: the store, its run directory and its listeners; and billing, which
+// writes to the store from the request path.
+
+// openStore opens the store, watches its health and bills the requests the last stop cut.
+func (p *process) openStore(context.Context) error {
+	st, err := bbolt.Open(p.cfg.Store.Path)
+	if err != nil {
+		return err
+	}
+	p.st = st
+	// Known within a second: a store that cannot make records durable refuses billable work.
+	st.Watch(bbolt.HealthOptions{Reserve: bbolt.DefaultReserve, MinFree: bbolt.DefaultMinFree, Changed: storeChanged(p.log.With("component", "store"))})
+	settleCut(p.log.With("component", "ledger"), st)
+	p.stopPruning = store.StartPruning(st, store.PruneOptions{
+		Retention:     time.Duration(p.cfg.Store.UsageRetentionDays) * 24 * time.Hour,
+		TaskRetention: time.Duration(p.cfg.Store.TaskRetentionDays) * 24 * time.Hour,
+		Log:           p.log.With("component", "store"),
+	})
+	return nil
+}
+
+func (p *process) closeStore() {
+	p.stopPruning()
+	p.st.Close()
+}
+
+// makeRunDir makes the private directory the sockets and the bootstrap live in; unix sockets
+// need no ports, so nothing collides with other gateways or tests on the machine.
+func (p *process) makeRunDir(context.Context) error {
+	dir, release, err := makeRunDir(p.log)
+	if err != nil {
+		return err
+	}
+	p.runDir, p.releaseDir = dir, release
+	return nil
+}
+
+// removeRunDir removes the run directory and lets go of its lock.
+func (p *process) removeRunDir() { p.releaseDir() }
+
+// sock is the path of a socket or file in the run directory.
+func (p *process) sock(name string) string { return filepath.Join(p.runDir, name) }
+
+// listeners are the process's listeners, opened before anything serves so that a taken address
+// stops the start. The servers close the ones they serve; close closes them all, so a start that
+// fails later leaves none open.
+type listeners struct {
+	admin, xds, ext net.Listener
+}
+
+func (l *listeners) close() {
+	for _, ln := range []net.Listener{l.admin, l.xds, l.ext} {
+		if ln != nil {
+			_ = ln.Close() // closed already by the server that served it
+		}
+	}
+}
+
+// listen opens the admin, xDS and ext_proc listeners: unix sockets in the run directory for the
+// child Envoy, TCP at listen.xds and listen.extproc for external ones. When one cannot be
+// opened, those opened before it are closed.
+func (p *process) listen(context.Context) (err error) {
+	l := &p.listeners
+	defer func() {
+		if err != nil {
+			l.close()
+		}
+	}()
+	if l.admin, err = net.Listen("tcp", p.cfg.Listen.Admin); err != nil {
+		return fmt.Errorf("listen.admin %s: %w (is another tollway running? change listen.admin)", p.cfg.Listen.Admin, err)
+	}
+	if !p.external {
+		if err := portFree(p.cfg.Listen.Public); err != nil {
+			return err
+		}
+	}
+	xdsNet, xdsAddr, extNet, extAddr := "unix", p.sock("xds.sock"), "unix", p.sock("extproc.sock")
+	if p.external {
+		xdsNet, xdsAddr, extNet, extAddr = "tcp", p.cfg.Listen.XDS, "tcp", p.cfg.Listen.ExtProc
+	}
+	if l.xds, err = net.Listen(xdsNet, xdsAddr); err != nil {
+		return fmt.Errorf("listen.xds %s: %w", xdsAddr, err)
+	}
+	if l.ext, err = net.Listen(extNet, extAddr); err != nil {
+		return fmt.Errorf("listen.extproc %s: %w", extAddr, err)
+	}
+	return nil
+}
+
+func portFree(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen.public %s: %w (another process holds the port; change listen.public)", addr, err)
+	}
+	return ln.Close()
+}
+
+// startBilling loads the in-memory ledger from the store and starts the settler that makes
+// settled requests durable; nothing when billing is off.
+func (p *process) startBilling(context.Context) error {
+	if !p.cfg.Billing.Enabled {
+		return nil
+	}
+	ledger, err := loadLedger(p.st, time.Now())
+	if err != nil {
+		return err
+	}
+	p.ledger = ledger
+	p.settle = newSettler(p.log.With("component", "ledger"), p.st)
+	p.bill = newBilling(ledger, p.settle)
+	return nil
+}
+
+// stopBilling runs after the servers stopped: every settled request reaches the store.
+func (p *process) stopBilling() {
+	if p.settle != nil {
+		p.settle.Close()
+	}
+}
