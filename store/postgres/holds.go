@@ -85,26 +85,8 @@ func (s *Store) SettleHolds(reason string) (settled int, failed []error, err err
 		})
 		return err
 	})
-	if err != nil || (len(recs) == 0 && len(bad) == 0) {
-		return 0, failed, err
-	}
-	errs, err := s.SettleWith(recs, bbolt.HoldChanges{Drop: bad, Held: func(string) bool { return true }})
 	if err != nil {
 		return 0, failed, err
 	}
-	bad = bad[:0]
-	for i, e := range errs {
-		switch {
-		case e == nil:
-			settled++
-		case wrongRecord(e):
-			bad, failed = append(bad, recs[i].RequestID), append(failed, e)
-		default:
-			return settled, failed, e
-		}
-	}
-	if len(bad) > 0 {
-		_, err = s.SettleWith(nil, bbolt.HoldChanges{Drop: bad})
-	}
-	return settled, failed, err
+	return bbolt.SettleHeld(s.SettleWith, recs, bad, failed)
 }

@@ -5,7 +5,6 @@ package postgres
 
 import (
 	"context"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -169,41 +168,22 @@ func (s *Store) UsageByRecords(f store.UsageFilter, route string) ([]store.Recor
 	if route != "" {
 		w.add("route = ?", route)
 	}
-	rows := map[[5]string]*store.RecordRow{}
+	rows := store.RecordRows{}
 	err := s.read(func(ctx context.Context, q *pgxpool.Pool) error {
 		rs, err := q.Query(ctx, "select "+recordColumns+" from usage_records"+w.where(), w.args...)
 		if err != nil {
 			return err
 		}
 		recs, err := pgx.CollectRows(rs, scanRecord)
-		for _, r := range recs {
-			id := [5]string{r.Time.UTC().Format(store.DayLayout), r.Route, r.KeyID, r.Account, r.Model}
-			row := rows[id]
-			if row == nil {
-				row = &store.RecordRow{Day: id[0], Route: id[1], KeyID: id[2], Account: id[3], Model: id[4]}
-				rows[id] = row
-			}
-			row.Add(r.Totals())
+		for i := range recs {
+			rows.Add(&recs[i])
 		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.RecordRow, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, *r)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		for _, p := range [][2]string{{a.Day, b.Day}, {a.Route, b.Route}, {a.KeyID, b.KeyID}, {a.Account, b.Account}} {
-			if p[0] != p[1] {
-				return p[0] < p[1]
-			}
-		}
-		return a.Model < b.Model
-	})
-	return out, nil
+	return rows.Sorted(), nil
 }
 
 // RouteUsage is each route's usage since it was first used, by model.
