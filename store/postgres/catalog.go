@@ -113,22 +113,7 @@ func (s *Store) ReplaceConfig(c store.Catalog) error {
 		if _, err := tx.Exec(ctx, "delete from routes where source = 'config' and id <> all($1)", rids); err != nil {
 			return err
 		}
-		for _, p := range c.Providers {
-			if err := putProvider(ctx, tx, p); err != nil {
-				return err
-			}
-		}
-		for _, m := range c.Models {
-			if err := putModel(ctx, tx, m); err != nil {
-				return err
-			}
-		}
-		for _, r := range c.Routes {
-			if err := putRoute(ctx, tx, r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return putCatalog(ctx, tx, c, putRoute)
 	})
 }
 
@@ -138,23 +123,30 @@ func (s *Store) RestoreCatalog(c store.Catalog) error {
 		if _, err := tx.Exec(ctx, "delete from providers; delete from models; delete from routes"); err != nil {
 			return err
 		}
-		for _, p := range c.Providers {
-			if err := putProvider(ctx, tx, p); err != nil {
-				return err
-			}
-		}
-		for _, m := range c.Models {
-			if err := putModel(ctx, tx, m); err != nil {
-				return err
-			}
-		}
-		for _, r := range c.Routes {
-			if err := upsert(ctx, tx, "routes", "id", r.ID, r.Source, r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return putCatalog(ctx, tx, c, func(ctx context.Context, tx pgx.Tx, r store.Route) error {
+			return upsert(ctx, tx, "routes", "id", r.ID, r.Source, r)
+		})
 	})
+}
+
+// putCatalog writes c's providers, models and routes (each route with route).
+func putCatalog(ctx context.Context, tx pgx.Tx, c store.Catalog, route func(context.Context, pgx.Tx, store.Route) error) error {
+	for _, p := range c.Providers {
+		if err := putProvider(ctx, tx, p); err != nil {
+			return err
+		}
+	}
+	for _, m := range c.Models {
+		if err := putModel(ctx, tx, m); err != nil {
+			return err
+		}
+	}
+	for _, r := range c.Routes {
+		if err := route(ctx, tx, r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // catalogTx is tx for a change of the catalog (id: the record, "" many), announced with it.
