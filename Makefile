@@ -84,8 +84,16 @@ $(CONSOLE_BED)/node_modules/.installed: $(CONSOLE_BED)/package.json $(CONSOLE_BE
 	cd $(CONSOLE_BED) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# Debian's PostgreSQL server: store/postgres's tests start a private one (initdb, pg_ctl) as the
+# postgres user on a free loopback port; nothing is downloaded at test time.
+.PHONY: deps-postgres
+deps-postgres: ## The Postgres store's tests: Debian's postgresql (apt-get, when no /usr/lib/postgresql/*/bin/initdb)
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then echo "postgres: $$(ls /usr/lib/postgresql/*/bin/initdb | tail -1)"; else \
+	  echo "installing postgresql with apt-get"; \
+	  apt-get update && apt-get install -y --no-install-recommends postgresql; fi
+
 .PHONY: deps
-deps: envoy clients browser ## Everything the tests need: Go modules, Envoy, SDK clients, chromium for the console test
+deps: envoy clients browser deps-postgres ## Everything the tests need: Go modules, Envoy, SDK clients, chromium for the console test, Postgres for the shared store
 	$(GO) mod download
 
 # go test runs through gotestsum (a tool in go.mod): its JSON log, bin/test.json, gives the ten
@@ -103,7 +111,7 @@ test: deps build ## Unit tests and real-Envoy end-to-end tests (race detector on
 	exit $$status
 
 .PHONY: test-unit
-test-unit: ## Unit tests only (no Envoy)
+test-unit: deps-postgres ## Unit tests only (no Envoy)
 	$(GO) test -race -count=1 -short ./...
 
 .PHONY: recorded

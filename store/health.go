@@ -19,13 +19,15 @@ const (
 	CauseReadOnly    = "read-only filesystem"
 	CauseIO          = "I/O error"
 	CauseWriteFailed = "write failed"
+	// CauseUnreachable: a shared store's database cannot be reached or refuses work.
+	CauseUnreachable = "database unreachable"
 )
 
 // Error is the outage as a client may read it: the cause, never the store's location.
 func (o *Outage) Error() string {
 	what := map[string]string{
 		CauseDiskFull: "its store's disk is full", CauseReadOnly: "its store's filesystem is read-only",
-		CauseIO: "its store's disk fails with I/O errors",
+		CauseIO: "its store's disk fails with I/O errors", CauseUnreachable: "its store's database is unreachable",
 	}[o.Cause]
 	if what == "" {
 		what = "writes to its store fail"

@@ -6,6 +6,7 @@ package store
 
 import (
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -149,4 +150,36 @@ type RecordRow struct {
 type LastUsed struct {
 	Time  time.Time `json:"time"`
 	Exact bool      `json:"exact"`
+}
+
+// RecordRows sums usage records per day, route, key, account and model (UsageByRecords).
+type RecordRows map[[5]string]*RecordRow
+
+// Add counts r in its row.
+func (m RecordRows) Add(r *UsageRecord) {
+	id := [5]string{r.Time.UTC().Format(DayLayout), r.Route, r.KeyID, r.Account, r.Model}
+	row := m[id]
+	if row == nil {
+		row = &RecordRow{Day: id[0], Route: id[1], KeyID: id[2], Account: id[3], Model: id[4]}
+		m[id] = row
+	}
+	row.Add(r.Totals())
+}
+
+// Sorted is the rows by day, route, key, account and model.
+func (m RecordRows) Sorted() []RecordRow {
+	out := make([]RecordRow, 0, len(m))
+	for _, r := range m {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		for _, p := range [][2]string{{a.Day, b.Day}, {a.Route, b.Route}, {a.KeyID, b.KeyID}, {a.Account, b.Account}} {
+			if p[0] != p[1] {
+				return p[0] < p[1]
+			}
+		}
+		return a.Model < b.Model
+	})
+	return out
 }

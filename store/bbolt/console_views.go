@@ -5,7 +5,6 @@ package bbolt
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -36,7 +35,7 @@ func (s *Store) ChangeKeyLimits(id string, c store.KeyLimitsChange) (store.Key, 
 // Since and Until select whole UTC days, inclusive, as in Usage.
 func (s *Store) UsageByRecords(f store.UsageFilter, route string) ([]store.RecordRow, error) {
 	lo, hi := f.Window()
-	rows := map[[5]string]*store.RecordRow{}
+	rows := store.RecordRows{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketUsage).Cursor()
 		var k, v []byte
@@ -59,33 +58,14 @@ func (s *Store) UsageByRecords(f store.UsageFilter, route string) ([]store.Recor
 			if !f.Match(r.KeyID, r.Account, r.Model) || (route != "" && r.Route != route) {
 				continue
 			}
-			id := [5]string{r.Time.UTC().Format(store.DayLayout), r.Route, r.KeyID, r.Account, r.Model}
-			row := rows[id]
-			if row == nil {
-				row = &store.RecordRow{Day: id[0], Route: id[1], KeyID: id[2], Account: id[3], Model: id[4]}
-				rows[id] = row
-			}
-			row.Add(r.Totals())
+			rows.Add(&r)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.RecordRow, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, *r)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		for _, p := range [][2]string{{a.Day, b.Day}, {a.Route, b.Route}, {a.KeyID, b.KeyID}, {a.Account, b.Account}} {
-			if p[0] != p[1] {
-				return p[0] < p[1]
-			}
-		}
-		return a.Model < b.Model
-	})
-	return out, nil
+	return rows.Sorted(), nil
 }
 
 // KeysLastUsed returns, for every key that ever settled a request, when it last did. The day

@@ -101,11 +101,23 @@ func (s *Store) SettleHolds(reason string) (settled int, failed []error, err err
 			return nil
 		})
 	})
-	if err != nil || (len(recs) == 0 && len(bad) == 0) {
+	if err != nil {
 		return 0, failed, err
 	}
+	return SettleHeld(s.settleWith, recs, bad, failed)
+}
+
+// SettleHeld settles recs, the records of holds left unsettled, with settle (a store's
+// SettleWith), deleting their hold rows and those of bad (holds that did not decode, whose
+// failures are in failed): a hold whose record cannot be stored is dropped and its failure
+// returned. It reports how many records were settled (now, or before the stop).
+func SettleHeld(settle func([]store.UsageRecord, HoldChanges) ([]error, error), recs []store.UsageRecord, bad []string,
+	failed []error) (settled int, _ []error, err error) {
+	if len(recs) == 0 && len(bad) == 0 {
+		return 0, failed, nil
+	}
 	all := func(string) bool { return true }
-	errs, err := s.settleWith(recs, HoldChanges{Drop: bad, Held: all})
+	errs, err := settle(recs, HoldChanges{Drop: bad, Held: all})
 	if err != nil {
 		return 0, failed, err
 	}
@@ -122,7 +134,7 @@ func (s *Store) SettleHolds(reason string) (settled int, failed []error, err err
 		}
 	}
 	if len(bad) > 0 {
-		if _, err := s.settleWith(nil, HoldChanges{Drop: bad}); err != nil {
+		if _, err := settle(nil, HoldChanges{Drop: bad}); err != nil {
 			return settled, failed, err
 		}
 	}

@@ -102,7 +102,29 @@ var _ store.Recorder = (*Settler)(nil)
 
 // NewSettler starts the writer.
 func NewSettler(st *Store, window time.Duration, hooks store.SettlerHooks) *Settler {
-	q := &Settler{settle: st.settleWith, probe: st.probe, recovery: st.recovery, window: window, hooks: hooks,
+	return newSettler(st.settleWith, st.probe, st.recovery, window, hooks)
+}
+
+// SettleTarget is a store a Settler can write to other than a bbolt file (store/postgres):
+// the same group commit, hold rows and retries over its own transactions.
+type SettleTarget interface {
+	// SettleWith settles recs and writes hc in one transaction: one error per record, and
+	// the transaction's own (wrapping store.ErrUnavailable when the store cannot commit).
+	SettleWith(recs []store.UsageRecord, hc HoldChanges) ([]error, error)
+	// Probe commits a small write: nil when the store can commit at all.
+	Probe() error
+	// Recovery is closed when the store's current outage ends (nil: none going on).
+	Recovery() <-chan struct{}
+}
+
+// NewSettlerFor starts a writer over t.
+func NewSettlerFor(t SettleTarget, window time.Duration, hooks store.SettlerHooks) *Settler {
+	return newSettler(t.SettleWith, t.Probe, t.Recovery, window, hooks)
+}
+
+func newSettler(settle func([]store.UsageRecord, HoldChanges) ([]error, error), probe func() error,
+	recovery func() <-chan struct{}, window time.Duration, hooks store.SettlerHooks) *Settler {
+	q := &Settler{settle: settle, probe: probe, recovery: recovery, window: window, hooks: hooks,
 		ch: make(chan entry, settleQueue), done: make(chan struct{}),
 		pend: map[string]entry{}, onDisk: map[string]bool{}}
 	go q.run()

@@ -1,0 +1,279 @@
+package postgres
+
+// Settlement: a served request becomes a usage record, its account's debit, its key's month
+// spend, its daily and route aggregates, all in one transaction, once per request id.
+//
+// A batch locks the rows it debits first, in one order every batch shares (accounts, then
+// month spends, each sorted), so batches of several replicas wait for each other instead of
+// deadlocking (a deadlock the server still finds is retried: tx). Whether a request id is
+// settled is read after its account is locked, when no other transaction can be settling it;
+// the record's primary key (INSERT ... ON CONFLICT DO NOTHING) is the last word, and only a
+// record inserted now is debited and counted. What a balance or a limit cannot take is the
+// record's overage (store.CapDebit), read under those locks, so replicas never overspend.
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
+)
+
+// SettleBatch settles recs in one transaction and returns one error per record (nil: settled
+// now or before); a record wrong in itself fails alone.
+func (s *Store) SettleBatch(recs []store.UsageRecord) []error {
+	errs, _ := s.SettleWith(recs, bbolt.HoldChanges{})
+	return errs
+}
+
+// wrongRecord: err is the record's own fault (trying again cannot help).
+func wrongRecord(err error) bool {
+	return errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrNotFound)
+}
+
+// SettleWith is SettleBatch with hold changes in the same transaction: one error per record,
+// and err when the transaction itself failed (nothing was written). It is what the Settler
+// writes through (bbolt.SettleTarget).
+func (s *Store) SettleWith(recs []store.UsageRecord, hc bbolt.HoldChanges) (errs []error, err error) {
+	errs = make([]error, len(recs))
+	todo := make([]int, 0, len(recs))
+	norm := make([]store.UsageRecord, len(recs))
+	for i := range recs {
+		norm[i] = recs[i]
+		norm[i].Normalize(time.Now())
+		if errs[i] = norm[i].Validate(); errs[i] == nil {
+			todo = append(todo, i)
+		}
+	}
+	if len(todo) == 0 && len(hc.Put) == 0 && len(hc.Drop) == 0 {
+		return errs, nil
+	}
+	var out []error
+	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		out = slices.Clone(errs) // fn may run again
+		if err := settleTx(ctx, tx, norm, todo, out, hc.Held); err != nil {
+			return err
+		}
+		return putHolds(ctx, tx, hc)
+	})
+	if err != nil {
+		for _, i := range todo {
+			errs[i] = err
+		}
+		return errs, err
+	}
+	return out, nil
+}
+
+// books are the rows a batch debits, locked, as they stand within it.
+type books struct {
+	balance map[string]*pgtype.Numeric
+	spent   map[[2]string]*pgtype.Numeric
+	limit   map[string]pgtype.Numeric
+}
+
+// settleTx settles recs[todo] in tx; errs gets each record's own failure.
+func settleTx(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []int, errs []error, held func(string) bool) error {
+	if len(todo) == 0 {
+		return nil
+	}
+	b, err := lockBooks(ctx, tx, recs, todo)
+	if err != nil {
+		return err
+	}
+	ids := make([]string, len(todo))
+	for j, i := range todo {
+		ids[j] = recs[i].RequestID
+	}
+	done := map[string]bool{}
+	var id string
+	rows, _ := tx.Query(ctx, "select request_id from usage_records where request_id = any($1)", ids)
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { done[id] = true; return nil }); err != nil {
+		return err
+	}
+	var settled, drop []string
+	batch := &pgx.Batch{}
+	var inserting []int
+	for _, i := range todo {
+		rec := &recs[i]
+		if done[rec.RequestID] {
+			if held != nil && held(rec.RequestID) {
+				drop = append(drop, rec.RequestID)
+			}
+			continue
+		}
+		paid := rec.Payment != nil
+		if !paid {
+			bal, ok := b.balance[rec.Account]
+			if !ok {
+				errs[i] = store.Errorf(store.ErrNotFound, "settle %q: account %q: not found", store.ShortID(rec.RequestID), rec.Account)
+				continue
+			}
+			sp := b.spent[spendKey(rec)]
+			limit := decPtr(b.limit[rec.KeyID])
+			rec.CapDebit(dec(*bal), dec(*sp), limit)
+			*bal, *sp = num(dec(*bal).Sub(rec.Cost)), num(dec(*sp).Add(rec.Cost))
+		}
+		done[rec.RequestID] = true
+		batch.Queue("insert into usage_records ("+recordColumns+") values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) "+
+			"on conflict (request_id) do nothing", recordArgs(rec)...)
+		inserting = append(inserting, i)
+	}
+	br := tx.SendBatch(ctx, batch)
+	var fold []int
+	for _, i := range inserting {
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return err
+		}
+		if tag.RowsAffected() == 1 {
+			fold = append(fold, i)
+		}
+		if held != nil && held(recs[i].RequestID) {
+			settled = append(settled, recs[i].RequestID)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if err := writeBooks(ctx, tx, recs, fold); err != nil {
+		return err
+	}
+	if drop = append(drop, settled...); len(drop) > 0 {
+		_, err = tx.Exec(ctx, "delete from holds where request_id = any($1)", drop)
+	}
+	return err
+}
+
+func spendKey(rec *store.UsageRecord) [2]string {
+	return [2]string{rec.Time.Format(store.MonthLayout), rec.KeyID}
+}
+
+// lockBooks locks the accounts and month spends recs[todo] debit (paid records debit none),
+// each set in sorted order, and reads the keys' limits.
+func lockBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []int) (*books, error) {
+	b := &books{balance: map[string]*pgtype.Numeric{}, spent: map[[2]string]*pgtype.Numeric{}, limit: map[string]pgtype.Numeric{}}
+	var accts, keyIDs []string
+	spends := map[[2]string]bool{}
+	for _, i := range todo {
+		if r := &recs[i]; r.Payment == nil {
+			accts, keyIDs = append(accts, r.Account), append(keyIDs, r.KeyID)
+			spends[spendKey(r)] = true
+		}
+	}
+	if len(accts) == 0 {
+		return b, nil
+	}
+	slices.Sort(accts)
+	var id string
+	var n pgtype.Numeric
+	rows, _ := tx.Query(ctx, "select id, balance from accounts where id = any($1) order by id for update", slices.Compact(accts))
+	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { v := n; b.balance[id] = &v; return nil }); err != nil {
+		return nil, err
+	}
+	rows, _ = tx.Query(ctx, "select id, monthly_limit from api_keys where id = any($1)", keyIDs)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { b.limit[id] = n; return nil }); err != nil {
+		return nil, err
+	}
+	keys := make([][2]string, 0, len(spends))
+	for k := range spends {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b [2]string) int { return slices.Compare(a[:], b[:]) })
+	months, kids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		months[i], kids[i] = k[0], k[1]
+		zero := num(decimal.Zero)
+		b.spent[k] = &zero
+	}
+	if _, err := tx.Exec(ctx, "insert into spend_month (month, key_id, spent) select m, k, 0 from unnest($1::text[], $2::text[]) u(m, k) "+
+		"on conflict do nothing", months, kids); err != nil {
+		return nil, err
+	}
+	var month string
+	rows, _ = tx.Query(ctx, "select month, key_id, spent from spend_month s where (month, key_id) in "+
+		"(select * from unnest($1::text[], $2::text[])) order by month, key_id for update", months, kids)
+	if _, err := pgx.ForEachRow(rows, []any{&month, &id, &n}, func() error { v := n; b.spent[[2]string{month, id}] = &v; return nil }); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// writeBooks debits the accounts and adds to the month spends and the aggregates what
+// recs[fold] (inserted now) settled, each row once, in sorted order.
+func writeBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, fold []int) error {
+	// Every map is keyed by up to four columns, so that one sort orders them all.
+	debit, spend, daily, route := rowTotals{}, rowTotals{}, rowTotals{}, rowTotals{}
+	for _, i := range fold {
+		r := &recs[i]
+		t := r.Totals()
+		if r.Payment == nil {
+			sk := spendKey(r)
+			debit.add([4]string{r.Account}, store.UsageTotals{Cost: r.Cost})
+			spend.add([4]string{sk[0], sk[1]}, store.UsageTotals{Cost: r.Cost})
+		}
+		daily.add([4]string{r.Time.Format(store.DayLayout), r.KeyID, r.Account, r.Model}, t)
+		if r.Route != "" {
+			route.add([4]string{r.Route, r.Model}, t)
+		}
+	}
+	batch := &pgx.Batch{}
+	for _, k := range debit.sorted() {
+		batch.Queue("update accounts set balance = balance - $2 where id = $1", k[0], num(debit[k].Cost))
+	}
+	for _, k := range spend.sorted() {
+		batch.Queue("update spend_month set spent = spent + $3 where month = $1 and key_id = $2", k[0], k[1], num(spend[k].Cost))
+	}
+	for _, k := range daily.sorted() {
+		batch.Queue(addTotals("usage_daily", "day, key_id, account, model"), append([]any{k[0], k[1], k[2], k[3]}, totalArgs(daily[k])...)...)
+	}
+	for _, k := range route.sorted() {
+		batch.Queue(addTotals("usage_route", "route, model"), append([]any{k[0], k[1]}, totalArgs(route[k])...)...)
+	}
+	return tx.SendBatch(ctx, batch).Close()
+}
+
+// rowTotals are what a batch adds to each row it writes, by the row's key columns.
+type rowTotals map[[4]string]*store.UsageTotals
+
+func (m rowTotals) add(k [4]string, t store.UsageTotals) {
+	if m[k] == nil {
+		m[k] = &store.UsageTotals{}
+	}
+	m[k].Add(t)
+}
+
+// sorted orders the rows the same way in every batch.
+func (m rowTotals) sorted() [][4]string {
+	ks := make([][4]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, func(a, b [4]string) int { return slices.Compare(a[:], b[:]) })
+	return ks
+}
+
+// addTotals is the upsert that adds a row's totals ($n after the key columns) to table's
+// row: payments in a status none was counted in stay NULL.
+func addTotals(table, keyCols string) string {
+	var vals []string
+	for i := range len(strings.Split(keyCols, ",")) + 9 {
+		vals = append(vals, "$"+strconv.Itoa(i+1))
+	}
+	set := "requests = t.requests + excluded.requests, prompt_tokens = t.prompt_tokens + excluded.prompt_tokens, " +
+		"completion_tokens = t.completion_tokens + excluded.completion_tokens, cached_tokens = t.cached_tokens + excluded.cached_tokens, " +
+		"estimated_requests = t.estimated_requests + excluded.estimated_requests, cost = t.cost + excluded.cost"
+	for _, c := range []string{"paid", "pending", "unpaid"} {
+		set += ", " + c + " = case when excluded." + c + " is null then t." + c + " else coalesce(t." + c + ", 0) + excluded." + c + " end"
+	}
+	return "insert into " + table + " as t (" + keyCols + ", " + totalColumns + ") values (" + strings.Join(vals, ", ") + ") on conflict (" + keyCols + ") do update set " + set
+}
