@@ -50,7 +50,7 @@ type Model struct {
 	ContextLength               int64           `json:"context_length,omitempty"`
 	MaxOutputLength             int64           `json:"max_output_length,omitempty"`
 	SupportedFeatures           []string        `json:"supported_features,omitempty"`
-	// Family and Variant make a media model (spec 4.3: V1, ...); empty for chat models.
+	// Family and Variant make a media model (docs/media.md: V1, ...); empty for chat models.
 	Family  string `json:"family,omitempty"`
 	Variant string `json:"variant,omitempty"`
 	// Pricing is kept as the JSON it was validated as (decimal strings), object or tier array.
@@ -58,7 +58,7 @@ type Model struct {
 	Source  Source          `json:"source"`
 }
 
-// Route is a model route (spec 2.5). ID is route:<slug of the name at creation> and never
+// Route is a model route (docs/api.md#routes). ID is route:<slug of the name at creation> and never
 // changes; the config file and the admin API both write routes.
 type Route struct {
 	ID        string            `json:"id"`

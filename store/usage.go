@@ -37,7 +37,7 @@ type UsageRecord struct {
 	Payment *Payment `json:"payment,omitempty"`
 }
 
-// Payment is what an x402 payment settled (spec 4.6).
+// Payment is what an x402 payment settled (docs/x402.md#records).
 type Payment struct {
 	Endpoint string `json:"endpoint"` // the paid endpoint's slug
 	Scheme   string `json:"scheme"`   // exact | upto

@@ -24,7 +24,7 @@ import (
 	_ "golang.org/x/image/webp"
 )
 
-// ImageRules are a provider's limits on an input image (the README's Media tasks states each
+// ImageRules are a provider's limits on an input image (docs/media.md states each
 // family's).
 type ImageRules struct {
 	MaxBytes int // decoded size limit

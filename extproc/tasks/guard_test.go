@@ -106,10 +106,10 @@ func TestGuardNeverReachesTheGateway(t *testing.T) {
 	})
 }
 
-// TestGuardRefusesSpecialPurpose: with the README's allow-list (127.0.0.1), every IANA
-// special-purpose range is refused by name, and so is an IPv6 form carrying a refused IPv4
-// address (the wrapper's range allowed, the IPv4 inside not); an address allowed by the list
-// passes in every spelling of itself.
+// TestGuardRefusesSpecialPurpose: with the allow-list of docs/configuration.md (127.0.0.1), every
+// IANA special-purpose range is refused by name, and so is an IPv6 form carrying a refused IPv4
+// address (the wrapper's range allowed, the IPv4 inside not); an address allowed by the list passes
+// in every spelling of itself.
 func TestGuardRefusesSpecialPurpose(t *testing.T) {
 	allow := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("64:ff9b::/96"), netip.MustParsePrefix("2002::/16")}
 	g := &Guard{Allow: NewAllowList(allow), Own: &Listeners{Local: func() []netip.Addr { return nil }}}

@@ -1,4 +1,4 @@
-// Package tasks is the lifecycle of asynchronous generation tasks (videos; images next): the
+// Package tasks is the lifecycle of asynchronous generation tasks (videos and images): the
 // task object clients see, creation with fallback, status refresh through Envoy, the
 // background poller, signed callbacks from a durable outbox, and the task's bill. Provider
 // shapes stay in extproc/provider/task's adapters; records in store.
@@ -34,7 +34,7 @@ type Object struct {
 	// Route is the route id the task was created through (model is the route's model that ran).
 	Route string `json:"route,omitempty"`
 	// ProviderStatus is the provider's own status word (Queueing, RUNNING, succeed...), for
-	// debugging; the status table in the README maps it.
+	// debugging; the status table in docs/media.md maps it.
 	ProviderStatus string `json:"provider_status,omitempty"`
 	// Cost is what the task was billed, an exact decimal string in USD; null until settled.
 	Cost *string `json:"cost"`

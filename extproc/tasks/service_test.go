@@ -681,7 +681,7 @@ func TestCreateStopsWhenTheClientIsGone(t *testing.T) {
 }
 
 // TestUnknownTaskIDQuotedWhole: the id a not-found answer quotes is cut at a character
-// boundary, never inside one (the README's Errors: messages are JSON in UTF-8).
+// boundary, never inside one (docs/api.md#errors: messages are JSON in UTF-8).
 func TestUnknownTaskIDQuotedWhole(t *testing.T) {
 	s, _ := newService(t)
 	id := "t" + strings.Repeat("é", 100) // two bytes a character: the cut at 80 splits one

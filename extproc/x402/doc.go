@@ -1,5 +1,5 @@
-// Package x402 is the pure core of Tollway's pay-per-request endpoints (x402 v2, HTTP 402; spec
-// 4.6, 5.7, 7.3): the wire types and header codecs (wire.go), the configured offer and the
+// Package x402 is the pure core of Tollway's pay-per-request endpoints (x402 v2, HTTP 402;
+// docs/x402.md): the wire types and header codecs (wire.go), the configured offer and the
 // matcher of a client's `accepted` (offer.go, match.go), local EIP-712 verification of exact
 // (EIP-3009) and upto (Permit2) credentials (evm.go) and the facilitator's HTTP client
 // (facilitator.go). It knows nothing of ext_proc or Envoy and does no I/O but the facilitator

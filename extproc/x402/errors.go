@@ -51,9 +51,9 @@ func refuse(kind error, code, format string, args ...any) *Error {
 	return &Error{Kind: kind, Code: code, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Status is the HTTP status the gateway answers for err (spec 7.3): 400 malformed, 402 for a
-// payment refused here, by /verify or by /settle, 503 when the facilitator is unavailable, 500
-// for anything else.
+// Status is the HTTP status the gateway answers for err (docs/x402.md#statuses): 400 malformed, 402
+// for a payment refused here, by /verify or by /settle, 503 when the facilitator is unavailable,
+// 500 for anything else.
 func Status(err error) int {
 	switch {
 	case errors.Is(err, ErrMalformed):

@@ -68,7 +68,7 @@ type Endpoint struct {
 	Target string `mapstructure:"target"` // the business API it runs, e.g. /v1/chat/completions
 	// Models the paid request may use; empty means any.
 	Models []string `mapstructure:"models"`
-	// RequireKey: an ale- key is needed as well (spec 5.7: payment does not replace a key).
+	// RequireKey: an ale- key is needed as well (docs/x402.md: payment does not replace a key).
 	RequireKey bool     `mapstructure:"require_key"`
 	Accepts    []Accept `mapstructure:"accepts"`
 }

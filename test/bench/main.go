@@ -1,4 +1,6 @@
-// Command bench measures what Tollway adds to a chat request and what its billing costs.
+// Command bench measures what Tollway adds to a chat request and what its billing costs, and
+// the rest of `make bench`'s scenarios: the store, fallback, media tasks, x402, metrics and the
+// access log, streams, LiteLLM beside Tollway, and the soak.
 //
 // Latency (-scenarios latency): the same fixed-rate (open model) load goes, back to back in one
 // run, straight to a fake provider, through a plain Envoy with the same binary, through `tollway

@@ -56,7 +56,7 @@ func startDeadHost(t *testing.T) *deadHost {
 
 // TestDeadCallbackHostStallsOnlyItself: one tenant's 80 tasks with callbacks to a host that
 // never answers do not delay another account's callback: it leaves within 15 s of its task's
-// change (README, Media tasks: Callbacks).
+// change (docs/media.md#callbacks).
 func TestDeadCallbackHostStallsOnlyItself(t *testing.T) {
 	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})

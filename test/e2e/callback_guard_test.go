@@ -19,16 +19,16 @@ import (
 	"github.com/tollway/tollway/test/fakeupstream"
 )
 
-// TestCallbackNeverReachesTheGateway: a tenant's callback_url can never point at the gateway's
-// own listeners, whatever callbacks.allow_private says and however the address is spelled. Every
-// TCP socket the gateway and its Envoy listen on (read from /proc: the public, admin and
-// internal listeners; Envoy's admin, xDS and ext_proc are unix sockets) and the configured
-// listen.xds and listen.extproc are refused at create with 400 invalid_callback_url, before any
-// provider call, spelled as 127.0.0.1, localhost, [::ffff:127.0.0.1], 0x7f.1, 2130706433, 127.1
-// and more. The README's own example (allow_private: [127.0.0.1], no admin token) cannot pause a
-// route or reload the configuration through a callback. Another loopback receiver is still
-// reached, with no credentials, and a redirect it answers is not followed. With the README's
-// allow-list, the IANA special-purpose addresses and IPv6 forms that embed 127.0.0.1 are refused.
+// TestCallbackNeverReachesTheGateway: a tenant's callback_url can never point at the gateway's own
+// listeners, whatever callbacks.allow_private says and however the address is spelled. Every TCP
+// socket the gateway and its Envoy listen on (read from /proc: the public, admin and internal
+// listeners; Envoy's admin, xDS and ext_proc are unix sockets) and the configured listen.xds and
+// listen.extproc are refused at create with 400 invalid_callback_url, before any provider call,
+// spelled as 127.0.0.1, localhost, [::ffff:127.0.0.1], 0x7f.1, 2130706433, 127.1 and more. The
+// example of docs/configuration.md (allow_private: [127.0.0.1], no admin token) cannot pause a
+// route or reload the configuration through a callback. Another loopback receiver is still reached,
+// with no credentials, and a redirect it answers is not followed. With that allow-list, the IANA
+// special-purpose addresses and IPv6 forms that embed 127.0.0.1 are refused.
 func TestCallbackNeverReachesTheGateway(t *testing.T) {
 	t.Parallel()
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
@@ -105,7 +105,7 @@ callbacks: {allow_private: ["0.0.0.0/0", "::/0"]}
 		}
 		refused("https://127.0.0.1:"+p+"/cb", "gateway")
 	}
-	// The README's example: a route paused for everyone, the configuration reloaded.
+	// The configuration example: a route paused for everyone, the configuration reloaded.
 	admin := netip.MustParseAddrPort(g.Admin)
 	refused(fmt.Sprintf("http://127.0.0.1:%d/admin/v1/routes/route:x/pause", admin.Port()), "admin")
 	refused(fmt.Sprintf("http://localhost:%d/admin/v1/reload", admin.Port()), "admin")
@@ -140,7 +140,7 @@ callbacks: {allow_private: ["0.0.0.0/0", "::/0"]}
 		}
 	}
 
-	// The README's allow-list: special-purpose addresses, and IPv6 forms embedding 127.0.0.1
+	// The example's allow-list: special-purpose addresses, and IPv6 forms embedding 127.0.0.1
 	// on a port that is not the gateway's, are refused.
 	written, err := os.ReadFile(g.CfgPath)
 	if err != nil {

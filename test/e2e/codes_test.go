@@ -19,8 +19,8 @@ import (
 	"github.com/tollway/tollway/xds/translator"
 )
 
-// The README's status table, each row proven against the real Envoy: who failed decides the
-// status, and every body keeps request_id equal to the x-request-id header (wantError).
+// The status table of docs/api.md#errors, each row proven against the real Envoy: who failed
+// decides the status, and every body keeps request_id equal to the x-request-id header (wantError).
 
 const hiBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
 

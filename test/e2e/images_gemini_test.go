@@ -499,10 +499,10 @@ func TestGeminiImageSlowCreate(t *testing.T) {
 	}
 }
 
-// TestGeminiImageChat: an I3 model on chat completions (spec 4.1 rule 5) with text and
-// image_url parts: Gemini is asked for text and images with the input image inline, and the
-// answer's message content is text and image_url parts (the image as a data URL, byte for
-// byte), its usage text only, billed request + image + tokens to the digit.
+// TestGeminiImageChat: an I3 model on chat completions (docs/api.md, Provider APIs: Gemini image
+// models) with text and image_url parts: Gemini is asked for text and images with the input image
+// inline, and the answer's message content is text and image_url parts (the image as a data URL,
+// byte for byte), its usage text only, billed request + image + tokens to the digit.
 func TestGeminiImageChat(t *testing.T) {
 	t.Parallel()
 	g, a, _, key := startI3(t, "")

@@ -539,8 +539,8 @@ models:
 	}
 }
 
-// TestVideoRoutes: media endpoints take route ids like chat (spec 4: every generation
-// endpoint accepts route and route_mode). A priority route falls back from a model whose
+// TestVideoRoutes: media endpoints take route ids like chat (docs/api.md#routes: every
+// generation endpoint accepts route and route_mode). A priority route falls back from a model whose
 // provider is down to the next model, across families, each validating the body its own way;
 // a mode-mapping route picks the model of route_mode; route.provider is ignored under a route;
 // a chat route at /v1/videos, an unknown route, a paused one and a bad mode are refused before

@@ -735,9 +735,9 @@ func TestX402Endpoints(t *testing.T) {
 		t.Fatalf("another request's quote: %v", pr)
 	}
 
-	// Refusals before any payment (spec 7.3): a request that cannot be read is 400, a business
-	// parameter refused is 422 with the code the keyed business API gives it (which stays 400),
-	// the endpoint's own model list 403 (in words that speak of the endpoint, not of a key).
+	// Refusals before any payment (docs/x402.md#statuses): a request that cannot be read is 400, a
+	// business parameter refused is 422 with the code the keyed business API gives it (which stays
+	// 400), the endpoint's own model list 403 (in words that speak of the endpoint, not of a key).
 	p.reset()
 	hi := `"messages":[{"role":"user","content":"hi"}]`
 	for _, c := range []struct {

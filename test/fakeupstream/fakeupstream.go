@@ -1,8 +1,10 @@
-// Package fakeupstream is a fake OpenAI-compatible provider for tests and
-// benchmarks. It answers /v1/chat/completions deterministically (streamed or
-// not, with tool calls), rejects bad keys and bad bodies the way OpenAI does,
-// records every request, and can be scripted to fail the next requests. Its
-// OpenAI requests and answers go through demo/wire.go, the wire format the
+// Package fakeupstream fakes the provider APIs the gateway speaks, for tests and benchmarks:
+// OpenAI chat completions (and OpenAI-compatible servers), Anthropic Messages, Gemini
+// generateContent (chat and image models), and the media task APIs of MiniMax (video),
+// DashScope (video and image) and Kling (video and image), with their unhappy paths. It answers
+// /v1/chat/completions deterministically (streamed or not, with tool calls), rejects bad keys
+// and bad bodies the way OpenAI does, records every request, and can be scripted to fail the
+// next requests. Its OpenAI requests and answers go through demo/wire.go, the wire format the
 // gateway's offline demo model speaks too.
 //
 // It listens on 127.0.0.1 and speaks HTTP/1.1 and cleartext HTTP/2 (h2c with

@@ -14,7 +14,7 @@ func (p Prices) of(s string) decimal.Decimal {
 	return decimal.RequireFromString(s)
 }
 
-// Bill is what the gateway must bill for a recording's answer, restated from the README's
+// Bill is what the gateway must bill for a recording's answer, restated from docs/money.md's
 // rules rather than shared with the gateway: the model's prices for its usage (uncached prompt
 // tokens, cached ones at the cache-read price when it has one, output tokens, the request),
 // the image price per image where the model has one, the images' output tokens then not

@@ -38,8 +38,8 @@ const (
 	// ProviderTypeDemo is the offline demo model (package demo), which `tollway run` serves
 	// in-process; the provider's endpoint is that server's, never a configured URL.
 	ProviderTypeDemo = "demo"
-	// Media task providers (spec 4.3): MiniMax Hailuo (family V1), Alibaba DashScope (V2) and
-	// Kling (V3), all asynchronous: create a task, then query it.
+	// Media task providers (docs/media.md#video-families): MiniMax Hailuo (family V1), Alibaba
+	// DashScope (V2) and Kling (V3), all asynchronous: create a task, then query it.
 	ProviderTypeMiniMax   = "minimax"
 	ProviderTypeDashScope = "dashscope"
 	ProviderTypeKling     = "kling"
@@ -165,14 +165,14 @@ type Model struct {
 	Name                string   `json:"name,omitempty"`
 	Targets             []Target `json:"targets"`
 	SupportedParameters []string `json:"supportedParameters,omitempty"`
-	// Catalog facts (spec 2.4); xDS does not use them.
+	// Catalog facts (docs/money.md#catalog); xDS does not use them.
 	InputModalities   []string `json:"inputModalities,omitempty"`
 	OutputModalities  []string `json:"outputModalities,omitempty"`
 	ContextLength     int64    `json:"contextLength,omitempty"`
 	MaxOutputLength   int64    `json:"maxOutputLength,omitempty"`
 	SupportedFeatures []string `json:"supportedFeatures,omitempty"`
 	Pricing           Pricing  `json:"-"`
-	// Family names the request shape of a media model (spec 4.3/4.4: V1, V2, V3, I1, ...);
+	// Family names the request shape of a media model (docs/media.md: V1, V2, V3, I1, ...);
 	// empty for chat models. Variant picks one of the family's variants (V2: t2v | i2v).
 	Family  string `json:"family,omitempty"`
 	Variant string `json:"variant,omitempty"`
@@ -210,7 +210,7 @@ const (
 	KindImage = "image"
 )
 
-// MediaFamilies are the media families the gateway serves (spec 4.3, 4.4).
+// MediaFamilies are the media families the gateway serves (docs/media.md).
 var MediaFamilies = map[string]MediaFamily{
 	"V1":  {ProviderType: ProviderTypeMiniMax, Kind: KindVideo, Output: []string{"video"}, Input: []string{"text", "image"}, Feature: "video_generation"},
 	"V3":  {ProviderType: ProviderTypeKling, Kind: KindVideo, Output: []string{"video"}, Input: []string{"text"}, Feature: "video_generation"},
@@ -229,8 +229,8 @@ func (m *Model) Kind() string {
 	return KindChat
 }
 
-// ChatImageFamily is the media family whose models also answer chat completions (spec 4.1
-// rule 5): Gemini's image models, with their images in the message.
+// ChatImageFamily is the media family whose models also answer chat completions
+// (docs/api.md#provider-apis): Gemini's image models, with their images in the message.
 const ChatImageFamily = "I3"
 
 // Chats reports whether m answers chat completions: a chat model, or an image model of

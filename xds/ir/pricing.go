@@ -1,6 +1,6 @@
 package ir
 
-// Catalog pricing (spec 2.4) and what a request costs under it. Money is exact decimal
+// Catalog pricing (docs/money.md#prices) and what a request costs under it. Money is exact decimal
 // (shopspring/decimal) end to end: prices are parsed from their decimal text and never pass
 // through float64, so 1,000,000 × "0.00000015" is exactly "0.15".
 
@@ -16,8 +16,8 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// Price is one set of catalog prices in USD per unit (spec 2.4). Zero means the model does not use
-// that unit.
+// Price is one set of catalog prices in USD per unit (docs/money.md#prices). Zero means the model
+// does not use that unit.
 type Price struct {
 	Prompt         decimal.Decimal // per input token
 	Completion     decimal.Decimal // per output token
@@ -354,12 +354,12 @@ func (p Pricing) TierFor(promptTokens int64) Tier {
 }
 
 // Cost prices a finished request. Cached tokens are billed at input_cache_read; when that price is
-// 0 the model has no cache pricing (spec 2.4: 0 means the unit is not used), so they are billed as
-// ordinary prompt tokens. Output tokens that were images are billed per image when the model has
-// an image price and images were billed (the two units differ, so the tokens are split off);
-// otherwise they are output like the rest, at the completion price: never both. Negative counts
-// are treated as 0, CachedTokens is capped at PromptTokens and ImageTokens at CompletionTokens,
-// so a bogus upstream usage block can never produce a negative or credited cost.
+// 0 the model has no cache pricing (docs/money.md#prices: 0 means the unit is not used), so they
+// are billed as ordinary prompt tokens. Output tokens that were images are billed per image when
+// the model has an image price and images were billed (the two units differ, so the tokens are
+// split off); otherwise they are output like the rest, at the completion price: never both.
+// Negative counts are treated as 0, CachedTokens is capped at PromptTokens and ImageTokens at
+// CompletionTokens, so a bogus upstream usage block can never produce a negative or credited cost.
 func (p Pricing) Cost(u Usage) decimal.Decimal {
 	t := p.TierFor(max(u.PromptTokens, 0))
 	return p.TokenCost(u).Add(t.Request).Add(t.Image.Mul(decimal.NewFromInt(max(u.Images, 0))))

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Route rules (spec 2.5).
+// Route rules (docs/api.md#routes).
 const (
 	RulePriorityFallback = "priority_fallback"
 	RuleModeMapping      = "mode_mapping"

@@ -14,7 +14,7 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// Error codes of the replies Envoy makes itself (the README's status table).
+// Error codes of the replies Envoy makes itself (docs/api.md#errors).
 const (
 	CodeGatewayOverloaded   = "gateway_overloaded"   // 503: a circuit breaker overflowed
 	CodeGatewayUnavailable  = "gateway_unavailable"  // 500: ext_proc unreachable or silent

@@ -1,9 +1,9 @@
 package chat
 
-// I3 through chat completions (spec 4.1 rule 5): an I3 model's chat request is the Gemini chat
-// mapping with images asked for, and its answer carries the images as image_url content parts.
-// The family's task adapter, whose bounds and usage rule this one shares, is
-// task/images_gemini.go.
+// I3 through chat completions (docs/api.md, Provider APIs: Gemini image models on chat
+// completions): an I3 model's chat request is the Gemini chat mapping with images asked for, and
+// its answer carries the images as image_url content parts. The family's task adapter, whose bounds
+// and usage rule this one shares, is task/images_gemini.go.
 
 import (
 	"cmp"
@@ -36,12 +36,12 @@ var imageChatRefused = map[string]string{
 	"reasoning_effort": "remove it",
 }
 
-// toGeminiImage makes an I3 model's chat request (spec 4.1 rule 5): the Gemini chat mapping for
-// text and image_url parts (no tools, audio or files), asking for text and images. Its answer's
-// message content is an array of parts: {"type": "text", "text"} and {"type": "image_url",
-// "image_url": {"url": "data:image/png;base64,..."}} (see imageBody). Image settings
-// (aspect ratio, size) are POST /v1/images's; here the model's defaults apply. Streaming is
-// refused: an image arrives whole, so a stream would only delay it.
+// toGeminiImage makes an I3 model's chat request (docs/api.md#provider-apis): the Gemini chat
+// mapping for text and image_url parts (no tools, audio or files), asking for text and images. Its
+// answer's message content is an array of parts: {"type": "text", "text"} and {"type": "image_url",
+// "image_url": {"url": "data:image/png;base64,..."}} (see imageBody). Image settings (aspect ratio,
+// size) are POST /v1/images's; here the model's defaults apply. Streaming is refused: an image
+// arrives whole, so a stream would only delay it.
 type toGeminiImage struct{}
 
 // Parameters are the Gemini mapping's: what it carries reaches Chat, which refuses the fields

@@ -9,7 +9,7 @@ import (
 )
 
 // TestClippedValuesStayUTF8: a client's value quoted in a refusal is cut at a character
-// boundary (the README's Errors: messages are JSON in UTF-8), never inside a character.
+// boundary (docs/api.md#errors: messages are JSON in UTF-8), never inside a character.
 func TestClippedValuesStayUTF8(t *testing.T) {
 	long := "a" + strings.Repeat("é", 100) // two bytes a character: an even cut splits one
 	args, _ := json.Marshal(long)

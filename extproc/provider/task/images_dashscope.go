@@ -1,10 +1,10 @@
 package task
 
-// dashscopeImage is families I2 (Qwen-Image) and I2b (Wan 2.7 image) of spec 4.4, on Alibaba
-// Model Studio (DashScope, type dashscope, base_url the API host root as for V2), each in two
-// variants, standard and pro (configured for example as qwen-image-plus / qwen-image-max and
-// wan2.7-image / wan2.7-image-pro). Both take the spec's body: input.messages (one user
-// message whose content is {text} and {image} parts) and parameters.
+// dashscopeImage is families I2 (Qwen-Image) and I2b (Wan 2.7 image) of
+// docs/media.md#image-families, on Alibaba Model Studio (DashScope, type dashscope, base_url the
+// API host root as for V2), each in two variants, standard and pro (configured for example as
+// qwen-image-plus / qwen-image-max and wan2.7-image / wan2.7-image-pro). Both take the spec's body:
+// input.messages (one user message whose content is {text} and {image} parts) and parameters.
 //
 // Endpoints, by what DashScope offers each model:
 //   - I2 standard (qwen-image-plus and qwen-image are the only Qwen-Image models with an

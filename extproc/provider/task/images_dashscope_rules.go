@@ -1,8 +1,8 @@
 package task
 
 // The rules of families I2 and I2b (images_dashscope.go), checked before any provider call
-// (spec 4.4, 8; where the spec is silent, DashScope's documented limits). Each refusal names
-// the field's path, its value and what is allowed.
+// (docs/media.md#image-families; where the API reference was silent, DashScope's documented
+// limits). Each refusal names the field's path, its value and what is allowed.
 
 import (
 	"encoding/json"
@@ -45,10 +45,10 @@ var dsImageFamilies = map[string]dsImageFamily{
 }
 
 const (
-	qwenMaxPromptTokens  = 1300 // spec 8, counted with the gateway's o200k tokenizer
-	wanMaxPromptChars    = 5000 // spec 8
+	qwenMaxPromptTokens  = 1300 // docs/media.md#image-families; counted in o200k tokens
+	wanMaxPromptChars    = 5000 // docs/media.md#image-families
 	qwenMaxNegativeChars = 500  // DashScope's limit on negative_prompt
-	wanMaxImages         = 4    // spec 8: n without enable_sequential ...
+	wanMaxImages         = 4    // docs/media.md#image-families: n without enable_sequential ...
 	wanMaxSequential     = 12   // ... and with it (DashScope's default n for a set)
 	wanMinPixels         = 768 * 768
 	wanMaxPixels         = 2048 * 2048
@@ -65,8 +65,8 @@ var (
 	ratioRE = regexp.MustCompile(`^([0-9]{1,3}(\.[0-9]{1,2})?)%$`)
 )
 
-// wanSingleOnly are the I2b parameters that apply only when enable_sequential is off (spec
-// 4.4): in an image set they are checked, then left out, and named in
+// wanSingleOnly are the I2b parameters that apply only when enable_sequential is off
+// (docs/media.md#image-families): in an image set they are checked, then left out, and named in
 // x-tollway-removed-params.
 var wanSingleOnly = []string{"color_palette", "thinking_mode"}
 
@@ -196,9 +196,9 @@ func (d dashscopeImage) input(f dsImageFamily, raw json.RawMessage) (dsImageAsk,
 	return ask, nil
 }
 
-// prompt checks the text part against the family's length limit: I2 in tokens (spec 8:
-// 1300), counted with the gateway's o200k tokenizer as DashScope's own is not public; I2b in
-// characters (5000).
+// prompt checks the text part against the family's length limit: I2 in tokens (1300,
+// docs/media.md#image-families), counted with the gateway's o200k tokenizer as DashScope's own is
+// not public; I2b in characters (5000).
 func (d dashscopeImage) prompt(field, text string) error {
 	if strings.TrimSpace(text) == "" {
 		return fmt.Errorf("%w: %s is empty: the prompt is required", provider.ErrBadRequest, field)

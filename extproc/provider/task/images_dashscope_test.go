@@ -56,9 +56,9 @@ func promptOfTokens(t *testing.T, n int) string {
 	return s
 }
 
-// TestDashScopeImageValidation: every rule of spec 4.4 and 8 for I2 and I2b (and the provider's
-// limits where the spec is silent), per variant: each refusal names the field, the value and
-// what is allowed; accepted requests give the most images they can make.
+// TestDashScopeImageValidation: every rule of docs/media.md#image-families for I2 and I2b (and the
+// provider's limits where the spec is silent), per variant: each refusal names the field, the value
+// and what is allowed; accepted requests give the most images they can make.
 func TestDashScopeImageValidation(t *testing.T) {
 	text := `{"text":"a red fox in snow"}`
 	png := func(w, h int) string { return `{"image":"` + pngDataURL(w, h, "image/png") + `"}` }

@@ -1,7 +1,7 @@
 package task
 
-// geminiImage is family I3 (spec 4.4): Gemini's image models, in three variants (pro,
-// flash-3.1, flash-2.5), on a provider of type gemini. Gemini answers at once: the create is
+// geminiImage is family I3 (docs/media.md#image-families): Gemini's image models, in three variants
+// (pro, flash-3.1, flash-2.5), on a provider of type gemini. Gemini answers at once: the create is
 // POST /models/{model}:generateContent (x-goog-api-key) and its answer is the finished task
 // (Created.Done), completed with its images or failed; there is nothing to query.
 //
@@ -80,12 +80,14 @@ var (
 	i3BlobFields  = []string{"mime_type", "data"}
 	i3GenFields   = []string{"responseModalities", "responseFormat", "imageConfig"} // imageConfig: Gemini's own name of responseFormat.image
 	i3ImageFields = []string{"aspectRatio", "imageSize"}
-	// i3AspectRatios are spec 4.4's common aspect ratios; flash-3.1 also takes i3WideRatios.
+	// i3AspectRatios are the common aspect ratios of I3 (docs/media.md#image-families); flash-3.1
+	// also takes i3WideRatios.
 	i3AspectRatios = []string{"1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9"}
 	i3WideRatios   = []string{"1:4", "4:1", "1:8", "8:1"}
 )
 
-// i3Sizes are the imageSize values of a variant (spec 4.4); flash-2.5 takes none.
+// i3Sizes are the imageSize values of a variant (docs/media.md#image-families); flash-2.5 takes
+// none.
 func i3Sizes(variant string) []string {
 	switch variant {
 	case variantPro:

@@ -1,8 +1,8 @@
 package task
 
-// The I3 request rules (spec 4.4, 8), checked before any upstream call: the Generate-Content
-// body a client sends, read without copying its inline images, and the bounds that size its
-// hold. The adapter is images_gemini.go.
+// The I3 request rules (docs/media.md#image-families), checked before any upstream call: the
+// Generate-Content body a client sends, read without copying its inline images, and the bounds that
+// size its hold. The adapter is images_gemini.go.
 
 import (
 	"bytes"

@@ -44,8 +44,8 @@ func i3Req(extra string) string {
 	return body + "}"
 }
 
-// TestGeminiImageValidation: every I3 rule of spec 4.4 per variant, refused with the field,
-// the value and what is allowed; accepted bodies give the hold's bounds.
+// TestGeminiImageValidation: every I3 rule of docs/media.md#image-families per variant, refused
+// with the field, the value and what is allowed; accepted bodies give the hold's bounds.
 func TestGeminiImageValidation(t *testing.T) {
 	ar := func(v string) string {
 		return `"generationConfig":{"responseFormat":{"image":{"aspectRatio":"` + v + `"}}}`

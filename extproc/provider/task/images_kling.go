@@ -1,13 +1,14 @@
 package task
 
-// klingImage is family I1 (spec 4.4): Kling image generation, on the same provider as V3
-// (type kling, base_url the API host root, the same JWT signing, model_name for model, the same
-// envelope and numeric codes: kling.go). A task is created with POST /v1/images/generations and
-// queried with GET /v1/images/generations/{id}; a succeed carries task_result.images[{index,
-// url}]. Kling clears generated images after 30 days, so a URL is reported to expire then (it
-// gives no expiry of its own). Kling reports no usage: an image task is billed on the images it
-// returned. An unknown or cleared task id (HTTP 404, code 1203) is ErrUnknown: the
-// lifecycle fails the task with task_expired_or_unknown once Kling has said so a few times.
+// klingImage is family I1 (docs/media.md#image-families): Kling image generation, on the same
+// provider as V3 (type kling, base_url the API host root, the same JWT signing, model_name for
+// model, the same envelope and numeric codes: kling.go). A task is created with POST
+// /v1/images/generations and queried with GET /v1/images/generations/{id}; a succeed carries
+// task_result.images[{index, url}]. Kling clears generated images after 30 days, so a URL is
+// reported to expire then (it gives no expiry of its own). Kling reports no usage: an image task is
+// billed on the images it returned. An unknown or cleared task id (HTTP 404, code 1203) is
+// ErrUnknown: the lifecycle fails the task with task_expired_or_unknown once Kling has said so a
+// few times.
 //
 // The spec shows I1 as model, prompt, cfg_scale, mode, duration (a string) and aspect_ratio
 // and nothing more. How they map:

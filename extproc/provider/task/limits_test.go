@@ -23,8 +23,8 @@ func paddedPNG(t *testing.T, w, h, size int) string {
 	return base64.StdEncoding.EncodeToString(raw)
 }
 
-// TestImageSizeLimitsAtTheByte: each family's input image limit at the exact byte, as the
-// README states it (Media tasks): V1's first frame "under 20 MB" (20 MB is refused: the spec's
+// TestImageSizeLimitsAtTheByte: each family's input image limit at the exact byte, as
+// docs/media.md states it: V1's first frame "under 20 MB" (20 MB is refused: the spec's
 // "below 20 MB"), I2 "at most 10 MB", I2b "at most 20 MB", I3 "at most 20 MiB each" (the limit
 // itself is taken). One image checker serves them all, so one comparison for every family
 // would break one of these.
@@ -74,7 +74,7 @@ func i3Inline(b64 string) string {
 }
 
 // TestClippedValuesStayUTF8: a client's value quoted in a refusal is cut at a character
-// boundary (the README's Errors: messages are JSON in UTF-8), never inside a character.
+// boundary (docs/api.md#errors: messages are JSON in UTF-8), never inside a character.
 func TestClippedValuesStayUTF8(t *testing.T) {
 	long := "a" + strings.Repeat("é", 100)       // two bytes a character: an even cut splits one
 	for _, v := range []string{long, long[1:]} { // the value's quote counts: either parity

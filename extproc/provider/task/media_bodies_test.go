@@ -98,9 +98,9 @@ func TestPublicImageURLs(t *testing.T) {
 	}
 }
 
-// TestWanSetDropsSingleImageParameters: with enable_sequential, thinking_mode and color_palette
-// do not apply (spec 4.4): the body is accepted, DashScope does not get them, and the task says
-// they were removed; without it they pass.
+// TestWanSetDropsSingleImageParameters: with enable_sequential, thinking_mode and color_palette do
+// not apply (docs/media.md#image-families): the body is accepted, DashScope does not get them, and
+// the task says they were removed; without it they pass.
 func TestWanSetDropsSingleImageParameters(t *testing.T) {
 	palette := `[{"hex":"#112233","ratio":"50.00%"},{"hex":"#445566","ratio":"25.00%"},{"hex":"#778899","ratio":"25.00%"}]`
 	d := dashscopeImage{family: "I2b"}

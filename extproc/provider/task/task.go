@@ -1,4 +1,4 @@
-// Package task holds the media task adapters (spec 4.3 videos, 4.4 images): the client creates
+// Package task holds the media task adapters (docs/media.md: videos and images): the client creates
 // a task, the gateway creates it at the provider, then queries it until it ends; a provider
 // that answers at once (Gemini images) gives the finished task in its create answer. Each
 // family is one file per (task API, provider API) pair behind Adapter (videos_minimax.go: V1,
@@ -113,7 +113,7 @@ type Error struct {
 // Adapter builds and reads one provider family's task requests. Upstream.Method says
 // GET for queries; Upstream.Path is below the provider's base path.
 type Adapter interface {
-	// Validate checks the client's create body against the family's rules (spec 4.3, 4.4, 8)
+	// Validate checks the client's create body against the family's rules (docs/media.md)
 	// before any upstream call. Errors wrap ErrBadRequest and name the field, the value and
 	// what is allowed.
 	Validate(m *ir.Model, req provider.Request) (Validated, error)

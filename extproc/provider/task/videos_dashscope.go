@@ -1,13 +1,14 @@
 package task
 
-// dashscopeVideo is family V2 (spec 4.3): Alibaba Model Studio (DashScope) Wan video generation, in
-// two variants: t2v (text-to-video: input.prompt) and i2v (image-to-video: a first frame in
-// input.media). The provider's base_url is its API host root (https://dashscope-intl.aliyuncs.com).
-// A task is created with POST /api/v1/services/aigc/video-generation/video-synthesis and the
-// header X-DashScope-Async: enable (DashScope refuses the call without it), and queried with GET
-// /api/v1/tasks/{id}. Results are kept 24 h after the task ends; UNKNOWN means an unknown or
-// expired task id. Times (end_time) are Beijing time without a zone; a result URL's expiry is the
-// Expires of its OSS signature when it carries one (resultExpiry).
+// dashscopeVideo is family V2 (docs/media.md#video-families): Alibaba Model Studio (DashScope) Wan
+// video generation, in two variants: t2v (text-to-video: input.prompt) and i2v (image-to-video: a
+// first frame in input.media). The provider's base_url is its API host root
+// (https://dashscope-intl.aliyuncs.com). A task is created with POST
+// /api/v1/services/aigc/video-generation/video-synthesis and the header X-DashScope-Async: enable
+// (DashScope refuses the call without it), and queried with GET /api/v1/tasks/{id}. Results are
+// kept 24 h after the task ends; UNKNOWN means an unknown or expired task id. Times (end_time) are
+// Beijing time without a zone; a result URL's expiry is the Expires of its OSS signature when it
+// carries one (resultExpiry).
 //
 // The body is the spec's: model, input {prompt, media [{type: first_frame, url}]} and
 // parameters {resolution, ratio, duration, watermark, seed}; other fields are refused with the

@@ -11,8 +11,8 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// TestDashScopeValidation: V2's rules (spec 4.3, 8) per variant, each refusal naming the field,
-// the value and what is allowed.
+// TestDashScopeValidation: V2's rules (docs/media.md#video-families) per variant, each refusal
+// naming the field, the value and what is allowed.
 func TestDashScopeValidation(t *testing.T) {
 	t2v := &ir.Model{ID: "wan-t2v", Family: "V2", Variant: "t2v"}
 	i2v := &ir.Model{ID: "wan-i2v", Family: "V2", Variant: "i2v"}

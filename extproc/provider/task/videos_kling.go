@@ -1,13 +1,13 @@
 package task
 
-// kling is family V3 (spec 4.3): Kling text-to-video. The provider's base_url is its API host
-// root (https://api-singapore.klingai.com). Kling authenticates with a JWT the caller signs:
-// HS256 over {iss: access key, exp: now+30 min, nbf: now-5 s} with the secret key, cached per
-// provider until 5 minutes before it expires. A task is created with POST
-// /v1/videos/text2video and queried with GET /v1/videos/text2video/{id}. Kling reads the model
-// from model_name (a plain model field would be ignored: it would run kling-v1), and duration
-// is a string. Errors carry a numeric code in an envelope {code, message, request_id, data}.
-// The signing, the envelope and the V3 field checks are shared with I1 (images_kling.go).
+// kling is family V3 (docs/media.md#video-families): Kling text-to-video. The provider's base_url
+// is its API host root (https://api-singapore.klingai.com). Kling authenticates with a JWT the
+// caller signs: HS256 over {iss: access key, exp: now+30 min, nbf: now-5 s} with the secret key,
+// cached per provider until 5 minutes before it expires. A task is created with POST
+// /v1/videos/text2video and queried with GET /v1/videos/text2video/{id}. Kling reads the model from
+// model_name (a plain model field would be ignored: it would run kling-v1), and duration is a
+// string. Errors carry a numeric code in an envelope {code, message, request_id, data}. The
+// signing, the envelope and the V3 field checks are shared with I1 (images_kling.go).
 //
 // Fields are the spec's: prompt, cfg_scale, mode, duration, aspect_ratio (plus Kling's
 // negative_prompt); the spec shows no image field for V3, so image-to-video is not offered.
@@ -87,8 +87,8 @@ func klingPrompts(req provider.Request, why string) error {
 	return nil
 }
 
-// klingVideoParams checks the fields V3 defines and I1 shares (spec 4.3, 4.4) with Kling's
-// video values: cfg_scale 0 to 1, mode std or pro, duration the string "5" or "10", and
+// klingVideoParams checks the fields V3 defines and I1 shares (docs/media.md, V3 and I1) with
+// Kling's video values: cfg_scale 0 to 1, mode std or pro, duration the string "5" or "10", and
 // aspect_ratio one of ratios (the family's own list).
 func klingVideoParams(family string, req provider.Request, ratios []string) error {
 	if raw := provider.Field(req, "cfg_scale"); raw != nil {

@@ -1,10 +1,10 @@
 package task
 
-// minimax is family V1 (spec 4.3): MiniMax Hailuo video generation. The provider's base_url is
-// its API host root (https://api.minimax.io). A task is created with POST /v1/video_generation,
-// queried with GET /v1/query/video_generation?task_id=, and its video found with GET
-// /v1/files/retrieve?file_id= (the download URL lives 1 hour: MiniMax documents a short-lived
-// URL; the gateway reports that expiry). Errors come inside HTTP 200, in base_resp.
+// minimax is family V1 (docs/media.md#video-families): MiniMax Hailuo video generation. The
+// provider's base_url is its API host root (https://api.minimax.io). A task is created with POST
+// /v1/video_generation, queried with GET /v1/query/video_generation?task_id=, and its video found
+// with GET /v1/files/retrieve?file_id= (the download URL lives 1 hour: MiniMax documents a
+// short-lived URL; the gateway reports that expiry). Errors come inside HTTP 200, in base_resp.
 //
 // Fields are the spec's (prompt, first_frame_image, prompt_optimizer, fast_pretreatment,
 // duration, resolution, aigc_watermark) and pass as they are (first_frame_image an http or
@@ -31,8 +31,8 @@ var minimaxFields = []string{"prompt", "first_frame_image", "prompt_optimizer", 
 // minimaxURLLife is how long a MiniMax download URL works.
 const minimaxURLLife = time.Hour
 
-// minimaxFrame are V1's first-frame limits (spec 8): below 20 MB, short side above 300 px,
-// aspect 2:5 to 5:2.
+// minimaxFrame are V1's first-frame limits (docs/media.md#video-families): below 20 MB, short side
+// above 300 px, aspect 2:5 to 5:2.
 var minimaxFrame = provider.ImageRules{MaxBytes: 20 << 20, Below: true, MinShort: 300, MinAspect: [2]int{2, 5}, MaxAspect: [2]int{5, 2},
 	Formats: []string{"jpeg", "png", "webp"}, FormatNames: "JPG, JPEG, PNG or WebP"}
 

@@ -22,8 +22,9 @@ func pngDataURL(w, h int, declared string) string {
 	return "data:" + declared + ";base64," + base64.StdEncoding.EncodeToString(b.Bytes())
 }
 
-// TestMiniMaxValidation: every V1 rule of spec 4.3 and 8 refuses with a message naming the
-// field, the value and what is allowed; valid requests give the longest duration for the hold.
+// TestMiniMaxValidation: every V1 rule of docs/media.md#video-families refuses with a message
+// naming the field, the value and what is allowed; valid requests give the longest duration for the
+// hold.
 func TestMiniMaxValidation(t *testing.T) {
 	m := &ir.Model{ID: "hailuo-02", Family: "V1"}
 	long := strings.Repeat("é", 2001)

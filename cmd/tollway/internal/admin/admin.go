@@ -1,7 +1,8 @@
 // Package admin is the admin API: the HTTP endpoints under /admin/v1 through which the CLI, the
 // web console and operators read and change a running gateway (the bbolt file belongs to the
 // gateway process), with the guard in front of every request (guard.go), the strict request
-// decoding (decode.go), and the console's pages and sign-in (console_*.go, package console).
+// decoding (decode.go), the console's routes, API and sign-in (console_*.go; its pages, assets
+// and sessions are package console), GET /metrics and, with TOLLWAY_PPROF=1, Go's profiles.
 // It takes the store, the gateway's components and two small interfaces of the running
 // gateway: an Applier for changes and a Runtime for what it reports. Errors meet HTTP in one
 // place, writeErr. Each resource has its own file.

@@ -24,7 +24,7 @@ type Error struct {
 	Error ErrorBody `json:"error"`
 }
 
-// ErrorBody says what was refused: code is stable (the README's Errors table), message says
+// ErrorBody says what was refused: code is stable (docs/api.md#errors), message says
 // the problem and its fix, request_id names the request in the gateway's log.
 type ErrorBody struct {
 	Code      string `json:"code"`

@@ -106,7 +106,7 @@ type Config struct {
 	Providers []ProviderConfig `mapstructure:"providers"`
 	Models    []adminapi.Model `mapstructure:"models"`
 	Routes    []adminapi.Route `mapstructure:"routes"`
-	// X402 lists the pay-per-request endpoints (spec 4.6).
+	// X402 lists the pay-per-request endpoints (docs/x402.md).
 	X402 x402.Config `mapstructure:"x402"`
 
 	path string // file it came from; "" for an embedded configuration

@@ -116,8 +116,9 @@ func (p *process) buildServers(m *metrics.Metrics) {
 	p.xdsGRPC = grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))
 	p.ctrl.Register(p.loops.ctx, p.xdsGRPC)
 	// Fixed flow-control windows turn off grpc-go's BDP estimation, which pinged Envoy after
-	// received data on every busy connection: 4-7% of the CPU per request (Envoy + Tollway) in
-	// two same-run A/B benches, the builds' turns swapped (README, Performance). The windows only bound unread data.
+	// received data on every busy connection: 4-7% of the CPU per request (Envoy + Tollway) in two
+	// same-run A/B benches, the builds' turns swapped (docs/performance.md). The windows only bound
+	// unread data.
 	extOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxGRPCMessage), grpc.MaxSendMsgSize(maxGRPCMessage),
 		grpc.InitialWindowSize(extProcStreamWindow), grpc.InitialConnWindowSize(extProcConnWindow)}
 	if p.procs != nil {

@@ -640,7 +640,7 @@
 
   // ---------- catalog ----------
 
-  // The unit each price is per (README, Money: Prices), in the order the catalog shows them.
+  // The unit each price is per (docs/money.md#prices), in the order the catalog shows them.
   const PRICE_UNITS = [['prompt', 'token'], ['completion', 'token'], ['input_cache_read', 'token'], ['request', 'request'],
     ['image', 'image'], ['duration', 'second']];
   const priceLabel = (k) => k === 'input_cache_read' ? 'cache read' : k;
