@@ -228,7 +228,7 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 		return e
 	}
 	// From here the credential is used: a refusal below does not free it.
-	if err := x.extendTimeout(p.fac.CallTimeout() + 5*time.Second); err != nil {
+	if err := x.envoy.extendTimeout(p.fac.CallTimeout() + 5*time.Second); err != nil {
 		return errLostEnvoy
 	}
 	// Under the request's context: for a client gone there is no business call to verify.
@@ -281,7 +281,7 @@ func (x *exchange) paySettle(cost decimal.Decimal, draft store.UsageRecord) erro
 	if req.Amount == "0" { // nothing to transfer: the credential stays burned locally
 		sr = x402.SettlementResponse{Success: true, Payer: p.cred.Payer, Network: req.Network}
 	} else {
-		_ = x.extendTimeout(p.fac.CallTimeout() + 5*time.Second)
+		_ = x.envoy.extendTimeout(p.fac.CallTimeout() + 5*time.Second)
 		// Deliberately not the request's context: the business call ran, and a stream the
 		// client cut settles what was sent (finish); a settle cut short would only leave its
 		// outcome unknown. x402.facilitator_timeout bounds it.

@@ -6,7 +6,6 @@ package extproc
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -22,9 +21,6 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/shopspring/decimal"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
@@ -146,12 +142,9 @@ type exchange struct {
 
 	media       string // POST /v1/videos or /v1/images: the body creates a task of this kind
 	contentType string // the request's, for a form body
-	// send sends Envoy a message before the answer to the one being handled (a timeout
-	// override); nil outside a stream.
-	send func(*extprocv3.ProcessingResponse) error
-	// msgs counts Envoy's messages; extended is the one whose timeout was extended (Envoy takes
-	// one override per message).
-	msgs, extended int
+	// envoy takes a timeout override or the watchdog's ending of an answer ahead of a reply;
+	// nil outside a stream.
+	envoy *envoyStream
 
 	pay *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
 
@@ -197,130 +190,33 @@ func (x *exchange) served(v string) {
 	}
 }
 
-// Process handles one HTTP request's stream of messages from Envoy.
-func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	var phase string
-	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
-		if v := md.Get(ir.PhaseMetadata); len(v) > 0 {
-			phase = v[0]
-		}
-	}
-	if phase == ir.PhaseUpstream {
-		return s.processAttempt(stream)
-	}
-	x := &exchange{s: s, rt: s.runtime.Load(), ctx: stream.Context(), send: stream.Send, ownRoutes: phase == ir.PhaseRouter}
-	handle := one(func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-		x.msgs++
-		var resp *extprocv3.ProcessingResponse
-		switch r := req.Request.(type) {
-		case *extprocv3.ProcessingRequest_RequestHeaders:
-			resp = x.requestHeaders(r.RequestHeaders)
-		case *extprocv3.ProcessingRequest_RequestBody:
-			resp = x.requestBody(r.RequestBody)
-		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			resp = x.responseHeaders(r.ResponseHeaders)
-		case *extprocv3.ProcessingRequest_ResponseBody:
-			resp = x.responseBody(r.ResponseBody)
-		default:
-			return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
-		}
-		x.logMetadata(resp, req)
-		return resp, nil
-	})
-	var mu *sync.Mutex
-	if x.ownRoutes {
-		handle = newPipeline(x).handle // Tollway's own Envoys speak the pipelined protocol
-		mu = &x.mu                     // and a streamed answer has a watchdog
-	}
-	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
-	// released: a request that got an answer is billed, from an estimate if need be.
-	end := func() {
-		x.mu.Lock()
-		x.stopSilence()
-		x.mu.Unlock()
-		x.finish()
-	}
-	if s.obs == nil {
-		defer end()
-		return serve(stream, handle, mu)
-	}
-	var busy time.Duration
-	s.obs.StreamStarted(PhaseRouter)
-	defer func() {
-		end()
-		s.obs.StreamEnded(PhaseRouter, busy)
-		if x.out.Start.IsZero() {
-			return // Envoy closed the stream before it sent the request's headers
-		}
-		s.obs.RequestDone(x.outcome())
-	}()
-	return serve(stream, timed(&busy, handle), mu)
+// The exchange is the router-level request's processor.
+func (x *exchange) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return x.requestHeaders(h), nil
 }
 
-// handler answers one of Envoy's messages with the replies owed now (none, one, or several).
-type handler func(*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error)
-
-// one is a handler that answers every message with exactly one reply.
-func one(handle func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)) handler {
-	return func(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
-		resp, err := handle(req)
-		if err != nil {
-			return nil, err
-		}
-		return []*extprocv3.ProcessingResponse{resp}, nil
-	}
+func (x *exchange) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return x.requestBody(b), nil
 }
 
-// timed adds the time each call of handle takes to busy.
-func timed(busy *time.Duration, handle handler) handler {
-	return func(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
-		t := time.Now()
-		resp, err := handle(req)
-		*busy += time.Since(t)
-		return resp, err
-	}
+func (x *exchange) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return x.responseHeaders(h), nil
 }
 
-// serve runs one ext_proc stream: each message from Envoy is answered by handle, until Envoy
-// closes the stream or an immediate response ends the request. mu, when set, is held while a
-// message is handled and answered (the silence watchdog handles and sends too).
-func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle handler, mu *sync.Mutex) error {
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if mu != nil {
-			mu.Lock()
-		}
-		done, err := answerMessage(stream, handle, req)
-		if mu != nil {
-			mu.Unlock()
-		}
-		if done || err != nil {
-			return err
-		}
-	}
+func (x *exchange) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return x.responseBody(b), nil
 }
 
-// answerMessage sends handle's replies to req; done: an immediate response ended the request.
-func answerMessage(stream extprocv3.ExternalProcessor_ProcessServer, handle handler, req *extprocv3.ProcessingRequest) (done bool, err error) {
-	out, err := handle(req)
-	if err != nil {
-		return false, err
+// Done settles or releases the hold (a request that got an answer is billed, from an estimate
+// if need be) and tells the observer how the request went.
+func (x *exchange) Done() {
+	x.mu.Lock()
+	x.stopSilence()
+	x.mu.Unlock()
+	x.finish()
+	if x.s.obs != nil && !x.out.Start.IsZero() { // zero: Envoy closed the stream before the request's headers
+		x.s.obs.RequestDone(x.outcome())
 	}
-	for _, resp := range out {
-		if err := stream.Send(resp); err != nil {
-			return false, err
-		}
-		if _, done := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); done {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
@@ -521,7 +417,7 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if len(b.GetBody()) > bigChatBody {
 		// Checking tens of megabytes of JSON (an image model's inline images) may outlast
 		// Envoy's message timeout on a busy machine: ask for more, once.
-		if err := x.extendTimeout(bigChatTimeout); err != nil {
+		if err := x.envoy.extendTimeout(bigChatTimeout); err != nil {
 			return x.fail(errLostEnvoy)
 		}
 	}
