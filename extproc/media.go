@@ -78,6 +78,26 @@ func (s *Server) SetTasks(t *Tasks) {
 // SetTasksOff says why the media task endpoints are off (their answer's message).
 func (s *Server) SetTasksOff(reason string) { s.tasksOff.Store(&reason) }
 
+// mediaProcessor is the processor of the media endpoints: a task created from the body (POST
+// /v1/videos, /v1/images) or read (GET .../{id}), answered by ext_proc itself.
+type mediaProcessor struct {
+	answeredEarly
+	x    *exchange
+	kind string
+}
+
+func (m mediaProcessor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	x, hd := m.x, &m.x.head
+	if resp := x.mediaHeaders(m.kind, hd.method, hd.path, hd.auth, hd.contentType); resp != nil {
+		return resp, nil
+	}
+	return x.readBody(h, hd.contentLength, hd.strip), nil
+}
+
+func (m mediaProcessor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return m.x.mediaBody(b.GetBody()), nil
+}
+
 // mediaHeaders admits a request to the media endpoints; it returns nil to go on to the body.
 func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *extprocv3.ProcessingResponse {
 	base := mediaPaths[kind]

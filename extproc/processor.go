@@ -2,6 +2,8 @@ package extproc
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"sync"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -86,6 +88,62 @@ func (s *Server) open(ctx context.Context, env *envoyStream) opened {
 		return opened{p: x, f: newPipeline(x), mu: &x.mu, phase: PhaseRouter}
 	}
 	return opened{p: x, f: oneByOne{p: x, log: x.logMetadata}, phase: PhaseRouter}
+}
+
+// head is what a router-level request's headers say, read once for its processor.
+type head struct {
+	method, path, auth, contentType, contentLength string
+	paySig                                         string   // PAYMENT-SIGNATURE, never forwarded
+	strip                                          []string // the client's internal headers, removed
+}
+
+// processorForPath chooses a router-level request's processor by its path, once, at its
+// headers (the exchange has read what every kind shares: the request id, the header limits).
+func (x *exchange) processorForPath(path string) Processor {
+	switch {
+	case path == modelsPath || strings.HasPrefix(path, modelsPath+"/"):
+		return catalogProcessor{answeredEarly{}, x}
+	case path == keyPath:
+		return keyProcessor{answeredEarly{}, x}
+	case strings.HasPrefix(path, payPrefix):
+		return &paidProcessor{x: x}
+	case mediaKind(path) != "":
+		return mediaProcessor{answeredEarly{}, x, mediaKind(path)}
+	case path == chatPath:
+		return chatProcessor{x}
+	}
+	return notFound{answeredEarly{}, x}
+}
+
+// answeredEarly is the rest of a processor whose request ext_proc answers itself, at its
+// headers or its body: the immediate response ends the stream, so no later message comes.
+type answeredEarly struct{}
+
+var errAnsweredEarly = status.Error(codes.FailedPrecondition, "extproc: a message came after the request was answered")
+
+func (answeredEarly) RequestBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return nil, errAnsweredEarly
+}
+
+func (answeredEarly) ResponseHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return nil, errAnsweredEarly
+}
+
+func (answeredEarly) ResponseBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return nil, errAnsweredEarly
+}
+
+func (answeredEarly) Done() {}
+
+// notFound answers a path that is no endpoint.
+type notFound struct {
+	answeredEarly
+	x *exchange
+}
+
+func (n notFound) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	x := n.x
+	return x.fail(apiErr(http.StatusNotFound, "not_found", "no endpoint %s %s; %s", clip(x.head.method), clip(x.head.path), x.s.endpoints())), nil
 }
 
 // oneByOne is the buffered protocol: each message gets its processor's one reply. log, when
