@@ -1,6 +1,14 @@
-// Package extproc is Tollway's Envoy external processor: it authenticates API keys, validates
-// and rewrites chat requests for the chosen provider, tells Envoy where to route them, and puts
-// every error in the spec's shape. It reads configuration from an atomically swapped Runtime.
+// Package extproc is Tollway's Envoy external processor. It owns the gRPC stream loop
+// (stream.go), the pipelined protocol of Tollway's own Envoys (pipeline.go), processing modes
+// and header limits (envoymode.go, headers.go), error shaping (errors.go) and the Runtime,
+// swapped atomically on each configuration (runtime.go). Each stream gets one Processor
+// (processor.go), chosen once: the upstream attempt filter's (attempt.go: rewrite for the
+// chosen provider, translate its answer), or, at the router, the one the request's path names:
+// chat (chatprocessor.go with chat.go, validate*.go, admission.go, answer.go, meter.go), the
+// catalog (catalog.go), GET /v1/key (keyinfo.go), media task create and read (media.go), or a
+// paid x402 endpoint wrapping chat or media (payment.go, paying.go; settlements.go resolves
+// the settlements whose answer was lost). Holds are made durable by durable.go; the ledger is
+// extproc/billing.
 package extproc
 
 import (
