@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -18,7 +17,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollway/tollway/extproc/provider"
@@ -41,85 +39,84 @@ type attempt struct {
 	// refusal reads an error answer that may refuse the gateway's credential without a 401.
 	refusal chat.CredentialRefusal
 	removed []string // nested fields the adapter dropped (provider.Upstream.Removed)
+	// envoy brings the attributes sent with the request headers (the chosen endpoint's
+	// metadata among them) and takes a timeout override for a big body.
+	envoy *envoyStream
 }
 
-// processAttempt serves the upstream ext_proc stream of one attempt.
-func (s *Server) processAttempt(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	a := &attempt{s: s, rt: s.runtime.Load()}
-	handle := one(func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-		switch r := req.Request.(type) {
-		case *extprocv3.ProcessingRequest_RequestHeaders:
-			if isTaskRequest(r.RequestHeaders) {
-				return passTask(), nil
-			}
-			if err := a.target(req.GetAttributes(), r.RequestHeaders); err != nil {
-				// Fails the attempt closed (Envoy answers 500); never forwards unrewritten.
-				s.log.Error("upstream attempt without a target", "error", err)
-				return nil, status.Error(codes.FailedPrecondition, err.Error())
-			}
-			// Only the headers a provider may see go on (upstreamForwarded).
-			var strip []string
-			for _, hv := range r.RequestHeaders.GetHeaders().GetHeaders() {
-				switch {
-				case hv.Key == "x-request-id":
-					a.requestID = headerValue(hv)
-				case upstreamDropped(hv.Key):
-					strip = append(strip, hv.Key)
-				}
-			}
-			resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-					HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: strip},
-				}},
-			}}
-			if a.provider.SpeaksOpenAI() {
-				// An OpenAI-shaped answer needs nothing from this filter: the route tags it with
-				// the endpoint's provider and model, the router-level filter rewrites it, and a
-				// 401 reaches Tollway through the router's refusal log. Skipping the response
-				// headers saves a round trip per request.
-				resp.ModeOverride = &extprocv3filter.ProcessingMode{
-					RequestHeaderMode:   extprocv3filter.ProcessingMode_SEND,
-					RequestBodyMode:     extprocv3filter.ProcessingMode_BUFFERED,
-					RequestTrailerMode:  extprocv3filter.ProcessingMode_SKIP,
-					ResponseHeaderMode:  extprocv3filter.ProcessingMode_SKIP,
-					ResponseBodyMode:    extprocv3filter.ProcessingMode_NONE,
-					ResponseTrailerMode: extprocv3filter.ProcessingMode_SKIP,
-				}
-			}
-			return resp, nil
-		case *extprocv3.ProcessingRequest_RequestBody:
-			if len(r.RequestBody.GetBody()) > bigChatBody {
-				// Rewriting tens of megabytes may outlast the message timeout (as at the router).
-				if err := stream.Send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(bigChatTimeout)}); err != nil {
-					return nil, err
-				}
-			}
-			resp, err := a.requestBody(r.RequestBody)
-			if errors.Is(err, provider.ErrBadRequest) {
-				// The client's request cannot be said in this provider's API: its fault, a 400.
-				e := apiErr(http.StatusBadRequest, "invalid_request", "%v", err)
-				return immediate(a.requestID, e.Status, e.Body(a.requestID), ir.ErrorCodeDetailsPrefix+e.Code), nil
-			}
-			if err != nil {
-				s.log.Error("upstream attempt rewrite failed", "provider", a.provider.Name, "error", err)
-				return nil, status.Error(codes.InvalidArgument, err.Error())
-			}
-			return resp, nil
-		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			return a.responseHeaders(r.ResponseHeaders), nil
-		case *extprocv3.ProcessingRequest_ResponseBody:
-			return a.responseBody(r.ResponseBody), nil
-		}
-		return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
-	})
-	if s.obs == nil {
-		return serve(stream, handle, nil)
+// The attempt is the upstream attempt filter's processor.
+
+func (a *attempt) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	if isTaskRequest(h) {
+		return passTask(), nil
 	}
-	var busy time.Duration
-	s.obs.StreamStarted(PhaseAttempt)
-	defer func() { s.obs.StreamEnded(PhaseAttempt, busy) }()
-	return serve(stream, timed(&busy, handle), nil)
+	if err := a.target(a.envoy.attributes(), h); err != nil {
+		// Fails the attempt closed (Envoy answers 500); never forwards unrewritten.
+		a.s.log.Error("upstream attempt without a target", "error", err)
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	// Only the headers a provider may see go on (upstreamForwarded).
+	var strip []string
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch {
+		case hv.Key == "x-request-id":
+			a.requestID = headerValue(hv)
+		case upstreamDropped(hv.Key):
+			strip = append(strip, hv.Key)
+		}
+	}
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: strip},
+		}},
+	}}
+	if a.provider.SpeaksOpenAI() {
+		// An OpenAI-shaped answer needs nothing from this filter: the route tags it with
+		// the endpoint's provider and model, the router-level filter rewrites it, and a
+		// 401 reaches Tollway through the router's refusal log. Skipping the response
+		// headers saves a round trip per request.
+		resp.ModeOverride = &extprocv3filter.ProcessingMode{
+			RequestHeaderMode:   extprocv3filter.ProcessingMode_SEND,
+			RequestBodyMode:     extprocv3filter.ProcessingMode_BUFFERED,
+			RequestTrailerMode:  extprocv3filter.ProcessingMode_SKIP,
+			ResponseHeaderMode:  extprocv3filter.ProcessingMode_SKIP,
+			ResponseBodyMode:    extprocv3filter.ProcessingMode_NONE,
+			ResponseTrailerMode: extprocv3filter.ProcessingMode_SKIP,
+		}
+	}
+	return resp, nil
 }
+
+func (a *attempt) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	if len(b.GetBody()) > bigChatBody {
+		// Rewriting tens of megabytes may outlast the message timeout (as at the router).
+		if err := a.envoy.extendTimeout(bigChatTimeout); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := a.requestBody(b)
+	if errors.Is(err, provider.ErrBadRequest) {
+		// The client's request cannot be said in this provider's API: its fault, a 400.
+		e := apiErr(http.StatusBadRequest, "invalid_request", "%v", err)
+		return immediate(a.requestID, e.Status, e.Body(a.requestID), ir.ErrorCodeDetailsPrefix+e.Code), nil
+	}
+	if err != nil {
+		a.s.log.Error("upstream attempt rewrite failed", "provider", a.provider.Name, "error", err)
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return resp, nil
+}
+
+func (a *attempt) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return a.responseHeaders(h), nil
+}
+
+func (a *attempt) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return a.responseBody(b), nil
+}
+
+// Done: an attempt holds nothing to release.
+func (a *attempt) Done() {}
 
 // target finds the attempt's provider and catalog model: from the chosen endpoint's metadata,
 // or, for a cluster pinned to one provider, the model from the router-level ext_proc's header.

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -96,4 +98,28 @@ func (x *exchange) catalog(path string) ([]byte, *APIError) {
 		}{"list", entries})
 	}
 	return body, nil
+}
+
+// catalogProcessor answers GET /v1/models and GET /v1/models/{id} at their headers.
+type catalogProcessor struct {
+	answeredEarly
+	x *exchange
+}
+
+func (c catalogProcessor) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	x, hd := c.x, &c.x.head
+	if hd.method != http.MethodGet {
+		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", clip(hd.method), clip(hd.path))), nil
+	}
+	// No key is needed to read the catalog; a key that is sent must be valid.
+	if hd.auth != "" {
+		if e := x.authenticate(hd.auth); e != nil {
+			return x.fail(e), nil
+		}
+	}
+	body, e := x.catalog(hd.path)
+	if e != nil {
+		return x.fail(e), nil
+	}
+	return x.reply(http.StatusOK, body), nil
 }

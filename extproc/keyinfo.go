@@ -48,6 +48,16 @@ func errKeyMarket(e *APIError) *APIError {
 	return &APIError{Status: http.StatusUnauthorized, Code: "key_market_key_invalid", Message: e.Message}
 }
 
+// keyProcessor answers GET /v1/key at its headers.
+type keyProcessor struct {
+	answeredEarly
+	x *exchange
+}
+
+func (k keyProcessor) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return k.x.answerKey(k.x.head.method, k.x.head.auth), nil
+}
+
 // answerKey answers GET /v1/key. Checking a key is not a use of it: last_used_at stays.
 func (x *exchange) answerKey(method, auth string) *extprocv3.ProcessingResponse {
 	if method != http.MethodGet {

@@ -21,7 +21,6 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
@@ -78,6 +77,26 @@ func (s *Server) SetTasks(t *Tasks) {
 
 // SetTasksOff says why the media task endpoints are off (their answer's message).
 func (s *Server) SetTasksOff(reason string) { s.tasksOff.Store(&reason) }
+
+// mediaProcessor is the processor of the media endpoints: a task created from the body (POST
+// /v1/videos, /v1/images) or read (GET .../{id}), answered by ext_proc itself.
+type mediaProcessor struct {
+	answeredEarly
+	x    *exchange
+	kind string
+}
+
+func (m mediaProcessor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	x, hd := m.x, &m.x.head
+	if resp := x.mediaHeaders(m.kind, hd.method, hd.path, hd.auth, hd.contentType); resp != nil {
+		return resp, nil
+	}
+	return x.readBody(h, hd.contentLength, hd.strip), nil
+}
+
+func (m mediaProcessor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return m.x.mediaBody(b.GetBody()), nil
+}
 
 // mediaHeaders admits a request to the media endpoints; it returns nil to go on to the body.
 func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *extprocv3.ProcessingResponse {
@@ -139,7 +158,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	rt, kind := x.rt, x.media
 	// Envoy would fail the request closed after its message timeout: reading a large body, its
 	// checks and the create (a synchronous provider takes tens of seconds) may take longer.
-	if err := x.extendTimeout(createTimeout + 10*time.Second); err != nil {
+	if err := x.envoy.extendTimeout(createTimeout + 10*time.Second); err != nil {
 		return x.fail(errLostEnvoy)
 	}
 	if mt, _, _ := mime.ParseMediaType(x.contentType); mt == "multipart/form-data" {
@@ -367,15 +386,6 @@ func routeID(r *ir.Route) string {
 		return ""
 	}
 	return r.ID
-}
-
-// extendTimeout tells Envoy to wait up to d for the answer to the message being handled.
-func (x *exchange) extendTimeout(d time.Duration) error {
-	if x.send == nil || x.extended == x.msgs {
-		return nil // Envoy takes one override per message
-	}
-	x.extended = x.msgs
-	return x.send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(min(d, ir.MaxExtProcMessageTimeout))})
 }
 
 // taskAPIError maps the task service's failures to the spec's errors, at the boundary.

@@ -94,6 +94,38 @@ type payState struct {
 // paidAccount is the account of requests paid without an API key: the endpoint's own.
 func paidAccount(slug string) string { return store.PaidAccountPrefix + slug }
 
+// paidProcessor is the processor of a paid endpoint ({pay_url}/x402/{slug}): the payment is
+// admitted at the headers, then the request runs as the business API it sells (chat or a
+// media task), whose processor it wraps.
+type paidProcessor struct {
+	x     *exchange
+	inner Processor
+}
+
+func (p *paidProcessor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	x, hd := p.x, &p.x.head
+	resp := x.paidHeaders(strings.TrimPrefix(hd.path, payPrefix), hd.method, hd.auth, hd.contentType, hd.contentLength, hd.paySig, h, hd.strip)
+	p.inner = chatProcessor{x}
+	if x.media != "" {
+		p.inner = mediaProcessor{x: x, kind: x.media}
+	}
+	return resp, nil
+}
+
+func (p *paidProcessor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return p.inner.RequestBody(b)
+}
+
+func (p *paidProcessor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return p.inner.ResponseHeaders(h)
+}
+
+func (p *paidProcessor) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return p.inner.ResponseBody(b)
+}
+
+func (p *paidProcessor) Done() {}
+
 // paidHeaders admits POST {pay_url}/x402/{slug} (and GET {pay_url}/x402/{slug}/{task id} of a
 // task it created); it returns nil to go on to the body.
 func (x *exchange) paidHeaders(rest, method, auth, contentType, contentLength, sig string, h *extprocv3.HttpHeaders, strip []string) *extprocv3.ProcessingResponse {
@@ -228,7 +260,7 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 		return e
 	}
 	// From here the credential is used: a refusal below does not free it.
-	if err := x.extendTimeout(p.fac.CallTimeout() + 5*time.Second); err != nil {
+	if err := x.envoy.extendTimeout(p.fac.CallTimeout() + 5*time.Second); err != nil {
 		return errLostEnvoy
 	}
 	// Under the request's context: for a client gone there is no business call to verify.
@@ -281,7 +313,7 @@ func (x *exchange) paySettle(cost decimal.Decimal, draft store.UsageRecord) erro
 	if req.Amount == "0" { // nothing to transfer: the credential stays burned locally
 		sr = x402.SettlementResponse{Success: true, Payer: p.cred.Payer, Network: req.Network}
 	} else {
-		_ = x.extendTimeout(p.fac.CallTimeout() + 5*time.Second)
+		_ = x.envoy.extendTimeout(p.fac.CallTimeout() + 5*time.Second)
 		// Deliberately not the request's context: the business call ran, and a stream the
 		// client cut settles what was sent (finish); a settle cut short would only leave its
 		// outcome unknown. x402.facilitator_timeout bounds it.

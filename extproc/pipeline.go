@@ -8,8 +8,6 @@ import (
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollway/tollway/xds/ir"
@@ -77,84 +75,93 @@ func newPipeline(x *exchange) *pipeline {
 var errAnswerTooLarge = apiErr(http.StatusBadGateway, "upstream_error",
 	"the provider's answer is over the gateway's %d MiB buffer; ask for a shorter answer", ir.BufferLimitBytes>>20)
 
-// handle answers one of Envoy's messages with the replies it is owed now: none while a body is
-// being collected, the held headers' reply and one per chunk once it is whole.
-func (p *pipeline) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+// The pipeline's framing (processor.go) answers each of Envoy's messages with the replies it is
+// owed now: none while a body is being collected, the held headers' reply and one per chunk
+// once it is whole.
+
+func (p *pipeline) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) ([]*extprocv3.ProcessingResponse, error) {
 	x := p.x
-	x.msgs++
-	switch r := req.Request.(type) {
-	case *extprocv3.ProcessingRequest_RequestHeaders:
-		cl := headerNamed(r.RequestHeaders, "content-length")
-		p.request.declared = declaredLength(cl)
-		// The route Envoy matched for a big body (or none declared) buffers it: the headers'
-		// reply is what lets the body come (translator's -buffered routes).
-		p.request.envoyBuffers = !ir.Pipelined(cl)
-		resp := x.requestHeaders(r.RequestHeaders)
-		x.logMetadata(resp, req)
-		return p.headers(&p.request, resp, r.RequestHeaders.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
-			return m.RequestBodyMode
-		}), nil
-	case *extprocv3.ProcessingRequest_RequestBody:
-		if p.request.state == buffered || (p.request.state == passing && x.deferred != nil) {
-			return p.logged(x.requestBody(r.RequestBody), req), nil // refused at its first chunk
-		}
-		return p.body(&p.request, r.RequestBody, requestBodyReply, x.requestBody, errTooLarge), nil
-	case *extprocv3.ProcessingRequest_RequestTrailers:
-		out := p.end(&p.request, requestBodyReply, x.requestBody, false)
-		return append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
-			RequestTrailers: &extprocv3.TrailersResponse{},
-		}}), nil
-	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		p.resp.duplex = true
-		if p.mode.ResponseHeaderMode == extprocv3filter.ProcessingMode_SKIP {
-			// An answer the buffered protocol would not have shown ext_proc (a request it
-			// never accepted): it goes on untouched.
-			p.resp.state = passing
-			return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-				ResponseHeaders: &extprocv3.HeadersResponse{},
-			}}}, nil
-		}
-		p.resp.declared = declaredLength(headerNamed(r.ResponseHeaders, "content-length"))
-		resp := x.responseHeaders(r.ResponseHeaders)
-		x.logMetadata(resp, req)
-		out := p.headers(&p.resp, resp, r.ResponseHeaders.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
-			return m.ResponseBodyMode
-		})
-		if p.resp.state == streaming && x.answer != nil {
-			// Chunks may be rewritten: the provider's length, if it sent one, no longer holds.
-			common := out[0].GetResponseHeaders().GetResponse()
-			if common.HeaderMutation == nil {
-				common.HeaderMutation = &extprocv3.HeaderMutation{}
-			}
-			common.HeaderMutation.RemoveHeaders = append(common.HeaderMutation.RemoveHeaders, "content-length")
-			x.watchSilence()
-		}
-		return out, nil
-	case *extprocv3.ProcessingRequest_ResponseBody:
-		b := r.ResponseBody
-		switch {
-		case x.silenced:
-			return nil, nil // the watchdog ended the answer: what Envoy still sends goes nowhere
-		case p.resp.state == streaming:
-			x.heard(b.GetEndOfStream())
-			return p.logged(streamedReply(x.responseBody(b), b), req), nil
-		case p.resp.state == collecting:
-			return p.body(&p.resp, b, responseBodyReply, x.responseBody, errAnswerTooLarge), nil
-		}
-		return []*extprocv3.ProcessingResponse{streamedBody(b.GetBody(), b.GetEndOfStream())}, nil // passing
-	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		if x.silenced {
-			return nil, nil
-		}
-		var out []*extprocv3.ProcessingResponse
-		if p.resp.state == collecting {
-			out = p.end(&p.resp, responseBodyReply, x.responseBody, false)
-		}
-		return append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
-			ResponseTrailers: &extprocv3.TrailersResponse{},
-		}}), nil
+	cl := headerNamed(h, "content-length")
+	p.request.declared = declaredLength(cl)
+	// The route Envoy matched for a big body (or none declared) buffers it: the headers'
+	// reply is what lets the body come (translator's -buffered routes).
+	p.request.envoyBuffers = !ir.Pipelined(cl)
+	resp := x.requestHeaders(h)
+	x.logMetadata(resp, req)
+	return p.headers(&p.request, resp, h.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
+		return m.RequestBodyMode
+	}), nil
+}
+
+func (p *pipeline) requestBody(req *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) ([]*extprocv3.ProcessingResponse, error) {
+	x := p.x
+	if p.request.state == buffered || (p.request.state == passing && x.deferred != nil) {
+		return p.logged(x.requestBody(b), req), nil // refused at its first chunk
 	}
-	return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
+	return p.body(&p.request, b, requestBodyReply, x.requestBody, errTooLarge), nil
+}
+
+func (p *pipeline) requestTrailers(*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+	out := p.end(&p.request, requestBodyReply, p.x.requestBody, false)
+	return append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+		RequestTrailers: &extprocv3.TrailersResponse{},
+	}}), nil
+}
+
+func (p *pipeline) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) ([]*extprocv3.ProcessingResponse, error) {
+	x := p.x
+	p.resp.duplex = true
+	if p.mode.ResponseHeaderMode == extprocv3filter.ProcessingMode_SKIP {
+		// An answer the buffered protocol would not have shown ext_proc (a request it
+		// never accepted): it goes on untouched.
+		p.resp.state = passing
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+			ResponseHeaders: &extprocv3.HeadersResponse{},
+		}}}, nil
+	}
+	p.resp.declared = declaredLength(headerNamed(h, "content-length"))
+	resp := x.responseHeaders(h)
+	x.logMetadata(resp, req)
+	out := p.headers(&p.resp, resp, h.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
+		return m.ResponseBodyMode
+	})
+	if p.resp.state == streaming && x.answer != nil {
+		// Chunks may be rewritten: the provider's length, if it sent one, no longer holds.
+		common := out[0].GetResponseHeaders().GetResponse()
+		if common.HeaderMutation == nil {
+			common.HeaderMutation = &extprocv3.HeaderMutation{}
+		}
+		common.HeaderMutation.RemoveHeaders = append(common.HeaderMutation.RemoveHeaders, "content-length")
+		x.watchSilence()
+	}
+	return out, nil
+}
+
+func (p *pipeline) responseBody(req *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) ([]*extprocv3.ProcessingResponse, error) {
+	x := p.x
+	switch {
+	case x.silenced:
+		return nil, nil // the watchdog ended the answer: what Envoy still sends goes nowhere
+	case p.resp.state == streaming:
+		x.heard(b.GetEndOfStream())
+		return p.logged(streamedReply(x.responseBody(b), b), req), nil
+	case p.resp.state == collecting:
+		return p.body(&p.resp, b, responseBodyReply, x.responseBody, errAnswerTooLarge), nil
+	}
+	return []*extprocv3.ProcessingResponse{streamedBody(b.GetBody(), b.GetEndOfStream())}, nil // passing
+}
+
+func (p *pipeline) responseTrailers(*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+	if p.x.silenced {
+		return nil, nil
+	}
+	var out []*extprocv3.ProcessingResponse
+	if p.resp.state == collecting {
+		out = p.end(&p.resp, responseBodyReply, p.x.responseBody, false)
+	}
+	return append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+		ResponseTrailers: &extprocv3.TrailersResponse{},
+	}}), nil
 }
 
 // logged is one reply, its access-log metadata added.
@@ -213,7 +220,7 @@ func (p *pipeline) body(f *flow, b *extprocv3.HttpBody, reply func(*extprocv3.Co
 	// More is coming. Envoy restarts its message timeout at every chunk it sends while the
 	// headers' reply is held: a client (or provider) on a slow link gets more than that between
 	// chunks, as it had when Envoy buffered the body before ext_proc saw it.
-	if err := p.x.extendTimeout(slowBodyGap); err != nil {
+	if err := p.x.envoy.extendTimeout(slowBodyGap); err != nil {
 		return []*extprocv3.ProcessingResponse{p.x.fail(errLostEnvoy)}
 	}
 	return nil

@@ -1,12 +1,18 @@
-// Package extproc is Tollway's Envoy external processor: it authenticates API keys, validates
-// and rewrites chat requests for the chosen provider, tells Envoy where to route them, and puts
-// every error in the spec's shape. It reads configuration from an atomically swapped Runtime.
+// Package extproc is Tollway's Envoy external processor. It owns the gRPC stream loop
+// (stream.go), the pipelined protocol of Tollway's own Envoys (pipeline.go), processing modes
+// and header limits (envoymode.go, headers.go), error shaping (errors.go) and the Runtime,
+// swapped atomically on each configuration (runtime.go). Each stream gets one Processor
+// (processor.go), chosen once: the upstream attempt filter's (attempt.go: rewrite for the
+// chosen provider, translate its answer), or, at the router, the one the request's path names:
+// chat (chatprocessor.go with chat.go, validate*.go, admission.go, answer.go, meter.go), the
+// catalog (catalog.go), GET /v1/key (keyinfo.go), media task create and read (media.go), or a
+// paid x402 endpoint wrapping chat or media (payment.go, paying.go; settlements.go resolves
+// the settlements whose answer was lost). Holds are made durable by durable.go; the ledger is
+// extproc/billing.
 package extproc
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -22,12 +28,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/shopspring/decimal"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/tollway/tollway/extproc/billing"
-	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -124,6 +126,8 @@ type exchange struct {
 	key       *keyInfo
 	plan      *chatPlan
 	status    int
+	head      head      // what the request's headers say
+	kind      Processor // chosen by the request's path (processorForPath)
 
 	// money: the hold taken before forwarding, released or settled exactly once
 	hold           *billing.Reservation
@@ -146,12 +150,9 @@ type exchange struct {
 
 	media       string // POST /v1/videos or /v1/images: the body creates a task of this kind
 	contentType string // the request's, for a form body
-	// send sends Envoy a message before the answer to the one being handled (a timeout
-	// override); nil outside a stream.
-	send func(*extprocv3.ProcessingResponse) error
-	// msgs counts Envoy's messages; extended is the one whose timeout was extended (Envoy takes
-	// one override per message).
-	msgs, extended int
+	// envoy takes a timeout override or the watchdog's ending of an answer ahead of a reply;
+	// nil outside a stream.
+	envoy *envoyStream
 
 	pay *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
 
@@ -197,130 +198,33 @@ func (x *exchange) served(v string) {
 	}
 }
 
-// Process handles one HTTP request's stream of messages from Envoy.
-func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	var phase string
-	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
-		if v := md.Get(ir.PhaseMetadata); len(v) > 0 {
-			phase = v[0]
-		}
-	}
-	if phase == ir.PhaseUpstream {
-		return s.processAttempt(stream)
-	}
-	x := &exchange{s: s, rt: s.runtime.Load(), ctx: stream.Context(), send: stream.Send, ownRoutes: phase == ir.PhaseRouter}
-	handle := one(func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-		x.msgs++
-		var resp *extprocv3.ProcessingResponse
-		switch r := req.Request.(type) {
-		case *extprocv3.ProcessingRequest_RequestHeaders:
-			resp = x.requestHeaders(r.RequestHeaders)
-		case *extprocv3.ProcessingRequest_RequestBody:
-			resp = x.requestBody(r.RequestBody)
-		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			resp = x.responseHeaders(r.ResponseHeaders)
-		case *extprocv3.ProcessingRequest_ResponseBody:
-			resp = x.responseBody(r.ResponseBody)
-		default:
-			return nil, status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
-		}
-		x.logMetadata(resp, req)
-		return resp, nil
-	})
-	var mu *sync.Mutex
-	if x.ownRoutes {
-		handle = newPipeline(x).handle // Tollway's own Envoys speak the pipelined protocol
-		mu = &x.mu                     // and a streamed answer has a watchdog
-	}
-	// However the stream ends (end of response, client gone, stream cut), a hold is settled or
-	// released: a request that got an answer is billed, from an estimate if need be.
-	end := func() {
-		x.mu.Lock()
-		x.stopSilence()
-		x.mu.Unlock()
-		x.finish()
-	}
-	if s.obs == nil {
-		defer end()
-		return serve(stream, handle, mu)
-	}
-	var busy time.Duration
-	s.obs.StreamStarted(PhaseRouter)
-	defer func() {
-		end()
-		s.obs.StreamEnded(PhaseRouter, busy)
-		if x.out.Start.IsZero() {
-			return // Envoy closed the stream before it sent the request's headers
-		}
-		s.obs.RequestDone(x.outcome())
-	}()
-	return serve(stream, timed(&busy, handle), mu)
+// The exchange is the router-level request's processor.
+func (x *exchange) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return x.requestHeaders(h), nil
 }
 
-// handler answers one of Envoy's messages with the replies owed now (none, one, or several).
-type handler func(*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error)
-
-// one is a handler that answers every message with exactly one reply.
-func one(handle func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)) handler {
-	return func(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
-		resp, err := handle(req)
-		if err != nil {
-			return nil, err
-		}
-		return []*extprocv3.ProcessingResponse{resp}, nil
-	}
+func (x *exchange) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return x.requestBody(b), nil
 }
 
-// timed adds the time each call of handle takes to busy.
-func timed(busy *time.Duration, handle handler) handler {
-	return func(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
-		t := time.Now()
-		resp, err := handle(req)
-		*busy += time.Since(t)
-		return resp, err
-	}
+func (x *exchange) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return x.responseHeaders(h), nil
 }
 
-// serve runs one ext_proc stream: each message from Envoy is answered by handle, until Envoy
-// closes the stream or an immediate response ends the request. mu, when set, is held while a
-// message is handled and answered (the silence watchdog handles and sends too).
-func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle handler, mu *sync.Mutex) error {
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if mu != nil {
-			mu.Lock()
-		}
-		done, err := answerMessage(stream, handle, req)
-		if mu != nil {
-			mu.Unlock()
-		}
-		if done || err != nil {
-			return err
-		}
-	}
+func (x *exchange) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return x.responseBody(b), nil
 }
 
-// answerMessage sends handle's replies to req; done: an immediate response ended the request.
-func answerMessage(stream extprocv3.ExternalProcessor_ProcessServer, handle handler, req *extprocv3.ProcessingRequest) (done bool, err error) {
-	out, err := handle(req)
-	if err != nil {
-		return false, err
+// Done settles or releases the hold (a request that got an answer is billed, from an estimate
+// if need be) and tells the observer how the request went.
+func (x *exchange) Done() {
+	x.mu.Lock()
+	x.stopSilence()
+	x.mu.Unlock()
+	x.finish()
+	if x.s.obs != nil && !x.out.Start.IsZero() { // zero: Envoy closed the stream before the request's headers
+		x.s.obs.RequestDone(x.outcome())
 	}
-	for _, resp := range out {
-		if err := stream.Send(resp); err != nil {
-			return false, err
-		}
-		if _, done := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); done {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
@@ -371,48 +275,10 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		path = path[:i]
 	}
 	x.headers = h
-	if path == modelsPath || strings.HasPrefix(path, modelsPath+"/") {
-		if method != http.MethodGet {
-			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", clip(method), clip(path)))
-		}
-		// No key is needed to read the catalog; a key that is sent must be valid.
-		if auth != "" {
-			if e := x.authenticate(auth); e != nil {
-				return x.fail(e)
-			}
-		}
-		body, e := x.catalog(path)
-		if e != nil {
-			return x.fail(e)
-		}
-		return x.reply(http.StatusOK, body)
-	}
-	if path == keyPath {
-		return x.answerKey(method, auth)
-	}
-	if rest, ok := strings.CutPrefix(path, payPrefix); ok {
-		return x.paidHeaders(rest, method, auth, contentType, contentLength, paySig, h, strip)
-	}
-	if kind := mediaKind(path); kind != "" {
-		if resp := x.mediaHeaders(kind, method, path, auth, contentType); resp != nil {
-			return resp
-		}
-		return x.readBody(h, contentLength, strip)
-	}
-	if path != chatPath {
-		return x.fail(apiErr(http.StatusNotFound, "not_found", "no endpoint %s %s; %s", clip(method), clip(path), x.s.endpoints()))
-	}
-	if method != http.MethodPost {
-		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed",
-			"%s %s is not supported; use POST", clip(method), clip(path)))
-	}
-	if e := x.authenticate(auth); e != nil {
-		return x.fail(e)
-	}
-	if e := checkContentType(contentType); e != nil {
-		return x.fail(e)
-	}
-	return x.readBody(h, contentLength, strip)
+	x.head = head{method: method, path: path, auth: auth, contentType: contentType, contentLength: contentLength, paySig: paySig, strip: strip}
+	x.kind = x.processorForPath(path)
+	resp, _ := x.kind.RequestHeaders(h) // a router-level processor never ends the stream
+	return resp
 }
 
 // readBody asks Envoy for the request body (buffered), removing the client's internal headers;
@@ -515,324 +381,30 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if len(b.GetBody()) > ir.MaxBodyBytes {
 		return x.fail(errTooLarge) // sent without a content-length (chunked)
 	}
-	if x.media != "" {
-		return x.mediaBody(b.GetBody())
-	}
-	if len(b.GetBody()) > bigChatBody {
-		// Checking tens of megabytes of JSON (an image model's inline images) may outlast
-		// Envoy's message timeout on a busy machine: ask for more, once.
-		if err := x.extendTimeout(bigChatTimeout); err != nil {
-			return x.fail(errLostEnvoy)
-		}
-	}
-	plan, e := x.rt.planChat(b.GetBody())
-	if e != nil {
-		return x.fail(e)
-	}
-	if !x.key.allowsPlan(plan) {
-		if x.endpointRefuses(plan.route, plan.models) {
-			return x.fail(x.endpointModels(plan.target()))
-		}
-		return x.fail(apiErr(http.StatusForbidden, "model_not_allowed",
-			"this API key may not use %s; use one of its allowed models (GET /v1/models with this key lists them) or another key", plan.target()))
-	}
-	x.plan = plan
-	if e := x.admit(b.GetBody()); e != nil {
-		return x.fail(e)
-	}
-	if x.s.obs != nil {
-		x.out.Routed = time.Now()
-	}
-	if p, m := x.rt.directTarget(plan); p != nil && x.ownRoutes {
-		return x.direct(b.GetBody(), p, m)
-	}
-	// The body goes on unchanged: each attempt's upstream ext_proc rewrites it for its provider.
-	set := []*corev3.HeaderValueOption{
-		setHeader(ir.ClusterHeader, plan.cluster),
-		// Envoy retries down the chain at most once per remaining attempt.
-		setHeader("x-envoy-max-retries", strconv.Itoa(plan.attempts-1)),
-	}
-	if plan.pinned != "" {
-		set = append(set, setHeader(ir.ModelHeader, plan.model.ID))
-	}
-	if x.pay != nil {
-		set = append(set, setHeader(":path", chatPath)) // routed as the business API it runs
-	}
-	return routed(&extprocv3.HeaderMutation{SetHeaders: set}, nil)
+	resp, _ := x.processor().RequestBody(b)
+	return resp
 }
 
-// routed lets a request go on to the cluster its header mutation names.
-func routed(mut *extprocv3.HeaderMutation, body *extprocv3.BodyMutation) *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: mut,
-			BodyMutation:   body,
-			// The cluster header picks the cluster, so the route chosen before it was set is void.
-			ClearRouteCache: true,
-		}},
-	}}
-}
-
-// directTarget is the one attempt of a plan when its provider is rewritten for here
-// (ir.Provider.DirectChat): a chain of one, or a request pinned to the provider.
-func (rt *Runtime) directTarget(plan *chatPlan) (*ir.Provider, *model) {
-	if plan.attempts != 1 {
-		return nil, nil
+// processor is the processor the request's path chose (a chat's for an exchange made
+// without headers, in tests).
+func (x *exchange) processor() Processor {
+	if x.kind == nil {
+		return chatProcessor{x}
 	}
-	var p *ir.Provider
-	m := plan.model
-	if plan.pinned != "" {
-		p = rt.providers[plan.pinned]
-	} else if ch := rt.chains[plan.cluster]; len(ch) == 1 {
-		p, m = rt.providers[ch[0].Provider], rt.models[ch[0].Model]
-	}
-	if p == nil || m == nil || !p.DirectChat() {
-		return nil, nil
-	}
-	return p, m
-}
-
-// direct rewrites a request of one attempt for its provider here, as the per-attempt filter
-// would (attempt.requestBody), and sends it to the provider's own cluster, which runs no
-// per-attempt filter: one ext_proc stream per request instead of two. Envoy makes no retry
-// (x-envoy-max-retries 0, as for any chain of one).
-func (x *exchange) direct(body []byte, p *ir.Provider, m *model) *extprocv3.ProcessingResponse {
-	up, _, err := x.rt.attempt(body, m, p)
-	if errors.Is(err, provider.ErrBadRequest) {
-		return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%v", err))
-	}
-	if err != nil {
-		x.s.log.Error("direct rewrite failed", "provider", p.Name, "error", err)
-		return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway could not rewrite the request for provider %s; retry, and report it if it persists", p.Name))
-	}
-	x.plan.model = m // the model that runs, when the chain's one target is a later model of a route
-	// :path is the client's (DirectChat), its query string dropped.
-	set, remove := upstreamHeaders(p, up)
-	set = append(set, setHeader(ir.ClusterHeader, p.ClusterName()), setHeader("x-envoy-max-retries", "0"))
-	// Envoy applies removals after sets: a header the provider gets from the adapter (its
-	// credential) is not removed as the client's. x-forwarded-proto stays for the route to
-	// remove: Envoy finds no route at all for a request without it.
-	for _, hv := range x.headers.GetHeaders().GetHeaders() {
-		if _, own := up.Headers[hv.Key]; upstreamDropped(hv.Key) && !own && hv.Key != "x-forwarded-proto" {
-			remove = append(remove, hv.Key)
-		}
-	}
-	return routed(&extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
-		&extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: up.Body}})
+	return x.kind
 }
 
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	if x.deferred != nil {
 		return x.fail(x.deferred) // the unrouted reply to a request refused at its headers
 	}
-	for _, hv := range h.GetHeaders().GetHeaders() {
-		if hv.Key == ":status" {
-			x.status, _ = strconv.Atoi(headerValue(hv))
-			break
-		}
-	}
-	x.responded = true
-	if x.s.obs != nil {
-		x.out.Answered = time.Now()
-	}
-	common := &extprocv3.CommonResponse{}
-	if x.plan != nil {
-		// The attempt that answered says which provider and model it was, and which nested
-		// fields its adapter dropped.
-		var nested string
-		for _, hv := range h.GetHeaders().GetHeaders() {
-			switch hv.Key {
-			case ir.ServedHeader:
-				x.served(headerValue(hv))
-			case ir.AttemptRemovedHeader:
-				nested = headerValue(hv)
-			case ir.AttemptsHeader:
-				x.readAttempts(headerValue(hv))
-			}
-		}
-		mut := &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ServedHeader, ir.AttemptRemovedHeader, ir.AttemptsHeader}}
-		if x.provider != "" {
-			mut.SetHeaders = []*corev3.HeaderValueOption{
-				setHeader(ir.ProviderHeader, x.provider),
-				setHeader(ir.ModelHeader, x.plan.model.ID),
-			}
-			if up := x.plan.model.upstreamName(x.provider); up != "" {
-				mut.SetHeaders = append(mut.SetHeaders, setHeader(UpstreamModelHeader, up))
-			}
-			if removed := x.removed(nested); len(removed) > 0 {
-				mut.SetHeaders = append(mut.SetHeaders, setHeader("x-tollway-removed-params", strings.Join(removed, ",")))
-			}
-		}
-		common.HeaderMutation = mut
-		// The answer's provider: a 401 (the chain ended on a refused credential) is recorded at
-		// once; any answer below 400 clears an earlier refusal. A 401 Envoy retried elsewhere
-		// arrives through the refusal log instead (RefusalLog).
-		switch {
-		case x.provider == "":
-		case x.status == http.StatusUnauthorized:
-			x.s.providerRefused(x.provider)
-		case x.status < 400:
-			x.s.providerAnswered(x.provider)
-		}
-	}
-	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: common},
-	}}
-	// Error bodies are read so they can be put in the spec's shape, and nothing is billed for
-	// them. Answers are read to name the catalog model in them and, with billing, to meter
-	// them: SSE chunk by chunk as they come (never held back whole), plain JSON buffered.
-	switch {
-	case x.status >= 400:
-		x.release()
-		resp.ModeOverride = withResponseBody(extprocv3filter.ProcessingMode_BUFFERED)
-	case x.plan == nil:
-	default:
-		var m *meter
-		x.streaming = isEventStream(h)
-		if x.hold != nil || x.pay != nil || (x.streaming && x.plan.clientUsage) {
-			m = &x.meter // for the bill or the payment, or for a usage chunk the provider may not send
-		}
-		x.answer = newAnswer(x.plan.model.ID, m, x.plan.stream && !x.plan.clientUsage)
-		x.answer.requestID = x.requestID
-		if x.streaming && x.plan.clientUsage {
-			x.answer.promptTokens = x.promptTokens
-		}
-		mode := extprocv3filter.ProcessingMode_BUFFERED
-		if x.streaming {
-			mode = extprocv3filter.ProcessingMode_STREAMED
-		}
-		resp.ModeOverride = withResponseBody(mode)
-		if x.pay != nil {
-			if r := x.payOnAnswer(common); r != nil {
-				return r
-			}
-		}
-	}
+	resp, _ := x.processor().ResponseHeaders(h)
 	return resp
 }
 
-// removed lists, sorted, what the answering attempt removed from the request: the top-level
-// fields its provider does not carry and the nested ones its adapter dropped (nested, from
-// the attempt's header). Only an attempt on a provider in another API sets that header (the
-// upstream ext_proc does not see OpenAI-shaped answers' headers), so on others a provider's
-// own header of that name is ignored.
-func (x *exchange) removed(nested string) []string {
-	out := x.plan.removedFor(x.plan.model, x.provider)
-	if p := x.rt.providers[x.provider]; nested != "" && p != nil && !p.SpeaksOpenAI() {
-		for _, f := range strings.Split(nested, ",") {
-			if f != "" && !slices.Contains(out, f) {
-				out = append(out, f)
-			}
-		}
-		slices.Sort(out)
-	}
-	return out
-}
-
-// UpstreamModelHeader names, on an answer, the provider's own name of the model that answered
-// (the body's model field names the catalog model).
-const UpstreamModelHeader = "x-tollway-upstream-model"
-
-func isEventStream(h *extprocv3.HttpHeaders) bool {
-	for _, hv := range h.GetHeaders().GetHeaders() {
-		if hv.Key == "content-type" {
-			return strings.HasPrefix(headerValue(hv), "text/event-stream")
-		}
-	}
-	return false
-}
-
 func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	if x.status < 400 {
-		return x.answerBody(b)
-	}
-	name := "the provider"
-	if x.provider != "" {
-		name = x.provider
-	}
-	e := upstreamError(x.status, name, b.GetBody())
-	set := []*corev3.HeaderValueOption{}
-	code := e.Code // a provider's own code is unbounded: counted as upstream_error
-	if x.provider != "" || !gatewayCodes[code] {
-		code = "upstream_error"
-	}
-	if x.status == http.StatusUnauthorized && x.plan != nil {
-		// Clients' keys never reach providers: a provider's 401 refuses the gateway's own
-		// credential. Passing it on as a 401 would tell the client to change a valid key. (The
-		// attempt filter, which sees every attempt's answer, records the refusal.)
-		e = apiErr(http.StatusBadGateway, "upstream_auth_failed",
-			"provider %s refused the gateway's credential for it; the operator must fix its api_key (the request was not served, and your API key is fine)", name)
-		set = append(set, setHeader(":status", strconv.Itoa(e.Status)))
-		code = e.Code
-	}
-	if x.pay != nil && e.Status == http.StatusBadRequest {
-		// The provider refused a business parameter: a paid endpoint's 422 (spec 7.3).
-		e = paidRefusal(e)
-		set = append(set, setHeader(":status", strconv.Itoa(e.Status)))
-	}
-	x.answered(e.Status, code)
-	body := e.Body(x.requestID)
-	set = append(set, setHeader("content-type", "application/json"), setHeader("content-length", strconv.Itoa(len(body))))
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
-			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
-		}},
-	}}
-}
-
-// answerBody passes a successful answer on, rewritten for the client (see answer): streamed
-// chunks as they come, a buffered answer whole; and settles the bill at its end.
-func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	common := &extprocv3.CommonResponse{}
-	if x.streaming && x.s.obs != nil && x.out.FirstByte.IsZero() && len(b.GetBody()) > 0 {
-		x.out.FirstByte = time.Now()
-	}
-	if x.answer != nil {
-		var out []byte
-		var changed bool
-		if x.streaming {
-			out, changed = x.answer.chunk(b.GetBody(), b.GetEndOfStream())
-		} else if out, changed = x.answer.body(b.GetBody()); changed {
-			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				setHeader("content-length", strconv.Itoa(len(out))),
-			}}
-		}
-		switch {
-		case !changed:
-		case len(out) == 0:
-			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
-		default:
-			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
-		}
-	}
-	if x.streaming && !b.GetEndOfStream() {
-		x.checkpoint()
-	}
-	if b.GetEndOfStream() {
-		if x.pay != nil && !x.streaming {
-			// A whole answer's upto payment settles now, its header still unsent; a failed
-			// settlement withholds the answer.
-			if err := x.paidSettle(); err != nil {
-				return x.replaceAnswer(common, x.settlementFailed(err))
-			}
-			if common.HeaderMutation == nil {
-				common.HeaderMutation = &extprocv3.HeaderMutation{}
-			}
-			common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, setHeader(headerPaymentResponse, x.pay.header))
-		}
-		if x.pay != nil && x.streaming {
-			// A stream's payment is recorded now, so that its last message carries the bill to
-			// the access log (upto settled before [DONE]; a stream without one settles here,
-			// its content already sent whatever the facilitator says).
-			_ = x.paidSettle()
-		}
-		x.settle()
-		x.endPaying() // the answer is given: a copy of its credential is a replay from now on
-	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: common},
-	}}
+	resp, _ := x.processor().ResponseBody(b)
+	return resp
 }
 
 // fail answers the client directly with e in the spec's error shape.

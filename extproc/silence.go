@@ -91,7 +91,7 @@ func (x *exchange) silent() {
 	// cut stream's, is on the usage record (an estimate may load the tokenizer first).
 	resp := streamedBody(fmt.Appendf(nil, "data: %s\n\n", e.Body(x.requestID)), true)
 	x.logMetadata(resp, answerStarts)
-	_ = x.send(resp) // Envoy gone: nothing left to tell
+	_ = x.envoy.send(resp) // Envoy gone: nothing left to tell
 	x.finish()
 }
 

@@ -1,0 +1,138 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// This file owns the gRPC stream loop: one ext_proc stream per HTTP request (or per upstream
+// attempt), its processor chosen once (processor.go), each of Envoy's messages answered in turn.
+
+// Process handles one HTTP request's stream of messages from Envoy.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	env := &envoyStream{send: stream.Send}
+	o := s.open(stream.Context(), env)
+	// However the stream ends (end of response, client gone, stream cut), the processor is
+	// done: a hold is settled or released, a request that got an answer billed.
+	defer o.p.Done()
+	handle := func(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+		env.msgs++
+		env.attrs = req.GetAttributes()
+		return dispatch(o.f, req)
+	}
+	if s.obs == nil {
+		return serve(stream, handle, o.mu)
+	}
+	var busy time.Duration
+	s.obs.StreamStarted(o.phase)
+	defer func() { s.obs.StreamEnded(o.phase, busy) }()
+	return serve(stream, timed(&busy, handle), o.mu)
+}
+
+// phaseOf is the filter a stream comes from (ir.PhaseMetadata): the router-level one, the
+// mesh's, or the upstream attempt filter.
+func phaseOf(ctx context.Context) string {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(ir.PhaseMetadata); len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// envoyStream is what a processor may tell Envoy besides its replies: a longer timeout for the
+// message being handled.
+type envoyStream struct {
+	// send sends Envoy a message before the answer to the one being handled; nil outside a
+	// stream (tests).
+	send func(*extprocv3.ProcessingResponse) error
+	// msgs counts Envoy's messages; extended is the one whose timeout was extended (Envoy takes
+	// one override per message).
+	msgs, extended int
+	// attrs are the attributes Envoy sent with the message being handled.
+	attrs map[string]*structpb.Struct
+}
+
+// attributes are the attributes of the message being handled (none outside a stream).
+func (e *envoyStream) attributes() map[string]*structpb.Struct {
+	if e == nil {
+		return nil
+	}
+	return e.attrs
+}
+
+// extendTimeout tells Envoy to wait up to d for the answer to the message being handled.
+func (e *envoyStream) extendTimeout(d time.Duration) error {
+	if e == nil || e.send == nil || e.extended == e.msgs {
+		return nil // Envoy takes one override per message
+	}
+	e.extended = e.msgs
+	return e.send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(min(d, ir.MaxExtProcMessageTimeout))})
+}
+
+// handler answers one of Envoy's messages with the replies owed now (none, one, or several).
+type handler func(*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error)
+
+// timed adds the time each call of handle takes to busy.
+func timed(busy *time.Duration, handle handler) handler {
+	return func(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+		t := time.Now()
+		resp, err := handle(req)
+		*busy += time.Since(t)
+		return resp, err
+	}
+}
+
+// serve runs one ext_proc stream: each message from Envoy is answered by handle, until Envoy
+// closes the stream or an immediate response ends the request. mu, when set, is held while a
+// message is handled and answered (the silence watchdog handles and sends too).
+func serve(stream extprocv3.ExternalProcessor_ProcessServer, handle handler, mu *sync.Mutex) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if mu != nil {
+			mu.Lock()
+		}
+		done, err := answerMessage(stream, handle, req)
+		if mu != nil {
+			mu.Unlock()
+		}
+		if done || err != nil {
+			return err
+		}
+	}
+}
+
+// answerMessage sends handle's replies to req; done: an immediate response ended the request.
+func answerMessage(stream extprocv3.ExternalProcessor_ProcessServer, handle handler, req *extprocv3.ProcessingRequest) (done bool, err error) {
+	out, err := handle(req)
+	if err != nil {
+		return false, err
+	}
+	for _, resp := range out {
+		if err := stream.Send(resp); err != nil {
+			return false, err
+		}
+		if _, done := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); done {
+			return true, nil
+		}
+	}
+	return false, nil
+}
