@@ -3,8 +3,8 @@ package postgres
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -68,7 +68,7 @@ type Store struct {
 	pool   *pgxpool.Pool
 	health health
 	hub    store.Hub
-	origin string // this Store's mark on the changes it announces (changes.go)
+	origin string             // this Store's mark on the changes it announces (changes.go)
 	stop   context.CancelFunc // the listener's
 	done   chan struct{}
 }
