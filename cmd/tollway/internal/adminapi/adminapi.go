@@ -141,11 +141,11 @@ type Status struct {
 // StoreStatus is whether the store can make records durable (state "ok" or "unavailable": a
 // full, read-only or failing disk, when billable work is refused with 503 store_unavailable).
 type StoreStatus struct {
-	Driver string    `json:"driver"` // store.driver: bbolt or postgres
-	State  string    `json:"state"`
-	Cause string     `json:"cause,omitempty"` // disk full, read-only filesystem, I/O error, write failed
-	Error string     `json:"error,omitempty"` // what the filesystem said
-	Since *time.Time `json:"since,omitempty"`
+	Driver string     `json:"driver"` // store.driver: bbolt or postgres
+	State  string     `json:"state"`
+	Cause  string     `json:"cause,omitempty"` // disk full, read-only filesystem, I/O error, write failed
+	Error  string     `json:"error,omitempty"` // what the filesystem said
+	Since  *time.Time `json:"since,omitempty"`
 	// Reserve says whether the reserve file beside the store is in place ("held"), was spent
 	// writing what was answered when the disk filled ("released"), or is not kept ("none").
 	Reserve string `json:"reserve"`

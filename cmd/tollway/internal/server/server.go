@@ -51,12 +51,12 @@ type process struct {
 	ledger      *billing.Ledger // nil when billing is off
 	// ledgerAccounts are the accounts the ledger holds, for changes.go to add new ones.
 	ledgerAccounts map[string]bool
-	settle      store.Recorder  // nil when billing is off
-	bill        *extproc.Billing
-	ctrl        *xds.Server
-	ext         *extproc.Server
-	gw          *gateway.Gateway
-	guard       *tasks.Guard
+	settle         store.Recorder // nil when billing is off
+	bill           *extproc.Billing
+	ctrl           *xds.Server
+	ext            *extproc.Server
+	gw             *gateway.Gateway
+	guard          *tasks.Guard
 	// settlements resolves x402 settlements whose outcome was unknown; nil when billing is off.
 	settlements *extproc.Settlements
 	taskSvc     *tasks.Service
