@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -212,5 +214,65 @@ func TestClusterChangesWithinASecond(t *testing.T) {
 	out, err := gs[1].cli("status")
 	if err != nil || !strings.Contains(out, "2 live of 3") || !strings.Contains(out, "replica-c GONE") || !strings.Contains(out, "replica-b (this one) live") {
 		t.Fatalf("tollway status on B: %v\n%s", err, out)
+	}
+}
+
+// TestClusterServesAMigratedGateway: a bbolt gateway that served and billed requests is
+// stopped, its file copied into an empty database with `tollway store migrate` (a second run
+// copies nothing new), and a replica on that database serves its key with the balance, the
+// records and the month's spend intact; billing goes on from there.
+func TestClusterServesAMigratedGateway(t *testing.T) {
+	t.Parallel()
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	body := "billing: {enabled: true}\n" + catalog(fake.URL(), `pricing: {request: "0.001", prompt: "0.000001", completion: "0.000002"}`)
+	dir := t.TempDir()
+	single := startGatewayIn(t, dir, body, "FAKE_PROVIDER_KEY="+providerKey)
+	if err := single.NewAccount(context.Background(), "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	key := single.newKey("acme", "--monthly-limit", "5")
+	for range 3 {
+		if !answers(single, key, "gpt-4o-mini", 200) {
+			t.Fatal("the single gateway did not serve")
+		}
+	}
+	recs := single.waitRecords("acme", 3)
+	balance, spent := single.balance("acme"), single.keySpent()
+	single.Stop()
+
+	dsn := pgDSN(t)
+	migrate := func() string {
+		t.Helper()
+		out, err := exec.Command(tollwayBin, "store", "migrate", "--from", filepath.Join(dir, "tollway.db"), "--to", dsn).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tollway store migrate: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	out := migrate()
+	if !strings.Contains(out, "copied ") || !strings.Contains(out, "usage_records") || strings.Contains(out, "\n0 new records copied") {
+		t.Fatalf("first migration:\n%s", out)
+	}
+	t.Logf("tollway store migrate:\n%s", out)
+	if again := migrate(); !strings.Contains(again, "\n0 new records copied") {
+		t.Fatalf("a second migration copied again:\n%s", again)
+	}
+
+	r := startCluster(t, dsn, 1, body, "FAKE_PROVIDER_KEY="+providerKey)[0]
+	if got := r.balance("acme"); !got.Equal(balance) {
+		t.Fatalf("balance on the replica %s, was %s", got, balance)
+	}
+	if got := r.keySpent(); !got.Equal(spent) {
+		t.Fatalf("the key's month spend on the replica %s, was %s", got, spent)
+	}
+	if got := r.records("account=acme"); len(got) != len(recs) || got[0].RequestID != recs[0].RequestID || !got[0].Cost.Equal(recs[0].Cost) {
+		t.Fatalf("records on the replica %+v, were %+v", got, recs)
+	}
+	if !answers(r, key, "gpt-4o-mini", 200) {
+		t.Fatal("the migrated key is not served by the replica (its hash not copied?)")
+	}
+	r.waitRecords("acme", 4)
+	if got := r.balance("acme"); !got.LessThan(balance) {
+		t.Fatalf("a request on the replica did not debit the migrated balance: %s, was %s", got, balance)
 	}
 }

@@ -80,7 +80,7 @@ func storeMigrate(c *cli, from, to string) error {
 
 func printMigrated(c *cli, from, where string, res migrate.Result) error {
 	fmt.Fprintf(c.stdout, "copied %s to postgres at %s\n", from, where)
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "kind\tin the file\tcopied now\t")
 	total := 0
 	for _, k := range migrate.Kinds {
