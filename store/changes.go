@@ -14,10 +14,13 @@ const (
 	TopicAccounts Topic = "accounts" // accounts and their credits (not settled debits)
 )
 
-// Change says a record of Topic changed: ID names it, "" means any number of them.
+// Change says a record of Topic changed: ID names it, "" means any number of them. Local says
+// the change was committed through this same Store (this process), so what made it has
+// already applied it; a change of unknown origin (a coalesced one, a reload) is not Local.
 type Change struct {
 	Topic Topic
 	ID    string
+	Local bool
 }
 
 // maxBehind is how many changes a subscriber may have waiting before they are coalesced.

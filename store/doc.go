@@ -4,7 +4,7 @@
 // NewAccount, CapDebit ...), the sentinel errors callers tell failures apart by, and the
 // interfaces the gateway reads and writes them through, one per concern (store.go): CatalogStore,
 // Routes, Keys, Accounts, Ledger, Usage, Tasks, Callbacks, Payments, Credentials, Pruner,
-// Health and Changes, with Recorder for usage records written off the request path and Store
+// Health, Changes and Replicas, with Recorder for usage records written off the request path and Store
 // for all of them at once.
 //
 // Implementations live in packages of their own: store/bbolt (one process owns one file; the

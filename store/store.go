@@ -197,6 +197,7 @@ type Store interface {
 	Pruner
 	Health
 	Changes
+	Replicas
 	// Close releases the store; nothing may be called after it.
 	Close() error
 }

@@ -45,6 +45,7 @@ type Store struct {
 	db     *bolt.DB
 	health health
 	hub    store.Hub // the catalog, key and account changes committed (Subscribe)
+	reps   replicas  // this process, the only one a bbolt file has (replicas.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -54,7 +55,9 @@ var _ store.Store = (*Store)(nil)
 func (s *Store) Subscribe(ctx context.Context) <-chan store.Change { return s.hub.Subscribe(ctx) }
 
 // changed publishes a committed change of topic (id "": many records).
-func (s *Store) changed(t store.Topic, id string) { s.hub.Publish(store.Change{Topic: t, ID: id}) }
+func (s *Store) changed(t store.Topic, id string) {
+	s.hub.Publish(store.Change{Topic: t, ID: id, Local: true})
+}
 
 // Open opens (creating if needed) the bbolt file at path. A lock held by another process fails
 // after a short timeout instead of hanging.

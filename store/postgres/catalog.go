@@ -155,7 +155,7 @@ func (s *Store) catalogTx(id string, fn func(ctx context.Context, tx pgx.Tx) err
 		if err := fn(ctx, tx); err != nil {
 			return err
 		}
-		return notify(ctx, tx, store.TopicCatalog, id)
+		return s.notify(ctx, tx, store.TopicCatalog, id)
 	})
 }
 

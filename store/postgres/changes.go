@@ -1,7 +1,7 @@
 package postgres
 
 // Change propagation: a transaction that changes the catalog, a key or an account sends
-// NOTIFY tollway_changes, '<topic>:<id>' before it commits; PostgreSQL delivers notifications
+// NOTIFY tollway_changes, '<origin> <topic>:<id>' before it commits; PostgreSQL delivers notifications
 // at commit, in commit order, to every session listening, this process's included. Each Store
 // keeps one connection of its own (not the pool's) listening and hands what it hears to its
 // subscribers (store.Hub). Notifications sent while that connection is down are lost, so once
@@ -26,10 +26,22 @@ var topics = []store.Topic{store.TopicCatalog, store.TopicKeys, store.TopicAccou
 // process sharing the database (store.Changes).
 func (s *Store) Subscribe(ctx context.Context) <-chan store.Change { return s.hub.Subscribe(ctx) }
 
-// notify announces a change of topic (id "": many records) when tx commits.
-func notify(ctx context.Context, tx pgx.Tx, topic store.Topic, id string) error {
-	_, err := tx.Exec(ctx, "select pg_notify($1, $2)", channel, string(topic)+":"+id)
+// notify announces a change of topic (id "": many records) when tx commits, as
+// '<origin> <topic>:<id>': the origin tells this Store's listener the change is its own
+// (store.Change.Local), so the replica that made it need not apply it twice.
+func (s *Store) notify(ctx context.Context, tx pgx.Tx, topic store.Topic, id string) error {
+	_, err := tx.Exec(ctx, "select pg_notify($1, $2)", channel, s.origin+" "+string(topic)+":"+id)
 	return err
+}
+
+// change reads a notification's payload; one without an origin (an older writer) is not Local.
+func (s *Store) change(payload string) store.Change {
+	origin, rest, ok := strings.Cut(payload, " ")
+	if !ok {
+		origin, rest = "", payload
+	}
+	topic, id, _ := strings.Cut(rest, ":")
+	return store.Change{Topic: store.Topic(topic), ID: id, Local: origin == s.origin}
 }
 
 // listen connects the listener and starts it; the first LISTEN is in place when it returns,
@@ -96,7 +108,6 @@ func (s *Store) listenLoop(ctx context.Context, cc *pgx.ConnConfig, conn *pgx.Co
 			s.opts.Log.Warn("store: postgres listener lost its connection; changes are re-read once it is back", "at", s.where, "error", err)
 			continue
 		}
-		topic, id, _ := strings.Cut(n.Payload, ":")
-		s.hub.Publish(store.Change{Topic: store.Topic(topic), ID: id})
+		s.hub.Publish(s.change(n.Payload))
 	}
 }

@@ -58,9 +58,11 @@
 // # Change propagation
 //
 // A transaction that changes the catalog, a key or an account runs pg_notify('tollway_changes',
-// '<topic>:<id>') before it commits; PostgreSQL delivers it at commit, in commit order, to every
-// listening session, this process's included (changes.go). The listener hands each to the
-// subscribers (store.Hub, which coalesces for a slow one). Notifications sent while the
+// '<origin> <topic>:<id>') before it commits; PostgreSQL delivers it at commit, in commit order,
+// to every listening session, this process's included (changes.go). The listener hands each to
+// the subscribers (store.Hub, which coalesces for a slow one), marked Local when the origin is
+// this Store's own (a random mark made at Open), so the replica that wrote it need not apply it
+// again. Notifications sent while the
 // listener is disconnected are lost, so when it reconnects every subscriber gets one Change
 // per topic without an ID: re-read everything.
 //
@@ -70,6 +72,12 @@
 // open task to every replica; the lease (lease_until, FOR UPDATE SKIP LOCKED) comes with the
 // interface that asks for it. Holds have no owner: SettleHolds bills every hold in the
 // database, so it is for a single gateway's start until holds carry their replica and a lease.
-// Budget slices, the local spool that ships records in batches, and the replica registry
-// are the rest of the issue.
+// Budget slices and the local spool that ships records in batches are the rest of the issue.
+//
+// # Replicas
+//
+// replicas (002_replicas.sql) is the registry of the gateways sharing the database: each
+// upserts its row (name, version, started, last seen, lease) every third of its lease and
+// deletes it when it stops cleanly; status shows a row silent past its lease as gone, and the
+// live replicas delete rows gone for long (replicas.go).
 package postgres

@@ -112,7 +112,7 @@ func (s *Store) keyTx(id string, fn func(ctx context.Context, tx pgx.Tx) error) 
 		if err := fn(ctx, tx); err != nil {
 			return err
 		}
-		return notify(ctx, tx, store.TopicKeys, id)
+		return s.notify(ctx, tx, store.TopicKeys, id)
 	})
 }
 
@@ -235,7 +235,7 @@ func (s *Store) accountTx(id string, fn func(ctx context.Context, tx pgx.Tx) err
 		if err := fn(ctx, tx); err != nil {
 			return err
 		}
-		return notify(ctx, tx, store.TopicAccounts, id)
+		return s.notify(ctx, tx, store.TopicAccounts, id)
 	})
 }
 

@@ -48,8 +48,8 @@ func TestReplicasMigrateAtOnce(t *testing.T) {
 		t.Fatalf("an account written through one replica, read through another: %v", err)
 	}
 	var version int32
-	if err := query(t, key, "select version from tollway_schema_version", &version); err != nil || version != 1 {
-		t.Fatalf("schema version %d (%v), want 1", version, err)
+	if err := query(t, key, "select version from tollway_schema_version", &version); err != nil || version != 2 {
+		t.Fatalf("schema version %d (%v), want 2", version, err)
 	}
 }
 
@@ -58,9 +58,17 @@ func TestReplicasMigrateAtOnce(t *testing.T) {
 func TestChangesReachEveryReplica(t *testing.T) {
 	a, b := open(t, t.Name()), open(t, t.Name())
 	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
-	ch := b.Subscribe(t.Context())
+	ch, own := b.Subscribe(t.Context()), a.Subscribe(t.Context())
 	if _, err := a.CreateAccount("acme", decimal.NewFromInt(1)); err != nil {
 		t.Fatal(err)
+	}
+	select { // the writer's own subscribers are told it is theirs
+	case got := <-own:
+		if got != (store.Change{Topic: store.TopicAccounts, ID: "acme", Local: true}) {
+			t.Fatalf("the writer was told %+v, want its own change marked Local", got)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the writer's own change not told within 1 s")
 	}
 	if err := a.PutRoute(store.Route{ID: "route:r", Name: "r", Rule: "priority_fallback", Status: "active"}); err != nil {
 		t.Fatal(err)
@@ -107,7 +115,7 @@ func TestListenerReconnectReloadsEverything(t *testing.T) {
 	}
 	select {
 	case c := <-ch:
-		if c != (store.Change{Topic: store.TopicAccounts, ID: "acme"}) {
+		if c != (store.Change{Topic: store.TopicAccounts, ID: "acme", Local: true}) {
 			t.Fatalf("told %+v", c)
 		}
 	case <-time.After(2 * time.Second):

@@ -265,15 +265,20 @@ func (m rowTotals) sorted() [][4]string {
 // addTotals is the upsert that adds a row's totals ($n after the key columns) to table's
 // row: payments in a status none was counted in stay NULL.
 func addTotals(table, keyCols string) string {
-	var vals []string
-	for i := range len(strings.Split(keyCols, ",")) + 9 {
-		vals = append(vals, "$"+strconv.Itoa(i+1))
-	}
 	set := "requests = t.requests + excluded.requests, prompt_tokens = t.prompt_tokens + excluded.prompt_tokens, " +
 		"completion_tokens = t.completion_tokens + excluded.completion_tokens, cached_tokens = t.cached_tokens + excluded.cached_tokens, " +
 		"estimated_requests = t.estimated_requests + excluded.estimated_requests, cost = t.cost + excluded.cost"
 	for _, c := range []string{"paid", "pending", "unpaid"} {
 		set += ", " + c + " = case when excluded." + c + " is null then t." + c + " else coalesce(t." + c + ", 0) + excluded." + c + " end"
 	}
-	return "insert into " + table + " as t (" + keyCols + ", " + totalColumns + ") values (" + strings.Join(vals, ", ") + ") on conflict (" + keyCols + ") do update set " + set
+	return totalsInsert(table, keyCols) + "do update set " + set
+}
+
+// totalsInsert inserts an aggregate row, up to what is done on a conflict of its key.
+func totalsInsert(table, keyCols string) string {
+	var vals []string
+	for i := range len(strings.Split(keyCols, ",")) + 9 {
+		vals = append(vals, "$"+strconv.Itoa(i+1))
+	}
+	return "insert into " + table + " as t (" + keyCols + ", " + totalColumns + ") values (" + strings.Join(vals, ", ") + ") on conflict (" + keyCols + ") "
 }

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -66,6 +68,7 @@ type Store struct {
 	pool   *pgxpool.Pool
 	health health
 	hub    store.Hub
+	origin string             // this Store's mark on the changes it announces (changes.go)
 	stop   context.CancelFunc // the listener's
 	done   chan struct{}
 }
@@ -93,7 +96,7 @@ func Open(o Options) (*Store, error) {
 	cfg.MaxConns = o.MaxConns
 	ctx, cancel := context.WithTimeout(context.Background(), o.OpenTimeout)
 	defer cancel()
-	s := &Store{opts: o, where: where, done: make(chan struct{})}
+	s := &Store{opts: o, where: where, done: make(chan struct{}), origin: newOrigin()}
 	if err := migrateSchema(ctx, cc); err != nil {
 		return nil, fmt.Errorf("store: postgres at %s: schema: %w", where, err)
 	}
@@ -105,6 +108,13 @@ func Open(o Options) (*Store, error) {
 		return nil, fmt.Errorf("store: postgres at %s: listen for changes: %w", where, err)
 	}
 	return s, nil
+}
+
+// newOrigin is a random mark, unique among the processes sharing a database.
+func newOrigin() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand never fails
+	return hex.EncodeToString(b)
 }
 
 // migrateSchema brings the schema to the newest embedded migration on a connection of its

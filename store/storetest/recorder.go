@@ -36,8 +36,10 @@ var changeCases = []conformance{
 		if err := s.ReplaceConfig(store.Catalog{}); err != nil {
 			t.Fatal(err)
 		}
-		want := []store.Change{{Topic: store.TopicAccounts, ID: "acme"}, {Topic: store.TopicKeys, ID: k.ID}, {Topic: store.TopicAccounts, ID: "acme"},
-			{Topic: store.TopicCatalog, ID: "p"}, {Topic: store.TopicCatalog, ID: "route:r"}, {Topic: store.TopicKeys, ID: k.ID}, {Topic: store.TopicCatalog}}
+		// Each is this store's own: Local.
+		want := []store.Change{{Topic: store.TopicAccounts, ID: "acme", Local: true}, {Topic: store.TopicKeys, ID: k.ID, Local: true},
+			{Topic: store.TopicAccounts, ID: "acme", Local: true}, {Topic: store.TopicCatalog, ID: "p", Local: true},
+			{Topic: store.TopicCatalog, ID: "route:r", Local: true}, {Topic: store.TopicKeys, ID: k.ID, Local: true}, {Topic: store.TopicCatalog, Local: true}}
 		for i, w := range want {
 			select {
 			case got := <-ch:

@@ -64,6 +64,7 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 		}
+		defer stopPostgres()
 		return m.Run()
 	}())
 }

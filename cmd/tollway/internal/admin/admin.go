@@ -67,6 +67,8 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Reload reads the configuration file again and applies it (POST /admin/v1/reload).
 	Reload func() error
+	// Replica is this gateway's name among the replicas sharing the store (status marks it).
+	Replica string
 }
 
 // api serves the endpoints from its options.
@@ -80,6 +82,7 @@ type api struct {
 	ledger  *billing.Ledger
 	settler store.Recorder
 	metrics http.Handler // GET /metrics; nil: metrics are off
+	replica string
 }
 
 // maxPathID bounds ids taken from a path: they become store keys and appear in messages.
@@ -87,7 +90,7 @@ const maxPathID = ir.MaxModelIDLength
 
 // Handler is the whole admin API behind its guard.
 func Handler(o Options) http.Handler {
-	s := &api{log: o.Log, store: o.Store, apply: o.Apply, runtime: o.Runtime, xds: o.XDS, ext: o.Ext, ledger: o.Ledger, settler: o.Settler}
+	s := &api{log: o.Log, store: o.Store, apply: o.Apply, runtime: o.Runtime, xds: o.XDS, ext: o.Ext, ledger: o.Ledger, settler: o.Settler, replica: o.Replica}
 	if o.Metrics != nil {
 		s.metrics = promhttp.HandlerFor(o.Metrics.Registry(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	}

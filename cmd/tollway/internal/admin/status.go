@@ -14,6 +14,9 @@ import (
 // storeStatus is whether the store can make records durable, and what waits to be written.
 func (s *api) storeStatus() adminapi.StoreStatus {
 	st := adminapi.StoreStatus{State: "ok", Reserve: s.store.ReserveState()}
+	if cfg := s.runtime.Config(); cfg != nil {
+		st.Driver = cfg.Store.Driver
+	}
 	if o := s.store.Outage(); o != nil {
 		since := o.Since.UTC()
 		st.State, st.Cause, st.Error, st.Since = "unavailable", o.Cause, o.Err.Error(), &since
@@ -24,6 +27,22 @@ func (s *api) storeStatus() adminapi.StoreStatus {
 	return st
 }
 
+// replicas are the gateways the store's registry lists, those silent past their lease marked
+// gone.
+func (s *api) replicas() ([]adminapi.ReplicaStatus, error) {
+	list, err := s.store.Replicas()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := make([]adminapi.ReplicaStatus, 0, len(list))
+	for _, r := range list {
+		out = append(out, adminapi.ReplicaStatus{Name: r.Name, Version: r.Version, StartedAt: r.StartedAt.UTC(), LastSeen: r.LastSeen.UTC(),
+			Gone: r.Gone(now), Self: r.Name == s.replica})
+	}
+	return out, nil
+}
+
 // envoyInfoTimeout bounds the status call's question to Envoy: a stuck Envoy is reported, not
 // waited for.
 const envoyInfoTimeout = 2 * time.Second
@@ -31,6 +50,7 @@ const envoyInfoTimeout = 2 * time.Second
 // status is GET /admin/v1/status.
 func (s *api) status(ctx context.Context) (adminapi.Status, error) {
 	var st adminapi.Status
+	var err error
 	st.Status = s.xds.Status()
 	if cfg := s.runtime.Config(); cfg != nil {
 		st.Listeners.Public, st.Listeners.Admin = cfg.Listen.Public, cfg.Listen.Admin
@@ -46,6 +66,9 @@ func (s *api) status(ctx context.Context) (adminapi.Status, error) {
 		st.Nodes = append(st.Nodes, n)
 	}
 	st.Store = s.storeStatus()
+	if st.Replicas, err = s.replicas(); err != nil {
+		return st, err
+	}
 	providers, models, err := s.healthReport()
 	if err != nil {
 		return st, err

@@ -129,6 +129,8 @@ type Status struct {
 		Ready int `json:"ready"`
 	} `json:"models"`
 	Store StoreStatus `json:"store"`
+	// Replicas are the gateways sharing the store, by name (on bbolt: this one alone).
+	Replicas []ReplicaStatus `json:"replicas"`
 	// Today is the usage settled since midnight UTC (the daily aggregates' day).
 	Today struct {
 		Day string `json:"day"`
@@ -139,15 +141,28 @@ type Status struct {
 // StoreStatus is whether the store can make records durable (state "ok" or "unavailable": a
 // full, read-only or failing disk, when billable work is refused with 503 store_unavailable).
 type StoreStatus struct {
-	State string     `json:"state"`
-	Cause string     `json:"cause,omitempty"` // disk full, read-only filesystem, I/O error, write failed
-	Error string     `json:"error,omitempty"` // what the filesystem said
-	Since *time.Time `json:"since,omitempty"`
+	Driver string     `json:"driver"` // store.driver: bbolt or postgres
+	State  string     `json:"state"`
+	Cause  string     `json:"cause,omitempty"` // disk full, read-only filesystem, I/O error, write failed
+	Error  string     `json:"error,omitempty"` // what the filesystem said
+	Since  *time.Time `json:"since,omitempty"`
 	// Reserve says whether the reserve file beside the store is in place ("held"), was spent
 	// writing what was answered when the disk filled ("released"), or is not kept ("none").
 	Reserve string `json:"reserve"`
 	// Queued are usage records and holds waiting to be written.
 	Queued int `json:"queued"`
+}
+
+// ReplicaStatus is a gateway sharing the store, as it last renewed its registration. Gone: it
+// has been silent for longer than its lease (killed, partitioned); it is dropped from the list
+// after 20 leases. Self marks the replica that answered.
+type ReplicaStatus struct {
+	Name      string    `json:"name"`
+	Version   string    `json:"version"`
+	StartedAt time.Time `json:"started_at"`
+	LastSeen  time.Time `json:"last_seen"`
+	Gone      bool      `json:"gone"`
+	Self      bool      `json:"self,omitempty"`
 }
 
 // EnvoyStatus is the Envoy this gateway runs.

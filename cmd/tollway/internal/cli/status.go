@@ -17,7 +17,7 @@ import (
 const (
 	reloadHelp = `  tollway reload                                      re-read the config file of the running gateway
 `
-	statusHelp = `  tollway status [--json]                             one screen: listeners, Envoy, configuration delivery, providers, models, today's usage
+	statusHelp = `  tollway status [--json]                             one screen: listeners, Envoy, configuration delivery, providers, models, replicas, today's usage
 `
 )
 
@@ -119,11 +119,34 @@ func printStatus(w io.Writer, st adminapi.Status) error {
 		line("store", "UNAVAILABLE (%s) since %s: billable requests, task creates and paid requests are refused with 503 store_unavailable; %d records queued; %s",
 			s.Cause, s.Since.Format(time.RFC3339), s.Queued, s.Error)
 	} else if s.State != "" {
-		line("store", "ok, %d records queued, reserve %s", s.Queued, s.Reserve)
+		line("store", "%s ok, %d records queued, reserve %s", cmp.Or(s.Driver, "bbolt"), s.Queued, s.Reserve)
 	}
+	printReplicas(line, st.Replicas)
 	t := st.Today
 	line("today", "%d requests, %d tokens in, %d out, cost %s USD (%s UTC)", t.Requests, t.PromptTokens, t.CompletionTokens, t.Cost.String(), t.Day)
 	return tw.Flush()
+}
+
+// printReplicas lists the gateways sharing the store, one line each after a count.
+func printReplicas(line func(label, format string, a ...any), rs []adminapi.ReplicaStatus) {
+	live := 0
+	for _, r := range rs {
+		if !r.Gone {
+			live++
+		}
+	}
+	line("replicas", "%d live of %d sharing the store", live, len(rs))
+	for _, r := range rs {
+		state, self := "live", ""
+		if r.Gone {
+			state = "GONE (silent past its lease)"
+		}
+		if r.Self {
+			self = " (this one)"
+		}
+		line("", "%s%s %s, version %s, started %s, last seen %s", r.Name, self, state, r.Version,
+			r.StartedAt.Format(time.RFC3339), r.LastSeen.Format(time.RFC3339))
+	}
 }
 
 // statusCall calls an endpoint that answers with the delivery status and prints it.

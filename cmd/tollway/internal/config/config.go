@@ -44,6 +44,12 @@ type Config struct {
 		MaxConcurrentRequests int `mapstructure:"max_concurrent_requests"`
 	} `mapstructure:"limits"`
 	Store struct {
+		// Driver is bbolt (one gateway, one file: store.path; the default) or postgres (several
+		// gateways share the database store.dsn names).
+		Driver string `mapstructure:"driver"`
+		// DSN is the PostgreSQL database of driver postgres, "${VAR}" references expanded from
+		// the environment: postgres://user:pass@host:5432/tollway?sslmode=disable.
+		DSN  string `mapstructure:"dsn"`
 		Path string `mapstructure:"path"`
 		// UsageRetentionDays is how long raw usage records are kept; 0 keeps them for good.
 		UsageRetentionDays int `mapstructure:"usage_retention_days"`
@@ -103,6 +109,13 @@ type Config struct {
 		// least 3 answers in a row, fails with task_expired_or_unknown.
 		UnknownGrace time.Duration `mapstructure:"unknown_grace"`
 	} `mapstructure:"tasks"`
+	Replica struct {
+		// Name is how this process is listed among the replicas sharing the store; "" is its
+		// hostname and pid.
+		Name string `mapstructure:"name"`
+		// Lease: a replica silent this long is shown as gone (it renews every third of it).
+		Lease time.Duration `mapstructure:"lease"`
+	} `mapstructure:"replica"`
 	Providers []ProviderConfig `mapstructure:"providers"`
 	Models    []adminapi.Model `mapstructure:"models"`
 	Routes    []adminapi.Route `mapstructure:"routes"`
@@ -135,6 +148,10 @@ var defaults = map[string]any{
 	"listen.public":                  "127.0.0.1:8080",
 	"listen.admin":                   "127.0.0.1:9090",
 	"store.path":                     "data/tollway.db",
+	"store.driver":                   StoreBbolt,
+	"store.dsn":                      "",
+	"replica.name":                   "",
+	"replica.lease":                  "15s",
 	"store.usage_retention_days":     35,
 	"store.task_retention_days":      30,
 	"store.image_retention_hours":    24,
@@ -245,9 +262,7 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("envoy.mode %q: want child (Tollway starts its own Envoy; the default) or external (Envoys started from `tollway bootstrap` connect to it)", c.Envoy.Mode))
 	}
-	if c.Store.Path == "" {
-		errs = append(errs, errors.New("store.path is required, e.g. data/tollway.db"))
-	}
+	errs = append(errs, c.checkStore()...)
 	if n := c.Limits.MaxConcurrentRequests; n < 1 || n > ir.MaxConcurrentRequestsCeiling {
 		errs = append(errs, fmt.Errorf("limits.max_concurrent_requests %d: must be 1 to %d (default %d)", n, ir.MaxConcurrentRequestsCeiling, ir.DefaultMaxConcurrentRequests))
 	}

@@ -11,14 +11,15 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/store/bbolt"
+	"github.com/tollway/tollway/store/postgres"
 )
 
 // newSettler moves settled requests from the request path to the store. The in-memory ledger is
 // already debited when a record is queued, so limits hold at once; the store's settler makes the
 // record durable with group commit within about store.SettleWindow, off the response's path.
 // Ids in its logs are cut short: a client chooses its request id.
-func newSettler(log *slog.Logger, st *bbolt.Store) store.Recorder {
-	return bbolt.NewSettler(st, bbolt.SettleWindow, store.SettlerHooks{
+func newSettler(log *slog.Logger, st store.Store) store.Recorder {
+	hooks := store.SettlerHooks{
 		NotStored: func(rec store.UsageRecord, err error) {
 			// The ledger in memory was debited; the durable record failed. Loud, since the books
 			// would disagree after a restart.
@@ -26,9 +27,13 @@ func newSettler(log *slog.Logger, st *bbolt.Store) store.Recorder {
 				"key_id", store.ShortID(rec.KeyID), "cost", store.ShortID(rec.Cost.String()), "error", err)
 		},
 		Stalled: func(err error, queued int, retryIn time.Duration) {
-			log.Error("STORE CANNOT COMMIT: usage records are held until it can (check the disk)", "error", err, "queued", queued, "retry_in", retryIn)
+			log.Error("STORE CANNOT COMMIT: usage records are held until it can (check the disk or the database)", "error", err, "queued", queued, "retry_in", retryIn)
 		},
-	})
+	}
+	if pg, ok := st.(*postgres.Store); ok {
+		return postgres.NewSettler(pg, bbolt.SettleWindow, hooks)
+	}
+	return bbolt.NewSettler(st.(*bbolt.Store), bbolt.SettleWindow, hooks)
 }
 
 // storeChanged logs the store's outages: loud when one starts (billable work is refused from
@@ -60,22 +65,24 @@ func settleCut(log *slog.Logger, st store.Ledger) {
 	}
 }
 
-// loadLedger builds the in-memory ledger from the store: balances and this month's spend per key.
-func loadLedger(st store.Store, now time.Time) (*billing.Ledger, error) {
+// loadLedger builds the in-memory ledger from the store: balances and this month's spend per key;
+// known is the accounts it holds (changes.go adds those other replicas create).
+func loadLedger(st store.Store, now time.Time) (l *billing.Ledger, known map[string]bool, err error) {
 	accounts, err := st.Accounts()
 	if err != nil {
-		return nil, fmt.Errorf("load accounts: %w", err)
+		return nil, nil, fmt.Errorf("load accounts: %w", err)
 	}
 	month := now.UTC().Format("2006-01")
 	spend, err := st.MonthSpend(month)
 	if err != nil {
-		return nil, fmt.Errorf("load month spend: %w", err)
+		return nil, nil, fmt.Errorf("load month spend: %w", err)
 	}
 	balances := make(map[string]decimal.Decimal, len(accounts))
+	known = make(map[string]bool, len(accounts))
 	for _, a := range accounts {
-		balances[a.ID] = a.Balance
+		balances[a.ID], known[a.ID] = a.Balance, true
 	}
-	return billing.NewLedger(balances, spend, month), nil
+	return billing.NewLedger(balances, spend, month), known, nil
 }
 
 func newBilling(l *billing.Ledger, s store.Recorder) *extproc.Billing {

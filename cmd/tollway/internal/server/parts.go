@@ -128,7 +128,7 @@ func (p *process) buildServers(m *metrics.Metrics) {
 	extprocv3.RegisterExternalProcessorServer(p.extGRPC, p.ext)
 	accesslogv3.RegisterAccessLogServiceServer(p.extGRPC, p.ext.RefusalLog()) // providers refusing the gateway's credential
 	p.adminSrv = &http.Server{Handler: admin.Handler(admin.Options{Listen: p.cfg.Listen.Admin, Token: p.adminToken, Log: p.log,
-		Store: p.st, Apply: p.gw, Runtime: p.gw, XDS: p.ctrl, Ext: p.ext, Ledger: p.ledger, Settler: p.settle, Metrics: m, Reload: p.reload}),
+		Store: p.st, Apply: p.gw, Runtime: p.gw, XDS: p.ctrl, Ext: p.ext, Ledger: p.ledger, Settler: p.settle, Metrics: m, Reload: p.reload, Replica: p.replica.me.Name}),
 		ReadHeaderTimeout: 5 * time.Second}
 }
 

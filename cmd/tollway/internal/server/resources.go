@@ -7,23 +7,40 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tollway/tollway/cmd/tollway/internal/config"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/store/bbolt"
+	"github.com/tollway/tollway/store/postgres"
 )
 
 // What the process holds: the store, its run directory and its listeners; and billing, which
 // writes to the store from the request path.
 
-// openStore opens the store, watches its health and bills the requests the last stop cut.
+// openStore opens the store store.driver names, follows its changes from now on (followed once
+// the gateway runs: changes.go), registers this replica and bills the requests the last stop
+// cut.
 func (p *process) openStore(context.Context) error {
-	st, err := bbolt.Open(p.cfg.Store.Path)
+	st, err := p.open()
 	if err != nil {
 		return err
 	}
 	p.st = st
-	// Known within a second: a store that cannot make records durable refuses billable work.
-	st.Watch(bbolt.HealthOptions{Reserve: bbolt.DefaultReserve, MinFree: bbolt.DefaultMinFree, Changed: storeChanged(p.log.With("component", "store"))})
-	settleCut(p.log.With("component", "ledger"), st)
+	var sub context.Context
+	sub, p.unsubscribe = context.WithCancel(context.Background())
+	p.changes = st.Subscribe(sub)
+	p.replica = newReplica(p.cfg, p.log.With("component", "replicas"), st)
+	others, err := p.replica.register()
+	if err != nil {
+		p.unsubscribe()
+		st.Close()
+		return err
+	}
+	// A hold has no owner yet: with others live, theirs are requests still being served.
+	if others == 0 {
+		settleCut(p.log.With("component", "ledger"), st)
+	} else {
+		p.log.Info("requests cut by an earlier stop are billed by a replica starting alone (other replicas are live)", "live", others)
+	}
 	p.stopPruning = store.StartPruning(st, store.PruneOptions{
 		Retention:     time.Duration(p.cfg.Store.UsageRetentionDays) * 24 * time.Hour,
 		TaskRetention: time.Duration(p.cfg.Store.TaskRetentionDays) * 24 * time.Hour,
@@ -32,8 +49,35 @@ func (p *process) openStore(context.Context) error {
 	return nil
 }
 
+// open opens store.driver's store: bbolt's file, watched for the disk filling (known within a
+// second: a store that cannot make records durable refuses billable work), or the PostgreSQL
+// database (its own health comes from each call and its listener).
+func (p *process) open() (store.Store, error) {
+	log := p.log.With("component", "store")
+	if p.cfg.Store.Driver != config.StorePostgres {
+		st, err := bbolt.Open(p.cfg.Store.Path)
+		if err != nil {
+			return nil, err
+		}
+		st.Watch(bbolt.HealthOptions{Reserve: bbolt.DefaultReserve, MinFree: bbolt.DefaultMinFree, Changed: storeChanged(log)})
+		return st, nil
+	}
+	dsn, err := p.cfg.StoreDSN()
+	if err != nil {
+		return nil, err
+	}
+	st, err := postgres.Open(postgres.Options{DSN: dsn, Log: log})
+	if err != nil {
+		return nil, err // names host:port/db, never the password
+	}
+	log.Info("store: postgres", "at", config.DSNHost(dsn))
+	return st, nil
+}
+
 func (p *process) closeStore() {
+	p.unsubscribe()
 	p.stopPruning()
+	p.replica.leave()
 	p.st.Close()
 }
 
@@ -114,11 +158,11 @@ func (p *process) startBilling(context.Context) error {
 	if !p.cfg.Billing.Enabled {
 		return nil
 	}
-	ledger, err := loadLedger(p.st, time.Now())
+	ledger, known, err := loadLedger(p.st, time.Now())
 	if err != nil {
 		return err
 	}
-	p.ledger = ledger
+	p.ledger, p.ledgerAccounts = ledger, known
 	p.settle = newSettler(p.log.With("component", "ledger"), p.st)
 	p.bill = newBilling(ledger, p.settle)
 	return nil

@@ -25,7 +25,6 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/store"
-	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -41,18 +40,23 @@ type process struct {
 	external bool
 	envoyBin string
 
-	st          *bbolt.Store
+	st          store.Store
+	changes     <-chan store.Change // the store's, from its opening on (changes.go)
+	unsubscribe func()              // ends changes
+	replica     *replica            // this process in the store's registry of replicas
 	stopPruning func()
 	runDir      string
 	releaseDir  func()
 	listeners   listeners
 	ledger      *billing.Ledger // nil when billing is off
-	settle      store.Recorder  // nil when billing is off
-	bill        *extproc.Billing
-	ctrl        *xds.Server
-	ext         *extproc.Server
-	gw          *gateway.Gateway
-	guard       *tasks.Guard
+	// ledgerAccounts are the accounts the ledger holds, for changes.go to add new ones.
+	ledgerAccounts map[string]bool
+	settle         store.Recorder // nil when billing is off
+	bill           *extproc.Billing
+	ctrl           *xds.Server
+	ext            *extproc.Server
+	gw             *gateway.Gateway
+	guard          *tasks.Guard
 	// settlements resolves x402 settlements whose outcome was unknown; nil when billing is off.
 	settlements *extproc.Settlements
 	taskSvc     *tasks.Service
@@ -142,6 +146,8 @@ func (p *process) backgroundLoops() []runner {
 	if p.cfg.Billing.Enabled {
 		rs = append(rs, p.loops.loop("x402 settlements", func(ctx context.Context) { p.settlements.Run(ctx) }))
 	}
+	rs = append(rs, p.loops.loop("replica heartbeat", func(ctx context.Context) { p.replica.run(ctx) }),
+		p.loops.loop("changes", p.followChanges))
 	rs = append(rs, p.loops.loop("keys used", func(ctx context.Context) {
 		saveKeysUsed(ctx, p.log.With("component", "keys"), p.st, p.ext, keysUsedEvery)
 	}))
