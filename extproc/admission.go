@@ -10,6 +10,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
@@ -41,7 +42,7 @@ const defaultOutputCap = 4096
 // admit takes the hold for the worst case this request can cost (the prompt's token count plus
 // the largest answer it may get) against both the account's credits and the key's monthly
 // limit, in one atomic step, so concurrent requests cannot spend past either.
-func (x *exchange) admit(body []byte) *APIError {
+func (x *exchange) admit(body []byte) *core.APIError {
 	b := x.s.billing
 	if b != nil || x.plan.clientUsage || x.pay != nil {
 		// A cheap strict bound of the prompt, added up while the request was validated; the
@@ -80,7 +81,7 @@ func (x *exchange) worstCase() decimal.Decimal {
 	worst := decimal.Zero
 	for _, m := range x.plan.models {
 		asked := x.plan.maxTokens
-		if !m.capCarried() {
+		if !m.CapCarried() {
 			asked = 0 // some provider would not see the client's cap: it cannot bound the cost
 		}
 		out := outputCap(m, asked, x.promptEstimate) * max(x.plan.answers, 1)
@@ -102,27 +103,27 @@ func (x *exchange) worstCase() decimal.Decimal {
 
 // holdRefused says why the ledger refused a hold of worst for the request's key (nil: it did
 // not); lower names what the client can reduce.
-func (x *exchange) holdRefused(err error, worst decimal.Decimal, lower string) *APIError {
+func (x *exchange) holdRefused(err error, worst decimal.Decimal, lower string) *core.APIError {
 	switch {
 	case errors.Is(err, billing.ErrInsufficientCredits):
-		e := apiErr(http.StatusPaymentRequired, "insufficient_credits",
+		e := core.Errorf(http.StatusPaymentRequired, "insufficient_credits",
 			"account %q does not have the credits this request may cost (up to $%s); ask the gateway's operator to add credits, or %s",
 			x.key.Account, worst.String(), lower)
 		e.Operator = fmt.Sprintf("account %s does not have the credits its requests may cost: add credits with `tollway accounts credit %s AMOUNT`",
 			x.key.Account, x.key.Account)
 		return e
 	case errors.Is(err, billing.ErrSpendLimit):
-		return apiErr(http.StatusForbidden, "spend_limit_exceeded",
+		return core.Errorf(http.StatusForbidden, "spend_limit_exceeded",
 			"this key's monthly spend limit of $%s would be exceeded (this request may cost up to $%s); %s, wait for next month (UTC), or ask the gateway's operator to raise the limit (GET /v1/key shows what remains)",
 			x.key.MonthlyLimit.String(), worst.String(), lower)
 	case err != nil:
-		return apiErr(http.StatusInternalServerError, "internal_error", "admission: %v", err)
+		return core.Errorf(http.StatusInternalServerError, "internal_error", "admission: %v", err)
 	}
 	return nil
 }
 
 // outputCap is the largest answer m can give this request.
-func outputCap(m *model, asked, prompt int64) int64 {
+func outputCap(m *core.Model, asked, prompt int64) int64 {
 	switch {
 	case asked > 0 && m.MaxOutputLength > 0 && asked > m.MaxOutputLength:
 		return m.MaxOutputLength
@@ -167,7 +168,7 @@ func (x *exchange) cost(u ir.Usage) decimal.Decimal {
 	cost := x.plan.model.Pricing.Cost(u)
 	for _, o := range x.meter.others() {
 		ou := storable(usageBill(&o.Usage))
-		m := x.rt.pricedAs(x.provider, o.Model)
+		m := x.rt.PricedAs(x.provider, o.Model)
 		if m == nil {
 			x.s.log.Warn("usage on a model the catalog does not price is not billed: add a catalog model for it on this provider to bill it",
 				"model", o.Model, "provider", x.provider, "request_id", x.requestID, "prompt_tokens", ou.PromptTokens, "completion_tokens", ou.CompletionTokens)

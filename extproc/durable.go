@@ -11,6 +11,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -25,7 +26,7 @@ func (s *Server) SetStoreCheck(check func() error) { s.storeCheck.Store(&check) 
 
 // storeRefusal is the answer to new billable work while the store cannot record it; nil while
 // it can.
-func (s *Server) storeRefusal() *APIError {
+func (s *Server) storeRefusal() *core.APIError {
 	check := s.storeCheck.Load()
 	if check == nil {
 		return nil
@@ -34,7 +35,7 @@ func (s *Server) storeRefusal() *APIError {
 	if err == nil {
 		return nil
 	}
-	e := apiErr(http.StatusServiceUnavailable, "store_unavailable",
+	e := core.Errorf(http.StatusServiceUnavailable, "store_unavailable",
 		"%v, so it refuses requests it would bill, task creates and paid requests until its operator fixes that; nothing was charged; retry later", err)
 	e.Headers = map[string]string{"retry-after": "10"}
 	return e
