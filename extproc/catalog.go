@@ -12,7 +12,7 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// catalogEntry is one model as GET /v1/models shows it (spec 2.4). Lengths are null when unknown.
+// catalogEntry is one model as GET /v1/models shows it (docs/money.md#catalog). Lengths are null when unknown.
 type catalogEntry struct {
 	ID                          string     `json:"id"`
 	Object                      string     `json:"object"` // "model", for OpenAI SDKs' models.list

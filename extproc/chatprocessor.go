@@ -289,7 +289,7 @@ func (c chatProcessor) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 		code = e.Code
 	}
 	if x.pay != nil && e.Status == http.StatusBadRequest {
-		// The provider refused a business parameter: a paid endpoint's 422 (spec 7.3).
+		// The provider refused a business parameter: a paid endpoint's 422 (docs/x402.md#statuses).
 		e = paidRefusal(e)
 		set = append(set, core.SetHeader(":status", strconv.Itoa(e.Status)))
 	}

@@ -1,6 +1,6 @@
 package extproc
 
-// GET /v1/key: the calling key's own view, so a client can check its key (spec 7.2: a key
+// GET /v1/key: the calling key's own view, so a client can check its key (docs/money.md#key-view: a key
 // refused here is 401 key_market_key_invalid). Answered by ext_proc from the runtime and the
 // in-memory ledger, like the catalog: no store read, no provider.
 

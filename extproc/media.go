@@ -1,6 +1,6 @@
 package extproc
 
-// Media tasks at the edge (spec 4.3, 4.4): POST /v1/videos and POST /v1/images create a task,
+// Media tasks at the edge (docs/media.md): POST /v1/videos and POST /v1/images create a task,
 // GET /v1/{videos,images}/{id} reads it. Both are answered by ext_proc itself: creation and
 // queries reach the provider through Envoy's internal listener (extproc/tasks), never through
 // the client's connection, because the provider's task outlives the request.
@@ -186,7 +186,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		return x.fail(e)
 	}
 	if route != nil {
-		pin = "" // the route chooses providers itself (spec 4.1 rule 3)
+		pin = "" // the route chooses providers itself (docs/api.md#routes)
 	}
 	if !x.key.AllowsModels(route, models) {
 		if x.endpointRefuses(route, models) {

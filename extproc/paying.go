@@ -2,8 +2,8 @@ package extproc
 
 // A credential's use: it is claimed in the store, durably, before the business call it pays
 // for runs (a credential pays for one request), and held in memory while that request runs, so
-// that a copy sent meanwhile is told apart from a replay: 409 payment_in_progress (spec 7.3's
-// request-state conflict: the first request's answer is still coming) rather than 402
+// that a copy sent meanwhile is told apart from a replay: 409 payment_in_progress (docs/x402.md#statuses:
+// a request-state conflict: the first request's answer is still coming) rather than 402
 // payment_already_used (its answer was given). The store's claim alone makes a credential
 // single-use; the memory only picks the refusal.
 

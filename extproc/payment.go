@@ -1,6 +1,6 @@
 package extproc
 
-// Pay per request (spec 4.6, 5.7, 7.3): POST {pay_url}/x402/{slug} runs the endpoint's business
+// Pay per request (docs/x402.md): POST {pay_url}/x402/{slug} runs the endpoint's business
 // API (chat completions, videos, images) paid through x402 v2 instead of, or besides, an API
 // key. The request is validated first (a body that cannot be read gets its 400, a refused
 // business parameter its 422, before any payment is asked for), then priced: no
@@ -9,7 +9,7 @@ package extproc
 // (bbolt, before the business call: a copy while its request runs is a 409, a replay after it a
 // 402; paying.go), verified by the facilitator, and only then does the business call run,
 // routed and metered like a keyed one. It is settled only when it succeeded: exact before the
-// first byte, upto at the end for the cost metered (see the README for streams). Only the
+// first byte, upto at the end for the cost metered (docs/x402.md#settlement). Only the
 // facilitator's refusal withholds the result; a settlement whose answer is lost is served as
 // pending and finished by Settlements (settlements.go). The protocol itself is extproc/x402.
 
@@ -139,7 +139,7 @@ func (x *exchange) paidHeaders(rest, method, auth, contentType, contentLength, s
 	}
 	ep := offer.Endpoint
 	kind := core.MediaKind(ep.Target)
-	// A key is needed when the endpoint says so (the payment does not replace it, spec 5.7);
+	// A key is needed when the endpoint says so (the payment does not replace it: docs/x402.md#order-of-checks);
 	// one that is sent must be valid either way.
 	if ep.RequireKey || auth != "" {
 		if e := x.authenticate(auth); e != nil {
@@ -197,7 +197,7 @@ func (x *exchange) endpointModels(target string) *core.APIError {
 		x.pay.slug, strings.Join(x.pay.offer.Endpoint.Models, ", "), target)
 }
 
-// paidRefusal is e as a paid endpoint answers it (spec 7.3): 400 stays for a request that
+// paidRefusal is e as a paid endpoint answers it (docs/x402.md#statuses): 400 stays for a request that
 // cannot be read (its headers, its PAYMENT-SIGNATURE, no body, JSON or form syntax); every
 // other 400, a business parameter refused by the gateway's checks or by the provider, is 422
 // with the same code and message. Keyed endpoints keep 400.

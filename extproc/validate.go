@@ -1,10 +1,10 @@
 package extproc
 
-// The client's chat request, checked field by field before anything else reads it: spec 2.1's
-// fields and the common OpenAI ones by type and range, and every client-supplied identifier
-// bounded (they reach logs, providers and usage records). One pass over the body with
-// encoding/json/v2's tokenizer (jsontext, from its mirror module), which never copies a large
-// string such as a base64 image. Messages name the field and the fix, never a Go type.
+// The client's chat request, checked field by field before anything else reads it: the fields
+// of docs/api.md#request-validation and the common OpenAI ones by type and range, and every
+// client-supplied identifier bounded (they reach logs, providers and usage records). One pass
+// over the body with encoding/json/v2's tokenizer (jsontext, from its mirror module), which
+// never copies a large string such as a base64 image. Messages name the field and the fix, never a Go type.
 
 import (
 	"bytes"

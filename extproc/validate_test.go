@@ -10,7 +10,7 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 )
 
-// TestValidationRefusesEveryField: each field of spec 2.1 and the common OpenAI ones, wrong by
+// TestValidationRefusesEveryField: each field of docs/api.md#request-validation and the common OpenAI ones, wrong by
 // type or range, is refused with a message naming the field; none of them used to be (the
 // first three were forwarded to providers, tools:"x" was called invalid_messages).
 func TestValidationRefusesEveryField(t *testing.T) {
