@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/shopspring/decimal"
 
@@ -64,12 +65,18 @@ func (x *exchange) admit(body []byte) *core.APIError {
 		// Paid through x402: the payment covers it, not the account's credits.
 		return x.payAdmit(worst)
 	}
-	hold, err := b.Ledger.Reserve(x.key.Account, x.key.ID, x.key.MonthlyLimit, worst, b.Now())
+	// Made durable with the settler's next batch: the record a restart bills if the request
+	// never settles, its prompt at the bound the hold was sized with until a checkpoint counts
+	// it. A request that settles before that batch is written leaves no row.
+	u := ir.Usage{PromptTokens: min(x.promptEstimate, store.MaxTokens)}
+	m := x.plan.model // priced by the writer, for the few holds it writes
+	hold, err := b.Admit(x.key.Account, x.key.ID, x.key.MonthlyLimit, worst, x.billingID(),
+		func(at time.Time) store.UsageRecord { return x.usageRecord(u, decimal.Zero, true, at) },
+		func() decimal.Decimal { return m.Pricing.Cost(u) })
 	if e := x.holdRefused(err, worst, "lower max_tokens"); e != nil {
 		return e
 	}
 	x.hold = hold
-	x.holdDurable()
 	return nil
 }
 
@@ -144,19 +151,18 @@ func (x *exchange) settle() {
 	if x.hold == nil {
 		return
 	}
-	b := x.s.billing
 	usage, estimated := x.meter.result(x.promptTokens)
 	usage = storable(usage)
 	metered, held := x.cost(usage), x.hold.Amount()
-	cost := b.Ledger.Settle(x.hold, metered)
+	hold := x.hold
 	x.hold = nil
-	if metered.GreaterThan(held) {
-		billing.WarnOverage(x.s.log, x.provider, x.plan.model.ID, store.ShortID(x.requestID), metered, held)
-	}
-	x.bill = &billed{usage: usage, estimated: estimated, cost: cost}
-	rec := x.usageRecord(usage, cost, estimated, b.Now())
-	rec.Overage = metered.Sub(cost)
-	b.Record(rec)
+	hold.Settle(metered, func(cost decimal.Decimal, at time.Time) store.UsageRecord {
+		if metered.GreaterThan(held) {
+			billing.WarnOverage(x.s.log, x.provider, x.plan.model.ID, store.ShortID(x.requestID), metered, held)
+		}
+		x.bill = &billed{usage: usage, estimated: estimated, cost: cost}
+		return x.usageRecord(usage, cost, estimated, at)
+	})
 }
 
 // cost is what the answer cost: its usage at the answering model's prices, plus the usage the
@@ -193,9 +199,8 @@ func storable(u ir.Usage) ir.Usage {
 // release drops the hold without billing (the request was refused or the provider failed).
 func (x *exchange) release() {
 	if x.hold != nil {
-		x.s.billing.Ledger.Release(x.hold)
+		x.hold.Release()
 		x.hold = nil
-		x.endHold()
 	}
 }
 

@@ -26,7 +26,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
@@ -53,21 +52,10 @@ type Server struct {
 	hints      core.Hints  // operators' hints logged for refusals (hints.go)
 }
 
-// Billing is the money path: holds taken before forwarding, and where settled requests go.
-// A nil *Billing turns admission and metering off (responses then pass untouched).
-type Billing struct {
-	Ledger *billing.Ledger
-	// Record hands a settled request to durable storage; it must not block for long. It ends
-	// the request's durable hold.
-	Record func(store.UsageRecord)
-	// Hold makes an admitted request's hold durable with the next batch: the record a restart
-	// bills if the request never settles, its cost from price when price is not nil (asked for
-	// only if the hold is written); a later Hold of the same request id is its progress. End
-	// drops the hold of a request released unbilled. Nil: holds are not recorded.
-	Hold func(rec store.UsageRecord, price func() decimal.Decimal)
-	End  func(requestID string)
-	Now  func() time.Time
-}
+// Billing is the money path: holds taken before forwarding, and where settled requests go
+// (billing.Books). A nil *Billing turns admission and metering off (responses then pass
+// untouched).
+type Billing = billing.Books
 
 // NewServer makes a server that serves rt until Swap replaces it.
 func NewServer(log *slog.Logger, rt *core.Runtime, b *Billing) *Server {
@@ -124,13 +112,12 @@ type exchange struct {
 	kind      Processor // chosen by the request's path (processorForPath)
 
 	// money: the hold taken before forwarding, released or settled exactly once
-	hold           *billing.Reservation
+	hold           *billing.Hold
 	promptEstimate int64  // strict bound of the prompt's tokens, sized the hold
 	body           []byte // the request, kept (when small) to count its prompt if a bill is estimated
 	promptCount    int64  // the prompt counted by the tokenizer, once promptCounted
 	promptCounted  bool
-	billID         string    // the usage record's id, made once (billingID)
-	checkpointed   time.Time // the hold's last durable progress (durable.go)
+	billID         string // the usage record's id, made once (billingID)
 	meter          meter
 	answer         *answer // rewrites a successful answer for the client
 	streaming      bool
