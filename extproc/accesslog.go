@@ -28,7 +28,7 @@ type billed struct {
 // makes itself (an immediate response) carries everything. Streamed chunks other than the last
 // carry nothing.
 func (x *exchange) logMetadata(resp *extprocv3.ProcessingResponse, req *extprocv3.ProcessingRequest) {
-	if resp == nil || !x.rt.accessLog {
+	if resp == nil || !x.rt.AccessLog {
 		return
 	}
 	_, immediate := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse)

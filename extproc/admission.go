@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
@@ -41,7 +43,7 @@ const defaultOutputCap = 4096
 // admit takes the hold for the worst case this request can cost (the prompt's token count plus
 // the largest answer it may get) against both the account's credits and the key's monthly
 // limit, in one atomic step, so concurrent requests cannot spend past either.
-func (x *exchange) admit(body []byte) *APIError {
+func (x *exchange) admit(body []byte) *core.APIError {
 	b := x.s.billing
 	if b != nil || x.plan.clientUsage || x.pay != nil {
 		// A cheap strict bound of the prompt, added up while the request was validated; the
@@ -63,12 +65,18 @@ func (x *exchange) admit(body []byte) *APIError {
 		// Paid through x402: the payment covers it, not the account's credits.
 		return x.payAdmit(worst)
 	}
-	hold, err := b.Ledger.Reserve(x.key.Account, x.key.ID, x.key.MonthlyLimit, worst, b.Now())
+	// Made durable with the settler's next batch: the record a restart bills if the request
+	// never settles, its prompt at the bound the hold was sized with until a checkpoint counts
+	// it. A request that settles before that batch is written leaves no row.
+	u := ir.Usage{PromptTokens: min(x.promptEstimate, store.MaxTokens)}
+	m := x.plan.model // priced by the writer, for the few holds it writes
+	hold, err := b.Admit(x.key.Account, x.key.ID, x.key.MonthlyLimit, worst, x.billingID(),
+		func(at time.Time) store.UsageRecord { return x.usageRecord(u, decimal.Zero, true, at) },
+		func() decimal.Decimal { return m.Pricing.Cost(u) })
 	if e := x.holdRefused(err, worst, "lower max_tokens"); e != nil {
 		return e
 	}
 	x.hold = hold
-	x.holdDurable()
 	return nil
 }
 
@@ -80,7 +88,7 @@ func (x *exchange) worstCase() decimal.Decimal {
 	worst := decimal.Zero
 	for _, m := range x.plan.models {
 		asked := x.plan.maxTokens
-		if !m.capCarried() {
+		if !m.CapCarried() {
 			asked = 0 // some provider would not see the client's cap: it cannot bound the cost
 		}
 		out := outputCap(m, asked, x.promptEstimate) * max(x.plan.answers, 1)
@@ -102,27 +110,27 @@ func (x *exchange) worstCase() decimal.Decimal {
 
 // holdRefused says why the ledger refused a hold of worst for the request's key (nil: it did
 // not); lower names what the client can reduce.
-func (x *exchange) holdRefused(err error, worst decimal.Decimal, lower string) *APIError {
+func (x *exchange) holdRefused(err error, worst decimal.Decimal, lower string) *core.APIError {
 	switch {
 	case errors.Is(err, billing.ErrInsufficientCredits):
-		e := apiErr(http.StatusPaymentRequired, "insufficient_credits",
+		e := core.Errorf(http.StatusPaymentRequired, "insufficient_credits",
 			"account %q does not have the credits this request may cost (up to $%s); ask the gateway's operator to add credits, or %s",
 			x.key.Account, worst.String(), lower)
 		e.Operator = fmt.Sprintf("account %s does not have the credits its requests may cost: add credits with `tollway accounts credit %s AMOUNT`",
 			x.key.Account, x.key.Account)
 		return e
 	case errors.Is(err, billing.ErrSpendLimit):
-		return apiErr(http.StatusForbidden, "spend_limit_exceeded",
+		return core.Errorf(http.StatusForbidden, "spend_limit_exceeded",
 			"this key's monthly spend limit of $%s would be exceeded (this request may cost up to $%s); %s, wait for next month (UTC), or ask the gateway's operator to raise the limit (GET /v1/key shows what remains)",
 			x.key.MonthlyLimit.String(), worst.String(), lower)
 	case err != nil:
-		return apiErr(http.StatusInternalServerError, "internal_error", "admission: %v", err)
+		return core.Errorf(http.StatusInternalServerError, "internal_error", "admission: %v", err)
 	}
 	return nil
 }
 
 // outputCap is the largest answer m can give this request.
-func outputCap(m *model, asked, prompt int64) int64 {
+func outputCap(m *core.Model, asked, prompt int64) int64 {
 	switch {
 	case asked > 0 && m.MaxOutputLength > 0 && asked > m.MaxOutputLength:
 		return m.MaxOutputLength
@@ -143,19 +151,18 @@ func (x *exchange) settle() {
 	if x.hold == nil {
 		return
 	}
-	b := x.s.billing
 	usage, estimated := x.meter.result(x.promptTokens)
 	usage = storable(usage)
 	metered, held := x.cost(usage), x.hold.Amount()
-	cost := b.Ledger.Settle(x.hold, metered)
+	hold := x.hold
 	x.hold = nil
-	if metered.GreaterThan(held) {
-		billing.WarnOverage(x.s.log, x.provider, x.plan.model.ID, store.ShortID(x.requestID), metered, held)
-	}
-	x.bill = &billed{usage: usage, estimated: estimated, cost: cost}
-	rec := x.usageRecord(usage, cost, estimated, b.Now())
-	rec.Overage = metered.Sub(cost)
-	b.Record(rec)
+	hold.Settle(metered, func(cost decimal.Decimal, at time.Time) store.UsageRecord {
+		if metered.GreaterThan(held) {
+			billing.WarnOverage(x.s.log, x.provider, x.plan.model.ID, store.ShortID(x.requestID), metered, held)
+		}
+		x.bill = &billed{usage: usage, estimated: estimated, cost: cost}
+		return x.usageRecord(usage, cost, estimated, at)
+	})
 }
 
 // cost is what the answer cost: its usage at the answering model's prices, plus the usage the
@@ -167,7 +174,7 @@ func (x *exchange) cost(u ir.Usage) decimal.Decimal {
 	cost := x.plan.model.Pricing.Cost(u)
 	for _, o := range x.meter.others() {
 		ou := storable(usageBill(&o.Usage))
-		m := x.rt.pricedAs(x.provider, o.Model)
+		m := x.rt.PricedAs(x.provider, o.Model)
 		if m == nil {
 			x.s.log.Warn("usage on a model the catalog does not price is not billed: add a catalog model for it on this provider to bill it",
 				"model", o.Model, "provider", x.provider, "request_id", x.requestID, "prompt_tokens", ou.PromptTokens, "completion_tokens", ou.CompletionTokens)
@@ -192,9 +199,8 @@ func storable(u ir.Usage) ir.Usage {
 // release drops the hold without billing (the request was refused or the provider failed).
 func (x *exchange) release() {
 	if x.hold != nil {
-		x.s.billing.Ledger.Release(x.hold)
+		x.hold.Release()
 		x.hold = nil
-		x.endHold()
 	}
 }
 

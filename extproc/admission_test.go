@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -44,7 +46,7 @@ func billedServer(t *testing.T, credits string, limit *decimal.Decimal, opts ...
 	g := pricedGateway(t)
 	k := keyRecord("key_valid", validSecret, false)
 	k.MonthlyLimit = limit
-	rt := Compile(g, []store.Key{k})
+	rt := core.Compile(g, []store.Key{k})
 	ledger := billing.NewLedger(map[string]decimal.Decimal{"acct-key_valid": decimal.RequireFromString(credits)}, nil, "2026-11")
 	rec := &recorder{}
 	b := &Billing{Ledger: ledger, Record: rec.record, Now: func() time.Time { return testNow }}
@@ -120,7 +122,7 @@ func TestAdmissionBillsPlainAnswerFromUsage(t *testing.T) {
 	s.roundTrip(requestBody(shortPrompt))
 	// The attempt enforces the model's output cap the hold was sized with.
 	rt := e.srv.runtime.Load()
-	up, _, err := rt.attempt([]byte(shortPrompt), rt.models["gpt"], rt.providers["openai"])
+	up, _, err := attemptRequest(rt, []byte(shortPrompt), rt.Models["gpt"], rt.Providers["openai"])
 	if err != nil || string(decodeObject(t, up.Body)["max_tokens"]) != "10" {
 		t.Fatalf("the model's output cap was not enforced upstream: %v %s", err, up.Body)
 	}
@@ -189,7 +191,7 @@ func TestAdmissionStreamsAndCuts(t *testing.T) {
 	streamed := `{"model":"gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	s.roundTrip(requestBody(streamed))
 	rt := e.srv.runtime.Load()
-	up, _, err := rt.attempt([]byte(streamed), rt.models["gpt"], rt.providers["openai"])
+	up, _, err := attemptRequest(rt, []byte(streamed), rt.Models["gpt"], rt.Providers["openai"])
 	if err != nil || !strings.Contains(string(decodeObject(t, up.Body)["stream_options"]), `"include_usage":true`) {
 		t.Fatalf("stream usage not requested upstream: %v %s", err, up.Body)
 	}
@@ -244,7 +246,7 @@ func BenchmarkAdmission(b *testing.B) {
 	g := testGateway()
 	p, _ := ir.ParsePricing(map[string]any{"prompt": "0.00000015", "completion": "0.0000006"})
 	g.Models[0].Pricing = p
-	rt := Compile(g, []store.Key{keyRecord("key_valid", validSecret, false)})
+	rt := core.Compile(g, []store.Key{keyRecord("key_valid", validSecret, false)})
 	body := []byte(`{"model":"gpt","stream":true,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words"}],"max_tokens":32,"temperature":0.2}`)
 	for _, billed := range []bool{false, true} {
 		var bl *Billing
@@ -285,7 +287,7 @@ func TestAdmissionBillsOtherModels(t *testing.T) {
 		ir.Model{ID: "advisor-groq", Pricing: price(map[string]any{"prompt": "3", "completion": "7"}), Targets: []ir.Target{{Provider: "groq", Model: "o4-advisor"}}},
 		ir.Model{ID: "advisor-local", Pricing: price(map[string]any{"prompt": "1000"}), Targets: []ir.Target{{Provider: "local", Model: "o3-advisor"}}},
 	)
-	rt := Compile(g, []store.Key{keyRecord("key_valid", validSecret, false)})
+	rt := core.Compile(g, []store.Key{keyRecord("key_valid", validSecret, false)})
 	ledger := billing.NewLedger(map[string]decimal.Decimal{"acct-key_valid": decimal.NewFromInt(10000)}, nil, "2026-11")
 	rec := &recorder{}
 	e := startServerWith(t, rt, &Billing{Ledger: ledger, Record: rec.record, Now: func() time.Time { return testNow }})
@@ -313,7 +315,7 @@ func TestAdmissionBillsOtherModels(t *testing.T) {
 // reports; the rest is the record's overage.
 func TestPaidCostIsCappedAtTheHold(t *testing.T) {
 	e, _, _ := billedServer(t, "0", nil)
-	x := &exchange{s: e.srv, plan: &chatPlan{model: e.srv.runtime.Load().models["gpt"]}, key: &keyInfo{ID: "x402.s", Account: "x402.s"},
+	x := &exchange{s: e.srv, plan: &chatPlan{model: e.srv.runtime.Load().Models["gpt"]}, key: &core.KeyInfo{ID: "x402.s", Account: "x402.s"},
 		pay: &payState{hold: decimal.NewFromInt(32)}}
 	x.meter.body([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1000000}}`))
 	cost, rec := x.paidCost()

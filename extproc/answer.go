@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -132,7 +134,7 @@ func (a *answer) chunk(b []byte, end bool) (out []byte, changed bool) {
 	if end && !a.sawFinish && !a.sawDone && !a.sawError {
 		// The provider ended its body without finishing the answer (no finish_reason, no
 		// [DONE]): one error event, so that no client takes a cut answer for a whole one.
-		e := apiErr(http.StatusBadGateway, "upstream_error", "the provider's stream ended before the answer finished (no finish_reason and no [DONE]): the answer is incomplete")
+		e := core.Errorf(http.StatusBadGateway, "upstream_error", "the provider's stream ended before the answer finished (no finish_reason and no [DONE]): the answer is incomplete")
 		out = append(append(append(out, "data: "...), e.Body(a.requestID)...), "\n\n"...)
 		a.sawError = true
 	}
@@ -188,8 +190,8 @@ func errorEvent(data []byte, requestID string) ([]byte, bool) {
 	if jsonv2.Unmarshal(data, &ev, lenient) != nil || len(ev.Error) == 0 || string(ev.Error) == "null" {
 		return nil, false
 	}
-	e := &APIError{Code: "upstream_error", Message: "the provider failed mid-stream"}
-	readProviderError(json.RawMessage(ev.Error), e)
+	e := &core.APIError{Code: "upstream_error", Message: "the provider failed mid-stream"}
+	core.ReadProviderError(json.RawMessage(ev.Error), e)
 	return e.Body(requestID), true
 }
 

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
+
+	"github.com/tollway/tollway/extproc/core"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -29,10 +29,10 @@ import (
 // provider speaks another API, its answer is translated back.
 type attempt struct {
 	s         *Server
-	rt        *Runtime
+	rt        *core.Runtime
 	requestID string
 	provider  *ir.Provider
-	model     *model
+	model     *core.Model
 	translate provider.ResponseTranslator
 	status    int
 	streaming bool
@@ -60,8 +60,8 @@ func (a *attempt) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Processin
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch {
 		case hv.Key == "x-request-id":
-			a.requestID = headerValue(hv)
-		case upstreamDropped(hv.Key):
+			a.requestID = core.HeaderValue(hv)
+		case core.UpstreamDropped(hv.Key):
 			strip = append(strip, hv.Key)
 		}
 	}
@@ -97,8 +97,8 @@ func (a *attempt) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRespo
 	resp, err := a.requestBody(b)
 	if errors.Is(err, provider.ErrBadRequest) {
 		// The client's request cannot be said in this provider's API: its fault, a 400.
-		e := apiErr(http.StatusBadRequest, "invalid_request", "%v", err)
-		return immediate(a.requestID, e.Status, e.Body(a.requestID), ir.ErrorCodeDetailsPrefix+e.Code), nil
+		e := core.Errorf(http.StatusBadRequest, "invalid_request", "%v", err)
+		return core.Immediate(a.requestID, e.Status, e.Body(a.requestID), ir.ErrorCodeDetailsPrefix+e.Code), nil
 	}
 	if err != nil {
 		a.s.log.Error("upstream attempt rewrite failed", "provider", a.provider.Name, "error", err)
@@ -123,7 +123,7 @@ func (a *attempt) Done() {}
 func (a *attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHeaders) error {
 	var md map[string]string
 	for _, st := range attrs {
-		if md = findTollway(structpb.NewStructValue(st), a.rt.endpoints); md != nil {
+		if md = findTollway(structpb.NewStructValue(st), a.rt.Endpoints); md != nil {
 			break
 		}
 	}
@@ -134,11 +134,11 @@ func (a *attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHea
 	modelID := md["model"]
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		if hv.Key == ir.ModelHeader && modelID == "" {
-			modelID = headerValue(hv)
+			modelID = core.HeaderValue(hv)
 		}
 	}
-	a.provider = a.rt.providers[md["provider"]]
-	a.model = a.rt.models[modelID]
+	a.provider = a.rt.Providers[md["provider"]]
+	a.model = a.rt.Models[modelID]
 	if a.provider == nil || a.model == nil {
 		return fmt.Errorf("unknown provider %q or model %q", md["provider"], modelID)
 	}
@@ -150,9 +150,9 @@ func (a *attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHea
 // rendering is accepted too. Parsed text is remembered in memo (nil: not remembered): an
 // endpoint's metadata is the same text on every request, and parsing it was about 7% of
 // the process's CPU.
-func findTollway(v *structpb.Value, memo *metadataMemo) map[string]string {
+func findTollway(v *structpb.Value, memo *core.MetadataMemo) map[string]string {
 	if txt := v.GetStringValue(); txt != "" {
-		if md, ok := memo.get(txt); ok {
+		if md, ok := memo.Get(txt); ok {
 			return md
 		}
 		var md corev3.Metadata
@@ -164,7 +164,7 @@ func findTollway(v *structpb.Value, memo *metadataMemo) map[string]string {
 			st.Fields[ns] = structpb.NewStructValue(f)
 		}
 		found := findTollway(structpb.NewStructValue(st), nil)
-		memo.put(txt, found)
+		memo.Put(txt, found)
 		return found
 	}
 	st := v.GetStructValue()
@@ -186,38 +186,8 @@ func findTollway(v *structpb.Value, memo *metadataMemo) map[string]string {
 	return nil
 }
 
-// metadataMemo remembers the endpoint metadata parsed from its text, for one runtime (one
-// configuration, so a bounded set of endpoints). The maps it returns are shared: read only.
-type metadataMemo struct {
-	m sync.Map // text -> map[string]string
-	n atomic.Int32
-}
-
-// maxMemoized bounds the memo should endpoints' text vary (it never should).
-const maxMemoized = 4096
-
-func (m *metadataMemo) get(txt string) (map[string]string, bool) {
-	if m == nil {
-		return nil, false
-	}
-	v, ok := m.m.Load(txt)
-	if !ok {
-		return nil, false
-	}
-	return v.(map[string]string), true
-}
-
-func (m *metadataMemo) put(txt string, md map[string]string) {
-	if m == nil || md == nil || m.n.Load() >= maxMemoized {
-		return
-	}
-	if _, loaded := m.m.LoadOrStore(txt, md); !loaded {
-		m.n.Add(1)
-	}
-}
-
 func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	up, _, err := a.rt.attempt(b.GetBody(), a.model, a.provider)
+	up, _, err := attemptRequest(a.rt, b.GetBody(), a.model, a.provider)
 	if err != nil {
 		return nil, err
 	}
@@ -236,13 +206,13 @@ func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRespo
 // authority, the rewritten body's length, and the adapter's headers ("" removes one).
 func upstreamHeaders(p *ir.Provider, up *provider.Upstream) (set []*corev3.HeaderValueOption, remove []string) {
 	set = []*corev3.HeaderValueOption{
-		setHeader(":path", p.BasePath+up.Path),
-		setHeader(":authority", p.Authority()),
-		setHeader("content-length", strconv.Itoa(len(up.Body))),
+		core.SetHeader(":path", p.BasePath+up.Path),
+		core.SetHeader(":authority", p.Authority()),
+		core.SetHeader("content-length", strconv.Itoa(len(up.Body))),
 	}
-	for _, k := range sortedKeys(up.Headers) {
+	for _, k := range core.SortedKeys(up.Headers) {
 		if v := up.Headers[k]; v != "" {
-			set = append(set, setHeader(k, v))
+			set = append(set, core.SetHeader(k, v))
 		} else {
 			remove = append(remove, k)
 		}
@@ -253,7 +223,7 @@ func upstreamHeaders(p *ir.Provider, up *provider.Upstream) (set []*corev3.Heade
 func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		if hv.Key == ":status" {
-			a.status, _ = strconv.Atoi(headerValue(hv))
+			a.status, _ = strconv.Atoi(core.HeaderValue(hv))
 		}
 	}
 	// Every attempt on a provider in another API passes here (a plain 401 also reaches the
@@ -270,7 +240,7 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	if len(a.removed) > 0 {
 		// The router-level ext_proc lists them in x-tollway-removed-params.
 		resp.GetResponseHeaders().Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
-			SetHeaders: []*corev3.HeaderValueOption{setHeader(ir.AttemptRemovedHeader, strings.Join(a.removed, ","))},
+			SetHeaders: []*corev3.HeaderValueOption{core.SetHeader(ir.AttemptRemovedHeader, strings.Join(a.removed, ","))},
 		}}
 	}
 	// Answers in another API are translated; errors pass as they are (the router-level ext_proc
@@ -299,7 +269,7 @@ func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 		// client is told the gateway's credential failed, not that its request was bad.
 		if a.refusal.RefusesCredential(a.status, b.GetBody()) {
 			a.s.providerRefused(a.provider.Name)
-			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(":status", "401")}}
+			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{core.SetHeader(":status", "401")}}
 		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 			ResponseBody: &extprocv3.BodyResponse{Response: common},
@@ -315,20 +285,20 @@ func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	if err != nil {
 		// The provider answered 2xx with something that is no answer (a blocked prompt, a
 		// broken body): the client gets an error, never a half-translated reply.
-		e := apiErr(http.StatusBadGateway, "upstream_error", "provider %s: %v", a.provider.Name, err)
+		e := core.Errorf(http.StatusBadGateway, "upstream_error", "provider %s: %v", a.provider.Name, err)
 		var blocked *provider.BlockedError
 		var failed *provider.UpstreamFailure
 		switch {
 		case errors.As(err, &blocked):
-			e = apiErr(http.StatusBadRequest, "content_filter", "%v", err)
+			e = core.Errorf(http.StatusBadRequest, "content_filter", "%v", err)
 		case errors.As(err, &failed):
-			e = apiErr(http.StatusBadGateway, failed.Code, "provider %s failed: %s", a.provider.Name, failed.Message)
+			e = core.Errorf(http.StatusBadGateway, failed.Code, "provider %s failed: %s", a.provider.Name, failed.Message)
 		}
 		if !a.streaming {
 			out = e.Body(a.requestID)
 			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				setHeader(":status", strconv.Itoa(e.Status)),
-				setHeader("content-type", "application/json"),
+				core.SetHeader(":status", strconv.Itoa(e.Status)),
+				core.SetHeader("content-type", "application/json"),
 			}}
 		} else {
 			// The chunks translated before the fault go first: what the client sees must not
@@ -341,7 +311,7 @@ func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 			common.HeaderMutation = &extprocv3.HeaderMutation{}
 		}
 		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders,
-			setHeader("content-length", strconv.Itoa(len(out))), setHeader("content-type", "application/json"))
+			core.SetHeader("content-length", strconv.Itoa(len(out))), core.SetHeader("content-type", "application/json"))
 	}
 	if len(out) == 0 {
 		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}

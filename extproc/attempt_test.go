@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -24,7 +26,7 @@ func attrs(txt string) *structpb.Value {
 }
 
 func TestFindTollwayParsesTextOnceAndRemembers(t *testing.T) {
-	memo := &metadataMemo{}
+	memo := &core.MetadataMemo{}
 	txt := endpointText("openai", "gpt-4o")
 	for range 3 {
 		md := findTollway(attrs(txt), memo)
@@ -32,8 +34,8 @@ func TestFindTollwayParsesTextOnceAndRemembers(t *testing.T) {
 			t.Fatalf("metadata %v, want provider openai, model gpt-4o", md)
 		}
 	}
-	if memo.n.Load() != 1 {
-		t.Errorf("memo holds %d entries after 3 lookups of one endpoint, want 1", memo.n.Load())
+	if memo.Len() != 1 {
+		t.Errorf("memo holds %d entries after 3 lookups of one endpoint, want 1", memo.Len())
 	}
 	// Another endpoint is its own entry; text without our namespace is not remembered.
 	if md := findTollway(attrs(endpointText("anthropic", "claude")), memo); md["provider"] != "anthropic" {
@@ -45,15 +47,17 @@ func TestFindTollwayParsesTextOnceAndRemembers(t *testing.T) {
 	if md := findTollway(attrs(`not { protobuf text`), memo); md != nil {
 		t.Errorf("unparsable text: %v, want nil", md)
 	}
-	if memo.n.Load() != 2 {
-		t.Errorf("memo holds %d entries, want 2", memo.n.Load())
+	if memo.Len() != 2 {
+		t.Errorf("memo holds %d entries, want 2", memo.Len())
 	}
 	// Bounded: past the cap, lookups still work but nothing more is kept.
-	memo.n.Store(maxMemoized)
+	for i := 0; memo.Len() < core.MaxMemoized; i++ {
+		memo.Put(fmt.Sprint("filler ", i), map[string]string{})
+	}
 	if md := findTollway(attrs(endpointText("gemini", "flash")), memo); md["model"] != "flash" {
 		t.Errorf("past the cap: %v", md)
 	}
-	if _, kept := memo.get(endpointText("gemini", "flash")); kept {
+	if _, kept := memo.Get(endpointText("gemini", "flash")); kept {
 		t.Error("memo grew past its cap")
 	}
 	// A structured rendering (no text) works without a memo.
@@ -69,9 +73,9 @@ func TestFindTollwayParsesTextOnceAndRemembers(t *testing.T) {
 // the same body piece, so what the client saw depended on how Envoy cut the body (found with
 // FuzzResponseStream's splitting property).
 func TestAttemptStreamErrorKeepsWhatWasTranslated(t *testing.T) {
-	rt := Compile(fuzzGateway(), nil)
-	a := &attempt{rt: rt, requestID: "req-7", provider: rt.providers["anthropic"], model: rt.models["claude"], streaming: true}
-	up, _, err := rt.attempt([]byte(`{"model":"claude","stream":true,"messages":[{"role":"user","content":"hi"}]}`), a.model, a.provider)
+	rt := core.Compile(fuzzGateway(), nil)
+	a := &attempt{rt: rt, requestID: "req-7", provider: rt.Providers["anthropic"], model: rt.Models["claude"], streaming: true}
+	up, _, err := attemptRequest(rt, []byte(`{"model":"claude","stream":true,"messages":[{"role":"user","content":"hi"}]}`), a.model, a.provider)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// catalogEntry is one model as GET /v1/models shows it (spec 2.4). Lengths are null when unknown.
+// catalogEntry is one model as GET /v1/models shows it (docs/money.md#catalog). Lengths are null when unknown.
 type catalogEntry struct {
 	ID                          string     `json:"id"`
 	Object                      string     `json:"object"` // "model", for OpenAI SDKs' models.list
@@ -34,13 +36,6 @@ func optional(n int64) *int64 {
 	return &n
 }
 
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
 // Catalog labels of a model that the offline demo model may answer (provider type demo), so
 // nobody takes its canned answers for a language model's.
 const (
@@ -49,19 +44,19 @@ const (
 )
 
 // entry renders m; ready says whether any of its providers can take traffic now.
-func (m *model) entry(ready bool) catalogEntry {
+func entry(m *core.Model, ready bool) catalogEntry {
 	name, owner := m.Name, "tollway"
 	if name == "" {
 		name = m.ID
 	}
-	if m.demo {
+	if m.Demo {
 		name, owner = name+demoNameSuffix, demoOwner
 	}
 	return catalogEntry{
 		ID: m.ID, Object: "model", OwnedBy: owner, Name: name,
-		InputModalities: nonNil(m.InputModalities), OutputModalities: nonNil(m.OutputModalities),
+		InputModalities: core.NonNil(m.InputModalities), OutputModalities: core.NonNil(m.OutputModalities),
 		ContextLength: optional(m.ContextLength), MaxOutputLength: optional(m.MaxOutputLength),
-		SupportedSamplingParameters: m.sampling, SupportedFeatures: nonNil(m.SupportedFeatures),
+		SupportedSamplingParameters: m.Sampling, SupportedFeatures: core.NonNil(m.SupportedFeatures),
 		Pricing: m.Pricing, IsReady: ready, IsFree: m.Pricing.IsFree(),
 	}
 }
@@ -69,23 +64,23 @@ func (m *model) entry(ready bool) catalogEntry {
 // catalog answers GET /v1/models and GET /v1/models/{id}. It works without a key (the spec's
 // example sends none); a key restricted to some models sees only those. ids keeps the
 // configuration's order (sorted by id).
-func (x *exchange) catalog(path string) ([]byte, *APIError) {
+func (x *exchange) catalog(path string) ([]byte, *core.APIError) {
 	id, one := strings.CutPrefix(path, "/v1/models/")
 	var entries []catalogEntry
-	for _, mid := range x.rt.modelIDs {
+	for _, mid := range x.rt.ModelIDs {
 		if one && mid != id {
 			continue
 		}
-		if x.key != nil && !x.key.allows(mid) {
+		if x.key != nil && !x.key.Allows(mid) {
 			continue
 		}
-		m := x.rt.models[mid]
-		entries = append(entries, m.entry(x.s.modelReady(x.rt, m)))
+		m := x.rt.Models[mid]
+		entries = append(entries, entry(m, x.s.modelReady(x.rt, m)))
 	}
 	var body []byte
 	switch {
 	case one && len(entries) == 0:
-		return nil, apiErr(http.StatusNotFound, "model_not_found", "model %q is not in the catalog; GET /v1/models lists the model ids you can use", id)
+		return nil, core.Errorf(http.StatusNotFound, "model_not_found", "model %q is not in the catalog; GET /v1/models lists the model ids you can use", id)
 	case one:
 		body, _ = json.Marshal(entries[0])
 	default:
@@ -109,7 +104,7 @@ type catalogProcessor struct {
 func (c catalogProcessor) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	x, hd := c.x, &c.x.head
 	if hd.method != http.MethodGet {
-		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", clip(hd.method), clip(hd.path))), nil
+		return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", core.Clip(hd.method), core.Clip(hd.path))), nil
 	}
 	// No key is needed to read the catalog; a key that is sent must be valid.
 	if hd.auth != "" {

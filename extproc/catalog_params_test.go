@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -47,10 +48,10 @@ var openAISamples = map[string]string{
 // one the model refuses (n 2 on one-answer providers) is not listed. A media model lists its
 // family's fields, the list its validator refuses other fields with.
 func TestCatalogListsWhatIsAccepted(t *testing.T) {
-	rt := Compile(paramsGateway(), nil)
+	rt := core.Compile(paramsGateway(), nil)
 	for _, id := range []string{"gpt", "free", "claude", "claude-m", "flash", "nb"} {
-		m := rt.models[id]
-		listed := m.entry(true).SupportedSamplingParameters
+		m := rt.Models[id]
+		listed := entry(m, true).SupportedSamplingParameters
 		for p, v := range openAISamples {
 			body := `{"model":"` + id + `","messages":[{"role":"user","content":"hi"}],"` + p + `":` + v + `}`
 			if _, e := parseChat([]byte(body)); e != nil {
@@ -58,7 +59,7 @@ func TestCatalogListsWhatIsAccepted(t *testing.T) {
 			}
 			accepted := true
 			for _, tg := range m.Targets {
-				up, removed, err := rt.attempt([]byte(body), m, rt.providers[tg.Provider])
+				up, removed, err := attemptRequest(rt, []byte(body), m, rt.Providers[tg.Provider])
 				accepted = accepted && err == nil && up != nil && !slices.Contains(removed, p)
 			}
 			if slices.Contains(listed, p) && !accepted {
@@ -66,13 +67,13 @@ func TestCatalogListsWhatIsAccepted(t *testing.T) {
 			}
 		}
 	}
-	if got := strings.Join(rt.models["nb"].entry(true).SupportedSamplingParameters, ","); got != "frequency_penalty,max_completion_tokens,max_tokens,presence_penalty,seed,stop,temperature,top_p" {
+	if got := strings.Join(entry(rt.Models["nb"], true).SupportedSamplingParameters, ","); got != "frequency_penalty,max_completion_tokens,max_tokens,presence_penalty,seed,stop,temperature,top_p" {
 		t.Errorf("I3 lists %s", got)
 	}
 	for _, id := range []string{"v1", "v2", "v3", "i1", "i2", "i2b"} {
-		m := rt.models[id]
+		m := rt.Models[id]
 		want := task.FieldsOf(&m.Model)
-		if got := m.entry(true).SupportedSamplingParameters; len(want) == 0 || !slices.Equal(got, want) {
+		if got := entry(m, true).SupportedSamplingParameters; len(want) == 0 || !slices.Equal(got, want) {
 			t.Errorf("%s (%s) lists %v, want its family's fields %v", id, m.Family, got, want)
 		}
 	}

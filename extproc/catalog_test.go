@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -20,13 +21,13 @@ func TestCatalogLabelsDemoModels(t *testing.T) {
 			{ID: "real", Name: "Real", Targets: []ir.Target{{Provider: "openai", Model: "gpt"}}},
 		},
 	}
-	rt := Compile(g, nil)
+	rt := core.Compile(g, nil)
 	for _, tc := range []struct{ id, owner, name string }{
 		{"demo-chat", "tollway-demo", "Demo chat (demo: canned answers, no LLM)"},
 		{"mixed", "tollway-demo", "mixed (demo: canned answers, no LLM)"},
 		{"real", "tollway", "Real"},
 	} {
-		e := rt.models[tc.id].entry(true)
+		e := entry(rt.Models[tc.id], true)
 		if e.OwnedBy != tc.owner || e.Name != tc.name || e.ID != tc.id {
 			t.Errorf("%s: owned_by %q name %q, want %q %q", tc.id, e.OwnedBy, e.Name, tc.owner, tc.name)
 		}

@@ -1,34 +1,29 @@
 package extproc
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"maps"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/extproc/provider/chat"
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// gatewayFields are Tollway's own and never reach a provider.
-var gatewayFields = []string{"route", "route_mode"}
-
 // chatPlan is the router-level decision for one chat request: which chain of attempts Envoy
 // walks. The body is rewritten per attempt by the upstream ext_proc (see attempt).
 type chatPlan struct {
-	model    *model // the catalog model asked for (for a route: the first of its chain)
+	model    *core.Model // the catalog model asked for (for a route: the first of its chain)
 	route    *ir.Route
-	models   []*model // every model the chain may use, for the worst-case hold
-	cluster  string   // the Envoy cluster: a chain, or a provider for a pinned request
-	attempts int      // how many attempts the chain has
-	pinned   string   // provider name when route.provider pins the request
+	models   []*core.Model // every model the chain may use, for the worst-case hold
+	cluster  string        // the Envoy cluster: a chain, or a provider for a pinned request
+	attempts int           // how many attempts the chain has
+	pinned   string        // provider name when route.provider pins the request
 
 	fields      []string // the request's top-level fields, to say which were removed
 	stream      bool
@@ -55,25 +50,12 @@ func (p *chatPlan) routeID() string {
 
 // removedFor lists the request's fields that provider does not accept for m: what the attempt
 // on that provider removed.
-func (p *chatPlan) removedFor(m *model, provider string) []string {
-	return m.unsupported(provider, p.fields)
-}
-
-// unsupported lists, sorted, the fields among fields that an attempt on provider does not carry
-// for m (gateway fields aside: they are dropped for every provider, not for lack of support).
-func (m *model) unsupported(provider string, fields []string) []string {
-	var out []string
-	for _, f := range fields {
-		if !m.carries(provider, f) && !slices.Contains(gatewayFields, f) {
-			out = append(out, f)
-		}
-	}
-	sort.Strings(out)
-	return out
+func (p *chatPlan) removedFor(m *core.Model, provider string) []string {
+	return m.Unsupported(provider, p.fields)
 }
 
 // planChat validates a chat request body and decides where it goes.
-func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
+func planChat(rt *core.Runtime, body []byte) (*chatPlan, *core.APIError) {
 	req, e := parseChat(body)
 	if e != nil {
 		return nil, e
@@ -85,26 +67,26 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 	modelID, mode, pin := req.model, req.routeMode, req.routeProvider
 	if strings.HasPrefix(modelID, ir.RoutePrefix) {
 		// The route chooses models and providers itself: route.provider is ignored.
-		if e := rt.planRoute(plan, modelID, mode); e != nil {
+		if e := planRoute(rt, plan, modelID, mode); e != nil {
 			return plan, e
 		}
 		return plan, plan.mediaRules()
 	}
-	m, ok := rt.models[modelID]
+	m, ok := rt.Models[modelID]
 	if !ok {
-		return nil, apiErr(http.StatusBadRequest, "model_not_found",
-			"model %q is not in the catalog; GET /v1/models lists the model ids you can use", clip(modelID))
+		return nil, core.Errorf(http.StatusBadRequest, "model_not_found",
+			"model %q is not in the catalog; GET /v1/models lists the model ids you can use", core.Clip(modelID))
 	}
-	plan.model, plan.models = m, []*model{m}
+	plan.model, plan.models = m, []*core.Model{m}
 	if e := plan.mediaRules(); e != nil {
 		return nil, e
 	}
 	if pin != "" {
-		return plan, rt.planPinned(plan, pin)
+		return plan, planPinned(rt, plan, pin)
 	}
-	ch := rt.chains[ir.ModelChainCluster(m.ID)]
+	ch := rt.Chains[ir.ModelChainCluster(m.ID)]
 	if len(ch) == 0 {
-		return nil, rt.unavailable(m, noRefusal)
+		return nil, rt.Unavailable(m, core.NoRefusal)
 	}
 	plan.cluster, plan.attempts = ir.ModelChainCluster(m.ID), len(ch)
 	return plan, nil
@@ -113,84 +95,57 @@ func (rt *Runtime) planChat(body []byte) (*chatPlan, *APIError) {
 // mediaRules refuses, before any hold, what the plan's media models cannot do here: a video
 // model, or an image model of another family, has its own endpoint; an I3 answer carries its
 // images whole, so it is not streamed (a stream would only hold them back to its end).
-func (p *chatPlan) mediaRules() *APIError {
+func (p *chatPlan) mediaRules() *core.APIError {
 	for _, m := range p.models {
 		f, media := ir.MediaFamilies[m.Family]
 		switch {
 		case !media:
 		case m.Family != ir.ChatImageFamily:
-			return apiErr(http.StatusBadRequest, "model_not_found",
-				"model %q is a%s %s model, not a chat model: create its tasks with POST %s", m.ID, article(f.Kind), f.Kind, mediaPaths[f.Kind])
+			return core.Errorf(http.StatusBadRequest, "model_not_found",
+				"model %q is a%s %s model, not a chat model: create its tasks with POST %s", m.ID, core.Article(f.Kind), f.Kind, core.MediaPaths[f.Kind])
 		case p.stream:
-			return apiErr(http.StatusBadRequest, "invalid_request",
+			return core.Errorf(http.StatusBadRequest, "invalid_request",
 				"stream is not supported for image model %q: its answer carries whole images; send stream false (or leave it out)", m.ID)
 		}
 	}
 	return nil
 }
 
-func (rt *Runtime) planRoute(plan *chatPlan, id, mode string) *APIError {
-	r, ids, e := rt.routeModels(id, mode)
+func planRoute(rt *core.Runtime, plan *chatPlan, id, mode string) *core.APIError {
+	r, ids, e := rt.RouteModels(id, mode)
 	if e != nil {
 		return e
 	}
 	plan.route = r
 	for _, mid := range ids {
-		plan.models = append(plan.models, rt.models[mid])
+		plan.models = append(plan.models, rt.Models[mid])
 	}
 	plan.model = plan.models[0]
 	if r.Rule == ir.RuleModeMapping {
-		ch := rt.chains[ir.ModelChainCluster(plan.model.ID)]
+		ch := rt.Chains[ir.ModelChainCluster(plan.model.ID)]
 		if len(ch) == 0 {
-			return rt.unavailable(plan.model, noRefusal)
+			return rt.Unavailable(plan.model, core.NoRefusal)
 		}
 		plan.cluster, plan.attempts = ir.ModelChainCluster(plan.model.ID), len(ch)
 		return nil
 	}
-	ch := rt.chains[ir.RouteChainCluster(r)]
+	ch := rt.Chains[ir.RouteChainCluster(r)]
 	if len(ch) == 0 {
-		return apiErr(http.StatusServiceUnavailable, "route_unavailable",
+		return core.Errorf(http.StatusServiceUnavailable, "route_unavailable",
 			"no model of route %s has a provider that can take traffic; check their providers' credentials", id)
 	}
 	plan.cluster, plan.attempts = ir.RouteChainCluster(r), len(ch)
 	return nil
 }
 
-// routeModels resolves a route id (any endpoint's model field) to its models in the order
-// they are tried: a priority route's list, or the one model route_mode maps to (balanced
-// when mode is empty).
-func (rt *Runtime) routeModels(id, mode string) (*ir.Route, []string, *APIError) {
-	r, ok := rt.routes[id]
-	if !ok {
-		return nil, nil, apiErr(http.StatusBadRequest, "route_not_found",
-			"route %q does not exist; check the route id with the gateway's operator, or send a model id (GET /v1/models lists them)", clip(id))
-	}
-	if r.Status != ir.RouteActive {
-		e := apiErr(http.StatusConflict, "route_paused",
-			"route %s is paused by the gateway's operator; send another route or a model id (GET /v1/models lists them), or ask the operator to resume it", id)
-		e.Operator = fmt.Sprintf("route %s is paused and requests still name it: resume it with `tollway routes resume %s`, or tell its clients to move", id, id)
-		return nil, nil, e
-	}
-	if r.Rule != ir.RuleModeMapping {
-		return r, r.Models, nil
-	}
-	mode = cmp.Or(mode, "balanced")
-	mid, ok := r.Modes[mode]
-	if !ok {
-		return nil, nil, apiErr(http.StatusBadRequest, "invalid_route_mode",
-			"route %s has no %q mode; it maps %s", id, clip(mode), strings.Join(sortedKeys(r.Modes), ", "))
-	}
-	return r, []string{mid}, nil
-}
-
-func (rt *Runtime) planPinned(plan *chatPlan, pin string) *APIError {
+func planPinned(rt *core.Runtime, plan *chatPlan, pin string) *core.APIError {
 	m := plan.model
 	for _, t := range m.Targets {
 		if t.Provider != pin {
 			continue
 		}
-		if p := rt.providers[pin]; p == nil || !p.Ready() {
-			return apiErr(http.StatusServiceUnavailable, "provider_not_available",
+		if p := rt.Providers[pin]; p == nil || !p.Ready() {
+			return core.Errorf(http.StatusServiceUnavailable, "provider_not_available",
 				"provider %q has no API key configured; remove route.provider or choose another provider", pin)
 		}
 		plan.pinned, plan.cluster, plan.attempts = pin, ir.ClusterPrefix+pin, 1
@@ -200,38 +155,15 @@ func (rt *Runtime) planPinned(plan *chatPlan, pin string) *APIError {
 	for i, t := range m.Targets {
 		names[i] = t.Provider
 	}
-	return apiErr(http.StatusBadRequest, "provider_not_available",
+	return core.Errorf(http.StatusBadRequest, "provider_not_available",
 		"provider %q does not serve model %q (it is served by %s): remove route.provider or choose one of those",
-		clip(pin), m.ID, strings.Join(names, ", "))
+		core.Clip(pin), m.ID, strings.Join(names, ", "))
 }
-
-// unavailable is the answer for model m when none of its providers can take traffic; refused
-// says why a provider refusing the gateway's credential is passed over ("" when it is not).
-func (rt *Runtime) unavailable(m *model, refused func(provider string) string) *APIError {
-	var reasons []string
-	for _, t := range m.Targets {
-		p := rt.providers[t.Provider]
-		switch why := refused(t.Provider); {
-		case p == nil || !p.Ready():
-			reasons = append(reasons, "provider "+t.Provider+" has no API key configured")
-		case why != "":
-			reasons = append(reasons, why)
-		default:
-			reasons = append(reasons, "provider "+t.Provider+" cannot take traffic now")
-		}
-	}
-	return apiErr(http.StatusServiceUnavailable, "model_unavailable",
-		"model %q has no provider that can take traffic (%s); try another model", m.ID, strings.Join(reasons, "; "))
-}
-
-// noRefusal: chat never passes over a provider for a refused credential (Envoy's chain keeps
-// it, so each request tries it); only one without a credential is missing from the chain.
-func noRefusal(string) string { return "" }
 
 // attempt builds the upstream request of one attempt: the client's body for catalog model m on
 // provider p, without the gateway's own fields and the parameters m does not support, with the
 // model's output cap and stream usage requested, in p's API.
-func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Upstream, []string, error) {
+func attemptRequest(rt *core.Runtime, body []byte, m *core.Model, p *ir.Provider) (*provider.Upstream, []string, error) {
 	req, err := provider.SplitValidated(body) // the router-level filter validated it
 	if err != nil {
 		return nil, nil, err
@@ -245,15 +177,15 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 	if target == "" {
 		return nil, nil, errors.New("provider " + p.Name + " does not serve model " + m.ID)
 	}
-	for _, f := range gatewayFields {
+	for _, f := range core.GatewayFields {
 		delete(req, f)
 	}
 	asked, _ := maxTokensOf(req) // read before removal: the hold was sized from it
-	removed := m.unsupported(p.Name, slices.Collect(maps.Keys(req)))
+	removed := m.Unsupported(p.Name, slices.Collect(maps.Keys(req)))
 	for _, f := range removed {
 		delete(req, f)
 	}
-	capOutput(req, m, asked, func(f string) bool { return m.carries(p.Name, f) })
+	capOutput(req, m, asked, func(f string) bool { return m.Carries(p.Name, f) })
 	removed = slices.DeleteFunc(removed, func(f string) bool { _, kept := req[f]; return kept })
 	var stream *bool
 	if raw, ok := req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream != nil && *stream {
@@ -271,22 +203,13 @@ func (rt *Runtime) attempt(body []byte, m *model, p *ir.Provider) (*provider.Ups
 	return up, removed, err
 }
 
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // capOutput writes the answer's bound into the attempt: the client's cap (asked; 0 for none),
 // lowered to the model's max_output_length, under a cap field the provider carries (the
 // client's own field when carried, else the other: o-series models take only
 // max_completion_tokens, many servers only max_tokens). The hold was sized from this bound, so
 // the provider must see it; only when it carries neither field is the hold sized without the
 // client's cap (see capCarried).
-func capOutput(req provider.Request, m *model, asked int64, carried func(string) bool) {
+func capOutput(req provider.Request, m *core.Model, asked int64, carried func(string) bool) {
 	bound := asked
 	if m.MaxOutputLength > 0 && (bound <= 0 || bound > m.MaxOutputLength) {
 		bound = m.MaxOutputLength
@@ -308,19 +231,8 @@ func capOutput(req provider.Request, m *model, asked int64, carried func(string)
 	}
 }
 
-// capCarried reports whether every provider of m carries an output cap field, so the client's
-// cap bounds every attempt (capOutput) and may size the hold.
-func (m *model) capCarried() bool {
-	for _, t := range m.Targets {
-		if !m.carries(t.Provider, "max_tokens") && !m.carries(t.Provider, "max_completion_tokens") {
-			return false
-		}
-	}
-	return true
-}
-
 // maxTokensOf reads the client's output cap; max_completion_tokens wins over the older max_tokens.
-func maxTokensOf(req provider.Request) (int64, *APIError) {
+func maxTokensOf(req provider.Request) (int64, *core.APIError) {
 	var out int64
 	for _, f := range []string{"max_tokens", "max_completion_tokens"} {
 		raw, ok := req[f]
@@ -329,7 +241,7 @@ func maxTokensOf(req provider.Request) (int64, *APIError) {
 		}
 		var n int64
 		if json.Unmarshal(raw, &n) != nil || n < 1 {
-			return 0, apiErr(http.StatusBadRequest, "invalid_request", "%s must be a positive integer", f)
+			return 0, core.Errorf(http.StatusBadRequest, "invalid_request", "%s must be a positive integer", f)
 		}
 		out = n
 	}
@@ -338,11 +250,11 @@ func maxTokensOf(req provider.Request) (int64, *APIError) {
 
 // requestUsage sets stream_options.include_usage on a streamed request and reports whether the
 // client had set it. Other stream_options are kept.
-func requestUsage(req provider.Request) (bool, *APIError) {
+func requestUsage(req provider.Request) (bool, *core.APIError) {
 	opts := map[string]json.RawMessage{}
 	if raw, ok := req["stream_options"]; ok && string(raw) != "null" {
 		if json.Unmarshal(raw, &opts) != nil {
-			return false, apiErr(http.StatusBadRequest, "invalid_request", `stream_options must be an object like {"include_usage": true}`)
+			return false, core.Errorf(http.StatusBadRequest, "invalid_request", `stream_options must be an object like {"include_usage": true}`)
 		}
 	}
 	asked := string(opts["include_usage"]) == "true"
@@ -351,3 +263,6 @@ func requestUsage(req provider.Request) (bool, *APIError) {
 	req["stream_options"] = raw
 	return asked, nil
 }
+
+// allowsPlan: a route is allowed when the key lists the route itself or every model it may use.
+func allowsPlan(k *core.KeyInfo, p *chatPlan) bool { return k.AllowsModels(p.route, p.models) }

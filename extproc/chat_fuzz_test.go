@@ -14,6 +14,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/test/fuzzcheck"
 	"github.com/tollway/tollway/xds/ir"
@@ -88,21 +89,21 @@ func FuzzPlanChat(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	rt := Compile(fuzzGateway(), nil)
+	rt := core.Compile(fuzzGateway(), nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		plan, e := rt.planChat(body)
+		plan, e := planChat(rt, body)
 		if e != nil {
 			checkRefusal(t, e)
 			return
 		}
 		for _, a := range planAttempts(t, rt, plan) {
-			m, p := rt.models[a.Model], rt.providers[a.Provider]
-			up, removed, err := rt.attempt(body, m, p)
+			m, p := rt.Models[a.Model], rt.Providers[a.Provider]
+			up, removed, err := attemptRequest(rt, body, m, p)
 			if err != nil {
 				if !errors.Is(err, provider.ErrBadRequest) {
 					t.Fatalf("accepted body fails its attempt on %s/%s with an internal error (Envoy answers 500): %v", a.Model, a.Provider, err)
 				}
-				checkRefusal(t, apiErr(http.StatusBadRequest, "invalid_request", "%v", err))
+				checkRefusal(t, core.Errorf(http.StatusBadRequest, "invalid_request", "%v", err))
 				continue
 			}
 			checkAttempt(t, p, removed, up)
@@ -110,7 +111,7 @@ func FuzzPlanChat(f *testing.F) {
 	})
 }
 
-func checkRefusal(t *testing.T, e *APIError) {
+func checkRefusal(t *testing.T, e *core.APIError) {
 	t.Helper()
 	if e.Status < 400 || e.Status > 599 || !errorCode.MatchString(e.Code) || e.Message == "" {
 		t.Fatalf("refusal %d %q %q: want a 4xx/5xx, a snake_case code and a message", e.Status, e.Code, e.Message)
@@ -125,24 +126,24 @@ func checkRefusal(t *testing.T, e *APIError) {
 
 // planAttempts checks that the plan's cluster exists as Envoy will have it and returns the
 // attempts Envoy may make on it.
-func planAttempts(t *testing.T, rt *Runtime, plan *chatPlan) []ir.Attempt {
+func planAttempts(t *testing.T, rt *core.Runtime, plan *chatPlan) []ir.Attempt {
 	t.Helper()
 	if plan.model == nil || len(plan.models) == 0 || slices.Contains(plan.models, nil) {
 		t.Fatalf("plan without its models: %+v", plan)
 	}
 	if plan.pinned != "" {
-		p := rt.providers[plan.pinned]
+		p := rt.Providers[plan.pinned]
 		if p == nil || !p.Ready() || plan.cluster != p.ClusterName() || plan.attempts != 1 {
 			t.Fatalf("pinned plan %+v: want the ready provider's own cluster, one attempt", plan)
 		}
 		return []ir.Attempt{{Model: plan.model.ID, Provider: plan.pinned}}
 	}
-	chain := rt.chains[plan.cluster]
+	chain := rt.Chains[plan.cluster]
 	if len(chain) == 0 || plan.attempts != len(chain) {
 		t.Fatalf("plan names cluster %q with %d attempts; the runtime has %d", plan.cluster, plan.attempts, len(chain))
 	}
 	for _, a := range chain {
-		if !slices.ContainsFunc(plan.models, func(m *model) bool { return m.ID == a.Model }) {
+		if !slices.ContainsFunc(plan.models, func(m *core.Model) bool { return m.ID == a.Model }) {
 			t.Fatalf("cluster %s may use model %s, which the plan's hold does not cover (%d models)", plan.cluster, a.Model, len(plan.models))
 		}
 	}

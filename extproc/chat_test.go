@@ -2,33 +2,33 @@ package extproc
 
 import (
 	"encoding/json"
-	"strconv"
-
 	"net/http"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/xds/ir"
 )
 
 // firstAttempt plans body and rewrites it for the first attempt of its chain, as the upstream
 // ext_proc would for the endpoint Envoy picks first.
-func firstAttempt(t *testing.T, rt *Runtime, body string) (*chatPlan, *ir.Provider, *provider.Upstream, []string) {
+func firstAttempt(t *testing.T, rt *core.Runtime, body string) (*chatPlan, *ir.Provider, *provider.Upstream, []string) {
 	t.Helper()
-	plan, e := rt.planChat([]byte(body))
+	plan, e := planChat(rt, []byte(body))
 	if e != nil {
 		t.Fatalf("planChat: %v", e)
 	}
 	var p *ir.Provider
 	if plan.pinned != "" {
-		p = rt.providers[plan.pinned]
+		p = rt.Providers[plan.pinned]
 	} else {
-		p = rt.providers[rt.chains[plan.cluster][0].Provider]
+		p = rt.Providers[rt.Chains[plan.cluster][0].Provider]
 	}
-	up, removed, err := rt.attempt([]byte(body), plan.model, p)
+	up, removed, err := attemptRequest(rt, []byte(body), plan.model, p)
 	if err != nil {
 		t.Fatalf("attempt: %v", err)
 	}
@@ -141,7 +141,7 @@ func TestPlanChatErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			plan, e := rt.planChat([]byte(tt.body))
+			plan, e := planChat(rt, []byte(tt.body))
 			if e == nil {
 				t.Fatalf("planChat(%s) succeeded via %s; want %d %s", tt.body, plan.cluster, tt.status, tt.code)
 			}
@@ -203,7 +203,7 @@ func TestPlanChatAllRolesAccepted(t *testing.T) {
 	}
 	msgs[4]["tool_call_id"] = "call_1"
 	body, _ := json.Marshal(map[string]any{"model": "free", "messages": msgs})
-	if _, e := rt.planChat(body); e != nil {
+	if _, e := planChat(rt, body); e != nil {
 		t.Fatalf("roles %v rejected: %v", roles, e)
 	}
 }
@@ -225,13 +225,13 @@ func TestPlanChatRemovedSorted(t *testing.T) {
 func TestPerProviderParameters(t *testing.T) {
 	g := testGateway()
 	g.Models[0].Targets[1].SupportedParameters = []string{"temperature"} // local takes no max_tokens or tools
-	rt := Compile(g, nil)
+	rt := core.Compile(g, nil)
 	body := []byte(`{"model":"gpt","messages":[{"role":"user","content":"hi"}],"temperature":1,"max_tokens":5,"seed":1}`)
-	_, removed, err := rt.attempt(body, rt.models["gpt"], rt.providers["openai"])
+	_, removed, err := attemptRequest(rt, body, rt.Models["gpt"], rt.Providers["openai"])
 	if err != nil || !reflect.DeepEqual(removed, []string{"seed"}) {
 		t.Fatalf("openai removed %v (%v), want [seed]", removed, err)
 	}
-	up, removed, err := rt.attempt(body, rt.models["gpt"], rt.providers["local"])
+	up, removed, err := attemptRequest(rt, body, rt.Models["gpt"], rt.Providers["local"])
 	if err != nil || !reflect.DeepEqual(removed, []string{"max_tokens", "seed"}) {
 		t.Fatalf("local removed %v (%v), want [max_tokens seed]", removed, err)
 	}
@@ -254,7 +254,7 @@ func TestAttemptKeepsTheClientsOutputCap(t *testing.T) {
 		ir.Model{ID: "uncapped", MaxOutputLength: 100, SupportedParameters: []string{"temperature"},
 			Targets: []ir.Target{{Provider: "local", Model: "x"}}},
 	)
-	rt := Compile(g, nil)
+	rt := core.Compile(g, nil)
 	cases := []struct {
 		model, body, field string
 		want               int64
@@ -270,7 +270,7 @@ func TestAttemptKeepsTheClientsOutputCap(t *testing.T) {
 			body += "," + c.body
 		}
 		body += "}"
-		up, _, err := rt.attempt([]byte(body), rt.models[c.model], rt.providers["local"])
+		up, _, err := attemptRequest(rt, []byte(body), rt.Models[c.model], rt.Providers["local"])
 		if err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}
@@ -282,7 +282,7 @@ func TestAttemptKeepsTheClientsOutputCap(t *testing.T) {
 	}
 	// A model whose providers carry no cap field at all: the hold cannot rely on the client's
 	// cap, so it uses the model's own bound.
-	if !rt.models["capped"].capCarried() || rt.models["uncapped"].capCarried() {
+	if !rt.Models["capped"].CapCarried() || rt.Models["uncapped"].CapCarried() {
 		t.Error("capCarried: want true for a model carrying max_tokens, false for one carrying neither cap")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -26,13 +28,13 @@ type chatProcessor struct{ x *exchange }
 func (c chatProcessor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	x, hd := c.x, &c.x.head
 	if hd.method != http.MethodPost {
-		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed",
-			"%s %s is not supported; use POST", clip(hd.method), clip(hd.path))), nil
+		return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed",
+			"%s %s is not supported; use POST", core.Clip(hd.method), core.Clip(hd.path))), nil
 	}
 	if e := x.authenticate(hd.auth); e != nil {
 		return x.fail(e), nil
 	}
-	if e := checkContentType(hd.contentType); e != nil {
+	if e := core.CheckContentType(hd.contentType); e != nil {
 		return x.fail(e), nil
 	}
 	return x.readBody(h, hd.contentLength, hd.strip), nil
@@ -47,15 +49,15 @@ func (c chatProcessor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.Processing
 			return x.fail(errLostEnvoy), nil
 		}
 	}
-	plan, e := x.rt.planChat(b.GetBody())
+	plan, e := planChat(x.rt, b.GetBody())
 	if e != nil {
 		return x.fail(e), nil
 	}
-	if !x.key.allowsPlan(plan) {
+	if !allowsPlan(x.key, plan) {
 		if x.endpointRefuses(plan.route, plan.models) {
 			return x.fail(x.endpointModels(plan.target())), nil
 		}
-		return x.fail(apiErr(http.StatusForbidden, "model_not_allowed",
+		return x.fail(core.Errorf(http.StatusForbidden, "model_not_allowed",
 			"this API key may not use %s; use one of its allowed models (GET /v1/models with this key lists them) or another key", plan.target())), nil
 	}
 	x.plan = plan
@@ -65,20 +67,20 @@ func (c chatProcessor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.Processing
 	if x.s.obs != nil {
 		x.out.Routed = time.Now()
 	}
-	if p, m := x.rt.directTarget(plan); p != nil && x.ownRoutes {
+	if p, m := directTarget(x.rt, plan); p != nil && x.ownRoutes {
 		return x.direct(b.GetBody(), p, m), nil
 	}
 	// The body goes on unchanged: each attempt's upstream ext_proc rewrites it for its provider.
 	set := []*corev3.HeaderValueOption{
-		setHeader(ir.ClusterHeader, plan.cluster),
+		core.SetHeader(ir.ClusterHeader, plan.cluster),
 		// Envoy retries down the chain at most once per remaining attempt.
-		setHeader("x-envoy-max-retries", strconv.Itoa(plan.attempts-1)),
+		core.SetHeader("x-envoy-max-retries", strconv.Itoa(plan.attempts-1)),
 	}
 	if plan.pinned != "" {
-		set = append(set, setHeader(ir.ModelHeader, plan.model.ID))
+		set = append(set, core.SetHeader(ir.ModelHeader, plan.model.ID))
 	}
 	if x.pay != nil {
-		set = append(set, setHeader(":path", chatPath)) // routed as the business API it runs
+		set = append(set, core.SetHeader(":path", core.ChatPath)) // routed as the business API it runs
 	}
 	return routed(&extprocv3.HeaderMutation{SetHeaders: set}, nil), nil
 }
@@ -97,16 +99,16 @@ func routed(mut *extprocv3.HeaderMutation, body *extprocv3.BodyMutation) *extpro
 
 // directTarget is the one attempt of a plan when its provider is rewritten for here
 // (ir.Provider.DirectChat): a chain of one, or a request pinned to the provider.
-func (rt *Runtime) directTarget(plan *chatPlan) (*ir.Provider, *model) {
+func directTarget(rt *core.Runtime, plan *chatPlan) (*ir.Provider, *core.Model) {
 	if plan.attempts != 1 {
 		return nil, nil
 	}
 	var p *ir.Provider
 	m := plan.model
 	if plan.pinned != "" {
-		p = rt.providers[plan.pinned]
-	} else if ch := rt.chains[plan.cluster]; len(ch) == 1 {
-		p, m = rt.providers[ch[0].Provider], rt.models[ch[0].Model]
+		p = rt.Providers[plan.pinned]
+	} else if ch := rt.Chains[plan.cluster]; len(ch) == 1 {
+		p, m = rt.Providers[ch[0].Provider], rt.Models[ch[0].Model]
 	}
 	if p == nil || m == nil || !p.DirectChat() {
 		return nil, nil
@@ -118,24 +120,24 @@ func (rt *Runtime) directTarget(plan *chatPlan) (*ir.Provider, *model) {
 // would (attempt.requestBody), and sends it to the provider's own cluster, which runs no
 // per-attempt filter: one ext_proc stream per request instead of two. Envoy makes no retry
 // (x-envoy-max-retries 0, as for any chain of one).
-func (x *exchange) direct(body []byte, p *ir.Provider, m *model) *extprocv3.ProcessingResponse {
-	up, _, err := x.rt.attempt(body, m, p)
+func (x *exchange) direct(body []byte, p *ir.Provider, m *core.Model) *extprocv3.ProcessingResponse {
+	up, _, err := attemptRequest(x.rt, body, m, p)
 	if errors.Is(err, provider.ErrBadRequest) {
-		return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%v", err))
+		return x.fail(core.Errorf(http.StatusBadRequest, "invalid_request", "%v", err))
 	}
 	if err != nil {
 		x.s.log.Error("direct rewrite failed", "provider", p.Name, "error", err)
-		return x.fail(apiErr(http.StatusInternalServerError, "internal_error", "the gateway could not rewrite the request for provider %s; retry, and report it if it persists", p.Name))
+		return x.fail(core.Errorf(http.StatusInternalServerError, "internal_error", "the gateway could not rewrite the request for provider %s; retry, and report it if it persists", p.Name))
 	}
 	x.plan.model = m // the model that runs, when the chain's one target is a later model of a route
 	// :path is the client's (DirectChat), its query string dropped.
 	set, remove := upstreamHeaders(p, up)
-	set = append(set, setHeader(ir.ClusterHeader, p.ClusterName()), setHeader("x-envoy-max-retries", "0"))
+	set = append(set, core.SetHeader(ir.ClusterHeader, p.ClusterName()), core.SetHeader("x-envoy-max-retries", "0"))
 	// Envoy applies removals after sets: a header the provider gets from the adapter (its
 	// credential) is not removed as the client's. x-forwarded-proto stays for the route to
 	// remove: Envoy finds no route at all for a request without it.
 	for _, hv := range x.headers.GetHeaders().GetHeaders() {
-		if _, own := up.Headers[hv.Key]; upstreamDropped(hv.Key) && !own && hv.Key != "x-forwarded-proto" {
+		if _, own := up.Headers[hv.Key]; core.UpstreamDropped(hv.Key) && !own && hv.Key != "x-forwarded-proto" {
 			remove = append(remove, hv.Key)
 		}
 	}
@@ -147,7 +149,7 @@ func (c chatProcessor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Pro
 	x := c.x
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		if hv.Key == ":status" {
-			x.status, _ = strconv.Atoi(headerValue(hv))
+			x.status, _ = strconv.Atoi(core.HeaderValue(hv))
 			break
 		}
 	}
@@ -163,24 +165,24 @@ func (c chatProcessor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Pro
 		for _, hv := range h.GetHeaders().GetHeaders() {
 			switch hv.Key {
 			case ir.ServedHeader:
-				x.served(headerValue(hv))
+				x.served(core.HeaderValue(hv))
 			case ir.AttemptRemovedHeader:
-				nested = headerValue(hv)
+				nested = core.HeaderValue(hv)
 			case ir.AttemptsHeader:
-				x.readAttempts(headerValue(hv))
+				x.readAttempts(core.HeaderValue(hv))
 			}
 		}
 		mut := &extprocv3.HeaderMutation{RemoveHeaders: []string{ir.ServedHeader, ir.AttemptRemovedHeader, ir.AttemptsHeader}}
 		if x.provider != "" {
 			mut.SetHeaders = []*corev3.HeaderValueOption{
-				setHeader(ir.ProviderHeader, x.provider),
-				setHeader(ir.ModelHeader, x.plan.model.ID),
+				core.SetHeader(ir.ProviderHeader, x.provider),
+				core.SetHeader(ir.ModelHeader, x.plan.model.ID),
 			}
-			if up := x.plan.model.upstreamName(x.provider); up != "" {
-				mut.SetHeaders = append(mut.SetHeaders, setHeader(UpstreamModelHeader, up))
+			if up := x.plan.model.UpstreamName(x.provider); up != "" {
+				mut.SetHeaders = append(mut.SetHeaders, core.SetHeader(UpstreamModelHeader, up))
 			}
 			if removed := x.removed(nested); len(removed) > 0 {
-				mut.SetHeaders = append(mut.SetHeaders, setHeader("x-tollway-removed-params", strings.Join(removed, ",")))
+				mut.SetHeaders = append(mut.SetHeaders, core.SetHeader("x-tollway-removed-params", strings.Join(removed, ",")))
 			}
 		}
 		common.HeaderMutation = mut
@@ -204,7 +206,7 @@ func (c chatProcessor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Pro
 	switch {
 	case x.status >= 400:
 		x.release()
-		resp.ModeOverride = withResponseBody(extprocv3filter.ProcessingMode_BUFFERED)
+		resp.ModeOverride = core.WithResponseBody(extprocv3filter.ProcessingMode_BUFFERED)
 	case x.plan == nil:
 	default:
 		var m *meter
@@ -221,7 +223,7 @@ func (c chatProcessor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Pro
 		if x.streaming {
 			mode = extprocv3filter.ProcessingMode_STREAMED
 		}
-		resp.ModeOverride = withResponseBody(mode)
+		resp.ModeOverride = core.WithResponseBody(mode)
 		if x.pay != nil {
 			if r := x.payOnAnswer(common); r != nil {
 				return r, nil
@@ -238,7 +240,7 @@ func (c chatProcessor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Pro
 // own header of that name is ignored.
 func (x *exchange) removed(nested string) []string {
 	out := x.plan.removedFor(x.plan.model, x.provider)
-	if p := x.rt.providers[x.provider]; nested != "" && p != nil && !p.SpeaksOpenAI() {
+	if p := x.rt.Providers[x.provider]; nested != "" && p != nil && !p.SpeaksOpenAI() {
 		for _, f := range strings.Split(nested, ",") {
 			if f != "" && !slices.Contains(out, f) {
 				out = append(out, f)
@@ -256,7 +258,7 @@ const UpstreamModelHeader = "x-tollway-upstream-model"
 func isEventStream(h *extprocv3.HttpHeaders) bool {
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		if hv.Key == "content-type" {
-			return strings.HasPrefix(headerValue(hv), "text/event-stream")
+			return strings.HasPrefix(core.HeaderValue(hv), "text/event-stream")
 		}
 	}
 	return false
@@ -271,7 +273,7 @@ func (c chatProcessor) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	if x.provider != "" {
 		name = x.provider
 	}
-	e := upstreamError(x.status, name, b.GetBody())
+	e := core.UpstreamError(x.status, name, b.GetBody())
 	set := []*corev3.HeaderValueOption{}
 	code := e.Code // a provider's own code is unbounded: counted as upstream_error
 	if x.provider != "" || !gatewayCodes[code] {
@@ -281,19 +283,19 @@ func (c chatProcessor) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 		// Clients' keys never reach providers: a provider's 401 refuses the gateway's own
 		// credential. Passing it on as a 401 would tell the client to change a valid key. (The
 		// attempt filter, which sees every attempt's answer, records the refusal.)
-		e = apiErr(http.StatusBadGateway, "upstream_auth_failed",
+		e = core.Errorf(http.StatusBadGateway, "upstream_auth_failed",
 			"provider %s refused the gateway's credential for it; the operator must fix its api_key (the request was not served, and your API key is fine)", name)
-		set = append(set, setHeader(":status", strconv.Itoa(e.Status)))
+		set = append(set, core.SetHeader(":status", strconv.Itoa(e.Status)))
 		code = e.Code
 	}
 	if x.pay != nil && e.Status == http.StatusBadRequest {
-		// The provider refused a business parameter: a paid endpoint's 422 (spec 7.3).
+		// The provider refused a business parameter: a paid endpoint's 422 (docs/x402.md#statuses).
 		e = paidRefusal(e)
-		set = append(set, setHeader(":status", strconv.Itoa(e.Status)))
+		set = append(set, core.SetHeader(":status", strconv.Itoa(e.Status)))
 	}
 	x.answered(e.Status, code)
 	body := e.Body(x.requestID)
-	set = append(set, setHeader("content-type", "application/json"), setHeader("content-length", strconv.Itoa(len(body))))
+	set = append(set, core.SetHeader("content-type", "application/json"), core.SetHeader("content-length", strconv.Itoa(len(body))))
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
@@ -316,7 +318,7 @@ func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespon
 			out, changed = x.answer.chunk(b.GetBody(), b.GetEndOfStream())
 		} else if out, changed = x.answer.body(b.GetBody()); changed {
 			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				setHeader("content-length", strconv.Itoa(len(out))),
+				core.SetHeader("content-length", strconv.Itoa(len(out))),
 			}}
 		}
 		switch {
@@ -340,7 +342,7 @@ func (x *exchange) answerBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespon
 			if common.HeaderMutation == nil {
 				common.HeaderMutation = &extprocv3.HeaderMutation{}
 			}
-			common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, setHeader(headerPaymentResponse, x.pay.header))
+			common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, core.SetHeader(headerPaymentResponse, x.pay.header))
 		}
 		if x.pay != nil && x.streaming {
 			// A stream's payment is recorded now, so that its last message carries the bill to

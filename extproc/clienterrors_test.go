@@ -13,6 +13,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/test/harness"
 	"github.com/tollway/tollway/xds/ir"
@@ -76,7 +77,7 @@ func TestOperatorHintsGoToTheLog(t *testing.T) {
 	g.Routes = []ir.Route{{ID: "route:old", Name: "old", Rule: ir.RulePriorityFallback, Status: "paused", Models: []string{"gpt"}}}
 	log := &harness.SyncBuffer{}
 	b := &Billing{Ledger: billingLedger("acct-key_valid", "1"), Record: func(store.UsageRecord) {}, Now: func() time.Time { return testNow }}
-	e := startServerLogging(t, Compile(g, []store.Key{keyRecord("key_valid", validSecret, false)}), b, log)
+	e := startServerLogging(t, core.Compile(g, []store.Key{keyRecord("key_valid", validSecret, false)}), b, log)
 	auth := "Bearer " + validSecret
 	refuse := func(body string) (int, string) {
 		t.Helper()
@@ -112,7 +113,7 @@ func TestOperatorHintsGoToTheLog(t *testing.T) {
 			t.Errorf("%s: the log names %q %d times after two refusals, want once:\n%s", tc.code, tc.log, n, log.String())
 		}
 	}
-	for _, e := range []*APIError{errMissingKey, errMalformedKey, errInvalidKey} {
+	for _, e := range []*core.APIError{core.ErrMissingKey, core.ErrMalformedKey, core.ErrInvalidKey} {
 		if strings.Contains(e.Message, "tollway ") {
 			t.Errorf("%s: %s names an operator command", e.Code, e.Message)
 		}

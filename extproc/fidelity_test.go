@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
@@ -25,7 +27,7 @@ func answerHeaders(served string, extra ...*corev3.HeaderValue) *extprocv3.Proce
 // the top-level ones, through the attempt's header; before, they vanished without a word.
 // A provider speaking OpenAI's API cannot add names through that header.
 func TestRemovedParamsNamesNestedFields(t *testing.T) {
-	e := startServer(t, Compile(fuzzGateway(), []store.Key{keyRecord("key_valid", validSecret, false)}))
+	e := startServer(t, core.Compile(fuzzGateway(), []store.Key{keyRecord("key_valid", validSecret, false)}))
 	body := `{"model":"flash","logit_bias":{"1":2},"messages":[{"role":"user","content":"hi","name":"alice"}],` +
 		`"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"},"strict":true}}]}`
 
@@ -73,7 +75,7 @@ func TestRemovedParamsNamesNestedFields(t *testing.T) {
 // before anything reaches the provider. Before, temperature 1.5 went to Anthropic to fail
 // there, and n=2 was dropped without a word.
 func TestAttemptRefusesWhatTheProviderCannotTake(t *testing.T) {
-	e := startServer(t, Compile(fuzzGateway(), []store.Key{keyRecord("key_valid", validSecret, false)}))
+	e := startServer(t, core.Compile(fuzzGateway(), []store.Key{keyRecord("key_valid", validSecret, false)}))
 	for _, c := range []struct {
 		provider, model, body string
 		want                  []string

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
@@ -65,8 +67,8 @@ var (
 	unknownSecret = testSecret(3)
 )
 
-func testRuntime() *Runtime {
-	return Compile(testGateway(), []store.Key{
+func testRuntime() *core.Runtime {
+	return core.Compile(testGateway(), []store.Key{
 		keyRecord("key_valid", validSecret, false),
 		keyRecord("key_revoked", revokedSecret, true),
 	})
@@ -148,7 +150,7 @@ func setHeaders(t *testing.T, m *extprocv3.HeaderMutation) map[string]string {
 		if _, dup := out[k]; dup {
 			t.Errorf("header %s set twice", k)
 		}
-		out[k] = headerValue(o.GetHeader())
+		out[k] = core.HeaderValue(o.GetHeader())
 	}
 	return out
 }

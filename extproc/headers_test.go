@@ -6,63 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollway/tollway/xds/ir"
 )
-
-func TestCheckRequestID(t *testing.T) {
-	for id, ok := range map[string]bool{
-		"":                          true, // none sent (Envoy makes one)
-		"0b5e8f1c-1e5a-4c5e-9d57-":  true,
-		strings.Repeat("a", 128):    true,
-		strings.Repeat("a", 129):    false,
-		strings.Repeat("a", 40<<10): false,
-		"with space":                false,
-		"tab\there":                 false,
-		"caf\u00e9":                 false,
-		"nul\x00":                   false,
-	} {
-		if got := checkRequestID(id) == nil; got != ok {
-			t.Errorf("checkRequestID(%.20q) ok = %v, want %v", id, got, ok)
-		}
-	}
-}
-
-func TestCheckContentType(t *testing.T) {
-	for ct, ok := range map[string]bool{
-		"": true, "application/json": true, "application/json; charset=utf-8": true, "APPLICATION/JSON": true,
-		"text/plain": false, "application/x-www-form-urlencoded": false, "application/jsonp": false, "json": false,
-	} {
-		e := checkContentType(ct)
-		if (e == nil) != ok || (e != nil && (e.Status != 415 || e.Code != "unsupported_media_type")) {
-			t.Errorf("checkContentType(%q) = %v, want ok=%v", ct, e, ok)
-		}
-	}
-}
-
-func TestInternalHeaders(t *testing.T) {
-	for _, k := range []string{"x-tollway-provider", "x-tollway-phase", "x-envoy-original-path", "x-envoy-max-retries", "x-envoy-upstream-rq-timeout-ms"} {
-		if !clientInternalHeader(k) || !upstreamDropped(k) {
-			t.Errorf("%s must be stripped", k)
-		}
-	}
-	for _, k := range []string{"x-envoy-internal", "x-envoy-external-address"} {
-		if clientInternalHeader(k) || !upstreamDropped(k) {
-			t.Errorf("%s: Envoy's own at the edge, never sent to a provider", k)
-		}
-	}
-	if clientInternalHeader("x-request-id") || upstreamDropped("x-request-id") || upstreamDropped(":path") || upstreamDropped("content-type") {
-		t.Error("ordinary headers stripped")
-	}
-	// A provider acts on headers of its own: a client must not set them through the gateway.
-	for _, k := range []string{"openai-organization", "openai-project", "anthropic-beta", "x-goog-user-project", "cookie", "authorization", "accept-encoding"} {
-		if !upstreamDropped(k) {
-			t.Errorf("%s reaches the provider", k)
-		}
-	}
-}
 
 // immediateOf returns the immediate response's status, body and x-request-id header.
 func immediateOf(t *testing.T, r *extprocv3.ProcessingResponse) (int, apiErrorBody, string) {
@@ -78,7 +28,7 @@ func immediateOf(t *testing.T, r *extprocv3.ProcessingResponse) (int, apiErrorBo
 	rid := ""
 	for _, h := range im.GetHeaders().GetSetHeaders() {
 		if h.GetHeader().GetKey() == "x-request-id" {
-			rid = headerValue(h.GetHeader())
+			rid = core.HeaderValue(h.GetHeader())
 		}
 	}
 	return int(im.GetStatus().GetCode()), b, rid

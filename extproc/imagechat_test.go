@@ -8,6 +8,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -34,13 +35,13 @@ func imageGateway(t *testing.T) *ir.Gateway {
 // TestImageChatPlan: an I3 model is planned like a chat model and rewritten for Gemini with
 // images asked for; streaming it and any other media model are refused before any hold.
 func TestImageChatPlan(t *testing.T) {
-	rt := Compile(imageGateway(t), nil)
+	rt := core.Compile(imageGateway(t), nil)
 	body := `{"model":"nb","messages":[{"role":"user","content":[{"type":"text","text":"draw a fox"}]}]}`
-	plan, e := rt.planChat([]byte(body))
+	plan, e := planChat(rt, []byte(body))
 	if e != nil || plan.cluster != ir.ModelChainCluster("nb") {
 		t.Fatalf("%+v %v", plan, e)
 	}
-	up, removed, err := rt.attempt([]byte(body), rt.models["nb"], rt.providers["gemini"])
+	up, removed, err := attemptRequest(rt, []byte(body), rt.Models["nb"], rt.Providers["gemini"])
 	if err != nil || len(removed) != 0 || up.Path != "/models/gemini-2.5-flash-image:generateContent" || !strings.Contains(string(up.Body), `"responseModalities":["TEXT","IMAGE"]`) {
 		t.Fatalf("attempt %+v %v %v", up, removed, err)
 	}
@@ -49,7 +50,7 @@ func TestImageChatPlan(t *testing.T) {
 		`{"model":"hailuo-02","messages":[{"role":"user","content":"x"}]}`:                                                         `model "hailuo-02" is a video model, not a chat model: create its tasks with POST /v1/videos`,
 		`{"model":"gpt","messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`: "send it back in a user message",
 	} {
-		if _, e := rt.planChat([]byte(body)); e == nil || e.Status != 400 || !strings.Contains(e.Message, want) {
+		if _, e := planChat(rt, []byte(body)); e == nil || e.Status != 400 || !strings.Contains(e.Message, want) {
 			t.Errorf("%s: %+v; want a 400 saying %q", body, e, want)
 		}
 	}
@@ -58,7 +59,7 @@ func TestImageChatPlan(t *testing.T) {
 // TestImageChatBilling: the hold of an I3 chat request covers the images its output budget
 // pays for; the answer is billed request + image price x the images in its content + tokens.
 func TestImageChatBilling(t *testing.T) {
-	rt := Compile(imageGateway(t), []store.Key{keyRecord("key_valid", validSecret, false)})
+	rt := core.Compile(imageGateway(t), []store.Key{keyRecord("key_valid", validSecret, false)})
 	ledger := billing.NewLedger(map[string]decimal.Decimal{"acct-key_valid": decimal.NewFromInt(100)}, nil, "2026-11")
 	rec := &recorder{}
 	e := startServerWith(t, rt, &Billing{Ledger: ledger, Record: rec.record, Now: func() time.Time { return testNow }})
@@ -68,7 +69,7 @@ func TestImageChatBilling(t *testing.T) {
 	s.roundTrip(requestBody(body))
 	// 3,000 output tokens pay for two 1,290-token images: the hold is the prompt bound's price,
 	// 3,000 completion tokens, two images and the request.
-	plan, _ := rt.planChat([]byte(body))
+	plan, _ := planChat(rt, []byte(body))
 	want := decimal.RequireFromString("0.000001").Mul(decimal.NewFromInt(plan.promptBound)).
 		Add(decimal.RequireFromString("0.006")).Add(decimal.RequireFromString("0.078")).Add(decimal.RequireFromString("0.01"))
 	if avail, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); !decimal.NewFromInt(100).Sub(avail).Equal(want) {
@@ -108,8 +109,8 @@ func TestMeterCountsImageParts(t *testing.T) {
 // honours, not every Gemini chat parameter (it refuses tools, reasoning_effort, and takes n and
 // response_format only at their defaults).
 func TestImageChatCatalogParameters(t *testing.T) {
-	rt := Compile(imageGateway(t), nil)
-	got := strings.Join(rt.models["nb"].sampling, ",")
+	rt := core.Compile(imageGateway(t), nil)
+	got := strings.Join(rt.Models["nb"].Sampling, ",")
 	if got != "frequency_penalty,max_completion_tokens,max_tokens,presence_penalty,seed,stop,temperature,top_p" {
 		t.Fatalf("supported_sampling_parameters %s", got)
 	}
@@ -126,7 +127,7 @@ func TestImageChatBillsImageTokensOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Models = append(g.Models, ir.Model{ID: "nb-tokens", Family: "I3", Variant: "flash-2.5", Pricing: p, Targets: []ir.Target{{Provider: "gemini", Model: "gemini-2.5-flash-image"}}})
-	rt := Compile(g, []store.Key{keyRecord("key_valid", validSecret, false)})
+	rt := core.Compile(g, []store.Key{keyRecord("key_valid", validSecret, false)})
 	ledger := billing.NewLedger(map[string]decimal.Decimal{"acct-key_valid": decimal.NewFromInt(100)}, nil, "2026-11")
 	rec := &recorder{}
 	e := startServerWith(t, rt, &Billing{Ledger: ledger, Record: rec.record, Now: func() time.Time { return testNow }})

@@ -1,6 +1,6 @@
 package extproc
 
-// GET /v1/key: the calling key's own view, so a client can check its key (spec 7.2: a key
+// GET /v1/key: the calling key's own view, so a client can check its key (docs/money.md#key-view: a key
 // refused here is 401 key_market_key_invalid). Answered by ext_proc from the runtime and the
 // in-memory ledger, like the catalog: no store read, no provider.
 
@@ -9,11 +9,11 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
 )
-
-const keyPath = "/v1/key"
 
 // keyView is a key as its holder sees it: never the secret, its hash or its prefix. Amounts are
 // exact decimal strings in USD; times are Unix seconds, as the task objects have them.
@@ -44,8 +44,8 @@ type keyView struct {
 }
 
 // errKeyMarket is how GET /v1/key refuses a key: e's message, under the spec's code for it.
-func errKeyMarket(e *APIError) *APIError {
-	return &APIError{Status: http.StatusUnauthorized, Code: "key_market_key_invalid", Message: e.Message}
+func errKeyMarket(e *core.APIError) *core.APIError {
+	return &core.APIError{Status: http.StatusUnauthorized, Code: "key_market_key_invalid", Message: e.Message}
 }
 
 // keyProcessor answers GET /v1/key at its headers.
@@ -61,7 +61,7 @@ func (k keyProcessor) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.Process
 // answerKey answers GET /v1/key. Checking a key is not a use of it: last_used_at stays.
 func (x *exchange) answerKey(method, auth string) *extprocv3.ProcessingResponse {
 	if method != http.MethodGet {
-		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", clip(method), keyPath))
+		return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", core.Clip(method), core.KeyPath))
 	}
 	k, e := x.lookupKey(auth)
 	if e != nil {
@@ -73,15 +73,15 @@ func (x *exchange) answerKey(method, auth string) *extprocv3.ProcessingResponse 
 }
 
 // viewKey is k's view now.
-func (s *Server) viewKey(k *keyInfo) keyView {
+func (s *Server) viewKey(k *core.KeyInfo) keyView {
 	now := time.Now()
 	if s.billing != nil {
 		now = s.billing.Now()
 	}
 	v := keyView{Object: "key", ID: k.ID, Account: k.Account, Month: now.UTC().Format("2006-01"),
-		Models: k.modelList, CreatedAt: k.created.Unix()}
-	if k.name != "" {
-		v.Label = &k.name
+		Models: k.ModelList, CreatedAt: k.Created.Unix()}
+	if k.Name != "" {
+		v.Label = &k.Name
 	}
 	if k.MonthlyLimit != nil {
 		v.MonthlyLimit = amount(*k.MonthlyLimit)
@@ -93,8 +93,8 @@ func (s *Server) viewKey(k *keyInfo) keyView {
 			v.Remaining = amount(decimal.Max(k.MonthlyLimit.Sub(spent).Sub(held), decimal.Zero))
 		}
 	}
-	last := k.savedUse
-	if t, ok := s.keyUse.lastUse(k.ID); ok && (last == nil || t.After(*last)) {
+	last := k.SavedUse
+	if t, ok := s.keyUse.LastUse(k.ID); ok && (last == nil || t.After(*last)) {
 		last = &t
 	}
 	if last != nil {

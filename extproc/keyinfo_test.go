@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
 
@@ -63,7 +65,7 @@ func TestKeyInfo(t *testing.T) {
 	e, ledger, rec := billedServer(t, "1000", &limit)
 	k := keyRecord("key_valid", validSecret, false)
 	k.Name, k.MonthlyLimit, k.Models, k.LastUsedAt = "ci", &limit, []string{"gpt", "route:support"}, &persisted
-	e.srv.Swap(Compile(pricedGateway(t), []store.Key{k}))
+	e.srv.Swap(core.Compile(pricedGateway(t), []store.Key{k}))
 	auth := "Bearer " + validSecret
 
 	status, body := getKey(t, e, "GET", auth)
@@ -126,16 +128,16 @@ func TestKeyInfoRefusals(t *testing.T) {
 	e := startServer(t, testRuntime())
 	for _, tc := range []struct {
 		name, auth string
-		like       *APIError
+		like       *core.APIError
 	}{
-		{"no key", "", errMissingKey},
-		{"basic", "Basic dXNlcjpwYXNz", errMissingKey},
-		{"malformed", "Bearer ale-x", errMalformedKey},
-		{"unknown", "Bearer " + unknownSecret, errInvalidKey},
-		{"revoked", "Bearer " + revokedSecret, errInvalidKey},
+		{"no key", "", core.ErrMissingKey},
+		{"basic", "Basic dXNlcjpwYXNz", core.ErrMissingKey},
+		{"malformed", "Bearer ale-x", core.ErrMalformedKey},
+		{"unknown", "Bearer " + unknownSecret, core.ErrInvalidKey},
+		{"revoked", "Bearer " + revokedSecret, core.ErrInvalidKey},
 	} {
 		status, body := getKey(t, e, "GET", tc.auth)
-		var got errorBody
+		var got core.ErrorBody
 		_ = json.Unmarshal(body, &got)
 		if status != 401 || got.Error.Code != "key_market_key_invalid" || got.Error.Message != tc.like.Message || got.Error.RequestID != "rid-key" {
 			t.Errorf("%s: %d %s; want 401 key_market_key_invalid saying %q", tc.name, status, body, tc.like.Message)
@@ -195,7 +197,7 @@ func TestKeysUsed(t *testing.T) {
 	s.roundTrip(chatHeaders("Bearer "+validSecret, "r2", true))
 	s.close()
 	later := time.Now().Add(2 * time.Second)
-	e.srv.keyUse.touch("key_valid", later)
+	e.srv.keyUse.Touch("key_valid", later)
 	if err := e.srv.SaveKeysUsed(func(map[string]time.Time) error { return errors.New("disk full") }); err == nil {
 		t.Fatal("a failed save was not reported")
 	}
@@ -211,7 +213,7 @@ func TestKeysUsed(t *testing.T) {
 
 // GET /v1/key is counted under its own endpoint label.
 func TestKeyInfoEndpointLabel(t *testing.T) {
-	if got := endpointLabel(keyPath); got != EndpointKey {
-		t.Fatalf("endpointLabel(%s) = %q", keyPath, got)
+	if got := endpointLabel(core.KeyPath); got != EndpointKey {
+		t.Fatalf("endpointLabel(%s) = %q", core.KeyPath, got)
 	}
 }

@@ -18,7 +18,7 @@ func BenchmarkLargeBody(b *testing.B) {
 	body := largeChatBody()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, e := rt.planChat(body); e != nil {
+		if _, e := planChat(rt, body); e != nil {
 			b.Fatal(e)
 		}
 	}
@@ -30,7 +30,7 @@ func BenchmarkLargeBodyAttempt(b *testing.B) {
 	body := largeChatBody()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, _, err := rt.attempt(body, rt.models["gpt"], rt.providers["openai"]); err != nil {
+		if _, _, err := attemptRequest(rt, body, rt.Models["gpt"], rt.Providers["openai"]); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,6 +1,6 @@
 package extproc
 
-// Media tasks at the edge (spec 4.3, 4.4): POST /v1/videos and POST /v1/images create a task,
+// Media tasks at the edge (docs/media.md): POST /v1/videos and POST /v1/images create a task,
 // GET /v1/{videos,images}/{id} reads it. Both are answered by ext_proc itself: creation and
 // queries reach the provider through Envoy's internal listener (extproc/tasks), never through
 // the client's connection, because the provider's task outlives the request.
@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
 
@@ -29,19 +31,6 @@ import (
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
-
-// mediaPaths are the task endpoints, by the kind of task they create.
-var mediaPaths = map[string]string{ir.KindVideo: "/v1/videos", ir.KindImage: "/v1/images"}
-
-// mediaKind is the kind of task path's endpoint serves ("" when it is not a media path).
-func mediaKind(path string) string {
-	for kind, p := range mediaPaths {
-		if path == p || strings.HasPrefix(path, p+"/") {
-			return kind
-		}
-	}
-	return ""
-}
 
 // Provider calls made while a client waits must end inside Envoy's ext_proc message timeout
 // (5 s), or Envoy fails the request closed. A create extends that timeout once, by
@@ -100,13 +89,13 @@ func (m mediaProcessor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 
 // mediaHeaders admits a request to the media endpoints; it returns nil to go on to the body.
 func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *extprocv3.ProcessingResponse {
-	base := mediaPaths[kind]
+	base := core.MediaPaths[kind]
 	if x.s.tasks == nil {
 		why := "they are not enabled"
 		if r := x.s.tasksOff.Load(); r != nil {
 			why = *r
 		}
-		return x.fail(apiErr(http.StatusServiceUnavailable, "media_unavailable", "%s tasks are not available on this gateway: %s", kind, why))
+		return x.fail(core.Errorf(http.StatusServiceUnavailable, "media_unavailable", "%s tasks are not available on this gateway: %s", kind, why))
 	}
 	if x.key == nil { // a paid endpoint (payment.go) has settled who the caller is
 		if e := x.authenticate(auth); e != nil {
@@ -115,11 +104,11 @@ func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *e
 	}
 	if path == base {
 		if method != http.MethodPost {
-			return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; create a%s %s task with POST %s (GET %s/{id} reads one)", clip(method), base, article(kind), kind, base, base))
+			return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; create a%s %s task with POST %s (GET %s/{id} reads one)", core.Clip(method), base, core.Article(kind), kind, base, base))
 		}
 		if mt, _, err := mime.ParseMediaType(contentType); contentType != "" && (err != nil || (mt != "application/json" && mt != "multipart/form-data")) {
-			return x.fail(apiErr(http.StatusUnsupportedMediaType, "unsupported_media_type",
-				"content-type %s is not supported: send JSON (application/json) or a form (multipart/form-data)", clip(contentType)))
+			return x.fail(core.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type",
+				"content-type %s is not supported: send JSON (application/json) or a form (multipart/form-data)", core.Clip(contentType)))
 		}
 		x.media, x.contentType = kind, contentType
 		return nil
@@ -127,16 +116,16 @@ func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *e
 	id := strings.TrimPrefix(path, base+"/")
 	if method == http.MethodPost {
 		// A create sent to a sub-path (the OpenAI SDK's images.generate posts to /images/generations).
-		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "POST %s is not supported; create a%s %s task with POST %s", clip(path), article(kind), kind, base))
+		return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST %s is not supported; create a%s %s task with POST %s", core.Clip(path), core.Article(kind), kind, base))
 	}
 	if method != http.MethodGet || id == "" || strings.Contains(id, "/") {
-		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; read a%s %s task with GET %s/{id} (POST %s creates one)", clip(method), clip(path), article(kind), kind, base, base))
+		return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; read a%s %s task with GET %s/{id} (POST %s creates one)", core.Clip(method), core.Clip(path), core.Article(kind), kind, base, base))
 	}
 	ctx, cancel := context.WithTimeout(x.requestContext(), refreshTimeout)
 	defer cancel()
 	t, err := x.s.tasks.Service.Get(ctx, x.key.Account, id)
 	if err == nil && t.Kind != kind {
-		err = &tasks.Error{Kind: tasks.KindNotFound, Code: "not_found", Message: "no " + kind + " task " + clip(id) + "; it is a " + t.Kind + " task: GET " + mediaPaths[t.Kind] + "/" + clip(id)}
+		err = &tasks.Error{Kind: tasks.KindNotFound, Code: "not_found", Message: "no " + kind + " task " + core.Clip(id) + "; it is a " + t.Kind + " task: GET " + core.MediaPaths[t.Kind] + "/" + core.Clip(id)}
 	}
 	if err != nil {
 		return x.fail(taskAPIError(err))
@@ -144,13 +133,6 @@ func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *e
 	x.taskModel, x.provider = t.Model, t.Provider
 	body, _ := json.Marshal(tasks.ObjectOf(t, time.Now()))
 	return x.reply(http.StatusOK, body)
-}
-
-func article(kind string) string {
-	if kind == ir.KindImage {
-		return "n"
-	}
-	return ""
 }
 
 // mediaBody creates a task from the request body and answers with its object.
@@ -165,12 +147,12 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		form := raw
 		var err error
 		if raw, err = formBody(x.contentType, form, nil); err != nil {
-			return x.fail(malformed(apiErr(http.StatusBadRequest, "invalid_request", "%v", err)))
+			return x.fail(core.Malformed(core.Errorf(http.StatusBadRequest, "invalid_request", "%v", err)))
 		}
 		// The model's family may keep more fields as strings: read the form again with them.
 		if more := familyStrings(rt, raw); len(more) > 0 {
 			if raw, err = formBody(x.contentType, form, more); err != nil {
-				return x.fail(malformed(apiErr(http.StatusBadRequest, "invalid_request", "%v", err)))
+				return x.fail(core.Malformed(core.Errorf(http.StatusBadRequest, "invalid_request", "%v", err)))
 			}
 		}
 	}
@@ -180,14 +162,14 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		if syntax := errors.Unwrap(err); syntax != nil {
 			problem = jsonSyntax(syntax)
 		}
-		return x.fail(apiErr(http.StatusBadRequest, "invalid_json", `the body must be one JSON object (%s); send {"model": ..., ...} encoded in UTF-8`, problem))
+		return x.fail(core.Errorf(http.StatusBadRequest, "invalid_json", `the body must be one JSON object (%s); send {"model": ..., ...} encoded in UTF-8`, problem))
 	}
 	var modelID, mode string
 	if json.Unmarshal(req["model"], &modelID) != nil || modelID == "" {
-		return x.fail(apiErr(http.StatusBadRequest, "missing_model", "model is required: a%s %s model id from GET /v1/models, or a route id route:<name>", article(kind), kind))
+		return x.fail(core.Errorf(http.StatusBadRequest, "missing_model", "model is required: a%s %s model id from GET /v1/models, or a route id route:<name>", core.Article(kind), kind))
 	}
 	if v := req["route_mode"]; v != nil && (json.Unmarshal(v, &mode) != nil || !ir.ValidMode(mode)) {
-		return x.fail(apiErr(http.StatusBadRequest, "invalid_route_mode", "route_mode must be one of %s (balanced when omitted)", strings.Join(ir.Modes, ", ")))
+		return x.fail(core.Errorf(http.StatusBadRequest, "invalid_route_mode", "route_mode must be one of %s (balanced when omitted)", strings.Join(ir.Modes, ", ")))
 	}
 	var pin string
 	if r := req["route"]; r != nil {
@@ -195,22 +177,22 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 			Provider string `json:"provider"`
 		}
 		if json.Unmarshal(r, &route) != nil {
-			return x.fail(apiErr(http.StatusBadRequest, "invalid_request", `route must be an object like {"provider": "name"}`))
+			return x.fail(core.Errorf(http.StatusBadRequest, "invalid_request", `route must be an object like {"provider": "name"}`))
 		}
 		pin = route.Provider
 	}
-	models, route, e := rt.mediaModels(kind, modelID, mode)
+	models, route, e := mediaModels(rt, kind, modelID, mode)
 	if e != nil {
 		return x.fail(e)
 	}
 	if route != nil {
-		pin = "" // the route chooses providers itself (spec 4.1 rule 3)
+		pin = "" // the route chooses providers itself (docs/api.md#routes)
 	}
-	if !x.key.allowsModels(route, models) {
+	if !x.key.AllowsModels(route, models) {
 		if x.endpointRefuses(route, models) {
-			return x.fail(x.endpointModels(fmt.Sprintf("model %q", clip(modelID))))
+			return x.fail(x.endpointModels(fmt.Sprintf("model %q", core.Clip(modelID))))
 		}
-		return x.fail(apiErr(http.StatusForbidden, "model_not_allowed", "this API key may not use %s", clip(modelID)))
+		return x.fail(core.Errorf(http.StatusForbidden, "model_not_allowed", "this API key may not use %s", core.Clip(modelID)))
 	}
 	// The candidates, in order: each model the body is valid for, with its providers that can
 	// take traffic. A route's later model of another family checks the body its own way; one
@@ -219,7 +201,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		attempts []tasks.Attempt
 		refusal  error
 		worst    decimal.Decimal
-		first    *model // the model of the first attempt: the task's, until a fallback moves on
+		first    *core.Model // the model of the first attempt: the task's, until a fallback moves on
 		tr       task.Validated
 	)
 	now := time.Now()
@@ -230,7 +212,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 		}
 		var ready []tasks.Attempt
 		for _, t := range m.Targets {
-			p := rt.providers[t.Provider]
+			p := rt.Providers[t.Provider]
 			// A provider refusing the gateway's credential is tried again now and then (refusals.go).
 			if p == nil || (pin != "" && pin != p.Name) || !p.Ready() || !x.s.refusals.mayTry(p.Name, now) {
 				continue
@@ -257,20 +239,20 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	switch {
 	case len(attempts) > 0:
 	case refusal != nil:
-		return x.fail(apiErr(http.StatusBadRequest, "invalid_request", "%s", strings.TrimPrefix(refusal.Error(), provider.ErrBadRequest.Error()+": ")))
+		return x.fail(core.Errorf(http.StatusBadRequest, "invalid_request", "%s", strings.TrimPrefix(refusal.Error(), provider.ErrBadRequest.Error()+": ")))
 	case pin != "" && x.s.refusals.has(pin):
-		return x.fail(apiErr(http.StatusServiceUnavailable, "provider_not_available", "%s; remove route.provider or choose another", x.s.refusals.reason(pin)))
+		return x.fail(core.Errorf(http.StatusServiceUnavailable, "provider_not_available", "%s; remove route.provider or choose another", x.s.refusals.reason(pin)))
 	case pin != "":
-		return x.fail(apiErr(http.StatusBadRequest, "provider_not_available", "provider %q does not serve model %q or cannot take traffic; remove route.provider or choose another", clip(pin), models[0].ID))
+		return x.fail(core.Errorf(http.StatusBadRequest, "provider_not_available", "provider %q does not serve model %q or cannot take traffic; remove route.provider or choose another", core.Clip(pin), models[0].ID))
 	case route != nil:
-		return x.fail(apiErr(http.StatusServiceUnavailable, "route_unavailable", "no model of route %s has a provider that can take traffic; check their providers' credentials", route.ID))
+		return x.fail(core.Errorf(http.StatusServiceUnavailable, "route_unavailable", "no model of route %s has a provider that can take traffic; check their providers' credentials", route.ID))
 	default:
-		return x.fail(rt.unavailable(models[0], x.s.refusals.reason))
+		return x.fail(rt.Unavailable(models[0], x.s.refusals.reason))
 	}
 	m := first
 	if tr.CallbackURL != "" {
 		if err := x.s.tasks.Callbacks.CheckURL(x.requestContext(), tr.CallbackURL); err != nil {
-			return x.fail(apiErr(http.StatusBadRequest, "invalid_callback_url", "%v", err))
+			return x.fail(core.Errorf(http.StatusBadRequest, "invalid_callback_url", "%v", err))
 		}
 	}
 	// A task the store cannot record must not be created: the provider would run (and bill)
@@ -325,7 +307,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	}
 	if answer := resp.GetImmediateResponse(); answer.GetStatus().GetCode() == http.StatusOK {
 		if removed := removedOf(attempts, t); len(removed) > 0 {
-			addHeaders(answer.Headers, map[string]string{"x-tollway-removed-params": strings.Join(removed, ",")})
+			core.AddHeaders(answer.Headers, map[string]string{"x-tollway-removed-params": strings.Join(removed, ",")})
 		}
 	}
 	return resp
@@ -345,39 +327,31 @@ func removedOf(attempts []tasks.Attempt, t *store.Task) []string {
 // mediaModels resolves a create's model field to the catalog models of this kind it may run, in
 // order: the model itself, or a route's models (a priority route's list, or the one route_mode
 // maps to), with the route.
-func (rt *Runtime) mediaModels(kind, id, mode string) ([]*model, *ir.Route, *APIError) {
+func mediaModels(rt *core.Runtime, kind, id, mode string) ([]*core.Model, *ir.Route, *core.APIError) {
 	if strings.HasPrefix(id, ir.RoutePrefix) {
-		r, ids, e := rt.routeModels(id, mode)
+		r, ids, e := rt.RouteModels(id, mode)
 		if e != nil {
 			return nil, nil, e
 		}
-		var out []*model
+		var out []*core.Model
 		for _, mid := range ids {
-			out = append(out, rt.models[mid])
+			out = append(out, rt.Models[mid])
 		}
 		// A route's models answer one endpoint (ir.Gateway.Validate): the first one says which.
 		if other := out[0].Kind(); other != kind {
-			return nil, nil, apiErr(http.StatusBadRequest, "model_not_found", "route %s serves %s models, not %s models: POST %s", r.ID, other, kind, endpointOf(other))
+			return nil, nil, core.Errorf(http.StatusBadRequest, "model_not_found", "route %s serves %s models, not %s models: POST %s", r.ID, other, kind, core.EndpointOf(other))
 		}
 		return out, r, nil
 	}
-	m := rt.models[id]
+	m := rt.Models[id]
 	if m == nil || m.Kind() != kind {
 		hint := ""
 		if m != nil {
-			hint = fmt.Sprintf("; it is a%s %s model: POST %s", article(m.Kind()), m.Kind(), endpointOf(m.Kind()))
+			hint = fmt.Sprintf("; it is a%s %s model: POST %s", core.Article(m.Kind()), m.Kind(), core.EndpointOf(m.Kind()))
 		}
-		return nil, nil, apiErr(http.StatusBadRequest, "model_not_found", "model %q is not a%s %s model of the catalog%s; GET /v1/models lists them (output_modalities %s)", clip(id), article(kind), kind, hint, kind)
+		return nil, nil, core.Errorf(http.StatusBadRequest, "model_not_found", "model %q is not a%s %s model of the catalog%s; GET /v1/models lists them (output_modalities %s)", core.Clip(id), core.Article(kind), kind, hint, kind)
 	}
-	return []*model{m}, nil, nil
-}
-
-// endpointOf is the endpoint that creates answers of a model kind.
-func endpointOf(kind string) string {
-	if kind == ir.KindChat {
-		return chatPath
-	}
-	return mediaPaths[kind]
+	return []*core.Model{m}, nil, nil
 }
 
 // routeID is a task's route: its id, or "" for a model named directly.
@@ -389,13 +363,13 @@ func routeID(r *ir.Route) string {
 }
 
 // taskAPIError maps the task service's failures to the spec's errors, at the boundary.
-func taskAPIError(err error) *APIError {
+func taskAPIError(err error) *core.APIError {
 	var te *tasks.Error
 	if !errors.As(err, &te) {
-		return apiErr(http.StatusInternalServerError, "internal_error", "the task failed inside the gateway; retry")
+		return core.Errorf(http.StatusInternalServerError, "internal_error", "the task failed inside the gateway; retry")
 	}
 	status := map[tasks.Kind]int{tasks.KindBadRequest: 400, tasks.KindNotFound: 404, tasks.KindUnavailable: 503, tasks.KindInternal: 500}[te.Kind]
-	return apiErr(status, te.Code, "%s", te.Message)
+	return core.Errorf(status, te.Code, "%s", te.Message)
 }
 
 // taskPrice is what a finished task costs. Completed: the request price, the duration price
@@ -405,7 +379,7 @@ func taskAPIError(err error) *APIError {
 // the provider reports it used anyway (Gemini bills a prompt that produced no image), never
 // those of an image the client did not get.
 func (s *Server) taskPrice(t *store.Task) decimal.Decimal {
-	m := s.runtime.Load().models[t.Model]
+	m := s.runtime.Load().Models[t.Model]
 	if m == nil {
 		return decimal.Zero
 	}
@@ -459,7 +433,7 @@ func formBody(contentType string, raw []byte, more []string) ([]byte, error) {
 
 // familyStrings are the string fields beyond formStrings of the families body's model (or every
 // model of its route) belongs to.
-func familyStrings(rt *Runtime, body []byte) []string {
+func familyStrings(rt *core.Runtime, body []byte) []string {
 	var b struct {
 		Model string `json:"model"`
 	}
@@ -467,12 +441,12 @@ func familyStrings(rt *Runtime, body []byte) []string {
 		return nil
 	}
 	ids := []string{b.Model}
-	if r := rt.routes[b.Model]; r != nil {
+	if r := rt.Routes[b.Model]; r != nil {
 		ids = slices.Concat(r.Models, slices.Collect(maps.Values(r.Modes)))
 	}
 	var out []string
 	for _, id := range ids {
-		if m := rt.models[id]; m != nil {
+		if m := rt.Models[id]; m != nil {
 			a, err := task.For(m.Family)
 			if fs, ok := a.(task.FormStrings); err == nil && ok {
 				out = append(out, fs.FormStrings()...)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -70,16 +71,16 @@ func (s *Server) SetObserver(o Observer) { s.obs = o }
 // endpointLabel names the endpoint a path is counted under.
 func endpointLabel(path string) string {
 	switch {
-	case path == chatPath:
+	case path == core.ChatPath:
 		return EndpointChat
-	case path == modelsPath || strings.HasPrefix(path, modelsPath+"/"):
+	case path == core.ModelsPath || strings.HasPrefix(path, core.ModelsPath+"/"):
 		return EndpointModels
-	case strings.HasPrefix(path, payPrefix):
+	case strings.HasPrefix(path, core.PayPrefix):
 		return EndpointPaid
-	case path == keyPath:
+	case path == core.KeyPath:
 		return EndpointKey
 	}
-	switch mediaKind(path) {
+	switch core.MediaKind(path) {
 	case ir.KindVideo:
 		return EndpointVideos
 	case ir.KindImage:

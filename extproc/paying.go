@@ -2,8 +2,8 @@ package extproc
 
 // A credential's use: it is claimed in the store, durably, before the business call it pays
 // for runs (a credential pays for one request), and held in memory while that request runs, so
-// that a copy sent meanwhile is told apart from a replay: 409 payment_in_progress (spec 7.3's
-// request-state conflict: the first request's answer is still coming) rather than 402
+// that a copy sent meanwhile is told apart from a replay: 409 payment_in_progress (docs/x402.md#statuses:
+// a request-state conflict: the first request's answer is still coming) rather than 402
 // payment_already_used (its answer was given). The store's claim alone makes a credential
 // single-use; the memory only picks the refusal.
 
@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
 )
@@ -43,13 +44,13 @@ func (f *inFlight) drop(key string) {
 	f.mu.Unlock()
 }
 
-var errPaymentInProgress = apiErr(http.StatusConflict, "payment_in_progress",
+var errPaymentInProgress = core.Errorf(http.StatusConflict, "payment_in_progress",
 	"another request paid with this credential is still in progress; its answer is the one this credential pays for (a credential pays for one request). To run this request as well, send it without PAYMENT-SIGNATURE and sign the new PAYMENT-REQUIRED")
 
 // useCredential claims cred for this request and holds it until the request ends (endPaying);
 // nil means it is this request's. The claim is taken in memory first, so a copy finds it in use
 // from before the store's claim until after the request's end.
-func (x *exchange) useCredential(cred x402.Credential) *APIError {
+func (x *exchange) useCredential(cred x402.Credential) *core.APIError {
 	key := cred.Key()
 	if !x.s.paying.take(key) {
 		return errPaymentInProgress
@@ -66,7 +67,7 @@ func (x *exchange) useCredential(cred x402.Credential) *APIError {
 	case errors.Is(err, store.ErrUnavailable) && x.s.storeRefusal() != nil:
 		return x.s.storeRefusal() // the store failed as the claim was written: the credential is unused
 	}
-	return apiErr(http.StatusInternalServerError, "internal_error", "the payment could not be recorded; nothing was charged; retry")
+	return core.Errorf(http.StatusInternalServerError, "internal_error", "the payment could not be recorded; nothing was charged; retry")
 }
 
 // endPaying lets go of the request's credential (it stays used in the store): the request's

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store/bbolt"
 )
@@ -85,20 +86,20 @@ func TestCredentialInUse(t *testing.T) {
 // a request it cannot read; other statuses, and the shared error values, are untouched.
 func TestPaidRefusal(t *testing.T) {
 	for _, c := range []struct {
-		e    *APIError
+		e    *core.APIError
 		want int
 	}{
-		{apiErr(http.StatusBadRequest, "invalid_request", "max_tokens must be a positive integer"), 422},
-		{apiErr(http.StatusBadRequest, "model_not_found", "no such model"), 422},
-		{apiErr(http.StatusBadRequest, "invalid_messages", "messages must be an array"), 422},
-		{apiErr(http.StatusBadRequest, "upstream_error", "the provider refused it"), 422},
-		{apiErr(http.StatusBadRequest, "invalid_json", "not JSON"), 400},
-		{apiErr(http.StatusBadRequest, "invalid_payment_signature", "not base64"), 400},
-		{apiErr(http.StatusBadRequest, "invalid_payment_payload", "not an object"), 400},
-		{malformed(apiErr(http.StatusBadRequest, "invalid_request", "the multipart body is malformed")), 400},
-		{errNoBody, 400},
-		{apiErr(http.StatusForbidden, "model_not_allowed", "not this model"), 403},
-		{apiErr(http.StatusPaymentRequired, "payment_required", "pay"), 402},
+		{core.Errorf(http.StatusBadRequest, "invalid_request", "max_tokens must be a positive integer"), 422},
+		{core.Errorf(http.StatusBadRequest, "model_not_found", "no such model"), 422},
+		{core.Errorf(http.StatusBadRequest, "invalid_messages", "messages must be an array"), 422},
+		{core.Errorf(http.StatusBadRequest, "upstream_error", "the provider refused it"), 422},
+		{core.Errorf(http.StatusBadRequest, "invalid_json", "not JSON"), 400},
+		{core.Errorf(http.StatusBadRequest, "invalid_payment_signature", "not base64"), 400},
+		{core.Errorf(http.StatusBadRequest, "invalid_payment_payload", "not an object"), 400},
+		{core.Malformed(core.Errorf(http.StatusBadRequest, "invalid_request", "the multipart body is malformed")), 400},
+		{core.ErrNoBody, 400},
+		{core.Errorf(http.StatusForbidden, "model_not_allowed", "not this model"), 403},
+		{core.Errorf(http.StatusPaymentRequired, "payment_required", "pay"), 402},
 	} {
 		before := *c.e
 		got := paidRefusal(c.e)

@@ -1,6 +1,6 @@
 package extproc
 
-// Pay per request (spec 4.6, 5.7, 7.3): POST {pay_url}/x402/{slug} runs the endpoint's business
+// Pay per request (docs/x402.md): POST {pay_url}/x402/{slug} runs the endpoint's business
 // API (chat completions, videos, images) paid through x402 v2 instead of, or besides, an API
 // key. The request is validated first (a body that cannot be read gets its 400, a refused
 // business parameter its 422, before any payment is asked for), then priced: no
@@ -9,7 +9,7 @@ package extproc
 // (bbolt, before the business call: a copy while its request runs is a 409, a replay after it a
 // 402; paying.go), verified by the facilitator, and only then does the business call run,
 // routed and metered like a keyed one. It is settled only when it succeeded: exact before the
-// first byte, upto at the end for the cost metered (see the README for streams). Only the
+// first byte, upto at the end for the cost metered (docs/x402.md#settlement). Only the
 // facilitator's refusal withholds the result; a settlement whose answer is lost is served as
 // pending and finished by Settlements (settlements.go). The protocol itself is extproc/x402.
 
@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
@@ -33,9 +35,6 @@ import (
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
-
-// payPrefix starts every paid path: {pay_url}/x402/{slug}.
-const payPrefix = "/x402/"
 
 // The x402 headers as Envoy carries them (lower case; HTTP header names are case-insensitive).
 var (
@@ -87,7 +86,7 @@ type payState struct {
 	hold decimal.Decimal
 	// key is the caller's key before the endpoint's models narrowed it (keyless: the
 	// endpoint's account, every model); inUse the credential held while the request runs.
-	key   *keyInfo
+	key   *core.KeyInfo
 	inUse string
 }
 
@@ -104,7 +103,7 @@ type paidProcessor struct {
 
 func (p *paidProcessor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	x, hd := p.x, &p.x.head
-	resp := x.paidHeaders(strings.TrimPrefix(hd.path, payPrefix), hd.method, hd.auth, hd.contentType, hd.contentLength, hd.paySig, h, hd.strip)
+	resp := x.paidHeaders(strings.TrimPrefix(hd.path, core.PayPrefix), hd.method, hd.auth, hd.contentType, hd.contentLength, hd.paySig, h, hd.strip)
 	p.inner = chatProcessor{x}
 	if x.media != "" {
 		p.inner = mediaProcessor{x: x, kind: x.media}
@@ -136,86 +135,74 @@ func (x *exchange) paidHeaders(rest, method, auth, contentType, contentLength, s
 		offer = ps.Offers[slug]
 	}
 	if offer == nil {
-		return x.fail(apiErr(http.StatusNotFound, "payment_endpoint_not_found", "no paid endpoint %q; its URL is {pay_url}/x402/{slug} with a slug from the gateway's x402.endpoints", clip(slug)))
+		return x.fail(core.Errorf(http.StatusNotFound, "payment_endpoint_not_found", "no paid endpoint %q; its URL is {pay_url}/x402/{slug} with a slug from the gateway's x402.endpoints", core.Clip(slug)))
 	}
 	ep := offer.Endpoint
-	kind := mediaKind(ep.Target)
-	// A key is needed when the endpoint says so (the payment does not replace it, spec 5.7);
+	kind := core.MediaKind(ep.Target)
+	// A key is needed when the endpoint says so (the payment does not replace it: docs/x402.md#order-of-checks);
 	// one that is sent must be valid either way.
 	if ep.RequireKey || auth != "" {
 		if e := x.authenticate(auth); e != nil {
 			return x.fail(e)
 		}
 	} else {
-		x.key = &keyInfo{ID: paidAccount(slug), Account: paidAccount(slug)}
+		x.key = &core.KeyInfo{ID: paidAccount(slug), Account: paidAccount(slug)}
 	}
 	if taskID != "" {
 		// Reading a task the endpoint created: its unguessable id is the capability (a client
 		// that paid without a key has nothing else), within the endpoint's own account.
 		if kind == "" || method != http.MethodGet {
-			return x.fail(apiErr(http.StatusNotFound, "not_found", "no endpoint %s %s; paid task endpoints answer GET %s%s/{id}", clip(method), clip(payPrefix+rest), payPrefix, slug))
+			return x.fail(core.Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; paid task endpoints answer GET %s%s/{id}", core.Clip(method), core.Clip(core.PayPrefix+rest), core.PayPrefix, slug))
 		}
-		return x.mediaHeaders(kind, method, mediaPaths[kind]+"/"+taskID, auth, contentType)
+		return x.mediaHeaders(kind, method, core.MediaPaths[kind]+"/"+taskID, auth, contentType)
 	}
 	if method != http.MethodPost {
-		return x.fail(apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s%s is not supported; use POST (it runs POST %s)", clip(method), payPrefix, slug, ep.Target))
+		return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s%s is not supported; use POST (it runs POST %s)", core.Clip(method), core.PayPrefix, slug, ep.Target))
 	}
 	x.pay = &payState{slug: slug, offer: offer, fac: ps.Facilitator, settlements: ps.Settlements, key: x.key}
 	if len(ep.Models) > 0 {
-		x.key = x.key.narrowed(ep.Models)
+		x.key = x.key.Narrowed(ep.Models)
 	}
 	if sig != "" {
 		p, err := x402.DecodePaymentSignature(sig)
 		if err != nil {
-			return x.fail(apiErr(x402.Status(err), x402.Code(err), "%v", err))
+			return x.fail(core.Errorf(x402.Status(err), x402.Code(err), "%v", err))
 		}
 		x.pay.payload = p
 	}
 	if kind != "" {
 		// nil from mediaHeaders means "go on to the body", as for a keyed create.
-		if resp := x.mediaHeaders(kind, http.MethodPost, mediaPaths[kind], auth, contentType); resp != nil {
+		if resp := x.mediaHeaders(kind, http.MethodPost, core.MediaPaths[kind], auth, contentType); resp != nil {
 			return resp
 		}
 		return x.readBody(h, contentLength, strip)
 	}
-	if e := checkContentType(contentType); e != nil {
+	if e := core.CheckContentType(contentType); e != nil {
 		return x.fail(e)
 	}
 	return x.readBody(h, contentLength, strip)
 }
 
-// narrowed is k limited to models as well (an endpoint's models: list).
-func (k *keyInfo) narrowed(models []string) *keyInfo {
-	n := *k
-	n.models = map[string]bool{}
-	for _, m := range models {
-		if k.models == nil || k.models[m] {
-			n.models[m] = true
-		}
-	}
-	return &n
-}
-
 // endpointRefuses reports whether a paid endpoint's models list, and not the caller's key,
 // refuses route r (nil: none) running models: the key alone (a keyless request: none) allows
 // them.
-func (x *exchange) endpointRefuses(r *ir.Route, models []*model) bool {
-	return x.pay != nil && x.pay.key.allowsModels(r, models)
+func (x *exchange) endpointRefuses(r *ir.Route, models []*core.Model) bool {
+	return x.pay != nil && x.pay.key.AllowsModels(r, models)
 }
 
 // endpointModels is the 403 of a request for target that the paid endpoint's models list
 // refuses: it names the endpoint and its models (there may be no key to blame).
-func (x *exchange) endpointModels(target string) *APIError {
-	return apiErr(http.StatusForbidden, "model_not_allowed", "the paid endpoint %s serves only %s, not %s; send one of those as model",
+func (x *exchange) endpointModels(target string) *core.APIError {
+	return core.Errorf(http.StatusForbidden, "model_not_allowed", "the paid endpoint %s serves only %s, not %s; send one of those as model",
 		x.pay.slug, strings.Join(x.pay.offer.Endpoint.Models, ", "), target)
 }
 
-// paidRefusal is e as a paid endpoint answers it (spec 7.3): 400 stays for a request that
+// paidRefusal is e as a paid endpoint answers it (docs/x402.md#statuses): 400 stays for a request that
 // cannot be read (its headers, its PAYMENT-SIGNATURE, no body, JSON or form syntax); every
 // other 400, a business parameter refused by the gateway's checks or by the provider, is 422
 // with the same code and message. Keyed endpoints keep 400.
-func paidRefusal(e *APIError) *APIError {
-	if e.Status != http.StatusBadRequest || e.malformed || unreadable[e.Code] {
+func paidRefusal(e *core.APIError) *core.APIError {
+	if e.Status != http.StatusBadRequest || e.Malformed || unreadable[e.Code] {
 		return e
 	}
 	c := *e
@@ -230,7 +217,7 @@ var unreadable = map[string]bool{"invalid_json": true, "invalid_request_id": tru
 // would hold) and checks its credential; nil means the business call may run. Every refusal
 // before the facilitator's verify is free for the client; a credential refused by the
 // facilitator stays used.
-func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
+func (x *exchange) payAdmit(worst decimal.Decimal) *core.APIError {
 	p := x.pay
 	p.hold = worst
 	var quote decimal.Decimal
@@ -239,7 +226,7 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 	}
 	offered, err := p.offer.Requirements(quote)
 	if err != nil {
-		return apiErr(http.StatusInternalServerError, "payment_quote_failed", "this request cannot be priced for payment: %v", err)
+		return core.Errorf(http.StatusInternalServerError, "payment_quote_failed", "this request cannot be priced for payment: %v", err)
 	}
 	p.offered = offered
 	if p.payload == nil {
@@ -254,7 +241,7 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 		if x402.Status(err) == http.StatusPaymentRequired {
 			return x.paymentRequired(err.Error(), x402.Code(err), err.Error())
 		}
-		return apiErr(x402.Status(err), x402.Code(err), "%v", err)
+		return core.Errorf(x402.Status(err), x402.Code(err), "%v", err)
 	}
 	if e := x.useCredential(cred); e != nil {
 		return e
@@ -266,7 +253,7 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 	// Under the request's context: for a client gone there is no business call to verify.
 	if _, err := p.fac.Verify(x.requestContext(), p.payload, offered[i]); err != nil {
 		if errors.Is(err, x402.ErrUnavailable) {
-			return apiErr(http.StatusServiceUnavailable, "facilitator_unavailable", "the payment facilitator cannot be reached, so the request was not run; retry later with a new credential")
+			return core.Errorf(http.StatusServiceUnavailable, "facilitator_unavailable", "the payment facilitator cannot be reached, so the request was not run; retry later with a new credential")
 		}
 		return x.paymentRequired(err.Error(), x402.Code(err), err.Error())
 	}
@@ -275,12 +262,12 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *APIError {
 }
 
 // paymentRequired is a 402 with a fresh PAYMENT-REQUIRED saying why (reason) in its error.
-func (x *exchange) paymentRequired(reason, code, message string) *APIError {
+func (x *exchange) paymentRequired(reason, code, message string) *core.APIError {
 	h, err := x402.EncodePaymentRequired(x.pay.offer.PaymentRequired(x.pay.offered, reason))
 	if err != nil {
-		return apiErr(http.StatusInternalServerError, "internal_error", "the payment requirements could not be encoded")
+		return core.Errorf(http.StatusInternalServerError, "internal_error", "the payment requirements could not be encoded")
 	}
-	e := apiErr(http.StatusPaymentRequired, code, "%s", message)
+	e := core.Errorf(http.StatusPaymentRequired, code, "%s", message)
 	e.Headers = map[string]string{headerPaymentRequired: h, "cache-control": "no-store"}
 	return e
 }
@@ -420,8 +407,8 @@ func (x *exchange) recordPaid(rec store.UsageRecord) {
 
 // settlementFailed is the answer to a business call whose settlement failed: 402 with
 // PAYMENT-RESPONSE success:false, and the result withheld.
-func (x *exchange) settlementFailed(err error) *APIError {
-	e := apiErr(http.StatusPaymentRequired, "payment_settlement_failed", "the payment could not be settled (%v), so the result is withheld; sign a new credential from PAYMENT-REQUIRED and retry", err)
+func (x *exchange) settlementFailed(err error) *core.APIError {
+	e := core.Errorf(http.StatusPaymentRequired, "payment_settlement_failed", "the payment could not be settled (%v), so the result is withheld; sign a new credential from PAYMENT-REQUIRED and retry", err)
 	e.Headers = map[string]string{headerPaymentResponse: x.pay.header, "cache-control": "no-store"}
 	return e
 }
@@ -486,7 +473,7 @@ func (x *exchange) payOnAnswer(common *extprocv3.CommonResponse) *extprocv3.Proc
 		if common.HeaderMutation == nil {
 			common.HeaderMutation = &extprocv3.HeaderMutation{}
 		}
-		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, setHeader(headerPaymentResponse, p.header))
+		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, core.SetHeader(headerPaymentResponse, p.header))
 		return nil
 	}
 	if x.streaming {
@@ -496,14 +483,14 @@ func (x *exchange) payOnAnswer(common *extprocv3.CommonResponse) *extprocv3.Proc
 }
 
 // replaceAnswer turns a buffered answer, whose headers are still held, into e.
-func (x *exchange) replaceAnswer(common *extprocv3.CommonResponse, e *APIError) *extprocv3.ProcessingResponse {
+func (x *exchange) replaceAnswer(common *extprocv3.CommonResponse, e *core.APIError) *extprocv3.ProcessingResponse {
 	x.answered(e.Status, e.Code)
 	body := e.Body(x.requestID)
 	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-		setHeader(":status", strconv.Itoa(e.Status)), setHeader("content-type", "application/json"),
-		setHeader("content-length", strconv.Itoa(len(body))),
+		core.SetHeader(":status", strconv.Itoa(e.Status)), core.SetHeader("content-type", "application/json"),
+		core.SetHeader("content-length", strconv.Itoa(len(body))),
 	}}
-	addHeaders(m, e.Headers)
+	core.AddHeaders(m, e.Headers)
 	common.HeaderMutation = m
 	common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
@@ -526,6 +513,6 @@ func (x *exchange) payTask(t *store.Task, worst decimal.Decimal, body []byte) *e
 	}
 	x.recordPaid(rec)
 	resp := x.reply(http.StatusOK, body)
-	addHeaders(resp.GetImmediateResponse().Headers, map[string]string{headerPaymentResponse: x.pay.header})
+	core.AddHeaders(resp.GetImmediateResponse().Headers, map[string]string{headerPaymentResponse: x.pay.header})
 	return resp
 }

@@ -5,9 +5,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollway/tollway/xds/ir"
@@ -60,7 +61,7 @@ type pipeline struct {
 }
 
 func newPipeline(x *exchange) *pipeline {
-	m := withResponseBody(extprocv3filter.ProcessingMode_NONE)
+	m := core.WithResponseBody(extprocv3filter.ProcessingMode_NONE)
 	m.ResponseHeaderMode = extprocv3filter.ProcessingMode_SKIP // until a request is accepted
 	return &pipeline{
 		x:       x,
@@ -72,7 +73,7 @@ func newPipeline(x *exchange) *pipeline {
 
 // errAnswerTooLarge refuses an answer the gateway would have to hold whole (an error body or a
 // JSON answer) that is over Envoy's buffer limit, as Envoy's buffered mode would.
-var errAnswerTooLarge = apiErr(http.StatusBadGateway, "upstream_error",
+var errAnswerTooLarge = core.Errorf(http.StatusBadGateway, "upstream_error",
 	"the provider's answer is over the gateway's %d MiB buffer; ask for a shorter answer", ir.BufferLimitBytes>>20)
 
 // The pipeline's framing (processor.go) answers each of Envoy's messages with the replies it is
@@ -98,7 +99,7 @@ func (p *pipeline) requestBody(req *extprocv3.ProcessingRequest, b *extprocv3.Ht
 	if p.request.state == buffered || (p.request.state == passing && x.deferred != nil) {
 		return p.logged(x.requestBody(b), req), nil // refused at its first chunk
 	}
-	return p.body(&p.request, b, requestBodyReply, x.requestBody, errTooLarge), nil
+	return p.body(&p.request, b, requestBodyReply, x.requestBody, core.ErrTooLarge), nil
 }
 
 func (p *pipeline) requestTrailers(*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
@@ -198,7 +199,7 @@ func (p *pipeline) headers(f *flow, resp *extprocv3.ProcessingResponse, endOfStr
 
 // body takes one chunk: passed on, or collected until the last one.
 func (p *pipeline) body(f *flow, b *extprocv3.HttpBody, reply func(*extprocv3.CommonResponse) *extprocv3.ProcessingResponse,
-	handle func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse, tooLarge *APIError) []*extprocv3.ProcessingResponse {
+	handle func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse, tooLarge *core.APIError) []*extprocv3.ProcessingResponse {
 	f.chunks++
 	if f.state != collecting {
 		return []*extprocv3.ProcessingResponse{reply(&extprocv3.CommonResponse{})}
@@ -242,7 +243,7 @@ func declaredLength(cl string) int64 {
 func headerNamed(h *extprocv3.HttpHeaders, k string) string {
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		if hv.Key == k {
-			return headerValue(hv)
+			return core.HeaderValue(hv)
 		}
 	}
 	return ""

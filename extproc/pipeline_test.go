@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
@@ -289,11 +291,11 @@ func TestPipelinedRefusals(t *testing.T) {
 // TestMergeMutations: one mutation does what the headers' reply and then the body's would.
 func TestMergeMutations(t *testing.T) {
 	first := &extprocv3.HeaderMutation{
-		SetHeaders:    []*corev3.HeaderValueOption{setHeader("a", "1"), setHeader("b", "1")},
+		SetHeaders:    []*corev3.HeaderValueOption{core.SetHeader("a", "1"), core.SetHeader("b", "1")},
 		RemoveHeaders: []string{"x-cluster", "c"},
 	}
 	second := &extprocv3.HeaderMutation{
-		SetHeaders:    []*corev3.HeaderValueOption{setHeader("x-cluster", "chain"), setHeader("b", "2")},
+		SetHeaders:    []*corev3.HeaderValueOption{core.SetHeader("x-cluster", "chain"), core.SetHeader("b", "2")},
 		RemoveHeaders: []string{"a"},
 	}
 	m := mergeMutations(first, second)
@@ -333,7 +335,7 @@ func TestPipelinedSlowBodyGetsTime(t *testing.T) {
 // sends after it goes nowhere.
 func TestSilentStreamEndsWithAnError(t *testing.T) {
 	rt := testRuntime()
-	rt.silence = 300 * time.Millisecond
+	rt.Silence = 300 * time.Millisecond
 	e := startServer(t, rt)
 	s := e.openPhase(ir.PhaseRouter)
 	directChat(t, s)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -101,15 +103,15 @@ type head struct {
 // headers (the exchange has read what every kind shares: the request id, the header limits).
 func (x *exchange) processorForPath(path string) Processor {
 	switch {
-	case path == modelsPath || strings.HasPrefix(path, modelsPath+"/"):
+	case path == core.ModelsPath || strings.HasPrefix(path, core.ModelsPath+"/"):
 		return catalogProcessor{answeredEarly{}, x}
-	case path == keyPath:
+	case path == core.KeyPath:
 		return keyProcessor{answeredEarly{}, x}
-	case strings.HasPrefix(path, payPrefix):
+	case strings.HasPrefix(path, core.PayPrefix):
 		return &paidProcessor{x: x}
-	case mediaKind(path) != "":
-		return mediaProcessor{answeredEarly{}, x, mediaKind(path)}
-	case path == chatPath:
+	case core.MediaKind(path) != "":
+		return mediaProcessor{answeredEarly{}, x, core.MediaKind(path)}
+	case path == core.ChatPath:
 		return chatProcessor{x}
 	}
 	return notFound{answeredEarly{}, x}
@@ -143,7 +145,7 @@ type notFound struct {
 
 func (n notFound) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	x := n.x
-	return x.fail(apiErr(http.StatusNotFound, "not_found", "no endpoint %s %s; %s", clip(x.head.method), clip(x.head.path), x.s.endpoints())), nil
+	return x.fail(core.Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; %s", core.Clip(x.head.method), core.Clip(x.head.path), x.s.endpoints())), nil
 }
 
 // oneByOne is the buffered protocol: each message gets its processor's one reply. log, when

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -14,31 +15,31 @@ func TestCompile(t *testing.T) {
 	bad.Hash = "zz" + bad.Hash[2:]
 	short := keyRecord("key_short", testSecret(10), false)
 	short.Hash = short.Hash[:62]
-	rt := Compile(g, []store.Key{
+	rt := core.Compile(g, []store.Key{
 		keyRecord("key_valid", validSecret, false),
 		keyRecord("key_revoked", revokedSecret, true),
 		bad, short,
 	})
-	if len(rt.keys) != 1 {
-		t.Fatalf("compiled %d keys, want 1 (revoked and undecodable hashes skipped)", len(rt.keys))
+	if len(rt.Keys) != 1 {
+		t.Fatalf("compiled %d keys, want 1 (revoked and undecodable hashes skipped)", len(rt.Keys))
 	}
-	k := rt.keys[store.HashKey(validSecret)]
+	k := rt.Keys[store.HashKey(validSecret)]
 	if k == nil || k.ID != "key_valid" || k.Account != "acct-key_valid" {
 		t.Fatalf("valid key compiled as %+v", k)
 	}
-	if rt.keys[store.HashKey(revokedSecret)] != nil {
+	if rt.Keys[store.HashKey(revokedSecret)] != nil {
 		t.Error("revoked key compiled")
 	}
-	if len(rt.models) != len(g.Models) || len(rt.providers) != len(g.Providers) {
-		t.Errorf("compiled %d models, %d providers; want %d, %d", len(rt.models), len(rt.providers), len(g.Models), len(g.Providers))
+	if len(rt.Models) != len(g.Models) || len(rt.Providers) != len(g.Providers) {
+		t.Errorf("compiled %d models, %d providers; want %d, %d", len(rt.Models), len(rt.Providers), len(g.Models), len(g.Providers))
 	}
-	if m := rt.models["gpt"]; m == nil || !m.carries("openai", "temperature") || m.carries("openai", "top_k") {
-		t.Errorf("gpt parameters = %+v", m.params)
+	if m := rt.Models["gpt"]; m == nil || !m.Carries("openai", "temperature") || m.Carries("openai", "top_k") {
+		t.Errorf("gpt parameters = %+v", m.Params)
 	}
-	if m := rt.models["free"]; m == nil || !m.carries("local", "top_k") {
-		t.Errorf("free parameters = %+v, want everything to pass", m.params)
+	if m := rt.Models["free"]; m == nil || !m.Carries("local", "top_k") {
+		t.Errorf("free parameters = %+v, want everything to pass", m.Params)
 	}
-	if p := rt.providers["groq"]; p == nil || p.APIKey != "gsk-groq-secret" || p.BasePath != "/openai/v1" {
+	if p := rt.Providers["groq"]; p == nil || p.APIKey != "gsk-groq-secret" || p.BasePath != "/openai/v1" {
 		t.Errorf("groq provider = %+v", p)
 	}
 }
@@ -54,7 +55,7 @@ func TestParameterRule(t *testing.T) {
 		ir.Model{ID: "mixed", Targets: []ir.Target{{Provider: "local", Model: "a"}, {Provider: "claude", Model: "b"}}},
 		ir.Model{ID: "listed", Targets: []ir.Target{{Provider: "local", Model: "a"}, {Provider: "gem", Model: "c", SupportedParameters: []string{"temperature", "seed", "top_k"}}},
 			SupportedParameters: []string{"temperature", "top_p", "top_k"}})
-	rt := Compile(g, nil)
+	rt := core.Compile(g, nil)
 	cases := []struct {
 		model, provider  string
 		carried, dropped []string
@@ -70,14 +71,14 @@ func TestParameterRule(t *testing.T) {
 		{"listed", "local", []string{"temperature", "top_p", "top_k", "user"}, []string{"seed"}},
 	}
 	for _, c := range cases {
-		m := rt.models[c.model]
+		m := rt.Models[c.model]
 		for _, f := range c.carried {
-			if !m.carries(c.provider, f) {
+			if !m.Carries(c.provider, f) {
 				t.Errorf("%s on %s drops %s", c.model, c.provider, f)
 			}
 		}
 		for _, f := range c.dropped {
-			if m.carries(c.provider, f) {
+			if m.Carries(c.provider, f) {
 				t.Errorf("%s on %s carries %s", c.model, c.provider, f)
 			}
 		}
@@ -88,7 +89,7 @@ func TestParameterRule(t *testing.T) {
 		"mixed":  "max_completion_tokens,max_tokens,parallel_tool_calls,response_format,stop,temperature,tool_choice,tools,top_p", // n: Anthropic takes only 1
 		"listed": "temperature",
 	} {
-		if got := strings.Join(rt.models[id].entry(true).SupportedSamplingParameters, ","); got != want {
+		if got := strings.Join(entry(rt.Models[id], true).SupportedSamplingParameters, ","); got != want {
 			t.Errorf("catalog %s: supported_sampling_parameters %s, want %s", id, got, want)
 		}
 	}
@@ -106,7 +107,7 @@ func TestPricedAs(t *testing.T) {
 		ir.Model{ID: "opus-local-2", Targets: []ir.Target{{Provider: "local", Model: "opus"}}},
 		ir.Model{ID: "video", Family: "V1", Targets: []ir.Target{{Provider: "claude", Model: "clip"}}},
 	)
-	rt := Compile(g, nil)
+	rt := core.Compile(g, nil)
 	for _, c := range []struct{ provider, upstream, want string }{
 		{"local", "opus", "opus-local"},  // this provider's, the first configured
 		{"groq", "opus", "opus-groq"},    // this provider's
@@ -117,7 +118,7 @@ func TestPricedAs(t *testing.T) {
 		{"gone", "opus", ""},             // a provider no longer configured
 	} {
 		got := ""
-		if m := rt.pricedAs(c.provider, c.upstream); m != nil {
+		if m := rt.PricedAs(c.provider, c.upstream); m != nil {
 			got = m.ID
 		}
 		if got != c.want {

@@ -14,36 +14,29 @@ package extproc
 import (
 	"context"
 	"log/slog"
-	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
 
-const (
-	chatPath   = ir.ChatPath
-	modelsPath = "/v1/models"
-)
-
 // Server implements Envoy's ExternalProcessor service.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	log     *slog.Logger
-	runtime atomic.Pointer[Runtime]
+	runtime atomic.Pointer[core.Runtime]
 	health  atomic.Pointer[map[string]bool]
 	billing *Billing
 	// refusals are providers whose last answer refused the gateway's credential.
@@ -55,37 +48,26 @@ type Server struct {
 	obs      Observer                 // nil: nothing is measured
 	// storeCheck reports the store's outage (nil: none): see SetStoreCheck.
 	storeCheck atomic.Pointer[func() error]
-	keyUse     keyUse // when each key was last used (keyuse.go)
-	hints      hints  // operators' hints logged for refusals (hints.go)
+	keyUse     core.KeyUse // when each key was last used (keyuse.go)
+	hints      core.Hints  // operators' hints logged for refusals (hints.go)
 }
 
-// Billing is the money path: holds taken before forwarding, and where settled requests go.
-// A nil *Billing turns admission and metering off (responses then pass untouched).
-type Billing struct {
-	Ledger *billing.Ledger
-	// Record hands a settled request to durable storage; it must not block for long. It ends
-	// the request's durable hold.
-	Record func(store.UsageRecord)
-	// Hold makes an admitted request's hold durable with the next batch: the record a restart
-	// bills if the request never settles, its cost from price when price is not nil (asked for
-	// only if the hold is written); a later Hold of the same request id is its progress. End
-	// drops the hold of a request released unbilled. Nil: holds are not recorded.
-	Hold func(rec store.UsageRecord, price func() decimal.Decimal)
-	End  func(requestID string)
-	Now  func() time.Time
-}
+// Billing is the money path: holds taken before forwarding, and where settled requests go
+// (billing.Books). A nil *Billing turns admission and metering off (responses then pass
+// untouched).
+type Billing = billing.Books
 
 // NewServer makes a server that serves rt until Swap replaces it.
-func NewServer(log *slog.Logger, rt *Runtime, b *Billing) *Server {
+func NewServer(log *slog.Logger, rt *core.Runtime, b *Billing) *Server {
 	s := &Server{log: log, billing: b}
 	s.runtime.Store(rt)
 	return s
 }
 
 // Swap installs a new runtime for requests that start from now on.
-func (s *Server) Swap(rt *Runtime) {
+func (s *Server) Swap(rt *core.Runtime) {
 	old := s.runtime.Swap(rt)
-	s.refusals.reconfigured(old.providers, rt.providers)
+	s.refusals.reconfigured(old.Providers, rt.Providers)
 }
 
 // SetHealth records which providers Envoy currently sees as healthy (by provider name).
@@ -94,16 +76,16 @@ func (s *Server) SetHealth(h map[string]bool) { s.health.Store(&h) }
 // ModelReady reports whether catalog model id can take traffic now (for route health).
 func (s *Server) ModelReady(id string) bool {
 	rt := s.runtime.Load()
-	m := rt.models[id]
+	m := rt.Models[id]
 	return m != nil && s.modelReady(rt, m)
 }
 
 // modelReady: some provider of m has its credential, did not refuse it, and is not known to
 // be unhealthy.
-func (s *Server) modelReady(rt *Runtime, m *model) bool {
+func (s *Server) modelReady(rt *core.Runtime, m *core.Model) bool {
 	h := s.health.Load()
 	for _, t := range m.Targets {
-		p := rt.providers[t.Provider]
+		p := rt.Providers[t.Provider]
 		if p == nil || !p.Ready() || s.refusals.has(p.Name) {
 			continue
 		}
@@ -120,23 +102,22 @@ func (s *Server) modelReady(rt *Runtime, m *model) bool {
 // exchange is the state of one HTTP request across its ext_proc messages.
 type exchange struct {
 	s         *Server
-	rt        *Runtime
+	rt        *core.Runtime
 	ctx       context.Context // the stream's: it ends when Envoy does (the client went away)
 	requestID string
-	key       *keyInfo
+	key       *core.KeyInfo
 	plan      *chatPlan
 	status    int
 	head      head      // what the request's headers say
 	kind      Processor // chosen by the request's path (processorForPath)
 
 	// money: the hold taken before forwarding, released or settled exactly once
-	hold           *billing.Reservation
+	hold           *billing.Hold
 	promptEstimate int64  // strict bound of the prompt's tokens, sized the hold
 	body           []byte // the request, kept (when small) to count its prompt if a bill is estimated
 	promptCount    int64  // the prompt counted by the tokenizer, once promptCounted
 	promptCounted  bool
-	billID         string    // the usage record's id, made once (billingID)
-	checkpointed   time.Time // the hold's last durable progress (durable.go)
+	billID         string // the usage record's id, made once (billingID)
 	meter          meter
 	answer         *answer // rewrites a successful answer for the client
 	streaming      bool
@@ -146,7 +127,7 @@ type exchange struct {
 	// deferred is a refusal that cannot be answered where it was found: a client's invalid
 	// x-request-id is replaced first, so that the refusal carries the replacement (Envoy copies
 	// the request's x-request-id into every response), and refused at the next message.
-	deferred *APIError
+	deferred *core.APIError
 
 	media       string // POST /v1/videos or /v1/images: the body creates a task of this kind
 	contentType string // the request's, for a form body
@@ -193,7 +174,7 @@ func (x *exchange) served(v string) {
 		return
 	}
 	x.provider = p
-	if m := x.rt.models[mid]; m != nil {
+	if m := x.rt.Models[mid]; m != nil {
 		x.plan.model = m
 	}
 }
@@ -235,21 +216,21 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch k := hv.Key; {
 		case k == ":method":
-			method = headerValue(hv)
+			method = core.HeaderValue(hv)
 		case k == ":path":
-			path = headerValue(hv)
+			path = core.HeaderValue(hv)
 		case k == "authorization":
-			auth = headerValue(hv)
+			auth = core.HeaderValue(hv)
 		case k == "content-type":
-			contentType = headerValue(hv)
+			contentType = core.HeaderValue(hv)
 		case k == "content-length":
-			contentLength = headerValue(hv)
+			contentLength = core.HeaderValue(hv)
 		case k == "x-request-id":
-			x.requestID = headerValue(hv)
+			x.requestID = core.HeaderValue(hv)
 		case k == headerPaymentSignature: // read here, never forwarded
-			paySig = headerValue(hv)
+			paySig = core.HeaderValue(hv)
 			strip = append(strip, k)
-		case clientInternalHeader(k):
+		case core.ClientInternalHeader(k):
 			strip = append(strip, k)
 		}
 	}
@@ -260,8 +241,8 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	}
 	// An invalid request id cannot be answered now (Envoy would echo it): it is replaced and the
 	// refusal, or a header-limit one, answered at the next message.
-	badID := checkRequestID(x.requestID)
-	e := headersTooLarge(h)
+	badID := core.CheckRequestID(x.requestID)
+	e := core.HeadersTooLarge(h)
 	if e == nil {
 		e = badID
 	}
@@ -285,28 +266,28 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 // a body over the limit is refused before a byte is buffered when the client declares its size.
 func (x *exchange) readBody(h *extprocv3.HttpHeaders, contentLength string, strip []string) *extprocv3.ProcessingResponse {
 	if n, err := strconv.ParseInt(contentLength, 10, 64); err == nil && n > ir.MaxBodyBytes {
-		return x.fail(errTooLarge)
+		return x.fail(core.ErrTooLarge)
 	}
 	if h.GetEndOfStream() {
-		return x.fail(errNoBody)
+		return x.fail(core.ErrNoBody)
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: strip},
 		}},
-	}, ModeOverride: chatMode}
+	}, ModeOverride: core.ChatMode}
 }
 
 // deferRefusal replaces the client's request id and lets the request go on unrouted and
 // unbuffered (request body mode NONE): the refusal is answered at the next message ext_proc
 // sees, the headers of Envoy's unrouted reply, which then carries the fresh id.
-func (x *exchange) deferRefusal(e *APIError, strip []string) *extprocv3.ProcessingResponse {
-	x.requestID = newRequestID()
+func (x *exchange) deferRefusal(e *core.APIError, strip []string) *extprocv3.ProcessingResponse {
+	x.requestID = core.NewRequestID()
 	x.deferred = e
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{
-				SetHeaders:    []*corev3.HeaderValueOption{setHeader("x-request-id", x.requestID)},
+				SetHeaders:    []*corev3.HeaderValueOption{core.SetHeader("x-request-id", x.requestID)},
 				RemoveHeaders: strip,
 			},
 		}}},
@@ -316,56 +297,56 @@ func (x *exchange) deferRefusal(e *APIError, strip []string) *extprocv3.Processi
 
 // unrouted is chatMode without the request body: the request goes on only to be refused.
 func unrouted() *extprocv3filter.ProcessingMode {
-	m := withResponseBody(extprocv3filter.ProcessingMode_NONE)
+	m := core.WithResponseBody(extprocv3filter.ProcessingMode_NONE)
 	m.RequestBodyMode = extprocv3filter.ProcessingMode_NONE
 	return m
 }
 
 // authenticate checks a Bearer ale- key against the hashed keys of the runtime; the key is
 // then the request's, and used now.
-func (x *exchange) authenticate(auth string) *APIError {
+func (x *exchange) authenticate(auth string) *core.APIError {
 	k, e := x.lookupKey(auth)
 	if e != nil {
 		return e
 	}
 	x.key = k
-	x.s.keyUse.touch(k.ID, time.Now())
+	x.s.keyUse.Touch(k.ID, time.Now())
 	return nil
 }
 
 // lookupKey finds the runtime's key for an Authorization header.
-func (x *exchange) lookupKey(auth string) (*keyInfo, *APIError) {
+func (x *exchange) lookupKey(auth string) (*core.KeyInfo, *core.APIError) {
 	scheme, secret, ok := strings.Cut(auth, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return nil, errMissingKey
+		return nil, core.ErrMissingKey
 	}
 	secret = strings.TrimSpace(secret)
 	if !store.WellFormedKey(secret) {
-		return nil, errMalformedKey
+		return nil, core.ErrMalformedKey
 	}
 	h := store.HashKey(secret)
-	k := x.rt.keys[h]
+	k := x.rt.Keys[h]
 	if k == nil { // looked up by the secret's SHA-256: the secret itself is never compared
-		return nil, errInvalidKey
+		return nil, core.ErrInvalidKey
 	}
 	return k, nil
 }
 
 // endpoints names every endpoint a client can call, for the answer to a path that is none.
 func (s *Server) endpoints() string {
-	list := "Tollway serves POST " + chatPath + ", GET " + modelsPath + " and GET " + modelsPath + "/{id}"
+	list := "Tollway serves POST " + core.ChatPath + ", GET " + core.ModelsPath + " and GET " + core.ModelsPath + "/{id}"
 	for _, kind := range []string{ir.KindVideo, ir.KindImage} {
-		list += ", POST " + mediaPaths[kind] + " and GET " + mediaPaths[kind] + "/{id}"
+		list += ", POST " + core.MediaPaths[kind] + " and GET " + core.MediaPaths[kind] + "/{id}"
 	}
-	list += ", GET " + keyPath
+	list += ", GET " + core.KeyPath
 	if ps := s.payments.Load(); ps != nil && len(ps.Offers) > 0 {
-		list += ", and POST " + payPrefix + "{slug} for its paid endpoints"
+		list += ", and POST " + core.PayPrefix + "{slug} for its paid endpoints"
 	}
 	return list
 }
 
 // errLostEnvoy answers a request whose stream to Envoy broke while ext_proc was sending.
-var errLostEnvoy = apiErr(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry")
+var errLostEnvoy = core.Errorf(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry")
 
 // A chat body over bigChatBody gets bigChatTimeout from Envoy to be checked in, instead of
 // its 5 s message timeout.
@@ -379,7 +360,7 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 		return x.fail(x.deferred) // Envoy sends no body after deferRefusal; should one come anyway
 	}
 	if len(b.GetBody()) > ir.MaxBodyBytes {
-		return x.fail(errTooLarge) // sent without a content-length (chunked)
+		return x.fail(core.ErrTooLarge) // sent without a content-length (chunked)
 	}
 	resp, _ := x.processor().RequestBody(b)
 	return resp
@@ -408,7 +389,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 }
 
 // fail answers the client directly with e in the spec's error shape.
-func (x *exchange) fail(e *APIError) *extprocv3.ProcessingResponse {
+func (x *exchange) fail(e *core.APIError) *extprocv3.ProcessingResponse {
 	if x.pay != nil {
 		e = paidRefusal(e)
 	}
@@ -416,15 +397,8 @@ func (x *exchange) fail(e *APIError) *extprocv3.ProcessingResponse {
 	x.answered(e.Status, e.Code)
 	x.s.hint(e)
 	resp := x.immediate(e.Status, e.Body(x.requestID), ir.ErrorCodeDetailsPrefix+e.Code)
-	addHeaders(resp.GetImmediateResponse().Headers, e.Headers)
+	core.AddHeaders(resp.GetImmediateResponse().Headers, e.Headers)
 	return resp
-}
-
-// addHeaders sets hs on a header mutation, in a stable order.
-func addHeaders(m *extprocv3.HeaderMutation, hs map[string]string) {
-	for _, k := range slices.Sorted(maps.Keys(hs)) {
-		m.SetHeaders = append(m.SetHeaders, setHeader(k, hs[k]))
-	}
 }
 
 // reply answers the client directly with a JSON body.
@@ -435,37 +409,22 @@ func (x *exchange) reply(status int, body []byte) *extprocv3.ProcessingResponse 
 
 func (x *exchange) immediate(status int, body []byte, details string) *extprocv3.ProcessingResponse {
 	x.endPaying() // the answer is given (a task's creation, a refusal): no longer in progress
-	return immediate(x.requestID, status, body, details)
-}
-
-// immediate answers the client directly with a JSON body.
-func immediate(requestID string, status int, body []byte, details string) *extprocv3.ProcessingResponse {
-	set := []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
-	if requestID != "" {
-		set = append(set, setHeader("x-request-id", requestID))
-	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
-		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: set},
-			Body:    body,
-			Details: details,
-		},
-	}}
-}
-
-func setHeader(k, v string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{
-		Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(v)},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-	}
-}
-
-func headerValue(h *corev3.HeaderValue) string {
-	if h.Value != "" {
-		return h.Value
-	}
-	return string(h.RawValue)
+	return core.Immediate(x.requestID, status, body, details)
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
+
+// SaveKeysUsed hands save the keys used since the last save that succeeded, with when each was
+// last used. When save fails they are kept for the next call, and its error returned.
+func (s *Server) SaveKeysUsed(save func(map[string]time.Time) error) error {
+	return s.keyUse.Save(save)
+}
+
+// hint logs e's operator hint unless it was logged within the last minute.
+func (s *Server) hint(e *core.APIError) { s.hints.Hint(s.log, e) }
+
+// Runtime is the compiled configuration requests run under (core.Runtime).
+type Runtime = core.Runtime
+
+// Compile builds a Runtime from the IR and the key records (core.Compile).
+func Compile(g *ir.Gateway, keys []store.Key) *Runtime { return core.Compile(g, keys) }

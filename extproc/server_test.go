@@ -3,10 +3,7 @@ package extproc
 import (
 	"fmt"
 
-	grpcmd "google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/structpb"
-
-	"github.com/shopspring/decimal"
+	"github.com/tollway/tollway/extproc/core"
 
 	"context"
 	"encoding/json"
@@ -20,6 +17,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shopspring/decimal"
+	grpcmd "google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -37,18 +38,18 @@ func TestAuthenticate(t *testing.T) {
 	tests := []struct {
 		name string
 		auth string
-		want *APIError
+		want *core.APIError
 	}{
-		{"missing header", "", errMissingKey},
-		{"basic scheme", "Basic dXNlcjpwYXNz", errMissingKey},
-		{"bare key", validSecret, errMissingKey},
-		{"bearer without key", "Bearer", errMissingKey},
-		{"bearer with empty key", "Bearer ", errMissingKey},
-		{"malformed short", "Bearer ale-abc", errMalformedKey},
-		{"malformed prefix", "Bearer sk-" + strings.TrimPrefix(validSecret, "ale-"), errMalformedKey},
-		{"malformed truncated", "Bearer " + validSecret[:len(validSecret)-1], errMalformedKey},
-		{"unknown", "Bearer " + unknownSecret, errInvalidKey},
-		{"revoked", "Bearer " + revokedSecret, errInvalidKey},
+		{"missing header", "", core.ErrMissingKey},
+		{"basic scheme", "Basic dXNlcjpwYXNz", core.ErrMissingKey},
+		{"bare key", validSecret, core.ErrMissingKey},
+		{"bearer without key", "Bearer", core.ErrMissingKey},
+		{"bearer with empty key", "Bearer ", core.ErrMissingKey},
+		{"malformed short", "Bearer ale-abc", core.ErrMalformedKey},
+		{"malformed prefix", "Bearer sk-" + strings.TrimPrefix(validSecret, "ale-"), core.ErrMalformedKey},
+		{"malformed truncated", "Bearer " + validSecret[:len(validSecret)-1], core.ErrMalformedKey},
+		{"unknown", "Bearer " + unknownSecret, core.ErrInvalidKey},
+		{"revoked", "Bearer " + revokedSecret, core.ErrInvalidKey},
 		{"valid", "Bearer " + validSecret, nil},
 		{"valid lowercase scheme", "bearer " + validSecret, nil},
 		{"valid with extra spaces", "Bearer  " + validSecret + " ", nil},
@@ -69,7 +70,7 @@ func TestAuthenticate(t *testing.T) {
 			}
 		})
 	}
-	for _, e := range []*APIError{errMissingKey, errMalformedKey, errInvalidKey} {
+	for _, e := range []*core.APIError{core.ErrMissingKey, core.ErrMalformedKey, core.ErrInvalidKey} {
 		if e.Status != http.StatusUnauthorized || e.Code != "invalid_api_key" || e.Message == "" {
 			t.Errorf("auth error %+v: want 401 invalid_api_key with a message", e)
 		}
@@ -112,7 +113,7 @@ func TestAuthenticateStoreKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := Compile(testGateway(), keys)
+	rt := core.Compile(testGateway(), keys)
 	for _, tt := range []struct {
 		secret string
 		id     string // "" = rejected
@@ -125,7 +126,7 @@ func TestAuthenticateStoreKeys(t *testing.T) {
 		x := &exchange{s: &Server{}, rt: rt}
 		e := x.authenticate("Bearer " + tt.secret)
 		switch {
-		case tt.id == "" && e != errInvalidKey:
+		case tt.id == "" && e != core.ErrInvalidKey:
 			t.Errorf("secret %s...: got %v, want errInvalidKey", tt.secret[:10], e)
 		case tt.id != "" && (e != nil || x.key.ID != tt.id):
 			t.Errorf("secret %s...: got %v, want key %s", tt.secret[:10], e, tt.id)
@@ -140,15 +141,15 @@ type envoy struct {
 	client extprocv3.ExternalProcessorClient
 }
 
-func startServer(t *testing.T, rt *Runtime) *envoy { return startServerWith(t, rt, nil) }
+func startServer(t *testing.T, rt *core.Runtime) *envoy { return startServerWith(t, rt, nil) }
 
-func startServerWith(t *testing.T, rt *Runtime, b *Billing) *envoy {
+func startServerWith(t *testing.T, rt *core.Runtime, b *Billing) *envoy {
 	t.Helper()
 	return startServerLogging(t, rt, b, io.Discard)
 }
 
 // startServerLogging is startServerWith with the server's log written to log.
-func startServerLogging(t *testing.T, rt *Runtime, b *Billing, log io.Writer) *envoy {
+func startServerLogging(t *testing.T, rt *core.Runtime, b *Billing, log io.Writer) *envoy {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -574,7 +575,7 @@ func TestProcessImmediateResponses(t *testing.T) {
 			var requestID string
 			for _, h := range tt.send[0].GetRequestHeaders().GetHeaders().GetHeaders() {
 				if h.Key == "x-request-id" {
-					requestID = headerValue(h)
+					requestID = core.HeaderValue(h)
 				}
 			}
 			set := setHeaders(t, imm.GetHeaders())
@@ -609,7 +610,7 @@ func TestProcessSwap(t *testing.T) {
 		t.Fatalf("valid key rejected before swap: %v", resp)
 	}
 
-	e.srv.Swap(Compile(testGateway(), []store.Key{keyRecord("key_other", unknownSecret, false)}))
+	e.srv.Swap(core.Compile(testGateway(), []store.Key{keyRecord("key_other", unknownSecret, false)}))
 
 	if resp := before.roundTrip(requestBody(`{"model":"gpt","messages":[{"role":"user","content":"x"}]}`)); resp.GetRequestBody() == nil {
 		t.Errorf("in-flight stream broken by swap: %v", resp)

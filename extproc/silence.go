@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tollway/tollway/extproc/core"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollway/tollway/store"
@@ -21,12 +23,6 @@ import (
 // itself, ext_proc ends the answer first: a little before Envoy's timer would fire, since
 // ext_proc sees each chunk a moment after Envoy's router does.
 
-// silenceAfter is how long a streamed answer may pause before ext_proc ends it: the attempt
-// timeout, less a tenth (at most 1 s) so that ext_proc's end comes before Envoy's reset.
-func silenceAfter(attempt time.Duration) time.Duration {
-	return attempt - min(attempt/10, time.Second)
-}
-
 // watchdog is one streamed answer's silence timer. Its fields are guarded by the exchange's mu.
 type watchdog struct {
 	timer   *time.Timer
@@ -37,7 +33,7 @@ type watchdog struct {
 
 // watchSilence starts the watchdog of a streamed answer whose headers just arrived.
 func (x *exchange) watchSilence() {
-	after := x.rt.silence
+	after := x.rt.Silence
 	if after <= 0 || x.quiet != nil {
 		return
 	}
@@ -81,7 +77,7 @@ func (x *exchange) silent() {
 		return
 	}
 	w.stopped, x.silenced = true, true
-	e := apiErr(http.StatusGatewayTimeout, "upstream_timeout",
+	e := core.Errorf(http.StatusGatewayTimeout, "upstream_timeout",
 		"the provider sent nothing for %s in the middle of its answer (routing.attempt_timeout); the answer is incomplete", w.after.Round(time.Millisecond))
 	x.answered(x.status, e.Code)
 	x.s.log.Warn("a provider went silent mid-answer; the stream was ended with upstream_timeout",

@@ -1,10 +1,10 @@
 package extproc
 
-// The client's chat request, checked field by field before anything else reads it: spec 2.1's
-// fields and the common OpenAI ones by type and range, and every client-supplied identifier
-// bounded (they reach logs, providers and usage records). One pass over the body with
-// encoding/json/v2's tokenizer (jsontext, from its mirror module), which never copies a large
-// string such as a base64 image. Messages name the field and the fix, never a Go type.
+// The client's chat request, checked field by field before anything else reads it: the fields
+// of docs/api.md#request-validation and the common OpenAI ones by type and range, and every
+// client-supplied identifier bounded (they reach logs, providers and usage records). One pass
+// over the body with encoding/json/v2's tokenizer (jsontext, from its mirror module), which
+// never copies a large string such as a base64 image. Messages name the field and the fix, never a Go type.
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider/chat"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -71,7 +72,7 @@ var fieldName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 const maxFields = 128
 
 // parseChat validates a chat request body and returns what the gateway needs of it.
-func parseChat(body []byte) (*chatRequest, *APIError) {
+func parseChat(body []byte) (*chatRequest, *core.APIError) {
 	w := &walker{dec: jsontext.NewDecoder(bytes.NewBuffer(body)), bound: billing.NewPromptBounder()}
 	if w.dec.PeekKind() != '{' {
 		problem := "it is empty"
@@ -82,7 +83,7 @@ func parseChat(body []byte) (*chatRequest, *APIError) {
 				problem = jsonSyntax(err)
 			}
 		}
-		return nil, apiErr(http.StatusBadRequest, "invalid_json",
+		return nil, core.Errorf(http.StatusBadRequest, "invalid_json",
 			`request body is not a JSON object (%s); send {"model": ..., "messages": [...]}`, problem)
 	}
 	req := &chatRequest{n: 1}
@@ -90,7 +91,7 @@ func parseChat(body []byte) (*chatRequest, *APIError) {
 	err := w.object("", func(name string) error {
 		// Field names travel in x-tollway-removed-params and to providers: bounded and plain.
 		if !fieldName.MatchString(name) {
-			return &fieldError{"invalid_request", fmt.Sprintf("request field %q is not a parameter name: names are 1-64 letters, digits and _ . -", clip(name))}
+			return &fieldError{"invalid_request", fmt.Sprintf("request field %q is not a parameter name: names are 1-64 letters, digits and _ . -", core.Clip(name))}
 		}
 		if len(req.fields) == maxFields {
 			return &fieldError{"invalid_request", fmt.Sprintf("the request has more than %d fields; send the chat parameters only", maxFields)}
@@ -111,9 +112,9 @@ func parseChat(body []byte) (*chatRequest, *APIError) {
 		req.promptBound = int64(w.bound.Tokens())
 		return req, nil
 	case errors.As(err, &fe):
-		return nil, apiErr(http.StatusBadRequest, fe.code, "%s", fe.msg)
+		return nil, core.Errorf(http.StatusBadRequest, fe.code, "%s", fe.msg)
 	}
-	return nil, apiErr(http.StatusBadRequest, "invalid_json",
+	return nil, core.Errorf(http.StatusBadRequest, "invalid_json",
 		"request body is not valid JSON (%s); send a JSON object encoded in UTF-8", jsonSyntax(err))
 }
 
@@ -212,7 +213,7 @@ func (c *chatChecks) field(w *walker, req *chatRequest, name string) error {
 		return w.stop()
 	case "logit_bias":
 		return w.object(name, func(token string) error {
-			_, err := w.number("logit_bias["+clip(token)+"]", -100, 100)
+			_, err := w.number("logit_bias["+core.Clip(token)+"]", -100, 100)
 			return err
 		})
 	case "functions": // the legacy form of tools
@@ -270,7 +271,7 @@ func (c *chatChecks) finish(req *chatRequest) error {
 	case c.choice == "required" && len(c.tools) == 0:
 		return invalid("tool_choice", `is "required" but the request declares no tools; add tools or remove tool_choice`)
 	case c.choice == "function" && !c.tools[c.choiceName]:
-		return invalid("tool_choice.function.name", "names %q, which is not among the request's tools; name a declared function", clip(c.choiceName))
+		return invalid("tool_choice.function.name", "names %q, which is not among the request's tools; name a declared function", core.Clip(c.choiceName))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/tollway/tollway/extproc/apischema/openai"
+	"github.com/tollway/tollway/extproc/core"
 )
 
 // messageName is OpenAI's rule for a message's name: no whitespace and none of <|\/>.
@@ -76,7 +77,7 @@ func (w *walker) message(path string) error {
 		case "name":
 			s, err := w.str(at, 0)
 			if err == nil && !messageName.MatchString(s) {
-				return invalid(at, "must be 1 to 64 characters without spaces or any of <|\\/> (got %q)", clip(s))
+				return invalid(at, "must be 1 to 64 characters without spaces or any of <|\\/> (got %q)", core.Clip(s))
 			}
 			w.bound.Name(len(s))
 			return err
@@ -88,7 +89,7 @@ func (w *walker) message(path string) error {
 			return w.array(at, func(j int) error { return w.toolCall(fmt.Sprintf("%s[%d]", at, j)) })
 		case "tool_call_id":
 			s, err := w.str(at, maxToolCallID)
-			if err == nil && (s == "" || !visibleASCII(s)) {
+			if err == nil && (s == "" || !core.VisibleASCII(s)) {
 				return invalid(at, "must be the id of the tool call it answers (1 to %d visible ASCII characters)", maxToolCallID)
 			}
 			m.toolCallID = err == nil
@@ -248,7 +249,7 @@ func (w *walker) toolCall(path string) error {
 		switch name {
 		case "id":
 			s, err := w.str(at, maxToolCallID)
-			if err == nil && (s == "" || !visibleASCII(s)) {
+			if err == nil && (s == "" || !core.VisibleASCII(s)) {
 				return invalid(at, "must be 1 to %d visible ASCII characters", maxToolCallID)
 			}
 			id = err == nil

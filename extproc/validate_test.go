@@ -10,7 +10,7 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 )
 
-// TestValidationRefusesEveryField: each field of spec 2.1 and the common OpenAI ones, wrong by
+// TestValidationRefusesEveryField: each field of docs/api.md#request-validation and the common OpenAI ones, wrong by
 // type or range, is refused with a message naming the field; none of them used to be (the
 // first three were forwarded to providers, tools:"x" was called invalid_messages).
 func TestValidationRefusesEveryField(t *testing.T) {
@@ -97,7 +97,7 @@ func TestValidationRefusesEveryField(t *testing.T) {
 	}
 	goType := regexp.MustCompile(`\b(billing|provider|extproc|json|jsontext)\.[A-Za-z]|\bstruct\b|\bmap\[|\[\]|chatPrompt|contentPart|float64|int64`)
 	for _, c := range cases {
-		_, e := rt.planChat([]byte(c.body))
+		_, e := planChat(rt, []byte(c.body))
 		if e == nil {
 			t.Errorf("%.120s: accepted", c.body)
 			continue
@@ -139,7 +139,7 @@ func TestValidationAcceptsOpenAIRequests(t *testing.T) {
 		`{"model":"free","messages":[{"role":"user","content":"hi"}],"tool_choice":"none","stop":"\n"}`,
 	}
 	for _, b := range bodies {
-		if _, e := rt.planChat([]byte(b)); e != nil {
+		if _, e := planChat(rt, []byte(b)); e != nil {
 			t.Errorf("%.100s: refused: %d %s %s", b, e.Status, e.Code, e.Message)
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tollway/tollway/extproc/billing"
+
+	"github.com/tollway/tollway/extproc/core"
 )
 
 // walker reads a JSON document value by value. Each method consumes exactly one value (or
@@ -115,7 +117,7 @@ func (w *walker) number(path string, lo, hi float64) (float64, error) {
 	}
 	f, err := tok.Float()
 	if err != nil || f < lo || f > hi {
-		return 0, invalid(path, "must be %s (got %s)", want(), clip(tok.String()))
+		return 0, invalid(path, "must be %s (got %s)", want(), core.Clip(tok.String()))
 	}
 	return f, nil
 }
@@ -140,7 +142,7 @@ func (w *walker) integer(path string, lo, hi int64) (int64, error) {
 	}
 	n, err := tok.Int()
 	if err != nil || n < lo || n > hi {
-		return 0, invalid(path, "must be %s (got %s)", want(), clip(tok.String()))
+		return 0, invalid(path, "must be %s (got %s)", want(), core.Clip(tok.String()))
 	}
 	return n, nil
 }
@@ -210,7 +212,7 @@ func (w *walker) oneOf(path string, values ...string) (string, error) {
 			return s, nil
 		}
 	}
-	return "", invalid(path, "must be %s (got %q)", quoteList(values), clip(s))
+	return "", invalid(path, "must be %s (got %q)", quoteList(values), core.Clip(s))
 }
 
 func quoteList(values []string) string {
@@ -235,7 +237,7 @@ var functionName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 func (w *walker) functionNameAt(path string) (string, error) {
 	s, err := w.str(path, maxNameLen)
 	if err == nil && !functionName.MatchString(s) {
-		return "", invalid(path, "must be 1 to %d letters, digits, underscores or dashes (got %q)", maxNameLen, clip(s))
+		return "", invalid(path, "must be 1 to %d letters, digits, underscores or dashes (got %q)", maxNameLen, core.Clip(s))
 	}
 	return s, err
 }

@@ -1,4 +1,4 @@
-package extproc
+package core
 
 import (
 	"sync"
@@ -6,18 +6,18 @@ import (
 	"time"
 )
 
-// keyUse remembers, in memory, when each key last authenticated a request (to the second), and
+// KeyUse remembers, in memory, when each key last authenticated a request (to the second), and
 // which keys changed since the gateway last saved them. A request costs one atomic load, and
 // one store per key per second at most; the store is written by the gateway at most once a
 // minute (SaveKeysUsed), never per request.
-type keyUse struct {
+type KeyUse struct {
 	last    sync.Map // key id -> *atomic.Int64 (unix seconds)
 	mu      sync.Mutex
 	changed map[string]bool // ids used since the last save
 }
 
-// touch records that key id was used now.
-func (u *keyUse) touch(id string, now time.Time) {
+// Touch records that key id was used now.
+func (u *KeyUse) Touch(id string, now time.Time) {
 	sec := now.Unix()
 	v, ok := u.last.Load(id)
 	if !ok {
@@ -41,8 +41,8 @@ func (u *keyUse) touch(id string, now time.Time) {
 	u.mu.Unlock()
 }
 
-// lastUse is when key id was last used since the gateway started (false: not since then).
-func (u *keyUse) lastUse(id string) (time.Time, bool) {
+// LastUse is when key id was last used since the gateway started (false: not since then).
+func (u *KeyUse) LastUse(id string) (time.Time, bool) {
 	v, ok := u.last.Load(id)
 	if !ok {
 		return time.Time{}, false
@@ -50,10 +50,9 @@ func (u *keyUse) lastUse(id string) (time.Time, bool) {
 	return time.Unix(v.(*atomic.Int64).Load(), 0).UTC(), true
 }
 
-// SaveKeysUsed hands save the keys used since the last save that succeeded, with when each was
-// last used. When save fails they are kept for the next call, and its error returned.
-func (s *Server) SaveKeysUsed(save func(map[string]time.Time) error) error {
-	u := &s.keyUse
+// Save hands Save the keys used since the last Save that succeeded, with when each was
+// last used. When Save fails they are kept for the next call, and its error returned.
+func (u *KeyUse) Save(save func(map[string]time.Time) error) error {
 	u.mu.Lock()
 	ids := u.changed
 	u.changed = nil
@@ -63,7 +62,7 @@ func (s *Server) SaveKeysUsed(save func(map[string]time.Time) error) error {
 	}
 	used := make(map[string]time.Time, len(ids))
 	for id := range ids {
-		used[id], _ = u.lastUse(id)
+		used[id], _ = u.LastUse(id)
 	}
 	err := save(used)
 	if err != nil {

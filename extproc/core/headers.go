@@ -1,4 +1,4 @@
-package extproc
+package core
 
 // What the gateway accepts in a client's request headers: its request id, the body's media
 // type and size, and which headers are the gateway's own and never taken from a client.
@@ -18,23 +18,24 @@ import (
 const MaxRequestIDBytes = 128
 
 var (
-	errTooLarge = apiErr(http.StatusRequestEntityTooLarge, "request_too_large",
+	ErrTooLarge = Errorf(http.StatusRequestEntityTooLarge, "request_too_large",
 		"request body exceeds the gateway limit of 32 MiB (33,554,432 bytes); send smaller images or use image URLs")
-	errInvalidRequestID = apiErr(http.StatusBadRequest, "invalid_request_id",
+	errInvalidRequestID = Errorf(http.StatusBadRequest, "invalid_request_id",
 		"x-request-id must be 1 to %d visible ASCII characters (no spaces or control characters); send a shorter id such as a UUID, or none and the gateway assigns one (this answer's x-request-id)",
 		MaxRequestIDBytes)
 )
 
-// checkRequestID accepts the request id Envoy passed on: the client's own or one Envoy made.
+// CheckRequestID accepts the request id Envoy passed on: the client's own or one Envoy made.
 // An empty one means none was sent.
-func checkRequestID(id string) *APIError {
-	if len(id) > MaxRequestIDBytes || !visibleASCII(id) {
+func CheckRequestID(id string) *APIError {
+	if len(id) > MaxRequestIDBytes || !VisibleASCII(id) {
 		return errInvalidRequestID
 	}
 	return nil
 }
 
-func visibleASCII(s string) bool {
+// VisibleASCII reports whether s is printable ASCII without spaces.
+func VisibleASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x21 || s[i] > 0x7e {
 			return false
@@ -43,8 +44,8 @@ func visibleASCII(s string) bool {
 	return true
 }
 
-// newRequestID makes a request id the way Envoy does: a random (version 4) UUID.
-func newRequestID() string {
+// NewRequestID makes a request id the way Envoy does: a random (version 4) UUID.
+func NewRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
@@ -52,11 +53,11 @@ func newRequestID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
-// checkContentType accepts a JSON chat body. A request without a content-type is read as JSON:
+// CheckContentType accepts a JSON chat body. A request without a content-type is read as JSON:
 // the body is then parsed as JSON like any other and refused as invalid_json if it is not, so
 // nothing is guessed, and clients that never set the header (some HTTP libraries, scripts)
 // keep working.
-func checkContentType(ct string) *APIError {
+func CheckContentType(ct string) *APIError {
 	if ct == "" {
 		return nil
 	}
@@ -64,15 +65,15 @@ func checkContentType(ct string) *APIError {
 	if err == nil && mt == "application/json" {
 		return nil
 	}
-	return apiErr(http.StatusUnsupportedMediaType, "unsupported_media_type",
-		"content-type %s is not supported: send the body as JSON with content-type: application/json", clip(ct))
+	return Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type",
+		"content-type %s is not supported: send the body as JSON with content-type: application/json", Clip(ct))
 }
 
-// clientInternalHeader reports whether a request header is one a client must not set: the
+// ClientInternalHeader reports whether a request header is one a client must not set: the
 // gateway's own (x-tollway-*) and Envoy's control headers (x-envoy-*: retries, timeouts, the
 // original path). x-envoy-internal and x-envoy-external-address stay: Envoy sets and sanitises
 // them itself from the connection, before this filter runs, as the edge configuration says.
-func clientInternalHeader(k string) bool {
+func ClientInternalHeader(k string) bool {
 	switch {
 	case strings.HasPrefix(k, "x-tollway-"):
 		return true
@@ -94,13 +95,13 @@ var upstreamForwarded = map[string]bool{
 	"x-request-id": true, "traceparent": true, "tracestate": true,
 }
 
-// upstreamDropped reports whether a request header must not reach a provider.
-func upstreamDropped(k string) bool {
+// UpstreamDropped reports whether a request header must not reach a provider.
+func UpstreamDropped(k string) bool {
 	return !strings.HasPrefix(k, ":") && !upstreamForwarded[k]
 }
 
 // maxShown bounds a client's value quoted in an error message.
 const maxShown = 64
 
-// clip shortens a client's value for an error message, cutting at a character boundary.
-func clip(s string) string { return provider.Clip(s, maxShown) }
+// Clip shortens a client's value for an error message, cutting at a character boundary.
+func Clip(s string) string { return provider.Clip(s, maxShown) }

@@ -1,4 +1,4 @@
-package extproc
+package core
 
 import (
 	"encoding/hex"
@@ -17,46 +17,46 @@ import (
 // Runtime is the immutable, compiled view of configuration the request path reads. A new one is
 // built on every change and swapped in atomically; requests in flight keep the one they started with.
 type Runtime struct {
-	models   map[string]*model
-	modelIDs []string // sorted, for the catalog
+	Models   map[string]*Model
+	ModelIDs []string // sorted, for the catalog
 	// priced finds the chat model that prices usage a provider reports on a model by its own
 	// name (pricedAs).
-	priced    map[string]*model
-	providers map[string]*ir.Provider
-	keys      map[[32]byte]*keyInfo
-	routes    map[string]*ir.Route    // by id, route:<slug>
-	chains    map[string][]ir.Attempt // by cluster name; only providers that can take traffic
-	endpoints *metadataMemo           // endpoint metadata text, parsed once
-	accessLog bool                    // the access log is on: ext_proc sets its metadata
-	// silence is how long a streamed answer may pause before ext_proc ends it (silence.go).
-	silence time.Duration
+	priced    map[string]*Model
+	Providers map[string]*ir.Provider
+	Keys      map[[32]byte]*KeyInfo
+	Routes    map[string]*ir.Route    // by id, route:<slug>
+	Chains    map[string][]ir.Attempt // by cluster name; only providers that can take traffic
+	Endpoints *MetadataMemo           // endpoint metadata text, parsed once
+	AccessLog bool                    // the access log is on: ext_proc sets its metadata
+	// Silence is how long a streamed answer may pause before ext_proc ends it (Silence.go).
+	Silence time.Duration
 }
 
-type model struct {
+type Model struct {
 	ir.Model
-	// params says, per provider name, which request fields an attempt there carries.
-	params map[string]paramRule
-	// sampling is what the catalog shows: the parameters every provider of the model carries.
-	sampling []string
-	// demo: a provider of type demo may answer, so the catalog labels the model.
-	demo bool
+	// Params says, per provider name, which request fields an attempt there carries.
+	Params map[string]paramRule
+	// Sampling is what the catalog shows: the parameters every provider of the model carries.
+	Sampling []string
+	// Demo: a provider of type Demo may answer, so the catalog labels the model.
+	Demo bool
 }
 
 // paramRule is the set of request fields one provider carries for one model: its adapter's
 // parameters, narrowed by the model's (or the provider entry's) supported_sampling_parameters.
 type paramRule struct {
-	allowed     map[string]bool
+	Allowed     map[string]bool
 	passUnknown bool            // fields outside allowed pass too (an OpenAI-shaped provider, no list)
 	fixed       map[string]bool // allowed only at their default (chat.Parameters.Fixed)
 }
 
-// carries reports whether an attempt on provider p keeps field f.
-func (m *model) carries(p, f string) bool {
+// Carries reports whether an attempt on provider p keeps field f.
+func (m *Model) Carries(p, f string) bool {
 	if alwaysCarried[f] {
 		return true
 	}
-	r, ok := m.params[p]
-	return !ok || r.passUnknown || r.allowed[f]
+	r, ok := m.Params[p]
+	return !ok || r.passUnknown || r.Allowed[f]
 }
 
 // alwaysCarried are the fields every adapter carries: they are the request itself, not
@@ -76,15 +76,15 @@ func paramsFor(p *ir.Provider, family string, list []string) paramRule {
 	}
 	known := set(params.Known)
 	if len(list) == 0 {
-		return paramRule{allowed: known, passUnknown: params.PassUnknown, fixed: set(params.Fixed)}
+		return paramRule{Allowed: known, passUnknown: params.PassUnknown, fixed: set(params.Fixed)}
 	}
-	r := paramRule{allowed: map[string]bool{}, fixed: set(params.Fixed)}
+	r := paramRule{Allowed: map[string]bool{}, fixed: set(params.Fixed)}
 	for _, f := range list {
 		if known[f] || params.PassUnknown {
-			r.allowed[f] = true
+			r.Allowed[f] = true
 		}
 	}
-	r.allowed["user"] = known["user"] || params.PassUnknown
+	r.Allowed["user"] = known["user"] || params.PassUnknown
 	return r
 }
 
@@ -96,13 +96,13 @@ func samplingParameters(rules []paramRule) []string {
 	if len(rules) == 0 {
 		return out
 	}
-	for f := range rules[0].allowed {
-		if f == "user" || !rules[0].allowed[f] {
+	for f := range rules[0].Allowed {
+		if f == "user" || !rules[0].Allowed[f] {
 			continue
 		}
 		every := true
 		for _, r := range rules {
-			every = every && r.allowed[f] && !r.fixed[f]
+			every = every && r.Allowed[f] && !r.fixed[f]
 		}
 		if every {
 			out = append(out, f)
@@ -122,13 +122,13 @@ func catalogParameters(m *ir.Model, rules []paramRule) []string {
 		listed := chat.GeminiImageParameters.Listed()
 		return slices.DeleteFunc(samplingParameters(rules), func(f string) bool { return !slices.Contains(listed, f) })
 	case m.Family != "":
-		return nonNil(task.FieldsOf(m))
+		return NonNil(task.FieldsOf(m))
 	}
 	return samplingParameters(rules)
 }
 
-// upstreamName is the provider's own name for m, "" if p does not serve it.
-func (m *model) upstreamName(p string) string {
+// UpstreamName is the provider's own name for m, "" if p does not serve it.
+func (m *Model) UpstreamName(p string) string {
 	for _, t := range m.Targets {
 		if t.Provider == p {
 			return t.Model
@@ -145,34 +145,31 @@ func set(list []string) map[string]bool {
 	return out
 }
 
-type keyInfo struct {
+type KeyInfo struct {
 	ID           string
 	Account      string
 	Prefix       string // the secret's first characters, as key lists show it (access log)
 	MonthlyLimit *decimal.Decimal
-	models       map[string]bool // nil: every model
+	Models       map[string]bool // nil: every model
 	hash         [32]byte
 
 	// For the key's own view (GET /v1/key): the record as the store had it.
-	name      string
-	created   time.Time
-	modelList []string   // the allow-list in the record's order; nil: every model
-	savedUse  *time.Time // the last use the store had saved (the live one is Server.keyUse)
+	Name      string
+	Created   time.Time
+	ModelList []string   // the allow-list in the record's order; nil: every model
+	SavedUse  *time.Time // the last use the store had saved (the live one is Server.keyUse)
 }
 
-func (k *keyInfo) allows(model string) bool { return k.models == nil || k.models[model] }
+func (k *KeyInfo) Allows(model string) bool { return k.Models == nil || k.Models[model] }
 
-// allowsPlan: a route is allowed when the key lists the route itself or every model it may use.
-func (k *keyInfo) allowsPlan(p *chatPlan) bool { return k.allowsModels(p.route, p.models) }
-
-// allowsModels: a request naming route r (nil: none) that may run models is allowed when the key
+// AllowsModels: a request naming route r (nil: none) that may run models is allowed when the key
 // lists the route itself or every one of the models (chat and media requests alike).
-func (k *keyInfo) allowsModels(r *ir.Route, models []*model) bool {
-	if k.models == nil || (r != nil && k.models[r.ID]) {
+func (k *KeyInfo) AllowsModels(r *ir.Route, models []*Model) bool {
+	if k.Models == nil || (r != nil && k.Models[r.ID]) {
 		return true
 	}
 	for _, m := range models {
-		if !k.models[m.ID] {
+		if !k.Models[m.ID] {
 			return false
 		}
 	}
@@ -182,46 +179,46 @@ func (k *keyInfo) allowsModels(r *ir.Route, models []*model) bool {
 // Compile builds a Runtime from the IR and the key records. Revoked keys are left out.
 func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 	rt := &Runtime{
-		endpoints: &metadataMemo{},
-		models:    make(map[string]*model, len(g.Models)),
-		providers: make(map[string]*ir.Provider, len(g.Providers)),
-		keys:      make(map[[32]byte]*keyInfo, len(keys)),
-		routes:    make(map[string]*ir.Route, len(g.Routes)),
-		chains:    map[string][]ir.Attempt{},
-		priced:    map[string]*model{},
-		accessLog: !g.AccessLog.Off,
-		silence:   silenceAfter(g.AttemptIdle()),
+		Endpoints: &MetadataMemo{},
+		Models:    make(map[string]*Model, len(g.Models)),
+		Providers: make(map[string]*ir.Provider, len(g.Providers)),
+		Keys:      make(map[[32]byte]*KeyInfo, len(keys)),
+		Routes:    make(map[string]*ir.Route, len(g.Routes)),
+		Chains:    map[string][]ir.Attempt{},
+		priced:    map[string]*Model{},
+		AccessLog: !g.AccessLog.Off,
+		Silence:   silenceAfter(g.AttemptIdle()),
 	}
 	for i := range g.Routes {
-		rt.routes[g.Routes[i].ID] = &g.Routes[i]
+		rt.Routes[g.Routes[i].ID] = &g.Routes[i]
 	}
 	for _, c := range g.Chains() {
-		rt.chains[c.Cluster] = c.Targets
+		rt.Chains[c.Cluster] = c.Targets
 	}
 	for i := range g.Providers {
-		rt.providers[g.Providers[i].Name] = &g.Providers[i]
+		rt.Providers[g.Providers[i].Name] = &g.Providers[i]
 	}
 	for _, m := range g.Models {
-		cm := &model{Model: m, params: map[string]paramRule{}}
+		cm := &Model{Model: m, Params: map[string]paramRule{}}
 		var rules []paramRule
 		for _, t := range m.Targets {
-			if p := rt.providers[t.Provider]; p != nil && p.Type == ir.ProviderTypeDemo {
-				cm.demo = true
+			if p := rt.Providers[t.Provider]; p != nil && p.Type == ir.ProviderTypeDemo {
+				cm.Demo = true
 			}
 			list := m.SupportedParameters
 			if len(t.SupportedParameters) > 0 {
 				list = t.SupportedParameters
 			}
-			r := paramsFor(rt.providers[t.Provider], m.Family, list)
-			cm.params[t.Provider] = r
+			r := paramsFor(rt.Providers[t.Provider], m.Family, list)
+			cm.Params[t.Provider] = r
 			rules = append(rules, r)
 		}
-		cm.sampling = catalogParameters(&m, rules)
-		rt.models[m.ID] = cm
-		rt.modelIDs = append(rt.modelIDs, m.ID)
+		cm.Sampling = catalogParameters(&m, rules)
+		rt.Models[m.ID] = cm
+		rt.ModelIDs = append(rt.ModelIDs, m.ID)
 		rt.indexPriced(cm)
 	}
-	sort.Strings(rt.modelIDs)
+	sort.Strings(rt.ModelIDs)
 	for _, k := range keys {
 		if k.RevokedAt != nil {
 			continue
@@ -230,29 +227,29 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		if n, err := hex.Decode(h[:], []byte(k.Hash)); err != nil || n != len(h) {
 			continue
 		}
-		ki := &keyInfo{ID: k.ID, Account: k.Account, Prefix: k.Prefix, MonthlyLimit: k.MonthlyLimit, hash: h,
-			name: k.Name, created: k.CreatedAt, savedUse: k.LastUsedAt}
+		ki := &KeyInfo{ID: k.ID, Account: k.Account, Prefix: k.Prefix, MonthlyLimit: k.MonthlyLimit, hash: h,
+			Name: k.Name, Created: k.CreatedAt, SavedUse: k.LastUsedAt}
 		if len(k.Models) > 0 {
-			ki.modelList = slices.Clone(k.Models)
-			ki.models = make(map[string]bool, len(k.Models))
+			ki.ModelList = slices.Clone(k.Models)
+			ki.Models = make(map[string]bool, len(k.Models))
 			for _, m := range k.Models {
-				ki.models[m] = true
+				ki.Models[m] = true
 			}
 		}
-		rt.keys[h] = ki
+		rt.Keys[h] = ki
 	}
 	return rt
 }
 
 // indexPriced lists a chat model under each provider's name for it, on that provider and on
 // its provider type; the first model of the configuration to claim a name keeps it.
-func (rt *Runtime) indexPriced(m *model) {
+func (rt *Runtime) indexPriced(m *Model) {
 	if m.Family != "" {
 		return // media models price tasks, not a chat answer's tokens
 	}
 	for _, t := range m.Targets {
 		keys := []string{"provider\x00" + t.Provider + "\x00" + t.Model}
-		if p := rt.providers[t.Provider]; p != nil {
+		if p := rt.Providers[t.Provider]; p != nil {
 			keys = append(keys, "type\x00"+p.Type+"\x00"+t.Model)
 		}
 		for _, k := range keys {
@@ -263,26 +260,78 @@ func (rt *Runtime) indexPriced(m *model) {
 	}
 }
 
-// pricedAs is the catalog model whose prices bill usage that provider reports on a model by
+// PricedAs is the catalog model whose prices bill usage that provider reports on a model by
 // the provider's own name for it (upstream): the first chat model of the configuration that
 // this provider serves under that name, else the first that a provider of the same type
 // serves under it; nil when the catalog has none.
-func (rt *Runtime) pricedAs(provider, upstream string) *model {
+func (rt *Runtime) PricedAs(provider, upstream string) *Model {
 	if m := rt.priced["provider\x00"+provider+"\x00"+upstream]; m != nil {
 		return m
 	}
-	if p := rt.providers[provider]; p != nil {
+	if p := rt.Providers[provider]; p != nil {
 		return rt.priced["type\x00"+p.Type+"\x00"+upstream]
 	}
 	return nil
 }
 
 // Provider and Model give the configuration a task needs (tasks.Catalog).
-func (rt *Runtime) Provider(name string) *ir.Provider { return rt.providers[name] }
+func (rt *Runtime) Provider(name string) *ir.Provider { return rt.Providers[name] }
 
 func (rt *Runtime) Model(id string) *ir.Model {
-	if m := rt.models[id]; m != nil {
+	if m := rt.Models[id]; m != nil {
 		return &m.Model
 	}
 	return nil
+}
+
+func NonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// silenceAfter is how long a streamed answer may pause before ext_proc ends it: the attempt
+// timeout, less a tenth (at most 1 s) so that ext_proc's end comes before Envoy's reset.
+func silenceAfter(attempt time.Duration) time.Duration {
+	return attempt - min(attempt/10, time.Second)
+}
+
+// GatewayFields are Tollway's own and never reach a provider.
+var GatewayFields = []string{"route", "route_mode"}
+
+// Unsupported lists, sorted, the fields among fields that an attempt on provider does not carry
+// for m (gateway fields aside: they are dropped for every provider, not for lack of support).
+func (m *Model) Unsupported(provider string, fields []string) []string {
+	var out []string
+	for _, f := range fields {
+		if !m.Carries(provider, f) && !slices.Contains(GatewayFields, f) {
+			out = append(out, f)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// CapCarried reports whether every provider of m carries an output cap field, so the client's
+// cap bounds every attempt (capOutput) and may size the hold.
+func (m *Model) CapCarried() bool {
+	for _, t := range m.Targets {
+		if !m.Carries(t.Provider, "max_tokens") && !m.Carries(t.Provider, "max_completion_tokens") {
+			return false
+		}
+	}
+	return true
+}
+
+// Narrowed is k limited to models as well (an endpoint's models: list).
+func (k *KeyInfo) Narrowed(models []string) *KeyInfo {
+	n := *k
+	n.Models = map[string]bool{}
+	for _, m := range models {
+		if k.Models == nil || k.Models[m] {
+			n.Models[m] = true
+		}
+	}
+	return &n
 }

@@ -1,4 +1,4 @@
-package extproc
+package core
 
 import (
 	"encoding/json"
@@ -70,7 +70,7 @@ func TestUpstreamError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := upstreamError(tt.status, "groq", []byte(tt.body))
+			e := UpstreamError(tt.status, "groq", []byte(tt.body))
 			if e.Status != tt.status {
 				t.Errorf("status = %d, want %d (the provider's)", e.Status, tt.status)
 			}
@@ -98,7 +98,7 @@ func TestUpstreamError(t *testing.T) {
 }
 
 func TestAPIErrorBody(t *testing.T) {
-	e := apiErr(http.StatusBadRequest, "missing_model", "model %q is <required>", "x")
+	e := Errorf(http.StatusBadRequest, "missing_model", "model %q is <required>", "x")
 	if e.Message != `model "x" is <required>` {
 		t.Fatalf("apiErr formatted %q", e.Message)
 	}

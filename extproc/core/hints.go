@@ -1,4 +1,4 @@
-package extproc
+package core
 
 import (
 	"log/slog"
@@ -15,18 +15,17 @@ const (
 	maxHints  = 1024 // hints remembered; beyond, those older than a minute are forgotten
 )
 
-type hints struct {
+type Hints struct {
 	mu   sync.Mutex
 	last map[string]time.Time // hint -> when it was last logged
 }
 
-// hint logs e's operator hint unless it was logged within the last minute.
-func (s *Server) hint(e *APIError) {
+// Hint logs e's operator Hint to log unless it was logged within the last minute.
+func (h *Hints) Hint(log *slog.Logger, e *APIError) {
 	if e.Operator == "" {
 		return
 	}
 	now := time.Now()
-	h := &s.hints
 	h.mu.Lock()
 	if h.last == nil {
 		h.last = map[string]time.Time{}
@@ -47,5 +46,5 @@ func (s *Server) hint(e *APIError) {
 	}
 	h.last[e.Operator] = now
 	h.mu.Unlock()
-	s.log.Warn("clients are refused: "+e.Operator, slog.String("code", e.Code), slog.Int("status", e.Status))
+	log.Warn("clients are refused: "+e.Operator, slog.String("code", e.Code), slog.Int("status", e.Status))
 }

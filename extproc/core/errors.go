@@ -1,4 +1,4 @@
-package extproc
+package core
 
 import (
 	"cmp"
@@ -21,19 +21,19 @@ type APIError struct {
 	// Operator is what the gateway's operator can do about it (a command to run), for the
 	// operator's log (hints.go); never sent to the client.
 	Operator string
-	// malformed: a 400 for a request that cannot be read (no body, an unreadable form), which
+	// Malformed: a 400 for a request that cannot be read (no body, an unreadable form), which
 	// a paid endpoint keeps at 400 where a refused parameter is 422 (paidRefusal).
-	malformed bool
+	Malformed bool
 }
 
 func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
 
-func apiErr(status int, code, format string, args ...any) *APIError {
+func Errorf(status int, code, format string, args ...any) *APIError {
 	return &APIError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// errorBody is the spec's error shape: {"error": {"message", "code", "request_id"}}.
-type errorBody struct {
+// ErrorBody is the spec's error shape: {"error": {"message", "code", "request_id"}}.
+type ErrorBody struct {
 	Error errorFields `json:"error"`
 }
 
@@ -45,37 +45,37 @@ type errorFields struct {
 
 // Body renders e for the request with id requestID.
 func (e *APIError) Body(requestID string) []byte {
-	b, _ := json.Marshal(errorBody{errorFields{e.Message, e.Code, requestID}})
+	b, _ := json.Marshal(ErrorBody{errorFields{e.Message, e.Code, requestID}})
 	return b
 }
 
 // Errors the request path returns; their messages name the fix.
 var (
-	errMissingKey = apiErr(http.StatusUnauthorized, "invalid_api_key",
+	ErrMissingKey = Errorf(http.StatusUnauthorized, "invalid_api_key",
 		"missing API key: send Authorization: Bearer ale-<key> (the gateway's operator gives out keys)")
-	errMalformedKey = apiErr(http.StatusUnauthorized, "invalid_api_key",
+	ErrMalformedKey = Errorf(http.StatusUnauthorized, "invalid_api_key",
 		"malformed API key: Tollway keys look like ale- followed by 43 characters; check for truncation or extra spaces")
-	errInvalidKey = apiErr(http.StatusUnauthorized, "invalid_api_key",
+	ErrInvalidKey = Errorf(http.StatusUnauthorized, "invalid_api_key",
 		"invalid API key: it is unknown, revoked or rotated; use a current key (ask the gateway's operator for one)")
-	errNoBody = malformed(apiErr(http.StatusBadRequest, "invalid_request",
+	ErrNoBody = Malformed(Errorf(http.StatusBadRequest, "invalid_request",
 		"request body is empty: send a JSON object with model and messages"))
 )
 
-// malformed marks e, a 400, as the refusal of a request that cannot be read.
-func malformed(e *APIError) *APIError {
-	e.malformed = true
+// Malformed marks e, a 400, as the refusal of a request that cannot be read.
+func Malformed(e *APIError) *APIError {
+	e.Malformed = true
 	return e
 }
 
-// upstreamError converts a provider's error body into the spec's shape, keeping the provider's
+// UpstreamError converts a provider's error body into the spec's shape, keeping the provider's
 // message and code where it has them.
-func upstreamError(status int, provider string, body []byte) *APIError {
+func UpstreamError(status int, provider string, body []byte) *APIError {
 	var shaped struct {
 		Error json.RawMessage `json:"error"`
 	}
 	e := &APIError{Status: status, Code: "upstream_error"}
 	if json.Unmarshal(body, &shaped) == nil && len(shaped.Error) > 0 {
-		readProviderError(shaped.Error, e)
+		ReadProviderError(shaped.Error, e)
 	}
 	if e.Message == "" {
 		e.Message = fmt.Sprintf("provider %s answered HTTP %d: %s", provider, status, clipBody(body))
@@ -83,10 +83,10 @@ func upstreamError(status int, provider string, body []byte) *APIError {
 	return e
 }
 
-// readProviderError fills e's message and code from a provider's "error" value: an object with
+// ReadProviderError fills e's message and code from a provider's "error" value: an object with
 // message and a code (a string; else its type, else Gemini's status in lower case), or a plain
 // string. What the value lacks stays as it was.
-func readProviderError(raw json.RawMessage, e *APIError) {
+func ReadProviderError(raw json.RawMessage, e *APIError) {
 	var obj struct {
 		Message string          `json:"message"`
 		Code    json.RawMessage `json:"code"`
