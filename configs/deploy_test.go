@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollway/tollway/cmd/tollway/app"
@@ -111,6 +112,8 @@ func objects(t *testing.T, path string) map[string][]any {
 			obj = &corev1.Service{}
 		case "Deployment":
 			obj = &appsv1.Deployment{}
+		case "PodDisruptionBudget":
+			obj = &policyv1.PodDisruptionBudget{}
 		default:
 			t.Fatalf("%s: kind %s is not checked here", path, meta.Kind)
 		}
@@ -184,6 +187,47 @@ func TestKubernetesGateway(t *testing.T) {
 	dep := objs["Deployment"][0].(*appsv1.Deployment)
 	if c := dep.Spec.Template.Spec.Containers[0]; !slices.Equal(c.Args, []string{"run", "--config", "/etc/tollway/tollway.yaml"}) || *dep.Spec.Replicas != 1 || dep.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 		t.Errorf("the gateway Deployment: args %v, replicas %d, strategy %s (one bbolt writer: 1 replica, Recreate)", c.Args, *dep.Spec.Replicas, dep.Spec.Strategy.Type)
+	}
+}
+
+// TestKubernetesGatewayReplicas: the multi-replica variant runs three pods on one PostgreSQL
+// database, rolled one at a time without taking a serving pod down first, at least two kept
+// through voluntary disruptions, the DSN from the Secret and never in the ConfigMap.
+func TestKubernetesGatewayReplicas(t *testing.T) {
+	objs := objects(t, "deploy/kubernetes/gateway-replicas/tollway.yaml")
+	cm := objs["ConfigMap"][0].(*corev1.ConfigMap)
+	loadConfigMap(t, cm)
+	checkWiring(t, objs)
+	var cfg struct {
+		Store struct{ Driver, DSN string }
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["tollway.yaml"]), &cfg); err != nil || cfg.Store.Driver != "postgres" || cfg.Store.DSN != "${TOLLWAY_DATABASE_URL}" {
+		t.Errorf("the replicas' store: %+v %v (want driver postgres, dsn from the environment)", cfg.Store, err)
+	}
+	secret := objs["Secret"][0].(*corev1.Secret)
+	if !strings.HasPrefix(secret.StringData["TOLLWAY_DATABASE_URL"], "postgres://") {
+		t.Errorf("the Secret does not hold TOLLWAY_DATABASE_URL: %v", secret.StringData)
+	}
+	dep := objs["Deployment"][0].(*appsv1.Deployment)
+	ru := dep.Spec.Strategy.RollingUpdate
+	if *dep.Spec.Replicas != 3 || dep.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || ru == nil || ru.MaxUnavailable.IntValue() != 0 || ru.MaxSurge.IntValue() != 1 {
+		t.Errorf("the replicas' Deployment: replicas %d, strategy %+v (want 3, RollingUpdate one at a time, none unavailable)", *dep.Spec.Replicas, dep.Spec.Strategy)
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	fromSecret := len(c.EnvFrom) == 1 && c.EnvFrom[0].SecretRef != nil && c.EnvFrom[0].SecretRef.Name == secret.Name
+	if !slices.Equal(c.Args, []string{"run", "--config", "/etc/tollway/tollway.yaml"}) || !fromSecret {
+		t.Errorf("the replicas' container: args %v, env from %+v (want the Secret %s)", c.Args, c.EnvFrom, secret.Name)
+	}
+	var named bool
+	for _, e := range c.Env {
+		named = named || (e.Name == "TOLLWAY_REPLICA_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name")
+	}
+	if !named {
+		t.Errorf("the replicas are not named after their pods (their spool files and status lines): %+v", c.Env)
+	}
+	pdb := objs["PodDisruptionBudget"][0].(*policyv1.PodDisruptionBudget)
+	if !matches(pdb.Spec.Selector.MatchLabels, dep.Spec.Template.Labels) || pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 2 {
+		t.Errorf("the PodDisruptionBudget: %+v (want minAvailable 2 of the gateway's pods)", pdb.Spec)
 	}
 }
 

@@ -28,6 +28,9 @@ import (
 	"github.com/tollway/tollway/store"
 )
 
+// CauseOf names what a failed write to a bbolt file says about its filesystem (a store.Cause).
+func CauseOf(err error) string { return causeOf(err) }
+
 // causeOf names what a failed write says about the filesystem.
 func causeOf(err error) string {
 	msg := err.Error()

@@ -1,9 +1,11 @@
 // Package postgres is the store.Store that several gateways share: Tollway's durable state in
 // one PostgreSQL database (14 or later; tested on Debian's 15). It owns the schema and its
 // migrations, the pool, the change listener and the SQL of every store concern; it passes the
-// same conformance suite as store/bbolt (store/storetest), crash cases included. Its Recorder
-// (NewSettler) is bbolt's Settler, writing through SettleWith: group commit, durable holds,
-// retries, and a database that cannot commit waited for rather than records dropped.
+// same conformance suite as store/bbolt (store/storetest), crash cases included. NewSettler is
+// a Recorder writing straight to the database (bbolt's Settler through SettleWith: group
+// commit, durable holds, retries, a database that cannot commit waited for rather than records
+// dropped); the gateway records through store/spool instead, a local journal per replica that
+// ships to SettleWith in batches, so no request waits on the database.
 //
 // # Connection
 //
@@ -12,7 +14,7 @@
 // connection has statement_timeout and lock_timeout (Options.StatementTimeout) and
 // idle_in_transaction_session_timeout; every call runs under a context deadline
 // (Options.CallTimeout), so none takes unbounded time. Errors name the database as
-// host:port/db, never the password. A failure that is not the data's fault (unreachable,
+// host:port/db, never the password, and an outage's error says what to check. A failure that is not the data's fault (unreachable,
 // restarting, out of connections or room, a timeout, a standby) wraps store.ErrUnavailable and
 // starts an outage (Health, store.CauseUnreachable) that the next commit or the listener's
 // return ends; deadlocks and serialization failures are retried inside the call.
@@ -70,9 +72,9 @@
 //
 // Tasks have no poller lease yet (store.Tasks has none to implement): OpenTasks lists every
 // open task to every replica; the lease (lease_until, FOR UPDATE SKIP LOCKED) comes with the
-// interface that asks for it. Holds have no owner: SettleHolds bills every hold in the
-// database, so it is for a single gateway's start until holds carry their replica and a lease.
-// Budget slices and the local spool that ships records in batches are the rest of the issue.
+// interface that asks for it. Holds written here have no owner: SettleHolds bills every hold in
+// the database, so it is for a single gateway's start (the gateway's own holds live in each
+// replica's spool, store/spool). Budget slices are the rest of the issue.
 //
 // # Replicas
 //

@@ -6,59 +6,30 @@ package postgres
 // atomic load: no round trip on the request path.
 
 import (
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tollway/tollway/store"
 )
 
-type health struct {
-	outage    atomic.Pointer[store.Outage]
-	mu        sync.Mutex
-	recovered chan struct{} // closed when the current outage ends; nil while healthy
-}
+type health struct{ store.OutageState }
 
 func (h *health) fail(err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.outage.Load() != nil {
-		return
-	}
-	h.outage.Store(&store.Outage{Cause: store.CauseUnreachable, Err: err, Since: time.Now().UTC()})
-	h.recovered = make(chan struct{})
+	h.Fail(&store.Outage{Cause: store.CauseUnreachable, Err: err, Since: time.Now().UTC()})
 }
 
-func (h *health) ok() {
-	if h.outage.Load() == nil {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.recovered != nil {
-		close(h.recovered)
-		h.recovered = nil
-	}
-	h.outage.Store(nil)
-}
+func (h *health) ok() { h.OK() }
 
 // Unavailable is the current outage as an error, nil while the database takes writes.
-func (s *Store) Unavailable() error {
-	if o := s.health.outage.Load(); o != nil {
-		return o
-	}
-	return nil
-}
+func (s *Store) Unavailable() error { return s.health.Err() }
 
 // Outage is the current outage, nil while healthy.
-func (s *Store) Outage() *store.Outage { return s.health.outage.Load() }
+func (s *Store) Outage() *store.Outage { return s.health.Current() }
 
 // ReserveState is "none": the database's disk is the server's to keep room on.
 func (s *Store) ReserveState() string { return "none" }
 
 // recovery is closed when the current outage ends; nil while there is none.
-func (s *Store) recovery() <-chan struct{} {
-	s.health.mu.Lock()
-	defer s.health.mu.Unlock()
-	return s.health.recovered
-}
+func (s *Store) recovery() <-chan struct{} { return s.health.Recovery() }
+
+// Where is the database as errors and status name it: host:port/database, never the password.
+func (s *Store) Where() string { return s.where }

@@ -223,7 +223,8 @@ func (s *Store) classify(err error) error {
 	}
 	if unavailable(err) {
 		s.health.fail(err)
-		return fmt.Errorf("store: postgres at %s: %w: %w", s.where, store.ErrUnavailable, err)
+		return fmt.Errorf("store: postgres at %s is unreachable or refuses work (%w: %w): check that the database is running and that this gateway reaches it (store.dsn); served requests are spooled meanwhile and shipped when it is back",
+			s.where, store.ErrUnavailable, err)
 	}
 	return fmt.Errorf("store: postgres at %s: %w", s.where, err)
 }

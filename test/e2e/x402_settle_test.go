@@ -17,9 +17,6 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
-
-	"github.com/tollway/tollway/test/fakeupstream"
-	"github.com/tollway/tollway/test/harness"
 )
 
 // The facilitator settles on chain but its answer never reaches the gateway, or comes too
@@ -151,12 +148,7 @@ func lastSettlementEvent(t *testing.T, who string, r payResult) map[string]any {
 // after the restart.
 func TestX402SettlementUnknown(t *testing.T) {
 	t.Parallel()
-	bed, err := harness.StartBed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bed.Stop)
-	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	bed, fake := bedAndFake(t)
 	dir := t.TempDir()
 	p := startPaidOn(t, bed, fake, dir, settleTimeout)
 	payer := bed.PayerAddress

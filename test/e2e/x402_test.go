@@ -101,7 +101,14 @@ func startPaidIn(t *testing.T, dir string, bedArgs ...string) *paidGateway {
 // two spaces.
 func startPaidOn(t *testing.T, bed *harness.Bed, fake *fakeupstream.Server, dir, x402Extra string) *paidGateway {
 	t.Helper()
-	body := fmt.Sprintf(`billing: {enabled: true}
+	g := startGatewayIn(t, dir, paidBody(bed, fake, x402Extra), "FAKE_PROVIDER_KEY="+providerKey)
+	setPayURL(t, g, "http://"+g.Public)
+	return &paidGateway{gateway: g, bed: bed, fake: fake}
+}
+
+// paidBody is the paid gateway's configuration (pay_url http://pay-url.invalid until setPayURL).
+func paidBody(bed *harness.Bed, fake *fakeupstream.Server, x402Extra string) string {
+	return fmt.Sprintf(`billing: {enabled: true}
 callbacks: {allow_private: [127.0.0.1]}
 providers:
   - {name: fake, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
@@ -119,19 +126,21 @@ models:
     providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
     pricing: {request: "0.05", duration: "0.045"}
 `, fake.URL(), fake.MiniMaxURL()) + strings.Replace(fmt.Sprintf(x402Config, bed.Network, bed.Asset, bed.PayTo, bed.FacilitatorURL, bed.FacilitatorAddress), "x402:\n", "x402:\n"+x402Extra, 1)
-	g := startGatewayIn(t, dir, body, "FAKE_PROVIDER_KEY="+providerKey)
-	// pay_url is the public address the harness picked: written in and reloaded.
+}
+
+// setPayURL writes url (a public address the harness picked) as g's pay_url and reloads.
+func setPayURL(t testing.TB, g *gateway, url string) {
+	t.Helper()
 	cfg, err := os.ReadFile(g.CfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(g.CfgPath, bytes.ReplaceAll(cfg, []byte("http://pay-url.invalid"), []byte("http://"+g.Public)), 0o600); err != nil {
+	if err := os.WriteFile(g.CfgPath, bytes.ReplaceAll(cfg, []byte("http://pay-url.invalid"), []byte(url)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if code, out := g.adminJSON("POST", "/admin/v1/reload", nil); code != 200 {
 		t.Fatalf("reload: %d %v", code, out)
 	}
-	return &paidGateway{gateway: g, bed: bed, fake: fake}
 }
 
 // paidURL is {pay_url}/x402/{slug}.

@@ -46,6 +46,7 @@ type Server struct {
 	dir   string   // the server's directory ("" when not ours)
 	bin   string
 	owner string // the user the server runs as ("" the current one)
+	opts  string // the server's options (port, socket directory, settings), for Up
 	mu    sync.Mutex
 	made  map[string]bool
 }
@@ -145,6 +146,7 @@ func (s *Server) start() error {
 			"-c full_page_writes=off -c max_connections=300", port, dir)
 		out, err := s.run("pg_ctl", "-D", data, "-l", filepath.Join(dir, "log"), "-w", "-t", "30", "-o", opts, "start")
 		if err == nil {
+			s.opts = opts
 			s.base = &url.URL{Scheme: "postgres", User: url.User("postgres"), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 			return nil
 		}
@@ -263,4 +265,31 @@ func Database(t testing.TB, key string) string {
 func Name(key string) string {
 	h := sha256.Sum256([]byte(key))
 	return "t_" + strings.ToLower(hex.EncodeToString(h[:8]))
+}
+
+// Current is the server Main started (nil before).
+func Current() *Server { return current }
+
+// Down stops a server Start started (a fast shutdown: sessions are ended, what was committed is
+// kept), keeping its data and port, as a database that went away (tests of what the gateway
+// does without it); Up starts it again.
+func (s *Server) Down() error {
+	if s.dir == "" {
+		return errors.New("pgtest: Down: the server is not this process's (" + URLEnv + " names it)")
+	}
+	if out, err := s.run("pg_ctl", "-D", filepath.Join(s.dir, "data"), "-m", "fast", "-w", "stop"); err != nil {
+		return fmt.Errorf("pgtest: pg_ctl stop: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// Up starts again a server Down stopped, on the same port.
+func (s *Server) Up() error {
+	if s.dir == "" {
+		return errors.New("pgtest: Up: the server is not this process's (" + URLEnv + " names it)")
+	}
+	if out, err := s.run("pg_ctl", "-D", filepath.Join(s.dir, "data"), "-l", filepath.Join(s.dir, "log"), "-w", "-t", "30", "-o", s.opts, "start"); err != nil {
+		return fmt.Errorf("pgtest: pg_ctl start: %w\n%s", err, out)
+	}
+	return nil
 }

@@ -193,6 +193,8 @@ func writeErr(w http.ResponseWriter, err error) {
 		status, code = http.StatusConflict, "already_exists"
 	case errors.Is(err, xds.ErrRejected):
 		status, code = http.StatusConflict, "envoy_rejected"
+	case errors.Is(err, store.ErrUnavailable):
+		status, code = http.StatusServiceUnavailable, "store_unavailable" // the message names the store and the fix
 	}
 	writeJSON(w, status, adminapi.Error{Error: adminapi.ErrorBody{Code: code, Message: err.Error(), RequestID: w.Header().Get("x-request-id")}})
 }

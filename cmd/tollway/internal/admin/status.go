@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -17,7 +18,13 @@ func (s *api) storeStatus() adminapi.StoreStatus {
 	if cfg := s.runtime.Config(); cfg != nil {
 		st.Driver = cfg.Store.Driver
 	}
-	if o := s.store.Outage(); o != nil {
+	durable := s.store.Outage()
+	if sp, ok := s.settler.(spooler); ok { // driver postgres: records are made durable in the spool
+		durable = nil
+		st.Spool, durable = spoolView(sp.Status())
+		st.Database = s.databaseView()
+	}
+	if o := durable; o != nil {
 		since := o.Since.UTC()
 		st.State, st.Cause, st.Error, st.Since = "unavailable", o.Cause, o.Err.Error(), &since
 	}
@@ -25,6 +32,40 @@ func (s *api) storeStatus() adminapi.StoreStatus {
 		st.Queued = s.settler.Queued()
 	}
 	return st
+}
+
+// spooler is the Recorder of driver postgres (store/spool).
+type spooler interface{ Status() store.SpoolStatus }
+
+func spoolView(sp store.SpoolStatus) (*adminapi.SpoolStatus, *store.Outage) {
+	v := &adminapi.SpoolStatus{Path: sp.Path, Records: sp.Records, LagSeconds: sp.Lag(time.Now()).Seconds(), Holds: sp.Holds, Shipped: sp.Shipped, Rejected: sp.Rejected}
+	if sp.Records > 0 && !sp.Oldest.IsZero() {
+		oldest := sp.Oldest.UTC()
+		v.Oldest = &oldest
+	}
+	return v, sp.Outage
+}
+
+// databaseView is the shared database's state as this replica last found it.
+func (s *api) databaseView() *adminapi.DatabaseStatus {
+	db := &adminapi.DatabaseStatus{State: "reachable"}
+	if w, ok := s.store.(interface{ Where() string }); ok {
+		db.At = w.Where()
+	}
+	if o := s.store.Outage(); o != nil {
+		since := o.Since.UTC()
+		db.State, db.Since, db.Error = "unreachable", &since, o.Err.Error()
+	}
+	return db
+}
+
+// shared reports err unless it is the shared database being unreachable: status still answers
+// then, without what only the database knows.
+func shared(err error) error {
+	if errors.Is(err, store.ErrUnavailable) {
+		return nil
+	}
+	return err
 }
 
 // replicas are the gateways the store's registry lists, those silent past their lease marked
@@ -66,11 +107,11 @@ func (s *api) status(ctx context.Context) (adminapi.Status, error) {
 		st.Nodes = append(st.Nodes, n)
 	}
 	st.Store = s.storeStatus()
-	if st.Replicas, err = s.replicas(); err != nil {
+	if st.Replicas, err = s.replicas(); shared(err) != nil {
 		return st, err
 	}
 	providers, models, err := s.healthReport()
-	if err != nil {
+	if shared(err) != nil {
 		return st, err
 	}
 	st.Providers = providers
@@ -83,7 +124,7 @@ func (s *api) status(ctx context.Context) (adminapi.Status, error) {
 	now := time.Now().UTC()
 	st.Today.Day = now.Format(time.DateOnly)
 	sum, err := s.store.Usage(store.UsageFilter{Since: now, Until: now})
-	if err != nil {
+	if shared(err) != nil {
 		return st, err
 	}
 	st.Today.UsageTotals = sum.UsageTotals

@@ -151,6 +151,34 @@ type StoreStatus struct {
 	Reserve string `json:"reserve"`
 	// Queued are usage records and holds waiting to be written.
 	Queued int `json:"queued"`
+	// Database is the shared database's state (driver postgres only).
+	Database *DatabaseStatus `json:"database,omitempty"`
+	// Spool is this replica's local journal of usage records in front of the database (driver
+	// postgres only): State above is whether it takes records.
+	Spool *SpoolStatus `json:"spool,omitempty"`
+}
+
+// DatabaseStatus is the shared database as this replica last found it: "reachable", or
+// "unreachable" since Since (usage records keep spooling; admin writes fail with 503
+// store_unavailable).
+type DatabaseStatus struct {
+	At    string     `json:"at"` // host:port/database, never the password
+	State string     `json:"state"`
+	Since *time.Time `json:"since,omitempty"`
+	Error string     `json:"error,omitempty"`
+}
+
+// SpoolStatus is the replica's spool: Records spooled and not yet shipped to the database, the
+// oldest's time and age (LagSeconds: the lag), holds of requests being served, records shipped
+// since start, and records the database refused on their own (kept in the spool).
+type SpoolStatus struct {
+	Path       string     `json:"path"`
+	Records    int64      `json:"records"`
+	Oldest     *time.Time `json:"oldest,omitempty"`
+	LagSeconds float64    `json:"lag_seconds"`
+	Holds      int64      `json:"holds"`
+	Shipped    int64      `json:"shipped"`
+	Rejected   int64      `json:"rejected"`
 }
 
 // ReplicaStatus is a gateway sharing the store, as it last renewed its registration. Gone: it

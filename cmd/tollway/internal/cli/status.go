@@ -118,13 +118,33 @@ func printStatus(w io.Writer, st adminapi.Status) error {
 	if s := st.Store; s.State == "unavailable" {
 		line("store", "UNAVAILABLE (%s) since %s: billable requests, task creates and paid requests are refused with 503 store_unavailable; %d records queued; %s",
 			s.Cause, s.Since.Format(time.RFC3339), s.Queued, s.Error)
-	} else if s.State != "" {
+	} else if s.State != "" && s.Database == nil {
 		line("store", "%s ok, %d records queued, reserve %s", cmp.Or(s.Driver, "bbolt"), s.Queued, s.Reserve)
 	}
+	printShared(line, st.Store)
 	printReplicas(line, st.Replicas)
 	t := st.Today
 	line("today", "%d requests, %d tokens in, %d out, cost %s USD (%s UTC)", t.Requests, t.PromptTokens, t.CompletionTokens, t.Cost.String(), t.Day)
 	return tw.Flush()
+}
+
+// printShared shows the shared database's state and the spool's lag (driver postgres).
+func printShared(line func(label, format string, a ...any), s adminapi.StoreStatus) {
+	if db := s.Database; db != nil {
+		if db.State == "reachable" {
+			line("store", "postgres at %s reachable", db.At)
+		} else {
+			line("store", "postgres at %s UNREACHABLE since %s: usage records are spooled and shipped when it is back; admin writes fail; %s",
+				db.At, db.Since.Format(time.RFC3339), db.Error)
+		}
+	}
+	if sp := s.Spool; sp != nil {
+		lag := "none waiting"
+		if sp.Oldest != nil {
+			lag = fmt.Sprintf("oldest %s (%.1f s)", sp.Oldest.Format(time.RFC3339), sp.LagSeconds)
+		}
+		line("spool", "%s: %d records not shipped, %s; %d holds, %d shipped, %d refused by the database", sp.Path, sp.Records, lag, sp.Holds, sp.Shipped, sp.Rejected)
+	}
 }
 
 // printReplicas lists the gateways sharing the store, one line each after a count.

@@ -51,6 +51,9 @@ type Config struct {
 		// the environment: postgres://user:pass@host:5432/tollway?sslmode=disable.
 		DSN  string `mapstructure:"dsn"`
 		Path string `mapstructure:"path"`
+		// Spool is the replica's local journal of usage records with driver postgres (shipped
+		// to the database in batches); "" is spool-<replica>.db beside store.path (SpoolPath).
+		Spool string `mapstructure:"spool"`
 		// UsageRetentionDays is how long raw usage records are kept; 0 keeps them for good.
 		UsageRetentionDays int `mapstructure:"usage_retention_days"`
 		// TaskRetentionDays is how long finished media tasks are kept after they ended; 0 keeps
@@ -150,6 +153,7 @@ var defaults = map[string]any{
 	"store.path":                     "data/tollway.db",
 	"store.driver":                   StoreBbolt,
 	"store.dsn":                      "",
+	"store.spool":                    "",
 	"replica.name":                   "",
 	"replica.lease":                  "15s",
 	"store.usage_retention_days":     35,

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"time"
@@ -109,4 +110,25 @@ func (c *Config) ReplicaName() string {
 		host = "tollway"
 	}
 	return host + "-" + strconv.Itoa(os.Getpid())
+}
+
+// spoolNameUnsafe are the characters a replica's name may hold that a file name should not.
+var spoolNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+// SpoolPath is the replica's spool with driver postgres: store.spool, else spool-<name>.db in
+// store.path's directory, name being replica.name or, unset, the host's name (stable across
+// restarts, unlike ReplicaName's pid: a restart must find the records its last run left).
+func (c *Config) SpoolPath() string {
+	if c.Store.Spool != "" {
+		return c.Store.Spool
+	}
+	name := c.Replica.Name
+	if name == "" {
+		if host, err := os.Hostname(); err == nil && host != "" {
+			name = host
+		} else {
+			name = "tollway"
+		}
+	}
+	return filepath.Join(filepath.Dir(c.Store.Path), "spool-"+spoolNameUnsafe.ReplaceAllString(name, "_")+".db")
 }

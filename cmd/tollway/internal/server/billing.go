@@ -12,6 +12,7 @@ import (
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/store/postgres"
+	"github.com/tollway/tollway/store/spool"
 )
 
 // newSettler moves settled requests from the request path to the store. The in-memory ledger is
@@ -19,7 +20,35 @@ import (
 // record durable with group commit within about store.SettleWindow, off the response's path.
 // Ids in its logs are cut short: a client chooses its request id.
 func newSettler(log *slog.Logger, st store.Store) store.Recorder {
-	hooks := store.SettlerHooks{
+	return bbolt.NewSettler(st.(*bbolt.Store), bbolt.SettleWindow, settlerHooks(log))
+}
+
+// openSpool opens the replica's spool of usage records (driver postgres), bills the holds its
+// last stop left and ships everything it holds, so the balances read next include them.
+func openSpool(log *slog.Logger, path string, pg *postgres.Store) (*spool.Spool, error) {
+	sp, err := spool.Open(spool.Options{Path: path, Hooks: settlerHooks(log), Log: log}, pg)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := sp.SettleHolds(store.EstimateGatewayRestart); err != nil {
+		log.Error("the requests cut by the last stop could not be billed now (their holds stay in the spool for the next start)", "spool", path, "error", err)
+	} else if n > 0 {
+		log.Warn("requests cut by the last stop billed as estimates", "requests", n, "estimate_reason", store.EstimateGatewayRestart)
+	}
+	if err := sp.Drain(spoolDrainAtStart); err != nil {
+		sp.CloseWithin(0)
+		return nil, fmt.Errorf("the spool %s holds usage records the database did not take (they stay there; start again once it does): %w", path, err)
+	}
+	log.Info("store: usage records spool", "path", path)
+	return sp, nil
+}
+
+// spoolDrainAtStart bounds shipping what the last run left before the ledger is read.
+const spoolDrainAtStart = 30 * time.Second
+
+// settlerHooks log what the books must not hide.
+func settlerHooks(log *slog.Logger) store.SettlerHooks {
+	return store.SettlerHooks{
 		NotStored: func(rec store.UsageRecord, err error) {
 			// The ledger in memory was debited; the durable record failed. Loud, since the books
 			// would disagree after a restart.
@@ -30,10 +59,6 @@ func newSettler(log *slog.Logger, st store.Store) store.Recorder {
 			log.Error("STORE CANNOT COMMIT: usage records are held until it can (check the disk or the database)", "error", err, "queued", queued, "retry_in", retryIn)
 		},
 	}
-	if pg, ok := st.(*postgres.Store); ok {
-		return postgres.NewSettler(pg, bbolt.SettleWindow, hooks)
-	}
-	return bbolt.NewSettler(st.(*bbolt.Store), bbolt.SettleWindow, hooks)
 }
 
 // storeChanged logs the store's outages: loud when one starts (billable work is refused from

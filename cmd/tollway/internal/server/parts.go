@@ -41,7 +41,7 @@ func (p *process) buildGateway(context.Context) error {
 	log := p.log
 	p.ctrl = xds.New(log.With("component", "xds"))
 	p.ext = extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), p.bill)
-	p.ext.SetStoreCheck(p.st.Unavailable)
+	p.ext.SetStoreCheck(p.durable().Unavailable)
 	// The gateway's own task requests go through an internal listener of its own Envoy; with
 	// external Envoys there is none (several may share a host), so media tasks are off.
 	if !p.external {
@@ -65,7 +65,8 @@ func (p *process) buildGateway(context.Context) error {
 		ImageLife: time.Duration(p.cfg.Store.ImageRetentionHours) * time.Hour, MaxAge: p.cfg.Tasks.MaxAge, UnknownGrace: p.cfg.Tasks.UnknownGrace}
 	var m *metrics.Metrics
 	if p.cfg.Metrics.Enabled {
-		m = observe(p.ctrl, p.ext, p.ledger, p.bill, p.taskSvc, p.settlements, p.st, p.settle)
+		m = observe(p.ctrl, p.ext, p.ledger, p.bill, p.taskSvc, p.settlements, p.durable(), p.settle)
+		observeShared(m, p.st, p.spool)
 	}
 	if err := p.resumeTasks(); err != nil {
 		return err

@@ -158,14 +158,34 @@ func (p *process) startBilling(context.Context) error {
 	if !p.cfg.Billing.Enabled {
 		return nil
 	}
+	log := p.log.With("component", "ledger")
+	if pg, ok := p.st.(*postgres.Store); ok {
+		// Before the ledger reads the balances: what the spool holds is in them then.
+		sp, err := openSpool(log, p.cfg.SpoolPath(), pg)
+		if err != nil {
+			return err
+		}
+		p.spool, p.settle = sp, sp
+	} else {
+		p.settle = newSettler(log, p.st)
+	}
 	ledger, known, err := loadLedger(p.st, time.Now())
 	if err != nil {
+		p.settle.Close()
 		return err
 	}
 	p.ledger, p.ledgerAccounts = ledger, known
-	p.settle = newSettler(p.log.With("component", "ledger"), p.st)
 	p.bill = newBilling(ledger, p.settle)
 	return nil
+}
+
+// durable is the health billable work is admitted on: the spool's with driver postgres (the
+// database being down does not stop what the spool can record), else the store's.
+func (p *process) durable() store.Health {
+	if p.spool != nil {
+		return p.spool
+	}
+	return p.st
 }
 
 // stopBilling runs after the servers stopped: every settled request reaches the store.

@@ -25,6 +25,7 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/spool"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -52,6 +53,7 @@ type process struct {
 	// ledgerAccounts are the accounts the ledger holds, for changes.go to add new ones.
 	ledgerAccounts map[string]bool
 	settle         store.Recorder // nil when billing is off
+	spool          *spool.Spool   // the settle Recorder with driver postgres; nil otherwise
 	bill           *extproc.Billing
 	ctrl           *xds.Server
 	ext            *extproc.Server
