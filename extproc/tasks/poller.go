@@ -162,3 +162,6 @@ func (s *Service) pollOne(ctx context.Context, id string) {
 	// commit); either way the task stays scheduled and is tried again.
 	_, _ = s.Refresh(rctx, t)
 }
+
+// Polls reports whether this replica polls task id (it holds its lease).
+func (s *Service) Polls(id string) bool { return s.sched.polls(id) }
