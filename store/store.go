@@ -118,6 +118,7 @@ type Tasks interface {
 	UpdateTask(id string, fn func(t *Task) (TaskChange, error)) (*Task, error)
 	// OpenTasks lists up to limit unfinished tasks in id order, after the id after.
 	OpenTasks(limit int, after string) ([]Task, error)
+	TaskLeases
 }
 
 // Callbacks are the outbox of task callbacks (written by Tasks with the change they announce).
@@ -126,6 +127,7 @@ type Callbacks interface {
 	// of them: those skip(id) passes over are not decoded; the others go to take until it
 	// returns false.
 	ScanDueCallbacks(now time.Time, scan int, skip func(id string) bool, take func(Callback) bool) error
+	CallbackLeases
 	// AckCallback removes a delivered (or given up) callback.
 	AckCallback(c Callback) error
 	// RetryCallback puts a callback back for its next attempt (Attempt + 1) at next.

@@ -157,6 +157,9 @@ type TaskChange struct {
 	// spend, exactly once per RequestID) with the task's new state, so no crash can leave a
 	// completed task unbilled or bill it twice.
 	Usage *UsageRecord
+	// Lease, on PutTaskChange only, leases the new task to its creator in the same transaction,
+	// so no other replica claims it before its creator polls it (UpdateTask ignores it).
+	Lease *TaskLease
 }
 
 // Prepare checks a callback bound for the outbox (ErrInvalid) and fills what is empty: its id,

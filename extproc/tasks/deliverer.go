@@ -6,9 +6,15 @@ package tasks
 // of hosts whose lane is full. Nothing waits for a batch: a lane with more callbacks in the
 // outbox asks for it to be read again once it is half empty, so a fast host is not held to the
 // reading interval.
+//
+// Replicas sharing the outbox each read it; a callback is sent only by the one that claims it
+// (store.CallbackLeases) just before sending, for Lease: exactly one replica sends each, and
+// if it dies before the callback is acknowledged, another sends it again once the lease ends,
+// with the same delivery id (at least once, never concurrently).
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -34,6 +40,10 @@ type Deliverer struct {
 	Base    time.Duration // first retry delay (default 1 s), doubling up to an hour
 	// MaxAttempts ends the retries of one callback (default 12: about 1.5 hours of trying).
 	MaxAttempts int
+	// Owner is this replica's name ("" : "local"); Lease is how long its claim on a callback
+	// lasts (default DefaultCallbackLease): longer than one delivery may take.
+	Owner string
+	Lease time.Duration
 
 	mu      sync.Mutex
 	lanes   map[string]*lane  // by host
@@ -51,6 +61,10 @@ type lane struct {
 	running, busy int
 	more          bool
 }
+
+// DefaultCallbackLease is how long a replica's claim on a callback it sends lasts: three times
+// the callback client's timeout, so a claim never ends while its delivery may still be going.
+const DefaultCallbackLease = 30 * time.Second
 
 const (
 	// laneDepth bounds the callbacks one host holds in memory (waiting and in flight); its
@@ -213,7 +227,14 @@ func (d *Deliverer) deliver(ctx context.Context, c store.Callback) {
 		d.giveUp(c)
 		return
 	}
-	err := d.post(ctx, c)
+	won, err := d.Store.ClaimCallback(c, cmp.Or(d.Owner, "local"), cmp.Or(d.Lease, DefaultCallbackLease))
+	if err != nil || !won { // another replica sends it; a failed claim is read again
+		if err != nil {
+			d.Log.Warn("callbacks: a callback could not be claimed; it is tried again at the next read", "delivery", c.ID, "error", err)
+		}
+		return
+	}
+	err = d.post(ctx, c)
 	if err == nil {
 		if err := d.Store.AckCallback(c); err != nil {
 			d.Log.Error("callbacks: delivered but not removed from the outbox (it will be sent again)", "delivery", c.ID, "error", err)
@@ -221,7 +242,7 @@ func (d *Deliverer) deliver(ctx context.Context, c store.Callback) {
 		return
 	}
 	if ctx.Err() != nil {
-		return // stopping: the callback stays due as it was, and goes out after the restart
+		return // stopping: the callback is due again once its claim ends, here or elsewhere
 	}
 	if c.Attempt+1 >= cmpInt(d.MaxAttempts, 12) {
 		d.Log.Warn("CALLBACK NOT DELIVERED: giving up", "delivery", c.ID, "task", c.TaskID, "attempts", c.Attempt+1, "error", err)

@@ -6,11 +6,13 @@ import (
 	"time"
 )
 
-// schedule is when each running task is queried next, in memory: the poller reads it every
-// tick without touching the store, and a query that changes nothing writes nothing. A restart
-// loses it on purpose: every running task is then due at once (Resume); its deadline comes
-// from its stored created_at, so max_age holds across restarts (a run of unknown answers
-// starts again).
+// schedule is when each running task this replica polls is queried next, in memory: the
+// poller reads it every tick without touching the store, and a query that changes nothing
+// writes nothing. It holds the tasks this replica leases (store.TaskLeases, poller.go), each
+// until its lease is held (a lease not renewed in time stops its queries here before another
+// replica may claim it). A restart loses it on purpose: every running task it claims is then
+// due at once (Resume); its deadline comes from its stored created_at, so max_age holds across
+// restarts (a run of unknown answers starts again).
 type schedule struct {
 	mu    sync.Mutex
 	tasks map[string]*polling
@@ -23,6 +25,7 @@ type polling struct {
 	next     time.Time // the poller queries it at or after next
 	last     time.Time // the last query (a GET refreshes only when it is older than RefreshEvery)
 	failures int       // queries in a row that failed (backoff)
+	held     time.Time // this replica's lease counts until then (its own clock)
 	// unknown counts the answers in a row saying the provider does not know the task, the
 	// first of them at unknownSince.
 	unknown      int
@@ -38,16 +41,68 @@ const (
 	failed                     // no answer (unreachable, an error): back off
 )
 
-// track adds a running task, due at next, timing out at deadline.
-func (s *schedule) track(id string, created, next, deadline time.Time) {
+// track adds a running task leased until held, due at next, timing out at deadline; a task
+// tracked already has its lease extended.
+func (s *schedule) track(id string, created, next, deadline, held time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.tasks == nil {
 		s.tasks = map[string]*polling{}
 	}
-	if _, ok := s.tasks[id]; !ok {
-		s.tasks[id] = &polling{created: created, next: earliest(next, deadline), deadline: deadline}
+	if p, ok := s.tasks[id]; ok {
+		p.held = held
+		return
 	}
+	s.tasks[id] = &polling{created: created, next: earliest(next, deadline), deadline: deadline, held: held}
+}
+
+// ids lists the tasks followed (to renew their leases).
+func (s *schedule) ids() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.tasks))
+	for id := range s.tasks {
+		out = append(out, id)
+	}
+	return out
+}
+
+// renewed records a renewal asked for asked: those of asked in held are leased until until;
+// the others (another replica took them over, or they ended) are forgotten. Tasks tracked
+// after the renewal was asked for keep their own lease.
+func (s *schedule) renewed(asked, held []string, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keep := make(map[string]bool, len(held))
+	for _, id := range held {
+		keep[id] = true
+	}
+	for _, id := range asked {
+		if p := s.tasks[id]; p != nil {
+			if keep[id] {
+				p.held = until
+			} else {
+				delete(s.tasks, id)
+			}
+		}
+	}
+}
+
+// holds reports whether this replica may start a query of task id at now: its lease, counted
+// on this replica's clock, has not passed the point where queries stop.
+func (s *schedule) holds(id string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.tasks[id]
+	return p != nil && now.Before(p.held)
+}
+
+// polls reports whether this replica polls task id (it holds or held its lease, and has not
+// learnt that it lost it).
+func (s *schedule) polls(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tasks[id] != nil
 }
 
 // forget removes a task that ended.

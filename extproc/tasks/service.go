@@ -61,6 +61,12 @@ type Service struct {
 	// Refused and Answered, when set, hear of each provider that refused the gateway's
 	// credential on a task call, and of each that accepted it (a task created or answered for).
 	Refused, Answered func(provider string)
+	// Owner is this replica's name: it leases the running tasks it polls, so each task is
+	// polled by one replica at a time (store.TaskLeases; "" : "local"). Lease is how long a
+	// lease lasts unrenewed, the longest a task waits for another replica to take it over when
+	// its poller dies (0: DefaultLease).
+	Owner string
+	Lease time.Duration
 	// Changed, when set, hears of each status a task takes, after the store committed it
 	// (metrics): from is "" for a task just created; usage is the record its end settled, if any.
 	Changed func(t *store.Task, from string, usage *store.UsageRecord)
@@ -172,6 +178,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			s.apply(t, *created.Done, now)
 			ch, _ = s.changeOf(t, "", now)
 		}
+		ch.Lease = s.lease() // this replica polls the task it created
 		err = s.Store.PutTaskChange(t, ch)
 		if errors.Is(err, store.ErrUsageNotSettled) {
 			s.Log.Error("TASK NOT BILLED: its usage record was refused", "task", t.ID, "account", t.Account, "error", err)
@@ -181,7 +188,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			return nil, s.unrecorded(ctx, ad, a.Provider, m, created.TaskID, err)
 		}
 		if !t.Terminal() {
-			s.sched.track(t.ID, now, now.Add(s.RefreshEvery), s.deadline(t))
+			s.sched.track(t.ID, now, now.Add(s.RefreshEvery), s.deadline(t), s.heldUntil(now))
 		}
 		if s.Changed != nil {
 			s.Changed(t, "", ch.Usage)
@@ -249,32 +256,13 @@ func (s *Service) Get(ctx context.Context, account, id string) (*store.Task, err
 	if t == nil || t.Account != account {
 		return nil, &Error{Kind: KindNotFound, Code: "not_found", Message: fmt.Sprintf("no task %q for this API key's account", clip(id))}
 	}
-	if now := s.Now(); !t.Terminal() && (now.Sub(s.sched.lastQuery(t.ID)) >= s.RefreshEvery || !now.Before(s.deadline(t))) {
+	// Only the replica that polls the task queries its provider; another answers from the store.
+	if now := s.Now(); !t.Terminal() && s.sched.polls(t.ID) && (now.Sub(s.sched.lastQuery(t.ID)) >= s.RefreshEvery || !now.Before(s.deadline(t))) {
 		if nt, err := s.Refresh(ctx, t); err == nil {
 			t = nt
 		} // a failed refresh answers from the store: the poller tries again
 	}
 	return t, nil
-}
-
-// Resume schedules every running task of the store for a query now (at start: the schedule
-// lives in memory). It returns how many there are.
-func (s *Service) Resume() (int, error) {
-	n, after, now := 0, "", s.Now()
-	for {
-		open, err := s.Store.OpenTasks(500, after)
-		if err != nil {
-			return n, err
-		}
-		for _, t := range open {
-			after = t.ID
-			s.sched.track(t.ID, t.CreatedAt, now, s.deadline(&t))
-			n++
-		}
-		if len(open) < 500 {
-			return n, nil
-		}
-	}
 }
 
 // Running is the number of tasks the poller is following.
@@ -544,49 +532,4 @@ func Seconds(t *store.Task) decimal.Decimal {
 		return decimal.NewFromInt(t.RequestedSeconds)
 	}
 	return sum
-}
-
-// Poll advances every running task in the background, so tasks complete (and their callbacks
-// go out) without anybody asking: every tick, the tasks due (see interval) are queried with at
-// most workers at a time.
-func (s *Service) Poll(ctx context.Context, every time.Duration, workers int) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	sem := make(chan struct{}, workers)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		for _, id := range s.sched.due(s.Now()) {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				t, err := s.Store.GetTask(id)
-				if err != nil || t.Terminal() {
-					if !errors.Is(err, store.ErrTaskNotFound) && err != nil {
-						s.Log.Error("task poller: the store failed", "task", id, "error", err)
-						s.sched.queried(id, s.Now(), failed, s.RefreshEvery)
-						return
-					}
-					s.sched.forget(id) // gone or ended elsewhere
-					return
-				}
-				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				defer cancel()
-				// A failure is the provider's (backed off in the schedule) or the store's (logged
-				// by commit); either way the task stays scheduled and is tried again.
-				_, _ = s.Refresh(rctx, t)
-			}()
-		}
-	}
 }

@@ -46,6 +46,7 @@ type Store struct {
 	health health
 	hub    store.Hub // the catalog, key and account changes committed (Subscribe)
 	reps   replicas  // this process, the only one a bbolt file has (replicas.go)
+	leases leases    // who polls each running task and sends each callback (leases.go)
 }
 
 var _ store.Store = (*Store)(nil)

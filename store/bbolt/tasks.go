@@ -40,10 +40,20 @@ func (s *Store) PutTaskChange(t *store.Task, ch store.TaskChange) error {
 	if err := t.Validate(); err != nil {
 		return store.Errorf(store.ErrInvalid, "store: %v", err)
 	}
+	if ch.Lease != nil {
+		if err := ch.Lease.Validate(); err != nil {
+			return err
+		}
+	}
 	var usageErr error
+	leased := false
 	err := s.update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketTasks).Get([]byte(t.ID)) != nil {
 			return store.Errorf(store.ErrExists, "store: task %s exists", t.ID)
+		}
+		if ch.Lease != nil && !t.Terminal() { // leased before any claim can see the task
+			s.setTask(t.ID, ch.Lease)
+			leased = true
 		}
 		if err := putTask(tx, t); err != nil {
 			return err
@@ -53,6 +63,9 @@ func (s *Store) PutTaskChange(t *store.Task, ch store.TaskChange) error {
 		return err
 	})
 	if err != nil {
+		if leased {
+			s.dropTask(t.ID)
+		}
 		return err
 	}
 	return usageErr
@@ -278,6 +291,9 @@ func (s *Store) UpdateTask(id string, fn func(t *store.Task) (store.TaskChange, 
 	if err != nil {
 		return nil, err
 	}
+	if out.Terminal() {
+		s.dropTask(id)
+	}
 	return out, usageErr
 }
 
@@ -355,11 +371,13 @@ func (s *Store) ScanDueCallbacks(now time.Time, scan int, skip func(id string) b
 
 // AckCallback removes a delivered (or given up) callback from the outbox.
 func (s *Store) AckCallback(c store.Callback) error {
+	defer s.dropCallback(c.ID)
 	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketOutbox).Delete([]byte(outboxKey(c))) })
 }
 
 // RetryCallback puts a callback back for another attempt at next.
 func (s *Store) RetryCallback(c store.Callback, next time.Time) error {
+	defer s.dropCallback(c.ID)
 	return s.update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketOutbox).Delete([]byte(outboxKey(c))); err != nil {
 			return err

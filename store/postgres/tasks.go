@@ -21,9 +21,18 @@ func (s *Store) PutTaskChange(t *store.Task, ch store.TaskChange) error {
 	if err := t.Validate(); err != nil {
 		return store.Errorf(store.ErrInvalid, "store: %v", err)
 	}
+	var owner *string
+	var lease int64
+	if l := ch.Lease; l != nil && !t.Terminal() {
+		if err := l.Validate(); err != nil {
+			return err
+		}
+		owner, lease = &l.Owner, int64(l.For)
+	}
 	var usageErr error
 	err := s.tx(func(ctx context.Context, tx pgx.Tx) (err error) {
-		tag, err := tx.Exec(ctx, "insert into tasks (id, open, done_ns, doc) values ($1, true, null, '{}') on conflict (id) do nothing", t.ID)
+		tag, err := tx.Exec(ctx, "insert into tasks (id, open, done_ns, doc, lease_owner, lease_until_ns) values ($1, true, null, '{}', $2, "+
+			"case when $2::text is null then null else "+dbNow+" + $3::bigint end) on conflict (id) do nothing", t.ID, owner, lease)
 		if err != nil {
 			return err
 		}

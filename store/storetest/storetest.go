@@ -51,7 +51,7 @@ func Run(t *testing.T, b Backend) {
 		return
 	}
 	groups := [][]conformance{catalogCases, keyCases, accountCases, ledgerCases, usageCases,
-		taskCases, paymentCases, pruneCases, healthCases, changeCases, replicaCases, recorderCases}
+		taskCases, leaseCases, paymentCases, pruneCases, healthCases, changeCases, replicaCases, recorderCases}
 	for _, g := range groups {
 		for _, c := range g {
 			t.Run(c.name, func(t *testing.T) {

@@ -22,11 +22,12 @@ import (
 	"github.com/tollway/tollway/test/fakeupstream"
 )
 
-// callbackSink receives a gateway's callbacks and keeps them with their signatures.
+// callbackSink receives a gateway's callbacks and keeps them with their signatures and
+// delivery ids.
 type callbackSink struct {
 	*httptest.Server
-	mu           sync.Mutex
-	bodies, sigs []string
+	mu                sync.Mutex
+	bodies, sigs, ids []string
 }
 
 func newCallbackSink(t *testing.T) *callbackSink {
@@ -35,6 +36,7 @@ func newCallbackSink(t *testing.T) *callbackSink {
 		b, _ := io.ReadAll(r.Body)
 		c.mu.Lock()
 		c.bodies, c.sigs = append(c.bodies, string(b)), append(c.sigs, r.Header.Get(tasks.SignatureHeader))
+		c.ids = append(c.ids, r.Header.Get(tasks.DeliveryHeader))
 		c.mu.Unlock()
 	}))
 	t.Cleanup(c.Close)

@@ -54,6 +54,7 @@ type Options struct {
 type Recorded struct {
 	Method string
 	Path   string
+	Query  string // the raw query string (a task query's task id)
 	Header http.Header
 	Body   []byte
 }
@@ -309,7 +310,7 @@ func (s *Server) record(r *http.Request, body []byte) {
 	defer s.mu.Unlock()
 	s.count++
 	if !s.opts.NoRecord {
-		s.requests = append(s.requests, Recorded{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
+		s.requests = append(s.requests, Recorded{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
 	}
 }
 

@@ -62,7 +62,8 @@ func (p *process) buildGateway(context.Context) error {
 	p.resumeSettlements()
 	p.taskSvc = &tasks.Service{Store: p.st, Envoy: &tasks.Envoy{},
 		Log: log.With("component", "tasks"), Now: time.Now, Catalog: p.ext.TaskCatalog, RefreshEvery: 3 * time.Second,
-		ImageLife: time.Duration(p.cfg.Store.ImageRetentionHours) * time.Hour, MaxAge: p.cfg.Tasks.MaxAge, UnknownGrace: p.cfg.Tasks.UnknownGrace}
+		ImageLife: time.Duration(p.cfg.Store.ImageRetentionHours) * time.Hour, MaxAge: p.cfg.Tasks.MaxAge, UnknownGrace: p.cfg.Tasks.UnknownGrace,
+		Owner: p.replica.me.Name, Lease: p.cfg.Replica.Lease} // a task is polled by one replica, taken over within replica.lease
 	var m *metrics.Metrics
 	if p.cfg.Metrics.Enabled {
 		m = observe(p.ctrl, p.ext, p.ledger, p.bill, p.taskSvc, p.settlements, p.durable(), p.settle)
@@ -99,11 +100,13 @@ func (p *process) resumeTasks() error {
 	}
 	p.taskSvc.Envoy.Addr = fmt.Sprintf("%s:%d", p.internal.Address, p.internal.Port)
 	p.ext.SetTasks(&extproc.Tasks{Service: p.taskSvc, Callbacks: p.guard})
-	if _, err := p.ext.RestoreTaskHolds(p.st); err != nil {
-		return fmt.Errorf("running tasks: %w", err)
-	}
 	n, err := p.taskSvc.Resume()
 	if err != nil {
+		return fmt.Errorf("running tasks: %w", err)
+	}
+	// Only the tasks this replica now polls are held again: it bills them when they end; the
+	// others' replicas hold theirs.
+	if _, err := p.ext.RestoreTaskHolds(polledTasks{p.st, p.taskSvc}); err != nil {
 		return fmt.Errorf("running tasks: %w", err)
 	}
 	if n > 0 {

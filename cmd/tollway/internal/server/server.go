@@ -154,7 +154,8 @@ func (p *process) backgroundLoops() []runner {
 		saveKeysUsed(ctx, p.log.With("component", "keys"), p.st, p.ext, keysUsedEvery)
 	}))
 	return append(rs, p.loops.loop("callbacks", func(ctx context.Context) {
-		d := &tasks.Deliverer{Store: p.st, Client: tasks.NewCallbackClient(p.guard), Log: p.log.With("component", "callbacks"), Now: time.Now}
+		d := &tasks.Deliverer{Store: p.st, Client: tasks.NewCallbackClient(p.guard), Log: p.log.With("component", "callbacks"), Now: time.Now,
+			Owner: p.replica.me.Name}
 		d.Run(ctx, time.Second)
 	}))
 }
