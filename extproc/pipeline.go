@@ -126,7 +126,7 @@ func (p *pipeline) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	out := p.headers(&p.resp, resp, h.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
 		return m.ResponseBodyMode
 	})
-	if p.resp.state == streaming && x.answer != nil {
+	if p.resp.state == streaming && x.Rewriting {
 		// Chunks may be rewritten: the provider's length, if it sent one, no longer holds.
 		common := out[0].GetResponseHeaders().GetResponse()
 		if common.HeaderMutation == nil {
@@ -205,7 +205,7 @@ func (p *pipeline) body(f *flow, b *extprocv3.HttpBody, reply func(*extprocv3.Co
 		return []*extprocv3.ProcessingResponse{reply(&extprocv3.CommonResponse{})}
 	}
 	if len(f.body)+len(b.GetBody()) > f.limit {
-		resp := p.x.fail(tooLarge)
+		resp := p.x.Fail(tooLarge)
 		p.x.logMetadata(resp, bodyRequest(f == &p.request, b))
 		return []*extprocv3.ProcessingResponse{resp}
 	}
@@ -221,8 +221,8 @@ func (p *pipeline) body(f *flow, b *extprocv3.HttpBody, reply func(*extprocv3.Co
 	// More is coming. Envoy restarts its message timeout at every chunk it sends while the
 	// headers' reply is held: a client (or provider) on a slow link gets more than that between
 	// chunks, as it had when Envoy buffered the body before ext_proc saw it.
-	if err := p.x.envoy.extendTimeout(slowBodyGap); err != nil {
-		return []*extprocv3.ProcessingResponse{p.x.fail(errLostEnvoy)}
+	if err := p.x.Envoy.ExtendTimeout(slowBodyGap); err != nil {
+		return []*extprocv3.ProcessingResponse{p.x.Fail(core.ErrLostEnvoy)}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -74,29 +75,23 @@ type opened struct {
 }
 
 // open chooses the processor of a stream, once, by the filter it comes from: the upstream
-// attempt filter's (attempt.go), or the router-level request's (exchange), which reads the
+// attempt filter's (chat/attempt.go), or the router-level request's (exchange), which reads the
 // request's path to choose what it serves.
-func (s *Server) open(ctx context.Context, env *envoyStream) opened {
+func (s *Server) open(ctx context.Context, env *core.EnvoyStream) opened {
 	rt := s.runtime.Load()
 	phase := phaseOf(ctx)
 	if phase == ir.PhaseUpstream {
-		a := &attempt{s: s, rt: rt, envoy: env}
+		a := chat.NewAttempt(s.sh, rt, env)
 		return opened{p: a, f: oneByOne{p: a}, phase: PhaseAttempt}
 	}
-	x := &exchange{s: s, rt: rt, ctx: ctx, envoy: env, ownRoutes: phase == ir.PhaseRouter}
-	if x.ownRoutes {
+	x := s.newExchange(rt)
+	x.Ctx, x.Envoy, x.OwnRoutes = ctx, env, phase == ir.PhaseRouter
+	if x.OwnRoutes {
 		// Tollway's own Envoys speak the pipelined protocol, and a streamed answer has a
 		// watchdog.
 		return opened{p: x, f: newPipeline(x), mu: &x.mu, phase: PhaseRouter}
 	}
 	return opened{p: x, f: oneByOne{p: x, log: x.logMetadata}, phase: PhaseRouter}
-}
-
-// head is what a router-level request's headers say, read once for its processor.
-type head struct {
-	method, path, auth, contentType, contentLength string
-	paySig                                         string   // PAYMENT-SIGNATURE, never forwarded
-	strip                                          []string // the client's internal headers, removed
 }
 
 // processorForPath chooses a router-level request's processor by its path, once, at its
@@ -112,7 +107,7 @@ func (x *exchange) processorForPath(path string) Processor {
 	case core.MediaKind(path) != "":
 		return mediaProcessor{answeredEarly{}, x, core.MediaKind(path)}
 	case path == core.ChatPath:
-		return chatProcessor{x}
+		return chat.New(x.Exchange, nil)
 	}
 	return notFound{answeredEarly{}, x}
 }
@@ -145,7 +140,7 @@ type notFound struct {
 
 func (n notFound) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	x := n.x
-	return x.fail(core.Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; %s", core.Clip(x.head.method), core.Clip(x.head.path), x.s.endpoints())), nil
+	return x.Fail(core.Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; %s", core.Clip(x.Head.Method), core.Clip(x.Head.Path), x.s.endpoints())), nil
 }
 
 // oneByOne is the buffered protocol: each message gets its processor's one reply. log, when

@@ -12,15 +12,13 @@
 package extproc
 
 import (
-	"context"
 	"log/slog"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -35,10 +33,9 @@ import (
 // Server implements Envoy's ExternalProcessor service.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	log     *slog.Logger
+	sh      *core.Shared // what every request shares: the log, the books, the store's health, key use
 	runtime atomic.Pointer[core.Runtime]
 	health  atomic.Pointer[map[string]bool]
-	billing *Billing
 	// refusals are providers whose last answer refused the gateway's credential.
 	refusals refusals
 	tasks    *Tasks                   // nil: the media task endpoints are off
@@ -46,10 +43,6 @@ type Server struct {
 	payments atomic.Pointer[Payments] // nil: no paid endpoints
 	paying   inFlight                 // credentials whose paid request is running
 	obs      Observer                 // nil: nothing is measured
-	// storeCheck reports the store's outage (nil: none): see SetStoreCheck.
-	storeCheck atomic.Pointer[func() error]
-	keyUse     core.KeyUse // when each key was last used (keyuse.go)
-	hints      core.Hints  // operators' hints logged for refusals (hints.go)
 }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go
@@ -59,10 +52,15 @@ type Billing = billing.Books
 
 // NewServer makes a server that serves rt until Swap replaces it.
 func NewServer(log *slog.Logger, rt *core.Runtime, b *Billing) *Server {
-	s := &Server{log: log, billing: b}
+	s := &Server{}
+	s.sh = &core.Shared{Log: log, Books: b, Refused: s.providerRefused, Accepted: s.providerAnswered}
 	s.runtime.Store(rt)
 	return s
 }
+
+// SetStoreCheck makes the server refuse billable requests, task creates and paid requests
+// while check reports the store's outage (nil: healthy); see core.Shared.SetStoreCheck.
+func (s *Server) SetStoreCheck(check func() error) { s.sh.SetStoreCheck(check) }
 
 // Swap installs a new runtime for requests that start from now on.
 func (s *Server) Swap(rt *core.Runtime) {
@@ -99,52 +97,20 @@ func (s *Server) modelReady(rt *core.Runtime, m *core.Model) bool {
 	return false
 }
 
-// exchange is the state of one HTTP request across its ext_proc messages.
+// exchange is one router-level request across its ext_proc messages: what every kind shares
+// (core.Exchange), the processor its path chose, and what the stream loop owns.
 type exchange struct {
-	s         *Server
-	rt        *core.Runtime
-	ctx       context.Context // the stream's: it ends when Envoy does (the client went away)
-	requestID string
-	key       *core.KeyInfo
-	plan      *chatPlan
-	status    int
-	head      head      // what the request's headers say
-	kind      Processor // chosen by the request's path (processorForPath)
-
-	// money: the hold taken before forwarding, released or settled exactly once
-	hold           *billing.Hold
-	promptEstimate int64  // strict bound of the prompt's tokens, sized the hold
-	body           []byte // the request, kept (when small) to count its prompt if a bill is estimated
-	promptCount    int64  // the prompt counted by the tokenizer, once promptCounted
-	promptCounted  bool
-	billID         string // the usage record's id, made once (billingID)
-	meter          meter
-	answer         *answer // rewrites a successful answer for the client
-	streaming      bool
-	responded      bool   // response headers arrived: the provider answered
-	provider       string // the provider that answered (from the upstream ext_proc)
+	*core.Exchange
+	s    *Server
+	kind Processor // chosen by the request's path (processorForPath)
 
 	// deferred is a refusal that cannot be answered where it was found: a client's invalid
 	// x-request-id is replaced first, so that the refusal carries the replacement (Envoy copies
 	// the request's x-request-id into every response), and refused at the next message.
 	deferred *core.APIError
 
-	media       string // POST /v1/videos or /v1/images: the body creates a task of this kind
-	contentType string // the request's, for a form body
-	// envoy takes a timeout override or the watchdog's ending of an answer ahead of a reply;
-	// nil outside a stream.
-	envoy *envoyStream
-
-	pay *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
-
-	// headers are the client's request headers, for a request rewritten here for its provider
-	// (direct): the ones a provider must not see are removed then.
-	headers *extprocv3.HttpHeaders
-	// ownRoutes: the Envoy runs Tollway's routes and clusters (ir.PhaseRouter), so a request
-	// may be rewritten here and sent to its provider's cluster (direct).
-	ownRoutes bool
-
-	out Outcome // what the observer hears when the stream ends (filled only with one)
+	media string    // POST /v1/videos or /v1/images: the body creates a task of this kind
+	pay   *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
 
 	// mu serializes the stream's loop and the silence watchdog (silence.go); quiet is the
 	// watchdog of a streamed answer on Tollway's own routes; silenced: it ended the answer, and
@@ -152,31 +118,11 @@ type exchange struct {
 	mu       sync.Mutex
 	quiet    *watchdog
 	silenced bool
-
-	// For the access log (accesslog.go): the bill once settled, a task's model.
-	bill      *billed
-	taskModel string
 }
 
-// requestContext is what the request's own calls (a facilitator's /verify, a task's create)
-// run under: it ends when the client goes away.
-func (x *exchange) requestContext() context.Context {
-	if x.ctx == nil { // an exchange made outside a stream (tests)
-		return context.Background()
-	}
-	return x.ctx
-}
-
-// served records which attempt answered ("<provider>/<catalog model>"); the model's prices bill it.
-func (x *exchange) served(v string) {
-	p, mid, ok := strings.Cut(v, "/")
-	if !ok || p == "" {
-		return
-	}
-	x.provider = p
-	if m := x.rt.Models[mid]; m != nil {
-		x.plan.model = m
-	}
+// newExchange is a router-level request under rt (its stream's context and Envoy set by open).
+func (s *Server) newExchange(rt *core.Runtime) *exchange {
+	return &exchange{s: s, Exchange: &core.Exchange{Shared: s.sh, RT: rt}}
 }
 
 // The exchange is the router-level request's processor.
@@ -196,14 +142,14 @@ func (x *exchange) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRes
 	return x.responseBody(b), nil
 }
 
-// Done settles or releases the hold (a request that got an answer is billed, from an estimate
-// if need be) and tells the observer how the request went.
+// Done ends what the request's processor holds (a request that got an answer is billed, from
+// an estimate if need be) and tells the observer how the request went.
 func (x *exchange) Done() {
 	x.mu.Lock()
 	x.stopSilence()
 	x.mu.Unlock()
 	x.finish()
-	if x.s.obs != nil && !x.out.Start.IsZero() { // zero: Envoy closed the stream before the request's headers
+	if x.s.obs != nil && !x.Out.Start.IsZero() { // zero: Envoy closed the stream before the request's headers
 		x.s.obs.RequestDone(x.outcome())
 	}
 }
@@ -226,7 +172,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		case k == "content-length":
 			contentLength = core.HeaderValue(hv)
 		case k == "x-request-id":
-			x.requestID = core.HeaderValue(hv)
+			x.RequestID = core.HeaderValue(hv)
 		case k == headerPaymentSignature: // read here, never forwarded
 			paySig = core.HeaderValue(hv)
 			strip = append(strip, k)
@@ -235,13 +181,13 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		}
 	}
 	if x.s.obs != nil {
-		x.out.Start = time.Now()
+		x.Out.Start = time.Now()
 		p, _, _ := strings.Cut(path, "?")
-		x.out.Endpoint = endpointLabel(p)
+		x.Out.Endpoint = endpointLabel(p)
 	}
 	// An invalid request id cannot be answered now (Envoy would echo it): it is replaced and the
 	// refusal, or a header-limit one, answered at the next message.
-	badID := core.CheckRequestID(x.requestID)
+	badID := core.CheckRequestID(x.RequestID)
 	e := core.HeadersTooLarge(h)
 	if e == nil {
 		e = badID
@@ -250,44 +196,28 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		return x.deferRefusal(e, strip)
 	}
 	if e != nil {
-		return x.fail(e)
+		return x.Fail(e)
 	}
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
-	x.headers = h
-	x.head = head{method: method, path: path, auth: auth, contentType: contentType, contentLength: contentLength, paySig: paySig, strip: strip}
+	x.Headers = h
+	x.Head = core.Head{Method: method, Path: path, Auth: auth, ContentType: contentType, ContentLength: contentLength, PaySig: paySig, Strip: strip}
 	x.kind = x.processorForPath(path)
 	resp, _ := x.kind.RequestHeaders(h) // a router-level processor never ends the stream
 	return resp
-}
-
-// readBody asks Envoy for the request body (buffered), removing the client's internal headers;
-// a body over the limit is refused before a byte is buffered when the client declares its size.
-func (x *exchange) readBody(h *extprocv3.HttpHeaders, contentLength string, strip []string) *extprocv3.ProcessingResponse {
-	if n, err := strconv.ParseInt(contentLength, 10, 64); err == nil && n > ir.MaxBodyBytes {
-		return x.fail(core.ErrTooLarge)
-	}
-	if h.GetEndOfStream() {
-		return x.fail(core.ErrNoBody)
-	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: strip},
-		}},
-	}, ModeOverride: core.ChatMode}
 }
 
 // deferRefusal replaces the client's request id and lets the request go on unrouted and
 // unbuffered (request body mode NONE): the refusal is answered at the next message ext_proc
 // sees, the headers of Envoy's unrouted reply, which then carries the fresh id.
 func (x *exchange) deferRefusal(e *core.APIError, strip []string) *extprocv3.ProcessingResponse {
-	x.requestID = core.NewRequestID()
+	x.RequestID = core.NewRequestID()
 	x.deferred = e
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{
-				SetHeaders:    []*corev3.HeaderValueOption{core.SetHeader("x-request-id", x.requestID)},
+				SetHeaders:    []*corev3.HeaderValueOption{core.SetHeader("x-request-id", x.RequestID)},
 				RemoveHeaders: strip,
 			},
 		}}},
@@ -300,36 +230,6 @@ func unrouted() *extprocv3filter.ProcessingMode {
 	m := core.WithResponseBody(extprocv3filter.ProcessingMode_NONE)
 	m.RequestBodyMode = extprocv3filter.ProcessingMode_NONE
 	return m
-}
-
-// authenticate checks a Bearer ale- key against the hashed keys of the runtime; the key is
-// then the request's, and used now.
-func (x *exchange) authenticate(auth string) *core.APIError {
-	k, e := x.lookupKey(auth)
-	if e != nil {
-		return e
-	}
-	x.key = k
-	x.s.keyUse.Touch(k.ID, time.Now())
-	return nil
-}
-
-// lookupKey finds the runtime's key for an Authorization header.
-func (x *exchange) lookupKey(auth string) (*core.KeyInfo, *core.APIError) {
-	scheme, secret, ok := strings.Cut(auth, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return nil, core.ErrMissingKey
-	}
-	secret = strings.TrimSpace(secret)
-	if !store.WellFormedKey(secret) {
-		return nil, core.ErrMalformedKey
-	}
-	h := store.HashKey(secret)
-	k := x.rt.Keys[h]
-	if k == nil { // looked up by the secret's SHA-256: the secret itself is never compared
-		return nil, core.ErrInvalidKey
-	}
-	return k, nil
 }
 
 // endpoints names every endpoint a client can call, for the answer to a path that is none.
@@ -345,22 +245,12 @@ func (s *Server) endpoints() string {
 	return list
 }
 
-// errLostEnvoy answers a request whose stream to Envoy broke while ext_proc was sending.
-var errLostEnvoy = core.Errorf(http.StatusInternalServerError, "internal_error", "the gateway lost its connection to Envoy; retry")
-
-// A chat body over bigChatBody gets bigChatTimeout from Envoy to be checked in, instead of
-// its 5 s message timeout.
-const (
-	bigChatBody    = 1 << 20
-	bigChatTimeout = 30 * time.Second
-)
-
 func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	if x.deferred != nil {
-		return x.fail(x.deferred) // Envoy sends no body after deferRefusal; should one come anyway
+		return x.Fail(x.deferred) // Envoy sends no body after deferRefusal; should one come anyway
 	}
 	if len(b.GetBody()) > ir.MaxBodyBytes {
-		return x.fail(core.ErrTooLarge) // sent without a content-length (chunked)
+		return x.Fail(core.ErrTooLarge) // sent without a content-length (chunked)
 	}
 	resp, _ := x.processor().RequestBody(b)
 	return resp
@@ -370,14 +260,23 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 // without headers, in tests).
 func (x *exchange) processor() Processor {
 	if x.kind == nil {
-		return chatProcessor{x}
+		x.kind = chat.New(x.Exchange, nil)
 	}
 	return x.kind
 }
 
+// finish ends what the request's processor holds (Done, or the silence watchdog's end of the
+// answer); the answer is given then.
+func (x *exchange) finish() {
+	if x.kind != nil {
+		x.kind.Done()
+	}
+	x.GiveAnswer()
+}
+
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	if x.deferred != nil {
-		return x.fail(x.deferred) // the unrouted reply to a request refused at its headers
+		return x.Fail(x.deferred) // the unrouted reply to a request refused at its headers
 	}
 	resp, _ := x.processor().ResponseHeaders(h)
 	return resp
@@ -388,40 +287,13 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 	return resp
 }
 
-// fail answers the client directly with e in the spec's error shape.
-func (x *exchange) fail(e *core.APIError) *extprocv3.ProcessingResponse {
-	if x.pay != nil {
-		e = paidRefusal(e)
-	}
-	x.release()
-	x.answered(e.Status, e.Code)
-	x.s.hint(e)
-	resp := x.immediate(e.Status, e.Body(x.requestID), ir.ErrorCodeDetailsPrefix+e.Code)
-	core.AddHeaders(resp.GetImmediateResponse().Headers, e.Headers)
-	return resp
-}
-
-// reply answers the client directly with a JSON body.
-func (x *exchange) reply(status int, body []byte) *extprocv3.ProcessingResponse {
-	x.answered(status, "")
-	return x.immediate(status, body, ir.ErrorCodeDetailsPrefix+"answered")
-}
-
-func (x *exchange) immediate(status int, body []byte, details string) *extprocv3.ProcessingResponse {
-	x.endPaying() // the answer is given (a task's creation, a refusal): no longer in progress
-	return core.Immediate(x.requestID, status, body, details)
-}
-
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
 
 // SaveKeysUsed hands save the keys used since the last save that succeeded, with when each was
 // last used. When save fails they are kept for the next call, and its error returned.
 func (s *Server) SaveKeysUsed(save func(map[string]time.Time) error) error {
-	return s.keyUse.Save(save)
+	return s.sh.KeyUse.Save(save)
 }
-
-// hint logs e's operator hint unless it was logged within the last minute.
-func (s *Server) hint(e *core.APIError) { s.hints.Hint(s.log, e) }
 
 // Runtime is the compiled configuration requests run under (core.Runtime).
 type Runtime = core.Runtime

@@ -1,4 +1,4 @@
-package extproc
+package chat
 
 import (
 	"errors"
@@ -20,15 +20,15 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollway/tollway/extproc/provider"
-	"github.com/tollway/tollway/extproc/provider/chat"
+	adapters "github.com/tollway/tollway/extproc/provider/chat"
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// attempt is one upstream try of a request, seen by the upstream ext_proc filter after Envoy
+// Attempt is one upstream try of a request, seen by the upstream ext_proc filter after Envoy
 // chose the endpoint: the request is rewritten for that endpoint's provider and, when the
 // provider speaks another API, its answer is translated back.
-type attempt struct {
-	s         *Server
+type Attempt struct {
+	sh        *core.Shared
 	rt        *core.Runtime
 	requestID string
 	provider  *ir.Provider
@@ -37,22 +37,27 @@ type attempt struct {
 	status    int
 	streaming bool
 	// refusal reads an error answer that may refuse the gateway's credential without a 401.
-	refusal chat.CredentialRefusal
+	refusal adapters.CredentialRefusal
 	removed []string // nested fields the adapter dropped (provider.Upstream.Removed)
 	// envoy brings the attributes sent with the request headers (the chosen endpoint's
 	// metadata among them) and takes a timeout override for a big body.
-	envoy *envoyStream
+	envoy *core.EnvoyStream
+}
+
+// NewAttempt is the processor of one upstream attempt under rt, on Envoy stream env.
+func NewAttempt(sh *core.Shared, rt *core.Runtime, env *core.EnvoyStream) *Attempt {
+	return &Attempt{sh: sh, rt: rt, envoy: env}
 }
 
 // The attempt is the upstream attempt filter's processor.
 
-func (a *attempt) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+func (a *Attempt) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	if isTaskRequest(h) {
 		return passTask(), nil
 	}
-	if err := a.target(a.envoy.attributes(), h); err != nil {
+	if err := a.target(a.envoy.Attributes(), h); err != nil {
 		// Fails the attempt closed (Envoy answers 500); never forwards unrewritten.
-		a.s.log.Error("upstream attempt without a target", "error", err)
+		a.sh.Log.Error("upstream attempt without a target", "error", err)
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	// Only the headers a provider may see go on (upstreamForwarded).
@@ -87,10 +92,10 @@ func (a *attempt) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Processin
 	return resp, nil
 }
 
-func (a *attempt) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+func (a *Attempt) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	if len(b.GetBody()) > bigChatBody {
 		// Rewriting tens of megabytes may outlast the message timeout (as at the router).
-		if err := a.envoy.extendTimeout(bigChatTimeout); err != nil {
+		if err := a.envoy.ExtendTimeout(bigChatTimeout); err != nil {
 			return nil, err
 		}
 	}
@@ -101,26 +106,26 @@ func (a *attempt) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRespo
 		return core.Immediate(a.requestID, e.Status, e.Body(a.requestID), ir.ErrorCodeDetailsPrefix+e.Code), nil
 	}
 	if err != nil {
-		a.s.log.Error("upstream attempt rewrite failed", "provider", a.provider.Name, "error", err)
+		a.sh.Log.Error("upstream attempt rewrite failed", "provider", a.provider.Name, "error", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return resp, nil
 }
 
-func (a *attempt) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+func (a *Attempt) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	return a.responseHeaders(h), nil
 }
 
-func (a *attempt) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+func (a *Attempt) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	return a.responseBody(b), nil
 }
 
 // Done: an attempt holds nothing to release.
-func (a *attempt) Done() {}
+func (a *Attempt) Done() {}
 
 // target finds the attempt's provider and catalog model: from the chosen endpoint's metadata,
 // or, for a cluster pinned to one provider, the model from the router-level ext_proc's header.
-func (a *attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHeaders) error {
+func (a *Attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHeaders) error {
 	var md map[string]string
 	for _, st := range attrs {
 		if md = findTollway(structpb.NewStructValue(st), a.rt.Endpoints); md != nil {
@@ -186,13 +191,13 @@ func findTollway(v *structpb.Value, memo *core.MetadataMemo) map[string]string {
 	return nil
 }
 
-func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	up, _, err := attemptRequest(a.rt, b.GetBody(), a.model, a.provider)
+func (a *Attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	up, _, err := AttemptRequest(a.rt, b.GetBody(), a.model, a.provider)
 	if err != nil {
 		return nil, err
 	}
 	a.translate, a.removed = up.Response, up.Removed
-	set, remove := upstreamHeaders(a.provider, up)
+	set, remove := UpstreamHeaders(a.provider, up)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
@@ -201,10 +206,10 @@ func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRespo
 	}}, nil
 }
 
-// upstreamHeaders is the header side of an attempt's rewrite up for provider p, wherever it is
+// UpstreamHeaders is the header side of an attempt's rewrite up for provider p, wherever it is
 // made (this filter, or the router-level one for a direct request): the provider's path and
 // authority, the rewritten body's length, and the adapter's headers ("" removes one).
-func upstreamHeaders(p *ir.Provider, up *provider.Upstream) (set []*corev3.HeaderValueOption, remove []string) {
+func UpstreamHeaders(p *ir.Provider, up *provider.Upstream) (set []*corev3.HeaderValueOption, remove []string) {
 	set = []*corev3.HeaderValueOption{
 		core.SetHeader(":path", p.BasePath+up.Path),
 		core.SetHeader(":authority", p.Authority()),
@@ -220,7 +225,7 @@ func upstreamHeaders(p *ir.Provider, up *provider.Upstream) (set []*corev3.Heade
 	return set, remove
 }
 
-func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+func (a *Attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		if hv.Key == ":status" {
 			a.status, _ = strconv.Atoi(core.HeaderValue(hv))
@@ -230,9 +235,9 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	// refusal log; recording it twice only counts it twice).
 	switch {
 	case a.status == http.StatusUnauthorized:
-		a.s.providerRefused(a.provider.Name)
+		a.sh.Refused(a.provider.Name)
 	case a.status < 400:
-		a.s.providerAnswered(a.provider.Name)
+		a.sh.Accepted(a.provider.Name)
 	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{},
@@ -246,13 +251,13 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	// Answers in another API are translated; errors pass as they are (the router-level ext_proc
 	// shapes them, and Envoy decides on retries from the status), except that an error that
 	// may be a refused credential in disguise is read first.
-	if r, ok := a.translate.(chat.CredentialRefusal); ok && a.status >= 400 && a.status != http.StatusUnauthorized {
+	if r, ok := a.translate.(adapters.CredentialRefusal); ok && a.status >= 400 && a.status != http.StatusUnauthorized {
 		a.refusal = r
 		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_BUFFERED}
 		return resp
 	}
 	if a.translate != nil && a.status < 400 {
-		a.streaming = isEventStream(h)
+		a.streaming = IsEventStream(h)
 		mode := extprocv3filter.ProcessingMode_BUFFERED
 		if a.streaming {
 			mode = extprocv3filter.ProcessingMode_STREAMED
@@ -262,13 +267,13 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	return resp
 }
 
-func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+func (a *Attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	common := &extprocv3.CommonResponse{}
 	if a.refusal != nil {
 		// The status goes to 401 before Envoy sees it: the next provider is tried, and the
 		// client is told the gateway's credential failed, not that its request was bad.
 		if a.refusal.RefusesCredential(a.status, b.GetBody()) {
-			a.s.providerRefused(a.provider.Name)
+			a.sh.Refused(a.provider.Name)
 			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{core.SetHeader(":status", "401")}}
 		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{

@@ -1,4 +1,4 @@
-package extproc
+package chat
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider"
-	"github.com/tollway/tollway/extproc/provider/chat"
+	adapters "github.com/tollway/tollway/extproc/provider/chat"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -52,6 +52,13 @@ func (p *chatPlan) routeID() string {
 // on that provider removed.
 func (p *chatPlan) removedFor(m *core.Model, provider string) []string {
 	return m.Unsupported(provider, p.fields)
+}
+
+// Check is the refusal of a chat request body as the router-level filter validates it (nil:
+// it is valid), before any catalog lookup.
+func Check(body []byte) *core.APIError {
+	_, e := parseChat(body)
+	return e
 }
 
 // planChat validates a chat request body and decides where it goes.
@@ -160,10 +167,10 @@ func planPinned(rt *core.Runtime, plan *chatPlan, pin string) *core.APIError {
 		core.Clip(pin), m.ID, strings.Join(names, ", "))
 }
 
-// attempt builds the upstream request of one attempt: the client's body for catalog model m on
+// AttemptRequest builds the upstream request of one attempt: the client's body for catalog model m on
 // provider p, without the gateway's own fields and the parameters m does not support, with the
 // model's output cap and stream usage requested, in p's API.
-func attemptRequest(rt *core.Runtime, body []byte, m *core.Model, p *ir.Provider) (*provider.Upstream, []string, error) {
+func AttemptRequest(rt *core.Runtime, body []byte, m *core.Model, p *ir.Provider) (*provider.Upstream, []string, error) {
 	req, err := provider.SplitValidated(body) // the router-level filter validated it
 	if err != nil {
 		return nil, nil, err
@@ -195,7 +202,7 @@ func attemptRequest(rt *core.Runtime, body []byte, m *core.Model, p *ir.Provider
 			return nil, nil, errors.New(e.Message)
 		}
 	}
-	adapter, err := chat.For(p.Type, m.Family)
+	adapter, err := adapters.For(p.Type, m.Family)
 	if err != nil {
 		return nil, nil, err
 	}
