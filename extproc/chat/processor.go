@@ -4,8 +4,8 @@
 // (hold.go, through extproc/billing's Books), routes it, rewrites its answer for the client
 // (answer.go) and meters it (meter.go) to settle the bill; a paid request's payment is reached
 // through Payment (payment.go). The upstream attempt filter's processor (attempt.go) rewrites
-// each attempt for its provider with the adapters of extproc/provider/chat and translates the
-// answer back. It stands on extproc/core and imports nothing of extproc itself.
+// each attempt for its provider (AttemptRequest, with the adapters of extproc/provider/chat)
+// and translates the answer back. It stands on extproc/core and imports nothing of extproc itself.
 package chat
 
 import (
