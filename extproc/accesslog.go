@@ -9,18 +9,10 @@ package extproc
 
 import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/shopspring/decimal"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollway/tollway/xds/ir"
 )
-
-// billed is a settled request's bill, kept for the access log.
-type billed struct {
-	usage     ir.Usage
-	estimated bool
-	cost      decimal.Decimal
-}
 
 // logMetadata adds to resp's dynamic metadata what became known since the last message, so
 // each field is built once: who and what at the request's body (or a refusal), the provider,
@@ -28,7 +20,7 @@ type billed struct {
 // makes itself (an immediate response) carries everything. Streamed chunks other than the last
 // carry nothing.
 func (x *exchange) logMetadata(resp *extprocv3.ProcessingResponse, req *extprocv3.ProcessingRequest) {
-	if resp == nil || !x.rt.AccessLog {
+	if resp == nil || !x.RT.AccessLog {
 		return
 	}
 	_, immediate := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse)
@@ -41,7 +33,7 @@ func (x *exchange) logMetadata(resp *extprocv3.ProcessingResponse, req *extprocv
 	case req.GetResponseHeaders() != nil:
 		answer = true
 	case req.GetResponseBody() != nil && req.GetResponseBody().GetEndOfStream():
-		answer, bill = x.out.Code != "", true // an error body sets the code here
+		answer, bill = x.Out.Code != "", true // an error body sets the code here
 	default:
 		return
 	}
@@ -52,35 +44,31 @@ func (x *exchange) logMetadata(resp *extprocv3.ProcessingResponse, req *extprocv
 		}
 	}
 	if who {
-		if x.key != nil {
-			str("account", x.key.Account)
-			str("key_prefix", x.key.Prefix)
+		if x.Key != nil {
+			str("account", x.Key.Account)
+			str("key_prefix", x.Key.Prefix)
 		}
-		if x.plan != nil {
-			str("model", x.plan.model.ID)
-			str("route", x.plan.routeID())
-		}
-		str("model", x.taskModel)
-		if x.pay != nil {
-			str("endpoint", x.pay.slug)
-			str("payer", x.pay.cred.Payer)
-		}
+		str("model", x.Model) // a chat's plan
+		str("route", x.Route)
+		str("model", x.TaskModel)
+		str("endpoint", x.PaidEndpoint)
+		str("payer", x.Payer)
 	}
 	if answer {
-		if x.plan != nil && x.provider != "" {
-			str("model", x.plan.model.ID) // the model that answered (a fallback may change it)
+		if x.Provider != "" {
+			str("model", x.Model) // the model that answered (a fallback may change it)
 		}
-		str("provider", x.provider)
-		str("code", x.out.Code)
-		if x.out.Attempts > 1 {
-			f["fallbacks"] = structpb.NewNumberValue(float64(x.out.Attempts - 1))
+		str("provider", x.Provider)
+		str("code", x.Out.Code)
+		if x.Out.Attempts > 1 {
+			f["fallbacks"] = structpb.NewNumberValue(float64(x.Out.Attempts - 1))
 		}
 	}
-	if b := x.bill; bill && b != nil {
-		f["prompt_tokens"] = structpb.NewNumberValue(float64(b.usage.PromptTokens))
-		f["completion_tokens"] = structpb.NewNumberValue(float64(b.usage.CompletionTokens))
-		str("cost", b.cost.String()) // exact, as a string: a JSON number would round it
-		f["estimated"] = structpb.NewBoolValue(b.estimated)
+	if b := x.Bill; bill && b != nil {
+		f["prompt_tokens"] = structpb.NewNumberValue(float64(b.Usage.PromptTokens))
+		f["completion_tokens"] = structpb.NewNumberValue(float64(b.Usage.CompletionTokens))
+		str("cost", b.Cost.String()) // exact, as a string: a JSON number would round it
+		f["estimated"] = structpb.NewBoolValue(b.Estimated)
 	}
 	if len(f) == 0 {
 		return

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/internal/fixture"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -57,19 +59,7 @@ func billedServer(t *testing.T, credits string, limit *decimal.Decimal, opts ...
 	return e, ledger, rec
 }
 
-// pricedGateway is testGateway with model "gpt" at $1 per prompt token and $2 per completion
-// token, at most 10 of them.
-func pricedGateway(t *testing.T) *ir.Gateway {
-	t.Helper()
-	g := testGateway()
-	p, err := ir.ParsePricing(map[string]any{"prompt": "1", "completion": "2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Models[0].Pricing = p
-	g.Models[0].MaxOutputLength = 10
-	return g
-}
+func pricedGateway(t *testing.T) *ir.Gateway { return fixture.PricedGateway(t) }
 
 func sseHeaders() *extprocv3.ProcessingRequest {
 	return servedHeaders("200", "text/event-stream", "openai/gpt")
@@ -122,7 +112,7 @@ func TestAdmissionBillsPlainAnswerFromUsage(t *testing.T) {
 	s.roundTrip(requestBody(shortPrompt))
 	// The attempt enforces the model's output cap the hold was sized with.
 	rt := e.srv.runtime.Load()
-	up, _, err := attemptRequest(rt, []byte(shortPrompt), rt.Models["gpt"], rt.Providers["openai"])
+	up, _, err := chat.AttemptRequest(rt, []byte(shortPrompt), rt.Models["gpt"], rt.Providers["openai"])
 	if err != nil || string(decodeObject(t, up.Body)["max_tokens"]) != "10" {
 		t.Fatalf("the model's output cap was not enforced upstream: %v %s", err, up.Body)
 	}
@@ -191,7 +181,7 @@ func TestAdmissionStreamsAndCuts(t *testing.T) {
 	streamed := `{"model":"gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	s.roundTrip(requestBody(streamed))
 	rt := e.srv.runtime.Load()
-	up, _, err := attemptRequest(rt, []byte(streamed), rt.Models["gpt"], rt.Providers["openai"])
+	up, _, err := chat.AttemptRequest(rt, []byte(streamed), rt.Models["gpt"], rt.Providers["openai"])
 	if err != nil || !strings.Contains(string(decodeObject(t, up.Body)["stream_options"]), `"include_usage":true`) {
 		t.Fatalf("stream usage not requested upstream: %v %s", err, up.Body)
 	}
@@ -258,10 +248,10 @@ func BenchmarkAdmission(b *testing.B) {
 		hdrs := chatHeaders("Bearer "+validSecret, "r1", true).GetRequestHeaders()
 		b.Run(map[bool]string{false: "off", true: "on"}[billed], func(b *testing.B) {
 			for b.Loop() {
-				x := &exchange{s: s, rt: rt}
+				x := s.newExchange(rt)
 				x.requestHeaders(hdrs)
 				x.requestBody(&extprocv3.HttpBody{Body: body, EndOfStream: true})
-				x.release()
+				x.finish()
 			}
 		})
 	}
@@ -307,24 +297,5 @@ func TestAdmissionBillsOtherModels(t *testing.T) {
 	}
 	if avail, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); !avail.Equal(decimal.NewFromInt(10000 - 131)) {
 		t.Fatalf("available %s after settling $131 of 10000", avail)
-	}
-}
-
-// TestPaidCostIsCappedAtTheHold: a paid request (x402) is recorded, and an upto payment
-// settled, at most its hold (the worst case priced at admission), whatever the provider
-// reports; the rest is the record's overage.
-func TestPaidCostIsCappedAtTheHold(t *testing.T) {
-	e, _, _ := billedServer(t, "0", nil)
-	x := &exchange{s: e.srv, plan: &chatPlan{model: e.srv.runtime.Load().Models["gpt"]}, key: &core.KeyInfo{ID: "x402.s", Account: "x402.s"},
-		pay: &payState{hold: decimal.NewFromInt(32)}}
-	x.meter.body([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1000000}}`))
-	cost, rec := x.paidCost()
-	if !cost.Equal(decimal.NewFromInt(32)) || !rec.Cost.Equal(cost) || !rec.Overage.Equal(decimal.NewFromInt(2_000_003-32)) {
-		t.Fatalf("paid cost %s, record %+v: want the hold 32, the rest overage", cost, rec)
-	}
-	x.meter = meter{}
-	x.meter.body([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`))
-	if cost, rec = x.paidCost(); !cost.Equal(decimal.NewFromInt(11)) || !rec.Overage.IsZero() {
-		t.Fatalf("paid cost %s, record %+v: want the metered 11", cost, rec)
 	}
 }

@@ -67,15 +67,15 @@ func entry(m *core.Model, ready bool) catalogEntry {
 func (x *exchange) catalog(path string) ([]byte, *core.APIError) {
 	id, one := strings.CutPrefix(path, "/v1/models/")
 	var entries []catalogEntry
-	for _, mid := range x.rt.ModelIDs {
+	for _, mid := range x.RT.ModelIDs {
 		if one && mid != id {
 			continue
 		}
-		if x.key != nil && !x.key.Allows(mid) {
+		if x.Key != nil && !x.Key.Allows(mid) {
 			continue
 		}
-		m := x.rt.Models[mid]
-		entries = append(entries, entry(m, x.s.modelReady(x.rt, m)))
+		m := x.RT.Models[mid]
+		entries = append(entries, entry(m, x.s.modelReady(x.RT, m)))
 	}
 	var body []byte
 	switch {
@@ -102,19 +102,19 @@ type catalogProcessor struct {
 }
 
 func (c catalogProcessor) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
-	x, hd := c.x, &c.x.head
-	if hd.method != http.MethodGet {
-		return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", core.Clip(hd.method), core.Clip(hd.path))), nil
+	x, hd := c.x, &c.x.Head
+	if hd.Method != http.MethodGet {
+		return x.Fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", core.Clip(hd.Method), core.Clip(hd.Path))), nil
 	}
 	// No key is needed to read the catalog; a key that is sent must be valid.
-	if hd.auth != "" {
-		if e := x.authenticate(hd.auth); e != nil {
-			return x.fail(e), nil
+	if hd.Auth != "" {
+		if e := x.Authenticate(hd.Auth); e != nil {
+			return x.Fail(e), nil
 		}
 	}
-	body, e := x.catalog(hd.path)
+	body, e := x.catalog(hd.Path)
 	if e != nil {
-		return x.fail(e), nil
+		return x.Fail(e), nil
 	}
-	return x.reply(http.StatusOK, body), nil
+	return x.Reply(http.StatusOK, body), nil
 }

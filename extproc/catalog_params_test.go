@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/xds/ir"
@@ -54,12 +55,12 @@ func TestCatalogListsWhatIsAccepted(t *testing.T) {
 		listed := entry(m, true).SupportedSamplingParameters
 		for p, v := range openAISamples {
 			body := `{"model":"` + id + `","messages":[{"role":"user","content":"hi"}],"` + p + `":` + v + `}`
-			if _, e := parseChat([]byte(body)); e != nil {
+			if e := chat.Check([]byte(body)); e != nil {
 				t.Fatalf("%s: the sample is not a valid chat request: %s", body, e.Message)
 			}
 			accepted := true
 			for _, tg := range m.Targets {
-				up, removed, err := attemptRequest(rt, []byte(body), m, rt.Providers[tg.Provider])
+				up, removed, err := chat.AttemptRequest(rt, []byte(body), m, rt.Providers[tg.Provider])
 				accepted = accepted && err == nil && up != nil && !slices.Contains(removed, p)
 			}
 			if slices.Contains(listed, p) && !accepted {

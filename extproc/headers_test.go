@@ -49,7 +49,7 @@ func TestInvalidRequestIDIsRefusedWithAFreshOne(t *testing.T) {
 	s := NewServer(nil, testRuntime(), nil)
 	bad := strings.Repeat("r", 40<<10)
 	for _, next := range []string{"body", "response headers"} {
-		x := &exchange{s: s, rt: s.runtime.Load()}
+		x := s.newExchange(s.runtime.Load())
 		r := x.requestHeaders(chatHeaders("Bearer "+validSecret, bad, true).GetRequestHeaders())
 		rh := r.GetRequestHeaders()
 		if rh == nil {
@@ -85,15 +85,15 @@ func TestBodySizeLimit(t *testing.T) {
 		h.Headers.Headers = append(h.Headers.Headers, hdr("content-length", strconv.Itoa(length), true))
 		return h
 	}
-	x := &exchange{s: s, rt: s.runtime.Load()}
+	x := s.newExchange(s.runtime.Load())
 	if r := x.requestHeaders(headers(ir.MaxBodyBytes)); r.GetRequestHeaders() == nil {
 		t.Fatalf("content-length of exactly 32 MiB refused: %v", r)
 	}
-	x = &exchange{s: s, rt: s.runtime.Load()}
+	x = s.newExchange(s.runtime.Load())
 	if status, body, _ := immediateOf(t, x.requestHeaders(headers(ir.MaxBodyBytes+1))); status != 413 || body.Error.Code != "request_too_large" {
 		t.Errorf("declared 32 MiB + 1: %d %+v", status, body)
 	}
-	x = &exchange{s: s, rt: s.runtime.Load()}
+	x = s.newExchange(s.runtime.Load())
 	x.requestHeaders(chatHeaders("Bearer "+validSecret, "rid", true).GetRequestHeaders())
 	big := make([]byte, ir.MaxBodyBytes+1)
 	if status, body, _ := immediateOf(t, x.requestBody(&extprocv3.HttpBody{Body: big, EndOfStream: true})); status != 413 || body.Error.Code != "request_too_large" {

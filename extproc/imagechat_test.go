@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -9,57 +8,15 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/internal/fixture"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// imageGateway is testGateway with a Gemini provider serving an I3 model (nb, flash-2.5) and a
-// video model on MiniMax.
-func imageGateway(t *testing.T) *ir.Gateway {
-	g := testGateway()
-	g.Providers = append(g.Providers,
-		ir.Provider{Name: "gemini", Type: ir.ProviderTypeGemini, Host: "generativelanguage.googleapis.com", Port: 443, TLS: true, BasePath: "/v1beta", NeedsKey: true, APIKey: "g-key"},
-		ir.Provider{Name: "hailuo", Type: ir.ProviderTypeMiniMax, Host: "api.minimax.io", Port: 443, TLS: true, NeedsKey: true, APIKey: "mm"},
-	)
-	p, err := ir.ParsePricing(map[string]any{"request": "0.01", "image": "0.039", "prompt": "0.000001", "completion": "0.000002"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Models = append(g.Models,
-		ir.Model{ID: "nb", Family: "I3", Variant: "flash-2.5", Pricing: p, Targets: []ir.Target{{Provider: "gemini", Model: "gemini-2.5-flash-image"}}},
-		ir.Model{ID: "hailuo-02", Family: "V1", Targets: []ir.Target{{Provider: "hailuo", Model: "MiniMax-Hailuo-02"}}},
-	)
-	return g
-}
-
-// TestImageChatPlan: an I3 model is planned like a chat model and rewritten for Gemini with
-// images asked for; streaming it and any other media model are refused before any hold.
-func TestImageChatPlan(t *testing.T) {
-	rt := core.Compile(imageGateway(t), nil)
-	body := `{"model":"nb","messages":[{"role":"user","content":[{"type":"text","text":"draw a fox"}]}]}`
-	plan, e := planChat(rt, []byte(body))
-	if e != nil || plan.cluster != ir.ModelChainCluster("nb") {
-		t.Fatalf("%+v %v", plan, e)
-	}
-	up, removed, err := attemptRequest(rt, []byte(body), rt.Models["nb"], rt.Providers["gemini"])
-	if err != nil || len(removed) != 0 || up.Path != "/models/gemini-2.5-flash-image:generateContent" || !strings.Contains(string(up.Body), `"responseModalities":["TEXT","IMAGE"]`) {
-		t.Fatalf("attempt %+v %v %v", up, removed, err)
-	}
-	for body, want := range map[string]string{
-		`{"model":"nb","stream":true,"messages":[{"role":"user","content":"x"}]}`:                                                  `stream is not supported for image model "nb"`,
-		`{"model":"hailuo-02","messages":[{"role":"user","content":"x"}]}`:                                                         `model "hailuo-02" is a video model, not a chat model: create its tasks with POST /v1/videos`,
-		`{"model":"gpt","messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`: "send it back in a user message",
-	} {
-		if _, e := planChat(rt, []byte(body)); e == nil || e.Status != 400 || !strings.Contains(e.Message, want) {
-			t.Errorf("%s: %+v; want a 400 saying %q", body, e, want)
-		}
-	}
-}
-
 // TestImageChatBilling: the hold of an I3 chat request covers the images its output budget
 // pays for; the answer is billed request + image price x the images in its content + tokens.
 func TestImageChatBilling(t *testing.T) {
-	rt := core.Compile(imageGateway(t), []store.Key{keyRecord("key_valid", validSecret, false)})
+	rt := core.Compile(fixture.ImageGateway(t), []store.Key{keyRecord("key_valid", validSecret, false)})
 	ledger := billing.NewLedger(map[string]decimal.Decimal{"acct-key_valid": decimal.NewFromInt(100)}, nil, "2026-11")
 	rec := &recorder{}
 	e := startServerWith(t, rt, &Billing{Ledger: ledger, Record: rec.record, Now: func() time.Time { return testNow }})
@@ -69,8 +26,8 @@ func TestImageChatBilling(t *testing.T) {
 	s.roundTrip(requestBody(body))
 	// 3,000 output tokens pay for two 1,290-token images: the hold is the prompt bound's price,
 	// 3,000 completion tokens, two images and the request.
-	plan, _ := planChat(rt, []byte(body))
-	want := decimal.RequireFromString("0.000001").Mul(decimal.NewFromInt(plan.promptBound)).
+	bound, _ := billing.PromptBound([]byte(body)) // the plan's bound of a text prompt
+	want := decimal.RequireFromString("0.000001").Mul(decimal.NewFromInt(int64(bound))).
 		Add(decimal.RequireFromString("0.006")).Add(decimal.RequireFromString("0.078")).Add(decimal.RequireFromString("0.01"))
 	if avail, _ := ledger.Snapshot("acct-key_valid", "key_valid", testNow); !decimal.NewFromInt(100).Sub(avail).Equal(want) {
 		t.Fatalf("held %s, want %s", decimal.NewFromInt(100).Sub(avail), want)
@@ -89,39 +46,12 @@ func TestImageChatBilling(t *testing.T) {
 	}
 }
 
-// TestMeterCountsImageParts: an answer whose content is an array of parts is read for its text
-// (an estimate needs it) and its images (billed per image), without the data URLs.
-func TestMeterCountsImageParts(t *testing.T) {
-	m := &meter{}
-	m.body([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":[{"type":"text","text":"hello there"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}}]}`))
-	u, est := m.result(func() int64 { return 4 })
-	if !est || u.Images != 1 || u.PromptTokens != 4 || u.CompletionTokens != 2 || m.text.String() != "hello there" {
-		t.Fatalf("%+v %v %q", u, est, m.text.String())
-	}
-	m = &meter{}
-	m.body([]byte(`{"choices":[{"message":{"content":null}},{"message":{"content":"x"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`))
-	if u, est := m.result(nil); est || u.Images != 0 || u.CompletionTokens != 1 {
-		t.Fatalf("%+v", u)
-	}
-}
-
-// TestImageChatCatalogParameters: the catalog lists for an I3 model the chat parameters it
-// honours, not every Gemini chat parameter (it refuses tools, reasoning_effort, and takes n and
-// response_format only at their defaults).
-func TestImageChatCatalogParameters(t *testing.T) {
-	rt := core.Compile(imageGateway(t), nil)
-	got := strings.Join(rt.Models["nb"].Sampling, ",")
-	if got != "frequency_penalty,max_completion_tokens,max_tokens,presence_penalty,seed,stop,temperature,top_p" {
-		t.Fatalf("supported_sampling_parameters %s", got)
-	}
-}
-
 // TestImageChatBillsImageTokensOnce: an I3 answer's usage counts every output token, the
 // images' named in completion_tokens_details.image_tokens; with an image price those are
 // billed per image, not again as tokens; without one they are output like the rest (issue 26
 // item 12: 46 text tokens of this real answer shape went unbilled).
 func TestImageChatBillsImageTokensOnce(t *testing.T) {
-	g := imageGateway(t)
+	g := fixture.ImageGateway(t)
 	p, err := ir.ParsePricing(map[string]any{"prompt": "0.000001", "completion": "0.00003"})
 	if err != nil {
 		t.Fatal(err)

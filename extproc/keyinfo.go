@@ -55,28 +55,28 @@ type keyProcessor struct {
 }
 
 func (k keyProcessor) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
-	return k.x.answerKey(k.x.head.method, k.x.head.auth), nil
+	return k.x.answerKey(k.x.Head.Method, k.x.Head.Auth), nil
 }
 
 // answerKey answers GET /v1/key. Checking a key is not a use of it: last_used_at stays.
 func (x *exchange) answerKey(method, auth string) *extprocv3.ProcessingResponse {
 	if method != http.MethodGet {
-		return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", core.Clip(method), core.KeyPath))
+		return x.Fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; use GET", core.Clip(method), core.KeyPath))
 	}
-	k, e := x.lookupKey(auth)
+	k, e := x.LookupKey(auth)
 	if e != nil {
-		return x.fail(errKeyMarket(e))
+		return x.Fail(errKeyMarket(e))
 	}
-	x.key = k
+	x.Key = k
 	body, _ := json.Marshal(x.s.viewKey(k))
-	return x.reply(http.StatusOK, body)
+	return x.Reply(http.StatusOK, body)
 }
 
 // viewKey is k's view now.
 func (s *Server) viewKey(k *core.KeyInfo) keyView {
 	now := time.Now()
-	if s.billing != nil {
-		now = s.billing.Now()
+	if s.sh.Books != nil {
+		now = s.sh.Books.Now()
 	}
 	v := keyView{Object: "key", ID: k.ID, Account: k.Account, Month: now.UTC().Format("2006-01"),
 		Models: k.ModelList, CreatedAt: k.Created.Unix()}
@@ -86,15 +86,15 @@ func (s *Server) viewKey(k *core.KeyInfo) keyView {
 	if k.MonthlyLimit != nil {
 		v.MonthlyLimit = amount(*k.MonthlyLimit)
 	}
-	if s.billing != nil {
-		spent, held := s.billing.Ledger.KeyMonth(k.ID, now)
+	if s.sh.Books != nil {
+		spent, held := s.sh.Books.Ledger.KeyMonth(k.ID, now)
 		v.SpentThisMonth, v.Held = amount(spent), amount(held)
 		if k.MonthlyLimit != nil {
 			v.Remaining = amount(decimal.Max(k.MonthlyLimit.Sub(spent).Sub(held), decimal.Zero))
 		}
 	}
 	last := k.SavedUse
-	if t, ok := s.keyUse.LastUse(k.ID); ok && (last == nil || t.After(*last)) {
+	if t, ok := s.sh.KeyUse.LastUse(k.ID); ok && (last == nil || t.After(*last)) {
 		last = &t
 	}
 	if last != nil {

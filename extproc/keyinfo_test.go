@@ -197,7 +197,7 @@ func TestKeysUsed(t *testing.T) {
 	s.roundTrip(chatHeaders("Bearer "+validSecret, "r2", true))
 	s.close()
 	later := time.Now().Add(2 * time.Second)
-	e.srv.keyUse.Touch("key_valid", later)
+	e.srv.sh.KeyUse.Touch("key_valid", later)
 	if err := e.srv.SaveKeysUsed(func(map[string]time.Time) error { return errors.New("disk full") }); err == nil {
 		t.Fatal("a failed save was not reported")
 	}

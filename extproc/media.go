@@ -60,7 +60,7 @@ func (s *Server) SetTasks(t *Tasks) {
 	t.Service.Bill = s.billTask
 	// Task calls bypass the response path the chat's refusals are read on: the service says.
 	t.Service.Refused, t.Service.Answered = s.providerRefused, s.providerAnswered
-	t.Service.Charge = s.billing != nil
+	t.Service.Charge = s.sh.Books != nil
 	s.tasks = t
 }
 
@@ -76,11 +76,11 @@ type mediaProcessor struct {
 }
 
 func (m mediaProcessor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
-	x, hd := m.x, &m.x.head
-	if resp := x.mediaHeaders(m.kind, hd.method, hd.path, hd.auth, hd.contentType); resp != nil {
+	x, hd := m.x, &m.x.Head
+	if resp := x.mediaHeaders(m.kind, hd.Method, hd.Path, hd.Auth, hd.ContentType); resp != nil {
 		return resp, nil
 	}
-	return x.readBody(h, hd.contentLength, hd.strip), nil
+	return x.ReadBody(h), nil
 }
 
 func (m mediaProcessor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
@@ -95,64 +95,64 @@ func (x *exchange) mediaHeaders(kind, method, path, auth, contentType string) *e
 		if r := x.s.tasksOff.Load(); r != nil {
 			why = *r
 		}
-		return x.fail(core.Errorf(http.StatusServiceUnavailable, "media_unavailable", "%s tasks are not available on this gateway: %s", kind, why))
+		return x.Fail(core.Errorf(http.StatusServiceUnavailable, "media_unavailable", "%s tasks are not available on this gateway: %s", kind, why))
 	}
-	if x.key == nil { // a paid endpoint (payment.go) has settled who the caller is
-		if e := x.authenticate(auth); e != nil {
-			return x.fail(e)
+	if x.Key == nil { // a paid endpoint (payment.go) has settled who the caller is
+		if e := x.Authenticate(auth); e != nil {
+			return x.Fail(e)
 		}
 	}
 	if path == base {
 		if method != http.MethodPost {
-			return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; create a%s %s task with POST %s (GET %s/{id} reads one)", core.Clip(method), base, core.Article(kind), kind, base, base))
+			return x.Fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; create a%s %s task with POST %s (GET %s/{id} reads one)", core.Clip(method), base, core.Article(kind), kind, base, base))
 		}
 		if mt, _, err := mime.ParseMediaType(contentType); contentType != "" && (err != nil || (mt != "application/json" && mt != "multipart/form-data")) {
-			return x.fail(core.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type",
+			return x.Fail(core.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type",
 				"content-type %s is not supported: send JSON (application/json) or a form (multipart/form-data)", core.Clip(contentType)))
 		}
-		x.media, x.contentType = kind, contentType
+		x.media = kind
 		return nil
 	}
 	id := strings.TrimPrefix(path, base+"/")
 	if method == http.MethodPost {
 		// A create sent to a sub-path (the OpenAI SDK's images.generate posts to /images/generations).
-		return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST %s is not supported; create a%s %s task with POST %s", core.Clip(path), core.Article(kind), kind, base))
+		return x.Fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST %s is not supported; create a%s %s task with POST %s", core.Clip(path), core.Article(kind), kind, base))
 	}
 	if method != http.MethodGet || id == "" || strings.Contains(id, "/") {
-		return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; read a%s %s task with GET %s/{id} (POST %s creates one)", core.Clip(method), core.Clip(path), core.Article(kind), kind, base, base))
+		return x.Fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s is not supported; read a%s %s task with GET %s/{id} (POST %s creates one)", core.Clip(method), core.Clip(path), core.Article(kind), kind, base, base))
 	}
-	ctx, cancel := context.WithTimeout(x.requestContext(), refreshTimeout)
+	ctx, cancel := context.WithTimeout(x.Context(), refreshTimeout)
 	defer cancel()
-	t, err := x.s.tasks.Service.Get(ctx, x.key.Account, id)
+	t, err := x.s.tasks.Service.Get(ctx, x.Key.Account, id)
 	if err == nil && t.Kind != kind {
 		err = &tasks.Error{Kind: tasks.KindNotFound, Code: "not_found", Message: "no " + kind + " task " + core.Clip(id) + "; it is a " + t.Kind + " task: GET " + core.MediaPaths[t.Kind] + "/" + core.Clip(id)}
 	}
 	if err != nil {
-		return x.fail(taskAPIError(err))
+		return x.Fail(taskAPIError(err))
 	}
-	x.taskModel, x.provider = t.Model, t.Provider
+	x.TaskModel, x.Provider = t.Model, t.Provider
 	body, _ := json.Marshal(tasks.ObjectOf(t, time.Now()))
-	return x.reply(http.StatusOK, body)
+	return x.Reply(http.StatusOK, body)
 }
 
 // mediaBody creates a task from the request body and answers with its object.
 func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
-	rt, kind := x.rt, x.media
+	rt, kind := x.RT, x.media
 	// Envoy would fail the request closed after its message timeout: reading a large body, its
 	// checks and the create (a synchronous provider takes tens of seconds) may take longer.
-	if err := x.envoy.extendTimeout(createTimeout + 10*time.Second); err != nil {
-		return x.fail(errLostEnvoy)
+	if err := x.Envoy.ExtendTimeout(createTimeout + 10*time.Second); err != nil {
+		return x.Fail(core.ErrLostEnvoy)
 	}
-	if mt, _, _ := mime.ParseMediaType(x.contentType); mt == "multipart/form-data" {
+	if mt, _, _ := mime.ParseMediaType(x.Head.ContentType); mt == "multipart/form-data" {
 		form := raw
 		var err error
-		if raw, err = formBody(x.contentType, form, nil); err != nil {
-			return x.fail(core.Malformed(core.Errorf(http.StatusBadRequest, "invalid_request", "%v", err)))
+		if raw, err = formBody(x.Head.ContentType, form, nil); err != nil {
+			return x.Fail(core.Malformed(core.Errorf(http.StatusBadRequest, "invalid_request", "%v", err)))
 		}
 		// The model's family may keep more fields as strings: read the form again with them.
 		if more := familyStrings(rt, raw); len(more) > 0 {
-			if raw, err = formBody(x.contentType, form, more); err != nil {
-				return x.fail(core.Malformed(core.Errorf(http.StatusBadRequest, "invalid_request", "%v", err)))
+			if raw, err = formBody(x.Head.ContentType, form, more); err != nil {
+				return x.Fail(core.Malformed(core.Errorf(http.StatusBadRequest, "invalid_request", "%v", err)))
 			}
 		}
 	}
@@ -160,16 +160,16 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	if err != nil {
 		problem := "it is not an object"
 		if syntax := errors.Unwrap(err); syntax != nil {
-			problem = jsonSyntax(syntax)
+			problem = core.JSONSyntax(syntax)
 		}
-		return x.fail(core.Errorf(http.StatusBadRequest, "invalid_json", `the body must be one JSON object (%s); send {"model": ..., ...} encoded in UTF-8`, problem))
+		return x.Fail(core.Errorf(http.StatusBadRequest, "invalid_json", `the body must be one JSON object (%s); send {"model": ..., ...} encoded in UTF-8`, problem))
 	}
 	var modelID, mode string
 	if json.Unmarshal(req["model"], &modelID) != nil || modelID == "" {
-		return x.fail(core.Errorf(http.StatusBadRequest, "missing_model", "model is required: a%s %s model id from GET /v1/models, or a route id route:<name>", core.Article(kind), kind))
+		return x.Fail(core.Errorf(http.StatusBadRequest, "missing_model", "model is required: a%s %s model id from GET /v1/models, or a route id route:<name>", core.Article(kind), kind))
 	}
 	if v := req["route_mode"]; v != nil && (json.Unmarshal(v, &mode) != nil || !ir.ValidMode(mode)) {
-		return x.fail(core.Errorf(http.StatusBadRequest, "invalid_route_mode", "route_mode must be one of %s (balanced when omitted)", strings.Join(ir.Modes, ", ")))
+		return x.Fail(core.Errorf(http.StatusBadRequest, "invalid_route_mode", "route_mode must be one of %s (balanced when omitted)", strings.Join(ir.Modes, ", ")))
 	}
 	var pin string
 	if r := req["route"]; r != nil {
@@ -177,22 +177,22 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 			Provider string `json:"provider"`
 		}
 		if json.Unmarshal(r, &route) != nil {
-			return x.fail(core.Errorf(http.StatusBadRequest, "invalid_request", `route must be an object like {"provider": "name"}`))
+			return x.Fail(core.Errorf(http.StatusBadRequest, "invalid_request", `route must be an object like {"provider": "name"}`))
 		}
 		pin = route.Provider
 	}
 	models, route, e := mediaModels(rt, kind, modelID, mode)
 	if e != nil {
-		return x.fail(e)
+		return x.Fail(e)
 	}
 	if route != nil {
 		pin = "" // the route chooses providers itself (docs/api.md#routes)
 	}
-	if !x.key.AllowsModels(route, models) {
+	if !x.Key.AllowsModels(route, models) {
 		if x.endpointRefuses(route, models) {
-			return x.fail(x.endpointModels(fmt.Sprintf("model %q", core.Clip(modelID))))
+			return x.Fail(x.endpointModels(fmt.Sprintf("model %q", core.Clip(modelID))))
 		}
-		return x.fail(core.Errorf(http.StatusForbidden, "model_not_allowed", "this API key may not use %s", core.Clip(modelID)))
+		return x.Fail(core.Errorf(http.StatusForbidden, "model_not_allowed", "this API key may not use %s", core.Clip(modelID)))
 	}
 	// The candidates, in order: each model the body is valid for, with its providers that can
 	// take traffic. A route's later model of another family checks the body its own way; one
@@ -239,59 +239,59 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	switch {
 	case len(attempts) > 0:
 	case refusal != nil:
-		return x.fail(core.Errorf(http.StatusBadRequest, "invalid_request", "%s", strings.TrimPrefix(refusal.Error(), provider.ErrBadRequest.Error()+": ")))
+		return x.Fail(core.Errorf(http.StatusBadRequest, "invalid_request", "%s", strings.TrimPrefix(refusal.Error(), provider.ErrBadRequest.Error()+": ")))
 	case pin != "" && x.s.refusals.has(pin):
-		return x.fail(core.Errorf(http.StatusServiceUnavailable, "provider_not_available", "%s; remove route.provider or choose another", x.s.refusals.reason(pin)))
+		return x.Fail(core.Errorf(http.StatusServiceUnavailable, "provider_not_available", "%s; remove route.provider or choose another", x.s.refusals.reason(pin)))
 	case pin != "":
-		return x.fail(core.Errorf(http.StatusBadRequest, "provider_not_available", "provider %q does not serve model %q or cannot take traffic; remove route.provider or choose another", core.Clip(pin), models[0].ID))
+		return x.Fail(core.Errorf(http.StatusBadRequest, "provider_not_available", "provider %q does not serve model %q or cannot take traffic; remove route.provider or choose another", core.Clip(pin), models[0].ID))
 	case route != nil:
-		return x.fail(core.Errorf(http.StatusServiceUnavailable, "route_unavailable", "no model of route %s has a provider that can take traffic; check their providers' credentials", route.ID))
+		return x.Fail(core.Errorf(http.StatusServiceUnavailable, "route_unavailable", "no model of route %s has a provider that can take traffic; check their providers' credentials", route.ID))
 	default:
-		return x.fail(rt.Unavailable(models[0], x.s.refusals.reason))
+		return x.Fail(rt.Unavailable(models[0], x.s.refusals.reason))
 	}
 	m := first
 	if tr.CallbackURL != "" {
-		if err := x.s.tasks.Callbacks.CheckURL(x.requestContext(), tr.CallbackURL); err != nil {
-			return x.fail(core.Errorf(http.StatusBadRequest, "invalid_callback_url", "%v", err))
+		if err := x.s.tasks.Callbacks.CheckURL(x.Context(), tr.CallbackURL); err != nil {
+			return x.Fail(core.Errorf(http.StatusBadRequest, "invalid_callback_url", "%v", err))
 		}
 	}
 	// A task the store cannot record must not be created: the provider would run (and bill)
 	// a task nobody can see.
-	if e := x.s.storeRefusal(); e != nil {
-		return x.fail(e)
+	if e := x.StoreRefusal(); e != nil {
+		return x.Fail(e)
 	}
 	var hold *billing.Reservation
 	if x.pay != nil {
 		// Paid through x402: the payment covers it, never the account's credits.
 		if e := x.payAdmit(worst); e != nil {
-			return x.fail(e)
+			return x.Fail(e)
 		}
-	} else if b := x.s.billing; b != nil {
+	} else if b := x.Books; b != nil {
 		fix := "ask for a shorter duration"
 		if kind == ir.KindImage {
 			fix = "ask for fewer images"
 		}
-		h, err := b.Ledger.Reserve(x.key.Account, x.key.ID, x.key.MonthlyLimit, worst, b.Now())
-		if e := x.holdRefused(err, worst, fix); e != nil {
-			return x.fail(e)
+		h, err := b.Ledger.Reserve(x.Key.Account, x.Key.ID, x.Key.MonthlyLimit, worst, b.Now())
+		if e := core.HoldRefused(err, x.Key, worst, fix); e != nil {
+			return x.Fail(e)
 		}
 		hold = h
 	}
 	// The client going away stops the create before its next provider; one already sent runs
 	// to its answer (tasks.Service.Create).
-	ctx, cancel := context.WithTimeout(x.requestContext(), createTimeout)
+	ctx, cancel := context.WithTimeout(x.Context(), createTimeout)
 	defer cancel()
 	t, err := x.s.tasks.Service.Create(ctx, tasks.NewTask{
-		Kind: kind, Account: x.key.Account, KeyID: x.key.ID, RequestID: x.requestID, Route: routeID(route),
+		Kind: kind, Account: x.Key.Account, KeyID: x.Key.ID, RequestID: x.RequestID, Route: routeID(route),
 		Model: &m.Model, Attempts: attempts, Body: req, Request: tr, Hold: worst, Paid: x.pay != nil,
 	})
 	if err != nil {
 		if hold != nil {
-			x.s.billing.Ledger.Release(hold)
+			x.Books.Ledger.Release(hold)
 		}
-		return x.fail(taskAPIError(err))
+		return x.Fail(taskAPIError(err))
 	}
-	x.taskModel, x.provider = t.Model, t.Provider // for the access log
+	x.TaskModel, x.Provider = t.Model, t.Provider // for the access log
 	if hold != nil {
 		x.s.tasks.holds.Store(t.ID, hold)
 		if t.Terminal() { // the provider answered with the finished task
@@ -303,7 +303,7 @@ func (x *exchange) mediaBody(raw []byte) *extprocv3.ProcessingResponse {
 	if x.pay != nil {
 		resp = x.payTask(t, worst, body)
 	} else {
-		resp = x.reply(http.StatusOK, body)
+		resp = x.Reply(http.StatusOK, body)
 	}
 	if answer := resp.GetImmediateResponse(); answer.GetStatus().GetCode() == http.StatusOK {
 		if removed := removedOf(attempts, t); len(removed) > 0 {
@@ -396,7 +396,7 @@ func (s *Server) taskPrice(t *store.Task) decimal.Decimal {
 // billTask settles the ledger's hold of a task that ended, once: a completed one at t.Cost
 // (whose usage record the store settled with the completion), a failed one released.
 func (s *Server) billTask(t *store.Task) {
-	b := s.billing
+	b := s.sh.Books
 	if b == nil || t.Paid { // a paid task was settled through x402 when it was created
 		return
 	}
@@ -404,7 +404,7 @@ func (s *Server) billTask(t *store.Task) {
 	if v, ok := s.tasks.holds.LoadAndDelete(t.ID); ok {
 		hold = v.(*billing.Reservation)
 	} else if hold, _ = b.Ledger.Reserve(t.Account, t.KeyID, nil, decimal.Zero, b.Now()); hold == nil {
-		s.log.Error("TASK NOT BILLED: its account is gone", "task", t.ID, "account", t.Account)
+		s.sh.Log.Error("TASK NOT BILLED: its account is gone", "task", t.ID, "account", t.Account)
 		return
 	}
 	if !t.Settled {
@@ -463,7 +463,7 @@ func (s *Server) TaskCatalog() tasks.Catalog { return s.runtime.Load() }
 // stay reserved until they are billed. A hold the balance no longer covers is kept at zero (the
 // task is still billed when it completes).
 func (s *Server) RestoreTaskHolds(st store.Tasks) (int, error) {
-	b := s.billing
+	b := s.sh.Books
 	if b == nil || s.tasks == nil {
 		return 0, nil
 	}

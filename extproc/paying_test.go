@@ -34,10 +34,12 @@ func TestCredentialInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &Server{}
+	srv := NewServer(nil, nil, nil)
 	srv.SetPayments(&Payments{Offers: offers, Credentials: st})
 	newExchange := func() *exchange {
-		x := &exchange{s: srv, pay: &payState{slug: "chat", offer: offers["chat"]}}
+		x := srv.newExchange(nil)
+		x.pay = &payState{slug: "chat", offer: offers["chat"], x: x}
+		x.Given = x.endPaying
 		x.pay.offered, _ = offers["chat"].Requirements(decimal.Zero)
 		return x
 	}

@@ -19,13 +19,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
 
@@ -88,6 +87,18 @@ type payState struct {
 	// endpoint's account, every model); inUse the credential held while the request runs.
 	key   *core.KeyInfo
 	inUse string
+	// x is the request paid for; bill what its answer cost and its usage record (the business
+	// processor's, given at admission).
+	x    *exchange
+	bill func() (decimal.Decimal, store.UsageRecord)
+}
+
+// payment is the request's payment as its business processor sees it (nil: keyed).
+func (x *exchange) payment() chat.Payment {
+	if x.pay == nil {
+		return nil
+	}
+	return x.pay
 }
 
 // paidAccount is the account of requests paid without an API key: the endpoint's own.
@@ -102,9 +113,9 @@ type paidProcessor struct {
 }
 
 func (p *paidProcessor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
-	x, hd := p.x, &p.x.head
-	resp := x.paidHeaders(strings.TrimPrefix(hd.path, core.PayPrefix), hd.method, hd.auth, hd.contentType, hd.contentLength, hd.paySig, h, hd.strip)
-	p.inner = chatProcessor{x}
+	x, hd := p.x, &p.x.Head
+	resp := x.paidHeaders(strings.TrimPrefix(hd.Path, core.PayPrefix), hd.Method, hd.Auth, hd.ContentType, hd.PaySig, h)
+	p.inner = chat.New(x.Exchange, x.payment())
 	if x.media != "" {
 		p.inner = mediaProcessor{x: x, kind: x.media}
 	}
@@ -123,11 +134,15 @@ func (p *paidProcessor) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.Processi
 	return p.inner.ResponseBody(b)
 }
 
-func (p *paidProcessor) Done() {}
+func (p *paidProcessor) Done() {
+	if p.inner != nil {
+		p.inner.Done()
+	}
+}
 
 // paidHeaders admits POST {pay_url}/x402/{slug} (and GET {pay_url}/x402/{slug}/{task id} of a
 // task it created); it returns nil to go on to the body.
-func (x *exchange) paidHeaders(rest, method, auth, contentType, contentLength, sig string, h *extprocv3.HttpHeaders, strip []string) *extprocv3.ProcessingResponse {
+func (x *exchange) paidHeaders(rest, method, auth, contentType, sig string, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	ps := x.s.payments.Load()
 	slug, taskID, _ := strings.Cut(rest, "/")
 	var offer *x402.Offer
@@ -135,38 +150,39 @@ func (x *exchange) paidHeaders(rest, method, auth, contentType, contentLength, s
 		offer = ps.Offers[slug]
 	}
 	if offer == nil {
-		return x.fail(core.Errorf(http.StatusNotFound, "payment_endpoint_not_found", "no paid endpoint %q; its URL is {pay_url}/x402/{slug} with a slug from the gateway's x402.endpoints", core.Clip(slug)))
+		return x.Fail(core.Errorf(http.StatusNotFound, "payment_endpoint_not_found", "no paid endpoint %q; its URL is {pay_url}/x402/{slug} with a slug from the gateway's x402.endpoints", core.Clip(slug)))
 	}
 	ep := offer.Endpoint
 	kind := core.MediaKind(ep.Target)
 	// A key is needed when the endpoint says so (the payment does not replace it: docs/x402.md#order-of-checks);
 	// one that is sent must be valid either way.
 	if ep.RequireKey || auth != "" {
-		if e := x.authenticate(auth); e != nil {
-			return x.fail(e)
+		if e := x.Authenticate(auth); e != nil {
+			return x.Fail(e)
 		}
 	} else {
-		x.key = &core.KeyInfo{ID: paidAccount(slug), Account: paidAccount(slug)}
+		x.Key = &core.KeyInfo{ID: paidAccount(slug), Account: paidAccount(slug)}
 	}
 	if taskID != "" {
 		// Reading a task the endpoint created: its unguessable id is the capability (a client
 		// that paid without a key has nothing else), within the endpoint's own account.
 		if kind == "" || method != http.MethodGet {
-			return x.fail(core.Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; paid task endpoints answer GET %s%s/{id}", core.Clip(method), core.Clip(core.PayPrefix+rest), core.PayPrefix, slug))
+			return x.Fail(core.Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; paid task endpoints answer GET %s%s/{id}", core.Clip(method), core.Clip(core.PayPrefix+rest), core.PayPrefix, slug))
 		}
 		return x.mediaHeaders(kind, method, core.MediaPaths[kind]+"/"+taskID, auth, contentType)
 	}
 	if method != http.MethodPost {
-		return x.fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s%s is not supported; use POST (it runs POST %s)", core.Clip(method), core.PayPrefix, slug, ep.Target))
+		return x.Fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s%s is not supported; use POST (it runs POST %s)", core.Clip(method), core.PayPrefix, slug, ep.Target))
 	}
-	x.pay = &payState{slug: slug, offer: offer, fac: ps.Facilitator, settlements: ps.Settlements, key: x.key}
+	x.pay = &payState{slug: slug, offer: offer, fac: ps.Facilitator, settlements: ps.Settlements, key: x.Key, x: x}
+	x.PaidEndpoint, x.Refine, x.Given = slug, paidRefusal, x.endPaying
 	if len(ep.Models) > 0 {
-		x.key = x.key.Narrowed(ep.Models)
+		x.Key = x.Key.Narrowed(ep.Models)
 	}
 	if sig != "" {
 		p, err := x402.DecodePaymentSignature(sig)
 		if err != nil {
-			return x.fail(core.Errorf(x402.Status(err), x402.Code(err), "%v", err))
+			return x.Fail(core.Errorf(x402.Status(err), x402.Code(err), "%v", err))
 		}
 		x.pay.payload = p
 	}
@@ -175,12 +191,12 @@ func (x *exchange) paidHeaders(rest, method, auth, contentType, contentLength, s
 		if resp := x.mediaHeaders(kind, http.MethodPost, core.MediaPaths[kind], auth, contentType); resp != nil {
 			return resp
 		}
-		return x.readBody(h, contentLength, strip)
+		return x.ReadBody(h)
 	}
 	if e := core.CheckContentType(contentType); e != nil {
-		return x.fail(e)
+		return x.Fail(e)
 	}
-	return x.readBody(h, contentLength, strip)
+	return x.ReadBody(h)
 }
 
 // endpointRefuses reports whether a paid endpoint's models list, and not the caller's key,
@@ -247,17 +263,18 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *core.APIError {
 		return e
 	}
 	// From here the credential is used: a refusal below does not free it.
-	if err := x.envoy.extendTimeout(p.fac.CallTimeout() + 5*time.Second); err != nil {
-		return errLostEnvoy
+	if err := x.Envoy.ExtendTimeout(p.fac.CallTimeout() + 5*time.Second); err != nil {
+		return core.ErrLostEnvoy
 	}
 	// Under the request's context: for a client gone there is no business call to verify.
-	if _, err := p.fac.Verify(x.requestContext(), p.payload, offered[i]); err != nil {
+	if _, err := p.fac.Verify(x.Context(), p.payload, offered[i]); err != nil {
 		if errors.Is(err, x402.ErrUnavailable) {
 			return core.Errorf(http.StatusServiceUnavailable, "facilitator_unavailable", "the payment facilitator cannot be reached, so the request was not run; retry later with a new credential")
 		}
 		return x.paymentRequired(err.Error(), x402.Code(err), err.Error())
 	}
 	p.chosen, p.cred = i, cred
+	x.Payer = cred.Payer
 	return nil
 }
 
@@ -290,7 +307,7 @@ func (x *exchange) paySettle(cost decimal.Decimal, draft store.UsageRecord) erro
 			return err
 		}
 		if capped {
-			x.s.log.Warn("x402: the request cost more than the signed cap; settling the cap", "endpoint", p.slug, "cost", cost.String(), "cap", req.Amount)
+			x.Log.Warn("x402: the request cost more than the signed cap; settling the cap", "endpoint", p.slug, "cost", cost.String(), "cap", req.Amount)
 		}
 		req = charge
 	}
@@ -300,11 +317,11 @@ func (x *exchange) paySettle(cost decimal.Decimal, draft store.UsageRecord) erro
 	if req.Amount == "0" { // nothing to transfer: the credential stays burned locally
 		sr = x402.SettlementResponse{Success: true, Payer: p.cred.Payer, Network: req.Network}
 	} else {
-		_ = x.envoy.extendTimeout(p.fac.CallTimeout() + 5*time.Second)
+		_ = x.Envoy.ExtendTimeout(p.fac.CallTimeout() + 5*time.Second)
 		// Deliberately not the request's context: the business call ran, and a stream the
 		// client cut settles what was sent (finish); a settle cut short would only leave its
 		// outcome unknown. x402.facilitator_timeout bounds it.
-		sr, err = p.fac.Settle(context.WithoutCancel(x.requestContext()), p.payload, req)
+		sr, err = p.fac.Settle(context.WithoutCancel(x.Context()), p.payload, req)
 	}
 	switch {
 	case err == nil:
@@ -315,7 +332,7 @@ func (x *exchange) paySettle(cost decimal.Decimal, draft store.UsageRecord) erro
 	case errors.Is(err, x402.ErrSettleFailed):
 		sr.Success = false
 		p.resp, p.outcome = &sr, SettleRefused
-		x.s.log.Error("x402: SETTLEMENT FAILED: the business call ran unpaid", "endpoint", p.slug, "payer", p.cred.Payer, "scheme", req.Scheme, "amount", req.Amount, "error", err)
+		x.Log.Error("x402: SETTLEMENT FAILED: the business call ran unpaid", "endpoint", p.slug, "payer", p.cred.Payer, "scheme", req.Scheme, "amount", req.Amount, "error", err)
 	default:
 		x.deferSettlement(sr, err, draft)
 	}
@@ -340,14 +357,14 @@ func (x *exchange) deferSettlement(sr x402.SettlementResponse, err error, draft 
 	p.outcome, p.why = SettlePending, err.Error()
 	p.resp = &x402.SettlementResponse{Success: false, ErrorReason: x402.ReasonSettlementPending, ErrorMessage: pendingMessage,
 		Payer: p.cred.Payer, Transaction: sr.Transaction, Network: p.charge.Network, Amount: p.charge.Amount}
-	x.s.log.Warn("x402: settlement outcome unknown; the result is served and the settlement resolved in the background", "endpoint", p.slug,
+	x.Log.Warn("x402: settlement outcome unknown; the result is served and the settlement resolved in the background", "endpoint", p.slug,
 		"payer", p.cred.Payer, "scheme", p.charge.Scheme, "amount", p.charge.Amount, "request_id", store.ShortID(x.payRecordID()), "error", err)
 	if p.settlements == nil {
 		return
 	}
 	reqJSON, jerr := json.Marshal(p.charge)
 	if jerr != nil { // Requirements always marshal
-		x.s.log.Error("x402: a pending settlement cannot be kept", "error", jerr)
+		x.Log.Error("x402: a pending settlement cannot be kept", "error", jerr)
 		return
 	}
 	draft.RequestID = x.payRecordID()
@@ -361,7 +378,7 @@ func (x *exchange) deferSettlement(sr x402.SettlementResponse, err error, draft 
 // payRecordID is the paid request's usage record id, made once.
 func (x *exchange) payRecordID() string {
 	if x.pay.recordID == "" {
-		x.pay.recordID = x.billingID()
+		x.pay.recordID = x.BillingID()
 	}
 	return x.pay.recordID
 }
@@ -393,10 +410,10 @@ func (x *exchange) recordPaid(rec store.UsageRecord) {
 	}
 	p.recorded = true
 	rec.RequestID = x.payRecordID()
-	// The access log line carries what the record holds (x.hold is nil: settle bills nothing).
-	x.bill = &billed{usage: ir.Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens, CachedTokens: rec.CachedTokens},
-		estimated: rec.Estimated, cost: rec.Cost}
-	if b := x.s.billing; b != nil {
+	// The access log line carries what the record holds (a paid request holds nothing to settle).
+	x.Bill = &core.Billed{Usage: ir.Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens, CachedTokens: rec.CachedTokens},
+		Estimated: rec.Estimated, Cost: rec.Cost}
+	if b := x.Books; b != nil {
 		rec.Time = b.Now().UTC()
 		b.Record(x.payRecord(rec))
 	}
@@ -417,86 +434,74 @@ func (x *exchange) settlementFailed(err error) *core.APIError {
 // which is known only once the stream's cost is (its headers went out long before). It is shaped
 // as a chunk with no choices, like the usage chunk, so OpenAI clients pass over it. A pending
 // settlement says so (success false, errorReason settlement_pending).
-func (x *exchange) settlementEvent() []byte {
-	cost, rec := x.paidCost()
-	err := x.paySettle(cost, rec)
-	sr := x.pay.resp
+func (p *payState) settlementEvent() []byte {
+	cost, rec := p.bill()
+	err := p.x.paySettle(cost, rec)
+	sr := p.resp
 	if err != nil || sr == nil {
-		sr = &x402.SettlementResponse{Success: false, Network: x.pay.offered[x.pay.chosen].Network, ErrorReason: "settlement_failed"}
+		sr = &x402.SettlementResponse{Success: false, Network: p.offered[p.chosen].Network, ErrorReason: "settlement_failed"}
 	}
+	model, _ := json.Marshal(rec.Model) // the catalog model that answered, as the chunks name it
 	ev := fmt.Appendf(nil, `{"id":%q,"object":"chat.completion.chunk","created":%d,"model":%s,"choices":[],"payment_response":`,
-		x.requestID, time.Now().Unix(), x.answer.model)
+		p.x.RequestID, time.Now().Unix(), model)
 	srJSON, _ := json.Marshal(sr)
 	ev = append(ev, srJSON...)
-	ev = append(ev, fmt.Sprintf(`,"payment_response_header":%q}`, x.pay.header)...)
+	ev = append(ev, fmt.Sprintf(`,"payment_response_header":%q}`, p.header)...)
 	return append(append([]byte("data: "), ev...), "\n\n"...)
 }
 
-// paidCost is what the answered paid request cost, from its metered usage, at most its hold,
-// and its record.
-func (x *exchange) paidCost() (decimal.Decimal, store.UsageRecord) {
-	usage, estimated := x.meter.result(x.promptTokens)
-	usage = storable(usage)
-	cost, over := billing.Cap(x.cost(usage), x.pay.hold)
-	rec := x.usageRecord(usage, cost, estimated, time.Time{})
-	rec.Overage = over
-	return cost, rec
-}
+// The payment at a chat request's steps (chat.Payment).
 
-// paidSettle ends a paid chat request that got an answer: upto is settled now if it was not
-// (a stream cut before [DONE], a whole answer), and a settled or pending payment leaves its
-// usage record. An error means the facilitator refused: the result is withheld.
-func (x *exchange) paidSettle() error {
-	if x.pay == nil || x.pay.payload == nil || x.pay.offered == nil {
+// Refuses: the endpoint's models list, and not the caller's key, refuses route r (nil: none)
+// running models: the key alone (a keyless request: none) allows them.
+func (p *payState) Refuses(r *ir.Route, models []*core.Model, target string) *core.APIError {
+	if !p.key.AllowsModels(r, models) {
 		return nil
 	}
-	cost, rec := x.paidCost()
+	return p.x.endpointModels(target)
+}
+
+// Admit prices the validated request at worst and checks its credential (payAdmit).
+func (p *payState) Admit(worst decimal.Decimal, bill func() (decimal.Decimal, store.UsageRecord)) *core.APIError {
+	p.bill = bill
+	return p.x.payAdmit(worst)
+}
+
+// Answer: exact settles now, before the first byte; upto settles at the end: a whole answer
+// at its body's end, a stream just before its [DONE] (settlementEvent).
+func (p *payState) Answer(streaming bool) (string, func() []byte, *core.APIError) {
+	if p.offered[p.chosen].Scheme == x402.SchemeExact {
+		_, draft := p.bill()
+		if err := p.x.paySettle(decimal.Zero, draft); err != nil {
+			return "", nil, p.x.settlementFailed(err)
+		}
+		return p.header, nil, nil
+	}
+	if streaming {
+		return "", p.settlementEvent, nil
+	}
+	return "", nil, nil
+}
+
+// Settle ends a paid chat request that got an answer: upto is settled now if it was not (a
+// stream cut before [DONE], a whole answer), and a settled or pending payment leaves its usage
+// record. An error means the facilitator refused: the result is withheld.
+func (p *payState) Settle() (string, error) {
+	if p.payload == nil || p.offered == nil || p.bill == nil {
+		return p.header, nil
+	}
+	x := p.x
+	cost, rec := p.bill()
 	if rec.Overage.IsPositive() {
-		billing.WarnOverage(x.s.log, x.provider, x.plan.model.ID, store.ShortID(x.requestID), cost.Add(rec.Overage), x.pay.hold)
+		billing.WarnOverage(x.Log, rec.Provider, rec.Model, store.ShortID(x.RequestID), cost.Add(rec.Overage), p.hold)
 	}
 	err := x.paySettle(cost, rec)
 	x.recordPaid(rec)
-	return err
+	return p.header, err
 }
 
-// payOnAnswer runs when a paid request's business answer begins (status < 400). exact settles
-// now, before the first byte: its PAYMENT-RESPONSE goes on the answer's headers, and a failed
-// settlement answers 402 instead of the result. upto settles at the end: a whole answer at its
-// body's end, a stream just before its [DONE] (settlementEvent).
-func (x *exchange) payOnAnswer(common *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
-	p := x.pay
-	if p.offered[p.chosen].Scheme == x402.SchemeExact {
-		_, draft := x.paidCost()
-		if err := x.paySettle(decimal.Zero, draft); err != nil {
-			return x.fail(x.settlementFailed(err))
-		}
-		if common.HeaderMutation == nil {
-			common.HeaderMutation = &extprocv3.HeaderMutation{}
-		}
-		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, core.SetHeader(headerPaymentResponse, p.header))
-		return nil
-	}
-	if x.streaming {
-		x.answer.beforeDone = x.settlementEvent
-	}
-	return nil
-}
-
-// replaceAnswer turns a buffered answer, whose headers are still held, into e.
-func (x *exchange) replaceAnswer(common *extprocv3.CommonResponse, e *core.APIError) *extprocv3.ProcessingResponse {
-	x.answered(e.Status, e.Code)
-	body := e.Body(x.requestID)
-	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-		core.SetHeader(":status", strconv.Itoa(e.Status)), core.SetHeader("content-type", "application/json"),
-		core.SetHeader("content-length", strconv.Itoa(len(body))),
-	}}
-	core.AddHeaders(m, e.Headers)
-	common.HeaderMutation = m
-	common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: common},
-	}}
-}
+// Failed is the answer to a business call whose settlement failed.
+func (p *payState) Failed(err error) *core.APIError { return p.x.settlementFailed(err) }
 
 // payTask settles a paid task once its provider accepted it (its business answer): its cost
 // is known only when it ends, long after any credential expires, so exact settles the signed
@@ -504,15 +509,15 @@ func (x *exchange) replaceAnswer(common *extprocv3.CommonResponse, e *core.APIEr
 // A refused settlement answers 402; the provider's task then runs unpaid and unseen (logged).
 // A pending one answers the task with PAYMENT-RESPONSE settlement_pending.
 func (x *exchange) payTask(t *store.Task, worst decimal.Decimal, body []byte) *extprocv3.ProcessingResponse {
-	x.pay.recordID = x.requestID + "." + t.ID
-	rec := store.UsageRecord{RequestID: x.pay.recordID, KeyID: x.key.ID, Account: x.key.Account,
+	x.pay.recordID = x.RequestID + "." + t.ID
+	rec := store.UsageRecord{RequestID: x.pay.recordID, KeyID: x.Key.ID, Account: x.Key.Account,
 		Model: t.Model, Provider: t.Provider, Route: t.Route, Cost: worst}
 	if err := x.paySettle(worst, rec); err != nil {
-		x.s.log.Error("x402: a paid task was created but its payment failed", "task", t.ID, "endpoint", x.pay.slug)
-		return x.fail(x.settlementFailed(err))
+		x.Log.Error("x402: a paid task was created but its payment failed", "task", t.ID, "endpoint", x.pay.slug)
+		return x.Fail(x.settlementFailed(err))
 	}
 	x.recordPaid(rec)
-	resp := x.reply(http.StatusOK, body)
+	resp := x.Reply(http.StatusOK, body)
 	core.AddHeaders(resp.GetImmediateResponse().Headers, map[string]string{headerPaymentResponse: x.pay.header})
 	return resp
 }

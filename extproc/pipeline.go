@@ -14,9 +14,10 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// This file owns the pipelined protocol of Tollway's own Envoys (xds/translator ExtProc): Envoy
-// sends a body right behind its headers, chunk by chunk, without waiting for the headers'
-// reply, and takes no mode override. A pipeline turns that into the exchange's own protocol
+// This file owns how Envoy's messages reach a processor (framing): the buffered protocol, one
+// reply per message (oneByOne, at the end), and the pipelined protocol of Tollway's own Envoys
+// (xds/translator ExtProc): Envoy sends a body right behind its headers, chunk by chunk,
+// without waiting for the headers' reply, and takes no mode override. A pipeline turns that into the exchange's own protocol
 // (headers, then a whole buffered body, with mode overrides saying which bodies it reads): it
 // holds the headers' reply until the body is read, then sends it with one reply per chunk. Each
 // direction is one round trip instead of two, and the exchange stays the same for the Istio
@@ -126,7 +127,7 @@ func (p *pipeline) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	out := p.headers(&p.resp, resp, h.GetEndOfStream(), func(m *extprocv3filter.ProcessingMode) extprocv3filter.ProcessingMode_BodySendMode {
 		return m.ResponseBodyMode
 	})
-	if p.resp.state == streaming && x.answer != nil {
+	if p.resp.state == streaming && x.Rewriting {
 		// Chunks may be rewritten: the provider's length, if it sent one, no longer holds.
 		common := out[0].GetResponseHeaders().GetResponse()
 		if common.HeaderMutation == nil {
@@ -205,7 +206,7 @@ func (p *pipeline) body(f *flow, b *extprocv3.HttpBody, reply func(*extprocv3.Co
 		return []*extprocv3.ProcessingResponse{reply(&extprocv3.CommonResponse{})}
 	}
 	if len(f.body)+len(b.GetBody()) > f.limit {
-		resp := p.x.fail(tooLarge)
+		resp := p.x.Fail(tooLarge)
 		p.x.logMetadata(resp, bodyRequest(f == &p.request, b))
 		return []*extprocv3.ProcessingResponse{resp}
 	}
@@ -221,8 +222,8 @@ func (p *pipeline) body(f *flow, b *extprocv3.HttpBody, reply func(*extprocv3.Co
 	// More is coming. Envoy restarts its message timeout at every chunk it sends while the
 	// headers' reply is held: a client (or provider) on a slow link gets more than that between
 	// chunks, as it had when Envoy buffered the body before ext_proc saw it.
-	if err := p.x.envoy.extendTimeout(slowBodyGap); err != nil {
-		return []*extprocv3.ProcessingResponse{p.x.fail(errLostEnvoy)}
+	if err := p.x.Envoy.ExtendTimeout(slowBodyGap); err != nil {
+		return []*extprocv3.ProcessingResponse{p.x.Fail(core.ErrLostEnvoy)}
 	}
 	return nil
 }
@@ -387,4 +388,48 @@ func mergeMetadata(first, second *structpb.Struct) *structpb.Struct {
 		}
 	}
 	return first
+}
+
+// oneByOne is the buffered protocol: each message gets its processor's one reply. log, when
+// set, adds the access log's metadata to each reply.
+type oneByOne struct {
+	p   Processor
+	log func(*extprocv3.ProcessingResponse, *extprocv3.ProcessingRequest)
+}
+
+// one is the reply call makes to req.
+func (o oneByOne) one(req *extprocv3.ProcessingRequest, call func() (*extprocv3.ProcessingResponse, error)) ([]*extprocv3.ProcessingResponse, error) {
+	resp, err := call()
+	if err != nil {
+		return nil, err
+	}
+	if o.log != nil {
+		o.log(resp, req)
+	}
+	return []*extprocv3.ProcessingResponse{resp}, nil
+}
+
+func (o oneByOne) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) ([]*extprocv3.ProcessingResponse, error) {
+	return o.one(req, func() (*extprocv3.ProcessingResponse, error) { return o.p.RequestHeaders(h) })
+}
+
+func (o oneByOne) requestBody(req *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) ([]*extprocv3.ProcessingResponse, error) {
+	return o.one(req, func() (*extprocv3.ProcessingResponse, error) { return o.p.RequestBody(b) })
+}
+
+func (o oneByOne) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) ([]*extprocv3.ProcessingResponse, error) {
+	return o.one(req, func() (*extprocv3.ProcessingResponse, error) { return o.p.ResponseHeaders(h) })
+}
+
+func (o oneByOne) responseBody(req *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) ([]*extprocv3.ProcessingResponse, error) {
+	return o.one(req, func() (*extprocv3.ProcessingResponse, error) { return o.p.ResponseBody(b) })
+}
+
+// Trailers are never asked for in the buffered protocol (processing modes skip them).
+func (o oneByOne) requestTrailers(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+	return nil, unexpected(req)
+}
+
+func (o oneByOne) responseTrailers(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+	return nil, unexpected(req)
 }

@@ -5,9 +5,13 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,8 +20,9 @@ import (
 )
 
 // This file owns the one seam between Envoy's messages and the code that handles a kind of
-// request: a Processor, chosen once per stream (open), and dispatch, the one place that reads
-// which message Envoy sent.
+// request: a Processor, chosen once per stream (open); dispatch, the one place that reads
+// which message Envoy sent; and the router-level request (exchange), which reads what every
+// kind shares and hands each message to the processor its path chose (processorForPath).
 
 // Processor handles the messages of one HTTP request (or one upstream attempt) of one kind. Each
 // method answers its message with one reply; an error ends the stream (Envoy then fails the
@@ -74,17 +79,18 @@ type opened struct {
 }
 
 // open chooses the processor of a stream, once, by the filter it comes from: the upstream
-// attempt filter's (attempt.go), or the router-level request's (exchange), which reads the
+// attempt filter's (chat/attempt.go), or the router-level request's (exchange), which reads the
 // request's path to choose what it serves.
-func (s *Server) open(ctx context.Context, env *envoyStream) opened {
+func (s *Server) open(ctx context.Context, env *core.EnvoyStream) opened {
 	rt := s.runtime.Load()
 	phase := phaseOf(ctx)
 	if phase == ir.PhaseUpstream {
-		a := &attempt{s: s, rt: rt, envoy: env}
+		a := chat.NewAttempt(s.sh, rt, env)
 		return opened{p: a, f: oneByOne{p: a}, phase: PhaseAttempt}
 	}
-	x := &exchange{s: s, rt: rt, ctx: ctx, envoy: env, ownRoutes: phase == ir.PhaseRouter}
-	if x.ownRoutes {
+	x := s.newExchange(rt)
+	x.Ctx, x.Envoy, x.OwnRoutes = ctx, env, phase == ir.PhaseRouter
+	if x.OwnRoutes {
 		// Tollway's own Envoys speak the pipelined protocol, and a streamed answer has a
 		// watchdog.
 		return opened{p: x, f: newPipeline(x), mu: &x.mu, phase: PhaseRouter}
@@ -92,11 +98,181 @@ func (s *Server) open(ctx context.Context, env *envoyStream) opened {
 	return opened{p: x, f: oneByOne{p: x, log: x.logMetadata}, phase: PhaseRouter}
 }
 
-// head is what a router-level request's headers say, read once for its processor.
-type head struct {
-	method, path, auth, contentType, contentLength string
-	paySig                                         string   // PAYMENT-SIGNATURE, never forwarded
-	strip                                          []string // the client's internal headers, removed
+// exchange is one router-level request across its ext_proc messages: what every kind shares
+// (core.Exchange), the processor its path chose, and what the stream loop owns.
+type exchange struct {
+	*core.Exchange
+	s    *Server
+	kind Processor // chosen by the request's path (processorForPath)
+
+	// deferred is a refusal that cannot be answered where it was found: a client's invalid
+	// x-request-id is replaced first, so that the refusal carries the replacement (Envoy copies
+	// the request's x-request-id into every response), and refused at the next message.
+	deferred *core.APIError
+
+	media string    // POST /v1/videos or /v1/images: the body creates a task of this kind
+	pay   *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
+
+	// mu serializes the stream's loop and the silence watchdog (silence.go); quiet is the
+	// watchdog of a streamed answer on Tollway's own routes; silenced: it ended the answer, and
+	// Envoy's later messages are dropped.
+	mu       sync.Mutex
+	quiet    *watchdog
+	silenced bool
+}
+
+// newExchange is a router-level request under rt (its stream's context and Envoy set by open).
+func (s *Server) newExchange(rt *core.Runtime) *exchange {
+	return &exchange{s: s, Exchange: &core.Exchange{Shared: s.sh, RT: rt}}
+}
+
+// The exchange is the router-level request's processor.
+func (x *exchange) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return x.requestHeaders(h), nil
+}
+
+func (x *exchange) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return x.requestBody(b), nil
+}
+
+func (x *exchange) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return x.responseHeaders(h), nil
+}
+
+func (x *exchange) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return x.responseBody(b), nil
+}
+
+// Done ends what the request's processor holds (a request that got an answer is billed, from
+// an estimate if need be) and tells the observer how the request went.
+func (x *exchange) Done() {
+	x.mu.Lock()
+	x.stopSilence()
+	x.mu.Unlock()
+	x.finish()
+	if x.s.obs != nil && !x.Out.Start.IsZero() { // zero: Envoy closed the stream before the request's headers
+		x.s.obs.RequestDone(x.outcome())
+	}
+}
+
+func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	var method, path, auth, contentType, contentLength, paySig string
+	// A client must not choose the cluster, claim who answered, or steer Envoy (retries,
+	// timeouts): internal headers it sent are removed before anything reads them.
+	strip := []string{ir.ClusterHeader, ir.ModelHeader, ir.ServedHeader}
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch k := hv.Key; {
+		case k == ":method":
+			method = core.HeaderValue(hv)
+		case k == ":path":
+			path = core.HeaderValue(hv)
+		case k == "authorization":
+			auth = core.HeaderValue(hv)
+		case k == "content-type":
+			contentType = core.HeaderValue(hv)
+		case k == "content-length":
+			contentLength = core.HeaderValue(hv)
+		case k == "x-request-id":
+			x.RequestID = core.HeaderValue(hv)
+		case k == headerPaymentSignature: // read here, never forwarded
+			paySig = core.HeaderValue(hv)
+			strip = append(strip, k)
+		case core.ClientInternalHeader(k):
+			strip = append(strip, k)
+		}
+	}
+	if x.s.obs != nil {
+		x.Out.Start = time.Now()
+		p, _, _ := strings.Cut(path, "?")
+		x.Out.Endpoint = endpointLabel(p)
+	}
+	// An invalid request id cannot be answered now (Envoy would echo it): it is replaced and the
+	// refusal, or a header-limit one, answered at the next message.
+	badID := core.CheckRequestID(x.RequestID)
+	e := core.HeadersTooLarge(h)
+	if e == nil {
+		e = badID
+	}
+	if badID != nil {
+		return x.deferRefusal(e, strip)
+	}
+	if e != nil {
+		return x.Fail(e)
+	}
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	x.Headers = h
+	x.Head = core.Head{Method: method, Path: path, Auth: auth, ContentType: contentType, ContentLength: contentLength, PaySig: paySig, Strip: strip}
+	x.kind = x.processorForPath(path)
+	resp, _ := x.kind.RequestHeaders(h) // a router-level processor never ends the stream
+	return resp
+}
+
+// deferRefusal replaces the client's request id and lets the request go on unrouted and
+// unbuffered (request body mode NONE): the refusal is answered at the next message ext_proc
+// sees, the headers of Envoy's unrouted reply, which then carries the fresh id.
+func (x *exchange) deferRefusal(e *core.APIError, strip []string) *extprocv3.ProcessingResponse {
+	x.RequestID = core.NewRequestID()
+	x.deferred = e
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{
+				SetHeaders:    []*corev3.HeaderValueOption{core.SetHeader("x-request-id", x.RequestID)},
+				RemoveHeaders: strip,
+			},
+		}}},
+		ModeOverride: unrouted(),
+	}
+}
+
+// unrouted is chatMode without the request body: the request goes on only to be refused.
+func unrouted() *extprocv3filter.ProcessingMode {
+	m := core.WithResponseBody(extprocv3filter.ProcessingMode_NONE)
+	m.RequestBodyMode = extprocv3filter.ProcessingMode_NONE
+	return m
+}
+
+func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if x.deferred != nil {
+		return x.Fail(x.deferred) // Envoy sends no body after deferRefusal; should one come anyway
+	}
+	if len(b.GetBody()) > ir.MaxBodyBytes {
+		return x.Fail(core.ErrTooLarge) // sent without a content-length (chunked)
+	}
+	resp, _ := x.processor().RequestBody(b)
+	return resp
+}
+
+// processor is the processor the request's path chose (a chat's for an exchange made
+// without headers, in tests).
+func (x *exchange) processor() Processor {
+	if x.kind == nil {
+		x.kind = chat.New(x.Exchange, nil)
+	}
+	return x.kind
+}
+
+// finish ends what the request's processor holds (Done, or the silence watchdog's end of the
+// answer); the answer is given then.
+func (x *exchange) finish() {
+	if x.kind != nil {
+		x.kind.Done()
+	}
+	x.GiveAnswer()
+}
+
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	if x.deferred != nil {
+		return x.Fail(x.deferred) // the unrouted reply to a request refused at its headers
+	}
+	resp, _ := x.processor().ResponseHeaders(h)
+	return resp
+}
+
+func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	resp, _ := x.processor().ResponseBody(b)
+	return resp
 }
 
 // processorForPath chooses a router-level request's processor by its path, once, at its
@@ -112,7 +288,7 @@ func (x *exchange) processorForPath(path string) Processor {
 	case core.MediaKind(path) != "":
 		return mediaProcessor{answeredEarly{}, x, core.MediaKind(path)}
 	case path == core.ChatPath:
-		return chatProcessor{x}
+		return chat.New(x.Exchange, nil)
 	}
 	return notFound{answeredEarly{}, x}
 }
@@ -145,49 +321,5 @@ type notFound struct {
 
 func (n notFound) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	x := n.x
-	return x.fail(core.Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; %s", core.Clip(x.head.method), core.Clip(x.head.path), x.s.endpoints())), nil
-}
-
-// oneByOne is the buffered protocol: each message gets its processor's one reply. log, when
-// set, adds the access log's metadata to each reply.
-type oneByOne struct {
-	p   Processor
-	log func(*extprocv3.ProcessingResponse, *extprocv3.ProcessingRequest)
-}
-
-// one is the reply call makes to req.
-func (o oneByOne) one(req *extprocv3.ProcessingRequest, call func() (*extprocv3.ProcessingResponse, error)) ([]*extprocv3.ProcessingResponse, error) {
-	resp, err := call()
-	if err != nil {
-		return nil, err
-	}
-	if o.log != nil {
-		o.log(resp, req)
-	}
-	return []*extprocv3.ProcessingResponse{resp}, nil
-}
-
-func (o oneByOne) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) ([]*extprocv3.ProcessingResponse, error) {
-	return o.one(req, func() (*extprocv3.ProcessingResponse, error) { return o.p.RequestHeaders(h) })
-}
-
-func (o oneByOne) requestBody(req *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) ([]*extprocv3.ProcessingResponse, error) {
-	return o.one(req, func() (*extprocv3.ProcessingResponse, error) { return o.p.RequestBody(b) })
-}
-
-func (o oneByOne) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) ([]*extprocv3.ProcessingResponse, error) {
-	return o.one(req, func() (*extprocv3.ProcessingResponse, error) { return o.p.ResponseHeaders(h) })
-}
-
-func (o oneByOne) responseBody(req *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) ([]*extprocv3.ProcessingResponse, error) {
-	return o.one(req, func() (*extprocv3.ProcessingResponse, error) { return o.p.ResponseBody(b) })
-}
-
-// Trailers are never asked for in the buffered protocol (processing modes skip them).
-func (o oneByOne) requestTrailers(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
-	return nil, unexpected(req)
-}
-
-func (o oneByOne) responseTrailers(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
-	return nil, unexpected(req)
+	return x.Fail(core.Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; %s", core.Clip(x.Head.Method), core.Clip(x.Head.Path), x.s.endpoints())), nil
 }

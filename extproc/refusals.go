@@ -195,7 +195,7 @@ func (s *Server) ProviderRefusal(provider string) (ProviderRefusal, bool) {
 // config reload: its credentials were read again).
 func (s *Server) RetryRefusedProviders() {
 	if names := s.refusals.forgetAll(); len(names) > 0 {
-		s.log.Info("config reloaded: providers that refused the gateway's credential are tried again", "providers", strings.Join(names, ","))
+		s.sh.Log.Info("config reloaded: providers that refused the gateway's credential are tried again", "providers", strings.Join(names, ","))
 	}
 }
 
@@ -209,14 +209,14 @@ func (s *Server) providerRefusedAt(provider string, at time.Time) {
 		return
 	}
 	// One line, naming the provider and never the key.
-	s.log.Error("PROVIDER REFUSED THE GATEWAY'S CREDENTIAL: fix the provider's api_key; its models show is_ready false until it accepts it again (chat tries it with every request, media creates every 15 s, a config reload at once)",
+	s.sh.Log.Error("PROVIDER REFUSED THE GATEWAY'S CREDENTIAL: fix the provider's api_key; its models show is_ready false until it accepts it again (chat tries it with every request, media creates every 15 s, a config reload at once)",
 		"provider", provider, "refusals", rf.count, "since", rf.since.UTC().Format(time.RFC3339))
 }
 
 // providerAnswered records an answer from provider that accepted the gateway's credential.
 func (s *Server) providerAnswered(provider string) {
 	if s.refusals.accepted(provider, time.Now()) {
-		s.log.Info("provider accepts the gateway's credential again", "provider", provider)
+		s.sh.Log.Info("provider accepts the gateway's credential again", "provider", provider)
 	}
 }
 

@@ -3,6 +3,7 @@ package extproc
 import (
 	"fmt"
 
+	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
 
 	"context"
@@ -56,17 +57,17 @@ func TestAuthenticate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			x := &exchange{s: &Server{}, rt: rt}
-			got := x.authenticate(tt.auth)
+			x := NewServer(nil, rt, nil).newExchange(rt)
+			got := x.Authenticate(tt.auth)
 			if got != tt.want {
 				t.Fatalf("authenticate(%q) = %v, want %v", tt.auth, got, tt.want)
 			}
 			if tt.want == nil {
-				if x.key == nil || x.key.ID != "key_valid" {
-					t.Errorf("authenticated key = %+v, want key_valid", x.key)
+				if x.Key == nil || x.Key.ID != "key_valid" {
+					t.Errorf("authenticated key = %+v, want key_valid", x.Key)
 				}
-			} else if x.key != nil {
-				t.Errorf("failed authentication set key %+v", x.key)
+			} else if x.Key != nil {
+				t.Errorf("failed authentication set key %+v", x.Key)
 			}
 		})
 	}
@@ -123,12 +124,12 @@ func TestAuthenticateStoreKeys(t *testing.T) {
 		{oldSecret, ""},
 		{newSecret, rot.ID},
 	} {
-		x := &exchange{s: &Server{}, rt: rt}
-		e := x.authenticate("Bearer " + tt.secret)
+		x := NewServer(nil, rt, nil).newExchange(rt)
+		e := x.Authenticate("Bearer " + tt.secret)
 		switch {
 		case tt.id == "" && e != core.ErrInvalidKey:
 			t.Errorf("secret %s...: got %v, want errInvalidKey", tt.secret[:10], e)
-		case tt.id != "" && (e != nil || x.key.ID != tt.id):
+		case tt.id != "" && (e != nil || x.Key.ID != tt.id):
 			t.Errorf("secret %s...: got %v, want key %s", tt.secret[:10], e, tt.id)
 		}
 	}
@@ -436,8 +437,8 @@ func TestProcessChatFlow(t *testing.T) {
 				if got := rset["x-tollway-removed-params"]; got != tt.removed {
 					t.Errorf("x-tollway-removed-params = %q, want %q", got, tt.removed)
 				}
-				if got := rset[UpstreamModelHeader]; got != tt.model {
-					t.Errorf("%s = %q, want the provider's model name %q", UpstreamModelHeader, got, tt.model)
+				if got := rset[chat.UpstreamModelHeader]; got != tt.model {
+					t.Errorf("%s = %q, want the provider's model name %q", chat.UpstreamModelHeader, got, tt.model)
 				}
 				return resp, s
 			}

@@ -33,7 +33,7 @@ type watchdog struct {
 
 // watchSilence starts the watchdog of a streamed answer whose headers just arrived.
 func (x *exchange) watchSilence() {
-	after := x.rt.Silence
+	after := x.RT.Silence
 	if after <= 0 || x.quiet != nil {
 		return
 	}
@@ -79,15 +79,15 @@ func (x *exchange) silent() {
 	w.stopped, x.silenced = true, true
 	e := core.Errorf(http.StatusGatewayTimeout, "upstream_timeout",
 		"the provider sent nothing for %s in the middle of its answer (routing.attempt_timeout); the answer is incomplete", w.after.Round(time.Millisecond))
-	x.answered(x.status, e.Code)
-	x.s.log.Warn("a provider went silent mid-answer; the stream was ended with upstream_timeout",
-		"provider", x.provider, "model", x.plan.model.ID, "request_id", store.ShortID(x.requestID), "silent_for", w.after.String())
+	x.Answered(x.Status, e.Code)
+	x.Log.Warn("a provider went silent mid-answer; the stream was ended with upstream_timeout",
+		"provider", x.Provider, "model", x.Model, "request_id", store.ShortID(x.RequestID), "silent_for", w.after.String())
 	// What the answer holds of an event still coming is dropped with it. The event goes first:
 	// Envoy's reset is close behind. The access log gets the code with it; the bill, like any
 	// cut stream's, is on the usage record (an estimate may load the tokenizer first).
-	resp := streamedBody(fmt.Appendf(nil, "data: %s\n\n", e.Body(x.requestID)), true)
+	resp := streamedBody(fmt.Appendf(nil, "data: %s\n\n", e.Body(x.RequestID)), true)
 	x.logMetadata(resp, answerStarts)
-	_ = x.envoy.send(resp) // Envoy gone: nothing left to tell
+	_ = x.Envoy.Send(resp) // Envoy gone: nothing left to tell
 	x.finish()
 }
 

@@ -11,9 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -22,14 +21,13 @@ import (
 
 // Process handles one HTTP request's stream of messages from Envoy.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	env := &envoyStream{send: stream.Send}
+	env := &core.EnvoyStream{Send: stream.Send}
 	o := s.open(stream.Context(), env)
 	// However the stream ends (end of response, client gone, stream cut), the processor is
 	// done: a hold is settled or released, a request that got an answer billed.
 	defer o.p.Done()
 	handle := func(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
-		env.msgs++
-		env.attrs = req.GetAttributes()
+		env.Received(req.GetAttributes())
 		return dispatch(o.f, req)
 	}
 	if s.obs == nil {
@@ -50,36 +48,6 @@ func phaseOf(ctx context.Context) string {
 		}
 	}
 	return ""
-}
-
-// envoyStream is what a processor may tell Envoy besides its replies: a longer timeout for the
-// message being handled.
-type envoyStream struct {
-	// send sends Envoy a message before the answer to the one being handled; nil outside a
-	// stream (tests).
-	send func(*extprocv3.ProcessingResponse) error
-	// msgs counts Envoy's messages; extended is the one whose timeout was extended (Envoy takes
-	// one override per message).
-	msgs, extended int
-	// attrs are the attributes Envoy sent with the message being handled.
-	attrs map[string]*structpb.Struct
-}
-
-// attributes are the attributes of the message being handled (none outside a stream).
-func (e *envoyStream) attributes() map[string]*structpb.Struct {
-	if e == nil {
-		return nil
-	}
-	return e.attrs
-}
-
-// extendTimeout tells Envoy to wait up to d for the answer to the message being handled.
-func (e *envoyStream) extendTimeout(d time.Duration) error {
-	if e == nil || e.send == nil || e.extended == e.msgs {
-		return nil // Envoy takes one override per message
-	}
-	e.extended = e.msgs
-	return e.send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(min(d, ir.MaxExtProcMessageTimeout))})
 }
 
 // handler answers one of Envoy's messages with the replies owed now (none, one, or several).

@@ -3,10 +3,14 @@ package core
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
+	"github.com/shopspring/decimal"
+	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
 )
 
@@ -108,3 +112,32 @@ func ReadProviderError(raw json.RawMessage, e *APIError) {
 
 // clipBody is a provider's answer quoted in a message: at most 512 bytes of it.
 func clipBody(body []byte) string { return provider.Clip(string(body), 512) }
+
+// HoldRefused says why the ledger refused a hold of worst for key k (nil: it did not); lower
+// names what the client can reduce.
+func HoldRefused(err error, k *KeyInfo, worst decimal.Decimal, lower string) *APIError {
+	switch {
+	case errors.Is(err, billing.ErrInsufficientCredits):
+		e := Errorf(http.StatusPaymentRequired, "insufficient_credits",
+			"account %q does not have the credits this request may cost (up to $%s); ask the gateway's operator to add credits, or %s",
+			k.Account, worst.String(), lower)
+		e.Operator = fmt.Sprintf("account %s does not have the credits its requests may cost: add credits with `tollway accounts credit %s AMOUNT`",
+			k.Account, k.Account)
+		return e
+	case errors.Is(err, billing.ErrSpendLimit):
+		return Errorf(http.StatusForbidden, "spend_limit_exceeded",
+			"this key's monthly spend limit of $%s would be exceeded (this request may cost up to $%s); %s, wait for next month (UTC), or ask the gateway's operator to raise the limit (GET /v1/key shows what remains)",
+			k.MonthlyLimit.String(), worst.String(), lower)
+	case err != nil:
+		return Errorf(http.StatusInternalServerError, "internal_error", "admission: %v", err)
+	}
+	return nil
+}
+
+// JSONSyntax renders a tokenizer error for a client.
+func JSONSyntax(err error) string {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return "it ends too early"
+	}
+	return strings.TrimPrefix(err.Error(), "jsontext: ")
+}

@@ -1,4 +1,4 @@
-package extproc
+package chat
 
 // Validation of the structured fields of a chat request: messages and their content parts,
 // tool calls, tools, tool_choice, stop and response_format.

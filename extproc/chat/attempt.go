@@ -1,6 +1,7 @@
-package extproc
+package chat
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -20,15 +21,15 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollway/tollway/extproc/provider"
-	"github.com/tollway/tollway/extproc/provider/chat"
+	adapters "github.com/tollway/tollway/extproc/provider/chat"
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// attempt is one upstream try of a request, seen by the upstream ext_proc filter after Envoy
+// Attempt is one upstream try of a request, seen by the upstream ext_proc filter after Envoy
 // chose the endpoint: the request is rewritten for that endpoint's provider and, when the
 // provider speaks another API, its answer is translated back.
-type attempt struct {
-	s         *Server
+type Attempt struct {
+	sh        *core.Shared
 	rt        *core.Runtime
 	requestID string
 	provider  *ir.Provider
@@ -37,22 +38,27 @@ type attempt struct {
 	status    int
 	streaming bool
 	// refusal reads an error answer that may refuse the gateway's credential without a 401.
-	refusal chat.CredentialRefusal
+	refusal adapters.CredentialRefusal
 	removed []string // nested fields the adapter dropped (provider.Upstream.Removed)
 	// envoy brings the attributes sent with the request headers (the chosen endpoint's
 	// metadata among them) and takes a timeout override for a big body.
-	envoy *envoyStream
+	envoy *core.EnvoyStream
+}
+
+// NewAttempt is the processor of one upstream attempt under rt, on Envoy stream env.
+func NewAttempt(sh *core.Shared, rt *core.Runtime, env *core.EnvoyStream) *Attempt {
+	return &Attempt{sh: sh, rt: rt, envoy: env}
 }
 
 // The attempt is the upstream attempt filter's processor.
 
-func (a *attempt) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+func (a *Attempt) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	if isTaskRequest(h) {
 		return passTask(), nil
 	}
-	if err := a.target(a.envoy.attributes(), h); err != nil {
+	if err := a.target(a.envoy.Attributes(), h); err != nil {
 		// Fails the attempt closed (Envoy answers 500); never forwards unrewritten.
-		a.s.log.Error("upstream attempt without a target", "error", err)
+		a.sh.Log.Error("upstream attempt without a target", "error", err)
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	// Only the headers a provider may see go on (upstreamForwarded).
@@ -87,10 +93,10 @@ func (a *attempt) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Processin
 	return resp, nil
 }
 
-func (a *attempt) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+func (a *Attempt) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	if len(b.GetBody()) > bigChatBody {
 		// Rewriting tens of megabytes may outlast the message timeout (as at the router).
-		if err := a.envoy.extendTimeout(bigChatTimeout); err != nil {
+		if err := a.envoy.ExtendTimeout(bigChatTimeout); err != nil {
 			return nil, err
 		}
 	}
@@ -101,26 +107,26 @@ func (a *attempt) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRespo
 		return core.Immediate(a.requestID, e.Status, e.Body(a.requestID), ir.ErrorCodeDetailsPrefix+e.Code), nil
 	}
 	if err != nil {
-		a.s.log.Error("upstream attempt rewrite failed", "provider", a.provider.Name, "error", err)
+		a.sh.Log.Error("upstream attempt rewrite failed", "provider", a.provider.Name, "error", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return resp, nil
 }
 
-func (a *attempt) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+func (a *Attempt) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	return a.responseHeaders(h), nil
 }
 
-func (a *attempt) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+func (a *Attempt) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	return a.responseBody(b), nil
 }
 
 // Done: an attempt holds nothing to release.
-func (a *attempt) Done() {}
+func (a *Attempt) Done() {}
 
 // target finds the attempt's provider and catalog model: from the chosen endpoint's metadata,
 // or, for a cluster pinned to one provider, the model from the router-level ext_proc's header.
-func (a *attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHeaders) error {
+func (a *Attempt) target(attrs map[string]*structpb.Struct, h *extprocv3.HttpHeaders) error {
 	var md map[string]string
 	for _, st := range attrs {
 		if md = findTollway(structpb.NewStructValue(st), a.rt.Endpoints); md != nil {
@@ -186,13 +192,13 @@ func findTollway(v *structpb.Value, memo *core.MetadataMemo) map[string]string {
 	return nil
 }
 
-func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	up, _, err := attemptRequest(a.rt, b.GetBody(), a.model, a.provider)
+func (a *Attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	up, _, err := AttemptRequest(a.rt, b.GetBody(), a.model, a.provider)
 	if err != nil {
 		return nil, err
 	}
 	a.translate, a.removed = up.Response, up.Removed
-	set, remove := upstreamHeaders(a.provider, up)
+	set, remove := UpstreamHeaders(a.provider, up)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
@@ -201,10 +207,114 @@ func (a *attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRespo
 	}}, nil
 }
 
-// upstreamHeaders is the header side of an attempt's rewrite up for provider p, wherever it is
+// AttemptRequest builds the upstream request of one attempt: the client's body for catalog model m on
+// provider p, without the gateway's own fields and the parameters m does not support, with the
+// model's output cap and stream usage requested, in p's API.
+func AttemptRequest(rt *core.Runtime, body []byte, m *core.Model, p *ir.Provider) (*provider.Upstream, []string, error) {
+	req, err := provider.SplitValidated(body) // the router-level filter validated it
+	if err != nil {
+		return nil, nil, err
+	}
+	var target string
+	for _, t := range m.Targets {
+		if t.Provider == p.Name {
+			target = t.Model
+		}
+	}
+	if target == "" {
+		return nil, nil, errors.New("provider " + p.Name + " does not serve model " + m.ID)
+	}
+	for _, f := range core.GatewayFields {
+		delete(req, f)
+	}
+	asked, _ := maxTokensOf(req) // read before removal: the hold was sized from it
+	removed := m.Unsupported(p.Name, slices.Collect(maps.Keys(req)))
+	for _, f := range removed {
+		delete(req, f)
+	}
+	capOutput(req, m, asked, func(f string) bool { return m.Carries(p.Name, f) })
+	removed = slices.DeleteFunc(removed, func(f string) bool { _, kept := req[f]; return kept })
+	var stream *bool
+	if raw, ok := req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream != nil && *stream {
+		// Streams are billed from the provider's final usage chunk, so always ask for it; the
+		// router-level ext_proc removes it again for clients that did not ask.
+		if _, e := requestUsage(req); e != nil {
+			return nil, nil, errors.New(e.Message)
+		}
+	}
+	adapter, err := adapters.For(p.Type, m.Family)
+	if err != nil {
+		return nil, nil, err
+	}
+	up, err := adapter.Chat(p, &m.Model, target, req)
+	return up, removed, err
+}
+
+// capOutput writes the answer's bound into the attempt: the client's cap (asked; 0 for none),
+// lowered to the model's max_output_length, under a cap field the provider carries (the
+// client's own field when carried, else the other: o-series models take only
+// max_completion_tokens, many servers only max_tokens). The hold was sized from this bound, so
+// the provider must see it; only when it carries neither field is the hold sized without the
+// client's cap (see capCarried).
+func capOutput(req provider.Request, m *core.Model, asked int64, carried func(string) bool) {
+	bound := asked
+	if m.MaxOutputLength > 0 && (bound <= 0 || bound > m.MaxOutputLength) {
+		bound = m.MaxOutputLength
+	}
+	if bound <= 0 {
+		return // nothing to bound: no client cap, no model cap
+	}
+	fields := []string{"max_tokens", "max_completion_tokens"}
+	if _, ok := req["max_completion_tokens"]; ok {
+		fields[0], fields[1] = fields[1], fields[0]
+	}
+	for _, f := range fields {
+		if carried(f) {
+			delete(req, "max_tokens")
+			delete(req, "max_completion_tokens")
+			req[f] = json.RawMessage(strconv.FormatInt(bound, 10))
+			return
+		}
+	}
+}
+
+// maxTokensOf reads the client's output cap; max_completion_tokens wins over the older max_tokens.
+func maxTokensOf(req provider.Request) (int64, *core.APIError) {
+	var out int64
+	for _, f := range []string{"max_tokens", "max_completion_tokens"} {
+		raw, ok := req[f]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		var n int64
+		if json.Unmarshal(raw, &n) != nil || n < 1 {
+			return 0, core.Errorf(http.StatusBadRequest, "invalid_request", "%s must be a positive integer", f)
+		}
+		out = n
+	}
+	return out, nil
+}
+
+// requestUsage sets stream_options.include_usage on a streamed request and reports whether the
+// client had set it. Other stream_options are kept.
+func requestUsage(req provider.Request) (bool, *core.APIError) {
+	opts := map[string]json.RawMessage{}
+	if raw, ok := req["stream_options"]; ok && string(raw) != "null" {
+		if json.Unmarshal(raw, &opts) != nil {
+			return false, core.Errorf(http.StatusBadRequest, "invalid_request", `stream_options must be an object like {"include_usage": true}`)
+		}
+	}
+	asked := string(opts["include_usage"]) == "true"
+	opts["include_usage"] = json.RawMessage("true")
+	raw, _ := json.Marshal(opts)
+	req["stream_options"] = raw
+	return asked, nil
+}
+
+// UpstreamHeaders is the header side of an attempt's rewrite up for provider p, wherever it is
 // made (this filter, or the router-level one for a direct request): the provider's path and
 // authority, the rewritten body's length, and the adapter's headers ("" removes one).
-func upstreamHeaders(p *ir.Provider, up *provider.Upstream) (set []*corev3.HeaderValueOption, remove []string) {
+func UpstreamHeaders(p *ir.Provider, up *provider.Upstream) (set []*corev3.HeaderValueOption, remove []string) {
 	set = []*corev3.HeaderValueOption{
 		core.SetHeader(":path", p.BasePath+up.Path),
 		core.SetHeader(":authority", p.Authority()),
@@ -220,7 +330,7 @@ func upstreamHeaders(p *ir.Provider, up *provider.Upstream) (set []*corev3.Heade
 	return set, remove
 }
 
-func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+func (a *Attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		if hv.Key == ":status" {
 			a.status, _ = strconv.Atoi(core.HeaderValue(hv))
@@ -230,9 +340,9 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	// refusal log; recording it twice only counts it twice).
 	switch {
 	case a.status == http.StatusUnauthorized:
-		a.s.providerRefused(a.provider.Name)
+		a.sh.Refused(a.provider.Name)
 	case a.status < 400:
-		a.s.providerAnswered(a.provider.Name)
+		a.sh.Accepted(a.provider.Name)
 	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{},
@@ -246,13 +356,13 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	// Answers in another API are translated; errors pass as they are (the router-level ext_proc
 	// shapes them, and Envoy decides on retries from the status), except that an error that
 	// may be a refused credential in disguise is read first.
-	if r, ok := a.translate.(chat.CredentialRefusal); ok && a.status >= 400 && a.status != http.StatusUnauthorized {
+	if r, ok := a.translate.(adapters.CredentialRefusal); ok && a.status >= 400 && a.status != http.StatusUnauthorized {
 		a.refusal = r
 		resp.ModeOverride = &extprocv3filter.ProcessingMode{ResponseBodyMode: extprocv3filter.ProcessingMode_BUFFERED}
 		return resp
 	}
 	if a.translate != nil && a.status < 400 {
-		a.streaming = isEventStream(h)
+		a.streaming = IsEventStream(h)
 		mode := extprocv3filter.ProcessingMode_BUFFERED
 		if a.streaming {
 			mode = extprocv3filter.ProcessingMode_STREAMED
@@ -262,13 +372,13 @@ func (a *attempt) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	return resp
 }
 
-func (a *attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+func (a *Attempt) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	common := &extprocv3.CommonResponse{}
 	if a.refusal != nil {
 		// The status goes to 401 before Envoy sees it: the next provider is tried, and the
 		// client is told the gateway's credential failed, not that its request was bad.
 		if a.refusal.RefusesCredential(a.status, b.GetBody()) {
-			a.s.providerRefused(a.provider.Name)
+			a.sh.Refused(a.provider.Name)
 			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{core.SetHeader(":status", "401")}}
 		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{

@@ -1,4 +1,4 @@
-package extproc
+package chat
 
 // Fuzz target of the chat request path: the router-level plan (planChat) and the per-attempt
 // rewrite (attempt) for every provider type.
@@ -20,31 +20,6 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// fuzzGateway is testGateway with a provider of every type, models served by several types,
-// a cap on output, a per-provider parameter list and one route of each rule and status.
-func fuzzGateway() *ir.Gateway {
-	g := testGateway()
-	g.Providers = append(g.Providers,
-		ir.Provider{Name: "anthropic", Type: ir.ProviderTypeAnthropic, Host: "api.anthropic.com", Port: 443, TLS: true, BasePath: "/v1", NeedsKey: true, APIKey: "sk-ant"},
-		ir.Provider{Name: "gemini", Type: ir.ProviderTypeGemini, Host: "generativelanguage.googleapis.com", Port: 443, TLS: true, BasePath: "/v1beta", NeedsKey: true, APIKey: "g-key"},
-	)
-	g.Models = append(g.Models,
-		ir.Model{ID: "claude", MaxOutputLength: 8192, Targets: []ir.Target{
-			{Provider: "anthropic", Model: "claude-sonnet-4-5"},
-			{Provider: "gemini", Model: "gemini-2.5-flash", SupportedParameters: []string{"temperature"}},
-			{Provider: "openai", Model: "gpt-4o"},
-		}, SupportedParameters: []string{"temperature", "top_p", "max_tokens", "max_completion_tokens", "tools", "tool_choice", "stop"}},
-		ir.Model{ID: "flash", Targets: []ir.Target{{Provider: "gemini", Model: "models/gemini-2.5-flash"}}},
-		ir.Model{ID: "nb", Family: "I3", Variant: "flash-2.5", Targets: []ir.Target{{Provider: "gemini", Model: "gemini-2.5-flash-image"}}},
-	)
-	g.Routes = []ir.Route{
-		{Name: "chain", ID: "route:chain", Rule: ir.RulePriorityFallback, Models: []string{"broken", "claude", "flash", "gpt"}, Status: ir.RouteActive},
-		{Name: "modes", ID: "route:modes", Rule: ir.RuleModeMapping, Modes: map[string]string{"fast": "flash", "balanced": "claude", "deep": "broken"}, Status: ir.RouteActive},
-		{Name: "off", ID: "route:off", Rule: ir.RulePriorityFallback, Models: []string{"gpt"}, Status: ir.RoutePaused},
-	}
-	return g
-}
-
 var (
 	errorCode = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	// gatewayOnly never reaches a provider, whatever the catalog says.
@@ -57,7 +32,7 @@ var (
 // into a JSON request without gateway fields or removed parameters, or refuses it as the
 // client's fault (a 400, never a 500) in words without Go vocabulary.
 func FuzzPlanChat(f *testing.F) {
-	paths, _ := filepath.Glob("provider/chat/testdata/chat/*.json")
+	paths, _ := filepath.Glob("../provider/chat/testdata/chat/*.json")
 	if len(paths) == 0 {
 		f.Fatal("no seeds in provider/chat/testdata/chat")
 	}
@@ -98,7 +73,7 @@ func FuzzPlanChat(f *testing.F) {
 		}
 		for _, a := range planAttempts(t, rt, plan) {
 			m, p := rt.Models[a.Model], rt.Providers[a.Provider]
-			up, removed, err := attemptRequest(rt, body, m, p)
+			up, removed, err := AttemptRequest(rt, body, m, p)
 			if err != nil {
 				if !errors.Is(err, provider.ErrBadRequest) {
 					t.Fatalf("accepted body fails its attempt on %s/%s with an internal error (Envoy answers 500): %v", a.Model, a.Provider, err)

@@ -1,17 +1,11 @@
-package extproc
+package chat
 
 import (
-	"encoding/json"
-	"errors"
-	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/tollway/tollway/extproc/core"
-	"github.com/tollway/tollway/extproc/provider"
-	"github.com/tollway/tollway/extproc/provider/chat"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -52,6 +46,13 @@ func (p *chatPlan) routeID() string {
 // on that provider removed.
 func (p *chatPlan) removedFor(m *core.Model, provider string) []string {
 	return m.Unsupported(provider, p.fields)
+}
+
+// Check is the refusal of a chat request body as the router-level filter validates it (nil:
+// it is valid), before any catalog lookup.
+func Check(body []byte) *core.APIError {
+	_, e := parseChat(body)
+	return e
 }
 
 // planChat validates a chat request body and decides where it goes.
@@ -158,110 +159,6 @@ func planPinned(rt *core.Runtime, plan *chatPlan, pin string) *core.APIError {
 	return core.Errorf(http.StatusBadRequest, "provider_not_available",
 		"provider %q does not serve model %q (it is served by %s): remove route.provider or choose one of those",
 		core.Clip(pin), m.ID, strings.Join(names, ", "))
-}
-
-// attempt builds the upstream request of one attempt: the client's body for catalog model m on
-// provider p, without the gateway's own fields and the parameters m does not support, with the
-// model's output cap and stream usage requested, in p's API.
-func attemptRequest(rt *core.Runtime, body []byte, m *core.Model, p *ir.Provider) (*provider.Upstream, []string, error) {
-	req, err := provider.SplitValidated(body) // the router-level filter validated it
-	if err != nil {
-		return nil, nil, err
-	}
-	var target string
-	for _, t := range m.Targets {
-		if t.Provider == p.Name {
-			target = t.Model
-		}
-	}
-	if target == "" {
-		return nil, nil, errors.New("provider " + p.Name + " does not serve model " + m.ID)
-	}
-	for _, f := range core.GatewayFields {
-		delete(req, f)
-	}
-	asked, _ := maxTokensOf(req) // read before removal: the hold was sized from it
-	removed := m.Unsupported(p.Name, slices.Collect(maps.Keys(req)))
-	for _, f := range removed {
-		delete(req, f)
-	}
-	capOutput(req, m, asked, func(f string) bool { return m.Carries(p.Name, f) })
-	removed = slices.DeleteFunc(removed, func(f string) bool { _, kept := req[f]; return kept })
-	var stream *bool
-	if raw, ok := req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream != nil && *stream {
-		// Streams are billed from the provider's final usage chunk, so always ask for it; the
-		// router-level ext_proc removes it again for clients that did not ask.
-		if _, e := requestUsage(req); e != nil {
-			return nil, nil, errors.New(e.Message)
-		}
-	}
-	adapter, err := chat.For(p.Type, m.Family)
-	if err != nil {
-		return nil, nil, err
-	}
-	up, err := adapter.Chat(p, &m.Model, target, req)
-	return up, removed, err
-}
-
-// capOutput writes the answer's bound into the attempt: the client's cap (asked; 0 for none),
-// lowered to the model's max_output_length, under a cap field the provider carries (the
-// client's own field when carried, else the other: o-series models take only
-// max_completion_tokens, many servers only max_tokens). The hold was sized from this bound, so
-// the provider must see it; only when it carries neither field is the hold sized without the
-// client's cap (see capCarried).
-func capOutput(req provider.Request, m *core.Model, asked int64, carried func(string) bool) {
-	bound := asked
-	if m.MaxOutputLength > 0 && (bound <= 0 || bound > m.MaxOutputLength) {
-		bound = m.MaxOutputLength
-	}
-	if bound <= 0 {
-		return // nothing to bound: no client cap, no model cap
-	}
-	fields := []string{"max_tokens", "max_completion_tokens"}
-	if _, ok := req["max_completion_tokens"]; ok {
-		fields[0], fields[1] = fields[1], fields[0]
-	}
-	for _, f := range fields {
-		if carried(f) {
-			delete(req, "max_tokens")
-			delete(req, "max_completion_tokens")
-			req[f] = json.RawMessage(strconv.FormatInt(bound, 10))
-			return
-		}
-	}
-}
-
-// maxTokensOf reads the client's output cap; max_completion_tokens wins over the older max_tokens.
-func maxTokensOf(req provider.Request) (int64, *core.APIError) {
-	var out int64
-	for _, f := range []string{"max_tokens", "max_completion_tokens"} {
-		raw, ok := req[f]
-		if !ok || string(raw) == "null" {
-			continue
-		}
-		var n int64
-		if json.Unmarshal(raw, &n) != nil || n < 1 {
-			return 0, core.Errorf(http.StatusBadRequest, "invalid_request", "%s must be a positive integer", f)
-		}
-		out = n
-	}
-	return out, nil
-}
-
-// requestUsage sets stream_options.include_usage on a streamed request and reports whether the
-// client had set it. Other stream_options are kept.
-func requestUsage(req provider.Request) (bool, *core.APIError) {
-	opts := map[string]json.RawMessage{}
-	if raw, ok := req["stream_options"]; ok && string(raw) != "null" {
-		if json.Unmarshal(raw, &opts) != nil {
-			return false, core.Errorf(http.StatusBadRequest, "invalid_request", `stream_options must be an object like {"include_usage": true}`)
-		}
-	}
-	asked := string(opts["include_usage"]) == "true"
-	opts["include_usage"] = json.RawMessage("true")
-	raw, _ := json.Marshal(opts)
-	req["stream_options"] = raw
-	return asked, nil
 }
 
 // allowsPlan: a route is allowed when the key lists the route itself or every model it may use.

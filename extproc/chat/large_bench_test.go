@@ -1,4 +1,4 @@
-package extproc
+package chat
 
 import (
 	"strings"
@@ -30,7 +30,7 @@ func BenchmarkLargeBodyAttempt(b *testing.B) {
 	body := largeChatBody()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, _, err := attemptRequest(rt, body, rt.Models["gpt"], rt.Providers["openai"]); err != nil {
+		if _, _, err := AttemptRequest(rt, body, rt.Models["gpt"], rt.Providers["openai"]); err != nil {
 			b.Fatal(err)
 		}
 	}

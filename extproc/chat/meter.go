@@ -1,4 +1,4 @@
-package extproc
+package chat
 
 // Metering: what an answer cost, read from the provider's usage or estimated from its text.
 

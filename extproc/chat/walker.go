@@ -1,4 +1,4 @@
-package extproc
+package chat
 
 // The reading half of request validation: typed reads over a JSON tokenizer that explain, in
 // the client's terms, what a field must be.

@@ -1,4 +1,4 @@
-package extproc
+package chat
 
 import (
 	"encoding/json"
@@ -28,7 +28,7 @@ func firstAttempt(t *testing.T, rt *core.Runtime, body string) (*chatPlan, *ir.P
 	} else {
 		p = rt.Providers[rt.Chains[plan.cluster][0].Provider]
 	}
-	up, removed, err := attemptRequest(rt, []byte(body), plan.model, p)
+	up, removed, err := AttemptRequest(rt, []byte(body), plan.model, p)
 	if err != nil {
 		t.Fatalf("attempt: %v", err)
 	}
@@ -227,11 +227,11 @@ func TestPerProviderParameters(t *testing.T) {
 	g.Models[0].Targets[1].SupportedParameters = []string{"temperature"} // local takes no max_tokens or tools
 	rt := core.Compile(g, nil)
 	body := []byte(`{"model":"gpt","messages":[{"role":"user","content":"hi"}],"temperature":1,"max_tokens":5,"seed":1}`)
-	_, removed, err := attemptRequest(rt, body, rt.Models["gpt"], rt.Providers["openai"])
+	_, removed, err := AttemptRequest(rt, body, rt.Models["gpt"], rt.Providers["openai"])
 	if err != nil || !reflect.DeepEqual(removed, []string{"seed"}) {
 		t.Fatalf("openai removed %v (%v), want [seed]", removed, err)
 	}
-	up, removed, err := attemptRequest(rt, body, rt.Models["gpt"], rt.Providers["local"])
+	up, removed, err := AttemptRequest(rt, body, rt.Models["gpt"], rt.Providers["local"])
 	if err != nil || !reflect.DeepEqual(removed, []string{"max_tokens", "seed"}) {
 		t.Fatalf("local removed %v (%v), want [max_tokens seed]", removed, err)
 	}
@@ -270,7 +270,7 @@ func TestAttemptKeepsTheClientsOutputCap(t *testing.T) {
 			body += "," + c.body
 		}
 		body += "}"
-		up, _, err := attemptRequest(rt, []byte(body), rt.Models[c.model], rt.Providers["local"])
+		up, _, err := AttemptRequest(rt, []byte(body), rt.Models[c.model], rt.Providers["local"])
 		if err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}

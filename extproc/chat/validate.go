@@ -1,4 +1,4 @@
-package extproc
+package chat
 
 // The client's chat request, checked field by field before anything else reads it: the fields
 // of docs/api.md#request-validation and the common OpenAI ones by type and range, and every
@@ -80,7 +80,7 @@ func parseChat(body []byte) (*chatRequest, *core.APIError) {
 			kind := w.found()
 			problem = "it is " + kind
 			if _, err := w.dec.ReadValue(); err != nil {
-				problem = jsonSyntax(err)
+				problem = core.JSONSyntax(err)
 			}
 		}
 		return nil, core.Errorf(http.StatusBadRequest, "invalid_json",
@@ -115,15 +115,7 @@ func parseChat(body []byte) (*chatRequest, *core.APIError) {
 		return nil, core.Errorf(http.StatusBadRequest, fe.code, "%s", fe.msg)
 	}
 	return nil, core.Errorf(http.StatusBadRequest, "invalid_json",
-		"request body is not valid JSON (%s); send a JSON object encoded in UTF-8", jsonSyntax(err))
-}
-
-// jsonSyntax renders a tokenizer error for a client.
-func jsonSyntax(err error) string {
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return "it ends too early"
-	}
-	return strings.TrimPrefix(err.Error(), "jsontext: ")
+		"request body is not valid JSON (%s); send a JSON object encoded in UTF-8", core.JSONSyntax(err))
 }
 
 // chatChecks holds what is checked once the whole request has been read.

@@ -1,4 +1,4 @@
-package extproc
+package chat
 
 // The client's view of a successful answer: the model field names the catalog model that
 // answered (not the provider's name for it), the usage chunk the gateway asked for on the

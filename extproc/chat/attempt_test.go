@@ -1,4 +1,4 @@
-package extproc
+package chat
 
 import (
 	"fmt"
@@ -74,8 +74,8 @@ func TestFindTollwayParsesTextOnceAndRemembers(t *testing.T) {
 // FuzzResponseStream's splitting property).
 func TestAttemptStreamErrorKeepsWhatWasTranslated(t *testing.T) {
 	rt := core.Compile(fuzzGateway(), nil)
-	a := &attempt{rt: rt, requestID: "req-7", provider: rt.Providers["anthropic"], model: rt.Models["claude"], streaming: true}
-	up, _, err := attemptRequest(rt, []byte(`{"model":"claude","stream":true,"messages":[{"role":"user","content":"hi"}]}`), a.model, a.provider)
+	a := &Attempt{rt: rt, requestID: "req-7", provider: rt.Providers["anthropic"], model: rt.Models["claude"], streaming: true}
+	up, _, err := AttemptRequest(rt, []byte(`{"model":"claude","stream":true,"messages":[{"role":"user","content":"hi"}]}`), a.model, a.provider)
 	if err != nil {
 		t.Fatal(err)
 	}
