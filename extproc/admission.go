@@ -123,6 +123,10 @@ func (x *exchange) holdRefused(err error, worst decimal.Decimal, lower string) *
 		return core.Errorf(http.StatusForbidden, "spend_limit_exceeded",
 			"this key's monthly spend limit of $%s would be exceeded (this request may cost up to $%s); %s, wait for next month (UTC), or ask the gateway's operator to raise the limit (GET /v1/key shows what remains)",
 			x.key.MonthlyLimit.String(), worst.String(), lower)
+	case errors.Is(err, store.ErrUnavailable): // a budget slice ran out with the store down
+		e := core.Errorf(http.StatusServiceUnavailable, "store_unavailable", "the gateway cannot reach its store to lease budget for this request; nothing was charged; retry later")
+		e.Headers = map[string]string{"retry-after": "10"}
+		return e
 	case err != nil:
 		return core.Errorf(http.StatusInternalServerError, "internal_error", "admission: %v", err)
 	}

@@ -162,6 +162,9 @@ func (p *process) startBilling(context.Context) error {
 	if err != nil {
 		return err
 	}
+	if _, err := p.useSlices(ledger); err != nil {
+		return err
+	}
 	p.ledger, p.ledgerAccounts = ledger, known
 	p.settle = newSettler(p.log.With("component", "ledger"), p.st)
 	p.bill = newBilling(ledger, p.settle)
@@ -172,5 +175,6 @@ func (p *process) startBilling(context.Context) error {
 func (p *process) stopBilling() {
 	if p.settle != nil {
 		p.settle.Close()
+		p.returnSlices()
 	}
 }
