@@ -11,6 +11,8 @@ package billing
 // Unused slices go back after an idle period (ReturnIdle) and when asked (GiveBack). While the
 // store cannot be reached, requests the slices cover are admitted; the others are refused
 // with an error wrapping store.ErrUnavailable (503 store_unavailable), never served unbilled.
+// Once this replica's registration may lapse, its slices are dropped (DropSlices): the store
+// may give them to others.
 
 import (
 	"errors"
@@ -260,6 +262,29 @@ func (l *Ledger) ReturnIdle(now time.Time, idle time.Duration) (int, error) {
 		errs = append(errs, l.giveBack(b.ref, b.free))
 	}
 	return len(todo), errors.Join(errs...)
+}
+
+// DropSlices forgets what this replica does not hold of its slices, without returning it:
+// its registration may lapse and the store give them to others (the store keeps what it
+// still counts leased until this replica stops or is gone). It says how many it dropped.
+func (l *Ledger) DropSlices() int {
+	if l.budget == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for a := range l.balances {
+		if l.unheld(accountRef(a)).IsPositive() {
+			n++
+		}
+	}
+	for km := range l.keySlice {
+		if l.unheld(keyRef(km)).IsPositive() {
+			n++
+		}
+	}
+	return n
 }
 
 // Sliced says whether the ledger admits against budget slices (UseBudget).

@@ -280,3 +280,27 @@ func BenchmarkSlicesHotPath(b *testing.B) {
 	}
 	b.Logf("sliced/one-node = %.2f (%.0f ns vs %.0f ns a request; %d leases in all)", ns[1]/ns[0], ns[1], ns[0], p.leases)
 }
+
+// A replica whose registration may lapse drops what it does not hold: with the store down,
+// its next request is refused with the store's outage rather than served on a slice another
+// replica may be given.
+func TestSlicesDroppedWhenTheRegistrationLapses(t *testing.T) {
+	p := newPool(map[store.BudgetRef]string{store.AccountBudget("acme"): "10"})
+	l := p.replica("a", "acme")
+	r, err := l.Reserve("acme", "key1", nil, dec("1"), nov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.down = true
+	p.mu.Unlock()
+	if n := l.DropSlices(); n != 1 {
+		t.Fatalf("dropped %d slices, want 1", n)
+	}
+	if _, err := l.Reserve("acme", "key1", nil, dec("0.5"), nov); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("after the drop: %v, want the store's outage", err)
+	}
+	if bill := l.Settle(r, dec("1")); !bill.Equal(dec("1")) { // the hold in flight is kept
+		t.Fatalf("the hold in flight billed %s, want 1", bill)
+	}
+}

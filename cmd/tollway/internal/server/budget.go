@@ -66,6 +66,11 @@ func (p *process) useSlices(l *billing.Ledger) (bool, error) {
 		return false, err
 	}
 	bs.SettleAs(name)
+	p.replica.lapsing = func() {
+		if n := l.DropSlices(); n > 0 {
+			p.log.Warn("this replica's registration is not renewed and its budget slices may soon be reclaimed by others: requests they covered lease anew (503 store_unavailable while the store is unreachable)", "slices", n)
+		}
+	}
 	l.UseBudget(&slicer{st: bs, name: name, share: decimal.RequireFromString(sliceShare), log: p.log.With("component", "budget")})
 	return true, nil
 }
