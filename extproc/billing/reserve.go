@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/store"
 )
 
 var (
@@ -39,6 +41,11 @@ type Ledger struct {
 	keyHeld     map[keyMonth]decimal.Decimal // sum of outstanding holds
 	month       string                       // latest month seen, for pruning
 	obs         Observer                     // nil: nobody listens
+	// With a budget (slices.go) balances are this replica's slices of the accounts' balances,
+	// keySlice its slices of the keys' monthly limits, used when each slice was last used.
+	budget   Budget
+	keySlice map[keyMonth]decimal.Decimal
+	used     map[store.BudgetRef]time.Time
 }
 
 // Observer hears of holds taken, refused and ended (metrics). Its methods are called after the
@@ -61,6 +68,7 @@ type Reservation struct {
 	amount                decimal.Decimal
 	limit                 *decimal.Decimal // the key's monthly limit when it was taken
 	done                  bool             // guarded by the ledger's mutex
+	sliced                bool             // held against budget slices (slices.go)
 }
 
 func (r *Reservation) Account() string         { return r.account }
@@ -112,6 +120,9 @@ func (l *Ledger) Reserve(account, keyID string, monthlyLimit *decimal.Decimal, a
 func (l *Ledger) reserve(account, keyID string, monthlyLimit *decimal.Decimal, amount decimal.Decimal, now time.Time) (*Reservation, error) {
 	if amount.IsNegative() {
 		return nil, fmt.Errorf("billing: reservation amount %s is negative", amount)
+	}
+	if l.budget != nil {
+		return l.reserveSliced(account, keyID, monthlyLimit, amount, now)
 	}
 	month := monthOf(now)
 	km := keyMonth{keyID, month}
@@ -174,7 +185,10 @@ func WarnOverage(log *slog.Logger, provider, model, requestID string, metered, h
 func (l *Ledger) Settle(r *Reservation, actual decimal.Decimal) (bill decimal.Decimal) {
 	l.mu.Lock()
 	ended := l.unhold(r)
-	if ended {
+	if ended && r.sliced {
+		bill, _ = Cap(actual, r.amount)
+		l.settleSliced(r, bill)
+	} else if ended {
 		km := keyMonth{r.keyID, r.month}
 		bill, _ = Cap(actual, r.amount)
 		bill = decimal.Min(bill, decimal.Max(l.balances[r.account], decimal.Zero))
@@ -247,17 +261,25 @@ func (l *Ledger) rollover(month string) {
 }
 
 // Credit adds amount to the account's balance (a negative amount debits), creating the account if
-// it is new.
+// it is new. With a budget the store's balance is the truth: a credit is leasable at once and
+// only the account is made known here.
 func (l *Ledger) Credit(account string, amount decimal.Decimal) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.budget != nil {
+		amount = decimal.Zero
+	}
 	l.balances[account] = l.balances[account].Add(amount)
 }
 
 // SetAccount sets an account's balance, for a newly created account. Holds are left as they are.
+// With a budget the account is made known and its slice left as it is.
 func (l *Ledger) SetAccount(account string, balance decimal.Decimal) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.budget != nil {
+		balance = l.balances[account]
+	}
 	l.balances[account] = balance
 }
 

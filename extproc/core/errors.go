@@ -12,6 +12,7 @@ import (
 	"github.com/shopspring/decimal"
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/store"
 )
 
 // APIError is an error the client sees: an HTTP status and the spec's error body. Code is a
@@ -128,6 +129,10 @@ func HoldRefused(err error, k *KeyInfo, worst decimal.Decimal, lower string) *AP
 		return Errorf(http.StatusForbidden, "spend_limit_exceeded",
 			"this key's monthly spend limit of $%s would be exceeded (this request may cost up to $%s); %s, wait for next month (UTC), or ask the gateway's operator to raise the limit (GET /v1/key shows what remains)",
 			k.MonthlyLimit.String(), worst.String(), lower)
+	case errors.Is(err, store.ErrUnavailable): // a budget slice ran out with the store down
+		e := Errorf(http.StatusServiceUnavailable, "store_unavailable", "the gateway cannot reach its store to lease budget for this request; nothing was charged; retry later")
+		e.Headers = map[string]string{"retry-after": "10"}
+		return e
 	case err != nil:
 		return Errorf(http.StatusInternalServerError, "internal_error", "admission: %v", err)
 	}

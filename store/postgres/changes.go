@@ -64,7 +64,7 @@ func connectListener(ctx context.Context, cc *pgx.ConnConfig) (*pgx.Conn, error)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "listen "+channel); err != nil {
+	if _, err := conn.Exec(ctx, "listen "+channel+"; listen "+budgetChannel); err != nil {
 		conn.Close(context.Background())
 		return nil, err
 	}
@@ -106,6 +106,10 @@ func (s *Store) listenLoop(ctx context.Context, cc *pgx.ConnConfig, conn *pgx.Co
 			}
 			s.health.fail(err)
 			s.opts.Log.Warn("store: postgres listener lost its connection; changes are re-read once it is back", "at", s.where, "error", err)
+			continue
+		}
+		if n.Channel == budgetChannel {
+			s.heardAsk(n.Payload)
 			continue
 		}
 		s.hub.Publish(s.change(n.Payload))

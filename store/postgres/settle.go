@@ -59,7 +59,7 @@ func (s *Store) SettleWith(recs []store.UsageRecord, hc bbolt.HoldChanges) (errs
 	var out []error
 	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
 		out = slices.Clone(errs) // fn may run again
-		if err := settleTx(ctx, tx, norm, todo, out, hc.Held); err != nil {
+		if err := settleTx(ctx, tx, norm, todo, out, hc.Held, s.settler()); err != nil {
 			return err
 		}
 		return putHolds(ctx, tx, hc)
@@ -81,7 +81,7 @@ type books struct {
 }
 
 // settleTx settles recs[todo] in tx; errs gets each record's own failure.
-func settleTx(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []int, errs []error, held func(string) bool) error {
+func settleTx(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []int, errs []error, held func(string) bool, replica string) error {
 	if len(todo) == 0 {
 		return nil
 	}
@@ -145,7 +145,7 @@ func settleTx(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []i
 	if err := br.Close(); err != nil {
 		return err
 	}
-	if err := writeBooks(ctx, tx, recs, fold); err != nil {
+	if err := writeBooks(ctx, tx, recs, fold, replica); err != nil {
 		return err
 	}
 	if drop = append(drop, settled...); len(drop) > 0 {
@@ -209,8 +209,9 @@ func lockBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []
 }
 
 // writeBooks debits the accounts and adds to the month spends and the aggregates what
-// recs[fold] (inserted now) settled, each row once, in sorted order.
-func writeBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, fold []int) error {
+// recs[fold] (inserted now) settled, each row once, in sorted order, and takes it from
+// replica's budget slices (budget.go).
+func writeBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, fold []int, replica string) error {
 	// Every map is keyed by up to four columns, so that one sort orders them all.
 	debit, spend, daily, route := rowTotals{}, rowTotals{}, rowTotals{}, rowTotals{}
 	for _, i := range fold {
@@ -239,7 +240,10 @@ func writeBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, fold [
 	for _, k := range route.sorted() {
 		batch.Queue(addTotals("usage_route", "route, model"), append([]any{k[0], k[1]}, totalArgs(route[k])...)...)
 	}
-	return tx.SendBatch(ctx, batch).Close()
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return err
+	}
+	return takeLeases(ctx, tx, replica, debit, spend)
 }
 
 // rowTotals are what a batch adds to each row it writes, by the row's key columns.

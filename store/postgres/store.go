@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,6 +72,10 @@ type Store struct {
 	origin string             // this Store's mark on the changes it announces (changes.go)
 	stop   context.CancelFunc // the listener's
 	done   chan struct{}
+	// settleAs is the replica whose budget slices settlements take from; asks are the
+	// give-back asks heard from other replicas (budget.go).
+	settleAs atomic.Pointer[string]
+	asks     asks
 }
 
 var _ store.Store = (*Store)(nil)

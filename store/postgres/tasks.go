@@ -91,7 +91,7 @@ func writeChange(ctx context.Context, tx pgx.Tx, ch store.TaskChange) (usageErr,
 	rec.Normalize(time.Now())
 	errs := []error{rec.Validate()}
 	if errs[0] == nil {
-		if err := settleTx(ctx, tx, []store.UsageRecord{rec}, []int{0}, errs, nil); err != nil {
+		if err := settleTx(ctx, tx, []store.UsageRecord{rec}, []int{0}, errs, nil, ""); err != nil { // a task's hold is its creator's: no slice of ours (budget.go)
 			return nil, err
 		}
 	}

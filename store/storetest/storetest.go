@@ -52,6 +52,11 @@ func Run(t *testing.T, b Backend) {
 	}
 	groups := [][]conformance{catalogCases, keyCases, accountCases, ledgerCases, usageCases,
 		taskCases, leaseCases, paymentCases, pruneCases, healthCases, changeCases, replicaCases, recorderCases}
+	probe := b.Open(t, t.TempDir())
+	if _, ok := probe.(store.Budgets); ok {
+		groups = append(groups, budgetCases)
+	}
+	_ = probe.Close()
 	for _, g := range groups {
 		for _, c := range g {
 			t.Run(c.name, func(t *testing.T) {

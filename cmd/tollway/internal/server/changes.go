@@ -7,8 +7,8 @@ package server
 // last, at most burstMax long) and each burst is applied once: the catalog rebuilds Envoy's
 // configuration and ext_proc's runtime (keys included), keys alone swap ext_proc's runtime,
 // and accounts the ledger does not hold yet are added to it with their stored balance. The
-// balances of accounts the ledger holds are left to it (they are per replica until budget
-// slices land).
+// balances of accounts the ledger holds are left to it: on a shared store the ledger leases
+// slices of the stored balances (budget.go), so a credit anywhere is leasable at once.
 
 import (
 	"context"

@@ -21,6 +21,9 @@ type replica struct {
 	log *slog.Logger
 	st  store.Replicas
 	me  store.Replica
+	// lapsing, when set, is called while the registration is not renewed for two thirds of
+	// its lease: before other replicas may take it for gone (budget.go).
+	lapsing func()
 }
 
 func newReplica(cfg *config.Config, log *slog.Logger, st store.Replicas) *replica {
@@ -61,9 +64,13 @@ func (r *replica) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			last := r.me.LastSeen
 			r.me.LastSeen = now
 			if err := r.st.Heartbeat(r.me); err != nil {
 				r.log.Warn("replica registration not renewed; other replicas show this one as gone once its lease ends", "name", r.me.Name, "error", err)
+				if r.me.LastSeen = last; r.lapsing != nil && now.Sub(last) >= r.me.Lease*2/3 {
+					r.lapsing()
+				}
 				continue
 			}
 			if n, err := r.st.DropReplicas(now.Add(-dropAfter * r.me.Lease)); err == nil && n > 0 {

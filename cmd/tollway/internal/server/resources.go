@@ -174,6 +174,9 @@ func (p *process) startBilling(context.Context) error {
 		p.settle.Close()
 		return err
 	}
+	if _, err := p.useSlices(ledger); err != nil {
+		return err
+	}
 	p.ledger, p.ledgerAccounts = ledger, known
 	p.bill = newBilling(ledger, p.settle)
 	return nil
@@ -192,5 +195,6 @@ func (p *process) durable() store.Health {
 func (p *process) stopBilling() {
 	if p.settle != nil {
 		p.settle.Close()
+		p.returnSlices()
 	}
 }

@@ -146,7 +146,8 @@ func (p *process) backgroundLoops() []runner {
 		rs = append(rs, p.loops.loop("task poller", func(ctx context.Context) { p.taskSvc.Poll(ctx, time.Second, 8) }))
 	}
 	if p.cfg.Billing.Enabled {
-		rs = append(rs, p.loops.loop("x402 settlements", func(ctx context.Context) { p.settlements.Run(ctx) }))
+		rs = append(rs, p.loops.loop("x402 settlements", func(ctx context.Context) { p.settlements.Run(ctx) }),
+			p.loops.loop("budget slices", p.runSlices))
 	}
 	rs = append(rs, p.loops.loop("replica heartbeat", func(ctx context.Context) { p.replica.run(ctx) }),
 		p.loops.loop("changes", p.followChanges))
