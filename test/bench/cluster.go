@@ -69,9 +69,8 @@ func startPostgres(pgBin string) (*pgtest.Server, string, error) {
 	return srv, srv.URL(clusterDB), nil
 }
 
-// xactCommits reads the database's committed transactions (pg_stat_database), after asking
-// the server to publish every backend's pending counts is not possible: callers wait past the
-// statistics' flush interval (1 s) before reading.
+// xactCommits reads the database's committed transactions (pg_stat_database). Backends
+// publish their counts within about a second: callers wait that long before reading.
 func xactCommits(ctx context.Context, dsn string) (int64, error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -221,8 +220,12 @@ func measureCluster(ctx context.Context, o *options, dsn string, replicas []*tar
 	one.served, one.failed = pgServed()
 	cr.money = runMoneyPath(ctx, o, one, []proc{{"bench (as Envoy)", os.Getpid()}, {tollwayProc, one.tw.Pid()}})
 	cr.money.who = "postgres replica (spool + shipping)"
-	if cr.err == nil && cr.money.err != nil {
+	switch r := cr.money.res; {
+	case cr.err != nil:
+	case cr.money.err != nil:
 		cr.err = fmt.Errorf("cluster money path: %w", cr.money.err)
+	case r != nil && r.errRate() > maxErrRate: // as the settle scenario's
+		cr.err = fmt.Errorf("cluster money path error rate %.2f%% > %.1f%%", 100*r.errRate(), 100*maxErrRate)
 	}
 	return cr
 }

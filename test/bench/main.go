@@ -1,5 +1,5 @@
 // Command bench measures what Tollway adds to a chat request and what its billing costs, and
-// the rest of `make bench`'s scenarios: the store, fallback, media tasks, x402, metrics and the
+// the rest of `make bench`'s scenarios: the store, replicas on Postgres (cluster), fallback, media tasks, x402, metrics and the
 // access log, streams, LiteLLM beside Tollway, and the soak.
 //
 // Latency (-scenarios latency): the same fixed-rate (open model) load goes, back to back in one
@@ -22,6 +22,14 @@
 //
 // Store (-scenarios store): the gateway's settler alone, in process: records queued as fast as
 // goroutines can, made durable in grouped transactions (durable settles per second; target >= 5,000/s).
+//
+// Cluster (-scenarios cluster, cluster.go): a private PostgreSQL (store/postgres/pgtest;
+// -pg-bin), three billing-on replicas on one database each with its own Envoy, and a billing-on
+// Tollway on bbolt, all in this run; the same fixed-rate load (-cluster-rate, 500/s) round-robin
+// across the replicas, at the bbolt gateway and direct, in turns: added p50/p99 of both, postgres
+// - bbolt (target <= +0.10 ms at p50) and the ratio; records shipped to the database vs served;
+// the database's transactions per request beyond idle (pg_stat_database); one replica's money
+// path alone, settled, spooled and shipped (target >= 5,000/s).
 //
 // Streams (-scenarios streams, streams.go): CPU per streamed chunk, and the memory of 1,000
 // streams held open. Peers (peers.go): LiteLLM's proxy beside Tollway. Soak (soak.go): ten
