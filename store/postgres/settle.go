@@ -100,7 +100,7 @@ func settleTx(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []i
 		return err
 	}
 	var settled, drop []string
-	batch := &pgx.Batch{}
+	var fresh recordRows
 	var inserting []int
 	for _, i := range todo {
 		rec := &recs[i]
@@ -123,27 +123,22 @@ func settleTx(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []i
 			*bal, *sp = num(dec(*bal).Sub(rec.Cost)), num(dec(*sp).Add(rec.Cost))
 		}
 		done[rec.RequestID] = true
-		batch.Queue("insert into usage_records ("+recordColumns+") values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) "+
-			"on conflict (request_id) do nothing", recordArgs(rec)...)
+		fresh.add(rec)
 		inserting = append(inserting, i)
 	}
-	br := tx.SendBatch(ctx, batch)
+	// One statement for the whole batch; only a record inserted now is debited and counted.
+	inserted, err := insertRecords(ctx, tx, &fresh)
+	if err != nil {
+		return err
+	}
 	var fold []int
 	for _, i := range inserting {
-		tag, err := br.Exec()
-		if err != nil {
-			br.Close()
-			return err
-		}
-		if tag.RowsAffected() == 1 {
+		if inserted[recs[i].RequestID] {
 			fold = append(fold, i)
 		}
 		if held != nil && held(recs[i].RequestID) {
 			settled = append(settled, recs[i].RequestID)
 		}
-	}
-	if err := br.Close(); err != nil {
-		return err
 	}
 	if err := writeBooks(ctx, tx, recs, fold, replica); err != nil {
 		return err

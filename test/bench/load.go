@@ -123,9 +123,20 @@ func attackChat(ctx context.Context, t *target, body []byte, rate int, dur time.
 // attackPost sends POSTs of body to path at a fixed rate; a 2xx answer counts when its body
 // contains want. opts adds vegeta options (e.g. a cap on workers for a gateway that falls behind).
 func attackPost(ctx context.Context, t *target, path string, body []byte, want string, rate int, dur time.Duration, opts ...func(*vegeta.Attacker)) *result {
+	return attackAcross(ctx, []*target{t}, path, body, want, rate, dur, opts...)
+}
+
+// attackAcross is attackPost whose requests go round-robin to ts (the replicas of one
+// gateway), through the first one's client.
+func attackAcross(ctx context.Context, ts []*target, path string, body []byte, want string, rate int, dur time.Duration, opts ...func(*vegeta.Attacker)) *result {
+	t := ts[0]
 	atk := vegeta.NewAttacker(append([]func(*vegeta.Attacker){vegeta.Client(t.client), vegeta.MaxBody(1 << 20)}, opts...)...)
 	defer context.AfterFunc(ctx, func() { atk.Stop() })()
-	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodPost, URL: t.baseURL + path, Body: body, Header: t.header()})
+	vts := make([]vegeta.Target, len(ts))
+	for i, x := range ts {
+		vts[i] = vegeta.Target{Method: http.MethodPost, URL: x.baseURL + path, Body: body, Header: x.header()}
+	}
+	tr := vegeta.NewStaticTargeter(vts...)
 	r := &result{lat: make([]time.Duration, 0, rate*int(dur.Seconds()+1))}
 	var m vegeta.Metrics
 	for res := range atk.Attack(tr, vegeta.Rate{Freq: rate, Per: time.Second}, dur, t.name) {

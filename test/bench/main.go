@@ -1,5 +1,5 @@
 // Command bench measures what Tollway adds to a chat request and what its billing costs, and
-// the rest of `make bench`'s scenarios: the store, fallback, media tasks, x402, metrics and the
+// the rest of `make bench`'s scenarios: the store, replicas on Postgres (cluster), fallback, media tasks, x402, metrics and the
 // access log, streams, LiteLLM beside Tollway, and the soak.
 //
 // Latency (-scenarios latency): the same fixed-rate (open model) load goes, back to back in one
@@ -22,6 +22,14 @@
 //
 // Store (-scenarios store): the gateway's settler alone, in process: records queued as fast as
 // goroutines can, made durable in grouped transactions (durable settles per second; target >= 5,000/s).
+//
+// Cluster (-scenarios cluster, cluster.go): a private PostgreSQL (store/postgres/pgtest;
+// -pg-bin), three billing-on replicas on one database each with its own Envoy, and a billing-on
+// Tollway on bbolt, all in this run; the same fixed-rate load (-cluster-rate, 500/s) round-robin
+// across the replicas, at the bbolt gateway and direct, in turns: added p50/p99 of both, postgres
+// - bbolt (target <= +0.10 ms at p50) and the ratio; records shipped to the database vs served;
+// the database's transactions per request beyond idle (pg_stat_database); one replica's money
+// path alone, settled, spooled and shipped (target >= 5,000/s).
 //
 // Streams (-scenarios streams, streams.go): CPU per streamed chunk, and the memory of 1,000
 // streams held open. Peers (peers.go): LiteLLM's proxy beside Tollway. Soak (soak.go): ten
@@ -93,7 +101,7 @@ func label(path string) string {
 	return path
 }
 
-var allScenarios = []string{"latency", "settle", "store", "fallback", "tasks", "x402", "observe", "streams", "peers", "soak"}
+var allScenarios = []string{"latency", "settle", "store", "cluster", "fallback", "tasks", "x402", "observe", "streams", "peers", "soak"}
 
 // defaultScenarios is everything but the soak, whose ten minutes are its point: asked for by name.
 var defaultScenarios = allScenarios[:len(allScenarios)-1]
@@ -138,6 +146,11 @@ type options struct {
 	x402Requests   int
 	// observeDuration is the observe scenario's measured time per side.
 	observeDuration time.Duration
+	// cluster: the rate round-robin across the replicas (and at bbolt, and direct), the measured
+	// time per path, the directory of PostgreSQL's initdb and pg_ctl.
+	clusterRate     int
+	clusterDuration time.Duration
+	pgBin           string
 
 	// peers
 	peerPaths    []string
@@ -174,7 +187,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenarios := fs.String("scenarios", strings.Join(defaultScenarios, ","),
-		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off), peers (LiteLLM's proxy beside Tollway at -peer-rates and -low-rates, idle CPU, profiles), soak (a steady load for -soak-duration: heap, goroutines, fds, RSS, store size); peers and soak are not in the default set")
+		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), cluster (three replicas on one PostgreSQL vs bbolt at -cluster-rate: added latency, shipping, database transactions, one replica's money path), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off), peers (LiteLLM's proxy beside Tollway at -peer-rates and -low-rates, idle CPU, profiles), soak (a steady load for -soak-duration: heap, goroutines, fds, RSS, store size); peers and soak are not in the default set")
 	peerPathsFlag := fs.String("peer-paths", strings.Join(peerPaths, ","), "peers: comma-separated paths: "+strings.Join(peerPaths, ", ")+" (tollway = billing on), and compare with -compare")
 	peerRates := fs.String("peer-rates", "200,500,1000", "peers: comma-separated rates, req/s")
 	lowRates := fs.String("low-rates", "20,50", "peers: comma-separated low rates, req/s, each run for -low-requests per path and mode (empty: none)")
@@ -195,6 +208,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 5, "peers: CPU and allocation profile window of billing-on Tollway at the highest -peer-rates (0: none)")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "peers: where the profiles go (default a new directory under $TMPDIR)")
 	fs.IntVar(&o.rate, "rate", 500, "latency: requests per second, fixed (open model)")
+	fs.IntVar(&o.clusterRate, "cluster-rate", 500, "cluster: requests per second, fixed (open model), round-robin across the replicas; the same at the bbolt gateway and direct")
+	fs.DurationVar(&o.clusterDuration, "cluster-duration", 8*time.Second, "cluster: measured time per path (direct, bbolt, postgres), split into -rounds")
+	fs.StringVar(&o.pgBin, "pg-bin", os.Getenv("TOLLWAY_PG_BIN"), "cluster: the directory of PostgreSQL's initdb and pg_ctl (default $TOLLWAY_PG_BIN, else the newest /usr/lib/postgresql/N/bin)")
 	fs.IntVar(&o.openTasks, "tasks", 10000, "tasks: open media tasks one poll round goes over")
 	fs.IntVar(&o.callbacks, "callbacks", 5000, "tasks: callbacks delivered from the outbox")
 	fs.IntVar(&o.taskRate, "task-rate", 50, "tasks: video task creations per second, through Tollway and directly")
@@ -275,6 +291,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.rate <= 0 || o.duration < time.Second || o.warmup < 0 || o.maxInFlight <= 0 || o.rounds < 1 || o.duration/time.Duration(max(1, o.rounds)) < time.Second {
 		return nil, errors.New("need -rate > 0, -duration >= 1s, -rounds >= 1 with -duration/-rounds >= 1s, -warmup >= 0, -max-inflight > 0")
 	}
+	if o.clusterRate <= 0 || o.clusterDuration/time.Duration(o.rounds) < time.Second {
+		return nil, errors.New("need -cluster-rate > 0 and -cluster-duration/-rounds >= 1s")
+	}
 	if o.observeDuration < observeRounds*time.Second {
 		return nil, fmt.Errorf("need -observe-duration >= %ds (%d rounds of at least 1s)", observeRounds, observeRounds)
 	}
@@ -348,7 +367,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.has("settle") && !slices.Contains(paths, pathTollway) {
 		paths = append(paths, pathTollway)
 	}
-	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") || o.has("observe") || o.has("streams") || o.has("peers") || o.has("soak") {
+	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") || o.has("observe") || o.has("cluster") || o.has("streams") || o.has("peers") || o.has("soak") {
 		if o.envoyBin, err = envoy.FindBinary(o.envoyBin); err != nil {
 			return err
 		}
@@ -359,7 +378,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			*bin = abs
 		}
 	}
-	if _, err := os.Stat(o.tollwayBin); err != nil && (slices.Contains(paths, pathTollway) || slices.Contains(paths, pathTollwayOff) || o.has("peers") || o.has("streams")) {
+	if _, err := os.Stat(o.tollwayBin); err != nil && (slices.Contains(paths, pathTollway) || slices.Contains(paths, pathTollwayOff) || o.has("peers") || o.has("streams") || o.has("cluster")) {
 		return fmt.Errorf("tollway binary: %w (run `make build` or set TOLLWAY_BIN)", err)
 	}
 	if _, err := os.Stat(o.compareBin); err != nil && o.compareBin != "" {
@@ -569,6 +588,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		reportStore(stdout, sr)
 		if sr.err != nil {
 			bad = append(bad, "store: "+sr.err.Error())
+		}
+	}
+
+	if o.has("cluster") {
+		if err := runCluster(ctx, o, dir, stdout, stderr); err != nil {
+			bad = append(bad, err.Error())
 		}
 	}
 

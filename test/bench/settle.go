@@ -104,8 +104,9 @@ func reportRecords(w io.Writer, checks []*recordCheck) {
 
 // settleResult is Tollway with billing on driven hard, and the durable records it wrote.
 type settleResult struct {
-	rate     int  // offered requests per second
-	direct   bool // ext_proc driven by the bench, no Envoy or provider
+	rate     int    // offered requests per second
+	direct   bool   // ext_proc driven by the bench, no Envoy or provider
+	who      string // the gateway, as the report names it ("": billing-on Tollway)
 	res      *result
 	window   time.Duration // from the first request sent to the last response
 	before   int64         // records when the load began
@@ -183,12 +184,13 @@ func perSec(n int64, d time.Duration) float64 {
 }
 
 func reportSettle(w io.Writer, o *options, s *settleResult) {
+	who := cmpStr(s.who, label(pathTollway))
 	if s.direct {
 		fmt.Fprintf(w, "\n== settlement throughput, the money path alone: %s's ext_proc driven over its gRPC socket as Envoy would (auth, hold, meter, settle, durable record; no Envoy, no provider), %d req/s for %s ==\n",
-			label(pathTollway), s.rate, o.settleDuration)
+			who, s.rate, o.settleDuration)
 	} else {
 		fmt.Fprintf(w, "\n== settlement throughput, end to end: %s, non-streaming, %d req/s for %s (durability on: bbolt group commit, fsync) ==\n",
-			label(pathTollway), s.rate, o.settleDuration)
+			who, s.rate, o.settleDuration)
 	}
 	r := s.res
 	if r == nil {

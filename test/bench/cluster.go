@@ -1,0 +1,271 @@
+package main
+
+// The cluster (-scenarios cluster): what the shared Postgres store costs a request. A private
+// PostgreSQL server (store/postgres/pgtest: Debian's initdb and pg_ctl, a free loopback port),
+// three billing-on replicas on one database, each with its own Envoy, and a billing-on Tollway
+// on bbolt; the same fixed-rate load goes round-robin across the replicas, at the bbolt gateway
+// and straight to the provider, the paths taking turns in rounds. The replicas admit against
+// their leased slices and spool records locally, so the request path never waits on the
+// database: their added latency is held to bbolt's (+0.10 ms at p50). Then every record served
+// must reach the database (shipped), the database's transactions over the load show there is
+// no write per request, and the money path alone (ext_proc, no Envoy) of one replica gives its
+// settled-and-shipped requests per second (target >= 5,000).
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollway/tollway/store/postgres/pgtest"
+	"github.com/tollway/tollway/test/fakeupstream"
+)
+
+// targetClusterP50 is what the Postgres store may add at p50 over bbolt, in the same run.
+const targetClusterP50 = 100 * time.Microsecond
+
+const (
+	clusterReplicas = 3
+	clusterDB       = "tollway_bench"
+	clusterIdle     = 3 * time.Second // the database's idle transactions are counted this long
+)
+
+// clusterPaths are the paths the cluster's rounds take turns in, by label.
+var clusterPaths = []string{pathDirect, "bbolt", "postgres"}
+
+// clusterRun is what the cluster scenario measured.
+type clusterRun struct {
+	res               map[string]*result
+	served, failed    int64         // by the replicas, whole run (probes, warm-ups, load)
+	shipped           int64         // records in the database once shipped
+	shipAfter         time.Duration // from the load's end until every served record was in the database
+	commits, loadReqs int64         // the database's transactions from the first round until all was shipped, and the replicas' requests
+	span              time.Duration // what commits spans
+	idleCommits       int64         // its transactions over clusterIdle without load
+	money             *settleResult // one replica's money path alone
+	bboltCheck        *recordCheck
+	err               error
+}
+
+// startPostgres starts the private server, binaries from pgBin ("" : Debian's newest).
+func startPostgres(pgBin string) (*pgtest.Server, string, error) {
+	if pgBin != "" {
+		if err := os.Setenv(pgtest.BinEnv, pgBin); err != nil {
+			return nil, "", err
+		}
+	}
+	srv, err := pgtest.Start()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := srv.Create(clusterDB); err != nil {
+		_ = srv.Stop()
+		return nil, "", err
+	}
+	return srv, srv.URL(clusterDB), nil
+}
+
+// xactCommits reads the database's committed transactions (pg_stat_database). Backends
+// publish their counts within about a second: callers wait that long before reading.
+func xactCommits(ctx context.Context, dsn string) (int64, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var n int64
+	err = conn.QueryRow(ctx, "select xact_commit from pg_stat_database where datname = $1", clusterDB).Scan(&n)
+	return n, err
+}
+
+func runCluster(ctx context.Context, o *options, dir string, stdout, stderr io.Writer) error {
+	fmt.Fprintf(stderr, "bench: cluster: starting PostgreSQL, %d replicas and a bbolt gateway ...\n", clusterReplicas)
+	srv, dsn, err := startPostgres(o.pgBin)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	defer srv.Stop()
+	fake, err := fakeupstream.New(fakeupstream.Options{APIKey: providerKey, ChunkDelay: o.chunkDelay, NoRecord: true})
+	if err != nil {
+		return err
+	}
+	defer fake.Close()
+	body := fmt.Sprintf(tollwayBody, fake.URL(), modelID, true)
+	var replicas []*target
+	for i := range clusterReplicas {
+		name := fmt.Sprintf("replica-%c", 'a'+i)
+		env := append([]string{"TOLLWAY_STORE_DRIVER=postgres", "TOLLWAY_STORE_DSN=" + dsn, "TOLLWAY_REPLICA_NAME=" + name}, o.tollwayEnv...)
+		tw, err := startTollwayConfig(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, "cluster", name), body, true, env)
+		if err != nil {
+			return fmt.Errorf("cluster: %s: %w", name, err)
+		}
+		defer tw.stop()
+		replicas = append(replicas, &target{name: "postgres", baseURL: tw.baseURL, tw: tw, client: newClient(o.timeout)})
+	}
+	// One account and key for the gateway, made on the first replica, in force on all.
+	key, err := replicas[0].tw.newKey(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	for _, r := range replicas {
+		r.auth, r.client = key, replicas[0].client
+		if err := probe(ctx, r, chatBody); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		r.served++
+	}
+	bbTw, bb, err := startTollwayTarget(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, "cluster", "bbolt"), fake.URL(), true, o.tollwayEnv, "bbolt")
+	if err != nil {
+		return fmt.Errorf("cluster: bbolt gateway: %w", err)
+	}
+	defer bbTw.stop()
+	direct := &target{name: pathDirect, baseURL: fake.URL(), auth: providerKey}
+	for _, t := range []*target{bb, direct} {
+		t.client = newClient(o.timeout)
+		if err := probe(ctx, t, chatBody); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		t.served++
+	}
+	cr := measureCluster(ctx, o, dsn, replicas, bb, direct, stderr)
+	reportCluster(stdout, o, cr)
+	return cr.err
+}
+
+// measureCluster runs the rounds, then the shipping check and the money path.
+func measureCluster(ctx context.Context, o *options, dsn string, replicas []*target, bb, direct *target, stderr io.Writer) *clusterRun {
+	cr := &clusterRun{res: map[string]*result{}}
+	pgServed := func() (s, f int64) {
+		for _, r := range replicas {
+			s, f = s+r.served, f+r.failed
+		}
+		return
+	}
+	load := func(path string, d time.Duration) *result {
+		switch path {
+		case pathDirect:
+			r := attackChat(ctx, direct, chatBody, o.clusterRate, d)
+			direct.tally(r)
+			return r
+		case "bbolt":
+			r := attackChat(ctx, bb, chatBody, o.clusterRate, d)
+			bb.tally(r)
+			return r
+		}
+		r := attackAcross(ctx, replicas, "/chat/completions", chatBody, `"chat.completion"`, o.clusterRate, d)
+		replicas[0].tally(r) // the database's records are the gateway's, whichever replica served
+		return r
+	}
+	seg := o.clusterDuration / time.Duration(o.rounds)
+	for _, p := range clusterPaths {
+		if o.warmup > 0 {
+			load(p, o.warmup)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // the statistics' flush interval: the warm-up's commits are counted before
+	c0, err := xactCommits(ctx, dsn)
+	t0 := time.Now()
+	if err != nil {
+		cr.err = fmt.Errorf("cluster: pg_stat_database: %w", err)
+		return cr
+	}
+	for round := range o.rounds {
+		for _, p := range clusterPaths {
+			if ctx.Err() != nil {
+				cr.err = ctx.Err()
+				return cr
+			}
+			fmt.Fprintf(stderr, "bench: cluster %s, round %d/%d ...\n", p, round+1, o.rounds)
+			cr.res[p] = cr.res[p].merge(load(p, seg))
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	end := time.Now()
+	cr.loadReqs = int64(cr.res["postgres"].requests)
+	served, failed := pgServed()
+	got, reached, err := waitRecords(ctx, replicas[0].tw, served, o.settleWait)
+	cr.served, cr.failed, cr.shipped = served, failed, got
+	switch {
+	case err != nil:
+		cr.err = fmt.Errorf("cluster: %w", err)
+	case reached.IsZero():
+		cr.err = fmt.Errorf("cluster: %d of %d served records in the database %s after the load", got, served, o.settleWait)
+	case got > served+failed:
+		cr.err = fmt.Errorf("cluster: %d records in the database for %d served (+%d failed) requests", got, served, failed)
+	default:
+		cr.shipAfter = max(0, reached.Sub(end))
+	}
+	// Commits over the whole measured time (all paths' rounds and the shipping: the replicas'
+	// background work goes on in the other paths' turns too), then the idle rate to set them against.
+	time.Sleep(1500 * time.Millisecond)
+	c1, err1 := xactCommits(ctx, dsn)
+	cr.span = time.Since(t0)
+	time.Sleep(clusterIdle)
+	c2, err2 := xactCommits(ctx, dsn)
+	if err1 == nil && err2 == nil {
+		cr.commits, cr.idleCommits = c1-c0, c2-c1
+	}
+	cr.bboltCheck = checkRecords(ctx, bb, o.settleWait)
+	if cr.err == nil && cr.bboltCheck.err != nil {
+		cr.err = cr.bboltCheck.err
+	}
+
+	// The money path of one replica: settled here, spooled, shipped to the database.
+	fmt.Fprintf(stderr, "bench: cluster: the money path alone of one postgres replica at %d req/s ...\n", o.moneyRate)
+	one := &target{name: "postgres", tw: replicas[0].tw, auth: replicas[0].auth}
+	one.served, one.failed = pgServed()
+	cr.money = runMoneyPath(ctx, o, one, []proc{{"bench (as Envoy)", os.Getpid()}, {tollwayProc, one.tw.Pid()}})
+	cr.money.who = "postgres replica (spool + shipping)"
+	switch r := cr.money.res; {
+	case cr.err != nil:
+	case cr.money.err != nil:
+		cr.err = fmt.Errorf("cluster money path: %w", cr.money.err)
+	case r != nil && r.errRate() > maxErrRate: // as the settle scenario's
+		cr.err = fmt.Errorf("cluster money path error rate %.2f%% > %.1f%%", 100*r.errRate(), 100*maxErrRate)
+	}
+	return cr
+}
+
+func reportCluster(w io.Writer, o *options, cr *clusterRun) {
+	fmt.Fprintf(w, "\n== cluster: %d billing-on replicas on one PostgreSQL database (round-robin) vs billing-on Tollway on bbolt, %d req/s, %s per path in %d rounds ==\n",
+		clusterReplicas, o.clusterRate, o.clusterDuration, o.rounds)
+	fmt.Fprintf(w, "%-22s %8s %8s %9s %9s %9s %9s  %s\n", "path", "sent/s", "ok/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors")
+	for _, p := range clusterPaths {
+		if r := cr.res[p]; r != nil {
+			fmt.Fprintf(w, "%-22s %8.1f %8.1f %9s %9s %9s %9s  %s\n", p, r.sentRate, r.throughput,
+				ms(pct(r.lat, .5)), ms(pct(r.lat, .9)), ms(pct(r.lat, .99)), ms(pct(r.lat, 1)), errCell(r))
+		}
+	}
+	d, bb, pg := cr.res[pathDirect], cr.res["bbolt"], cr.res["postgres"]
+	if d != nil && bb != nil && pg != nil && len(d.lat) > 0 && len(bb.lat) > 0 && len(pg.lat) > 0 {
+		add := func(r *result, q float64) time.Duration { return pct(r.lat, q) - pct(d.lat, q) }
+		fmt.Fprintf(w, "added over direct:  bbolt p50 %s p99 %s ms;  postgres p50 %s p99 %s ms\n",
+			plusMS(add(bb, .5)), plusMS(add(bb, .99)), plusMS(add(pg, .5)), plusMS(add(pg, .99)))
+		diff := add(pg, .5) - add(bb, .5)
+		fmt.Fprintf(w, "postgres - bbolt: p50 %s ms (ratio of added %s), p99 %s ms (ratio %s)\n",
+			plusMS(diff), ratio(add(pg, .5), add(bb, .5)), plusMS(add(pg, .99)-add(bb, .99)), ratio(add(pg, .99), add(bb, .99)))
+		fmt.Fprintf(w, "target: postgres p50 within +%s ms of bbolt: %s\n", ms(targetClusterP50),
+			verdict(diff <= targetClusterP50 && pg.errRate() <= maxErrRate && bb.errRate() <= maxErrRate))
+	}
+	fmt.Fprintf(w, "records shipped to the database: %d for %d requests served by the replicas (%d failed), all shipped %s after the load: %s\n",
+		cr.shipped, cr.served, cr.failed, cr.shipAfter.Round(time.Millisecond), verdict(cr.shipped >= cr.served && cr.shipped <= cr.served+cr.failed))
+	if cr.loadReqs > 0 && cr.span > 0 {
+		idleRate := perSec(cr.idleCommits, clusterIdle)
+		extra := float64(cr.commits) - idleRate*cr.span.Seconds()
+		fmt.Fprintf(w, "database transactions (pg_stat_database xact_commit): %d over the rounds and the shipping (%s, %.0f/s) for %d requests sent to the replicas; idle %.0f/s; beyond idle %.3f per request\n",
+			cr.commits, cr.span.Round(time.Millisecond), perSec(cr.commits, cr.span), cr.loadReqs, idleRate, extra/float64(cr.loadReqs))
+	}
+	if c := cr.bboltCheck; c != nil {
+		reportRecords(w, []*recordCheck{c})
+	}
+	if cr.money != nil {
+		reportSettle(w, o, cr.money)
+	}
+	if cr.err != nil {
+		fmt.Fprintf(w, "ERROR: %v\n", cr.err)
+	}
+}
