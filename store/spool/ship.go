@@ -19,6 +19,12 @@ import (
 // its outage ending cuts a wait short.
 var shipPauses = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second}
 
+// ShipEvery is the default least time between the starts of two shipments: a record spooled while the
+// shipper is idle ships at once, and under load records gather for up to this long, so one
+// database transaction carries many. Shipping later adds only lag: a record is durable in the
+// journal before it is shipped, so a kill -9 loses no more.
+const ShipEvery = 100 * time.Millisecond
+
 // spooled is a record in the journal, by its key.
 type spooled struct {
 	key []byte
@@ -43,6 +49,7 @@ func (s *Spool) wake() {
 func (s *Spool) shipLoop() {
 	defer close(s.done)
 	fails := 0
+	var last time.Time // the last shipment's start
 	for {
 		var pause <-chan time.Time
 		var recovered <-chan struct{}
@@ -63,8 +70,10 @@ func (s *Spool) shipLoop() {
 				return
 			case <-s.kick:
 			}
+			s.gather(last)
 		}
-		if err := s.shipAll(); err != nil {
+		last = time.Now()
+		if err := s.ship(fails > 0); err != nil {
 			if fails == 0 {
 				s.opts.Log.Warn("the database cannot take usage records now: they stay in the spool and are shipped when it can", "spool", s.opts.Path, "records", s.pending.Load(), "error", err)
 			}
@@ -78,11 +87,36 @@ func (s *Spool) shipLoop() {
 	}
 }
 
+// gather waits until ShipEvery has passed since the last shipment started, a batch is full, or
+// Close: records spooled meanwhile go in the same shipment.
+func (s *Spool) gather(last time.Time) {
+	wait := s.opts.ShipEvery - time.Since(last)
+	if wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for s.pending.Load() < int64(s.opts.MaxBatch) {
+		select {
+		case <-t.C:
+			return
+		case <-s.quit:
+			return
+		case <-s.kick:
+		}
+	}
+}
+
 // shipAll ships batches until the journal is empty or the target cannot commit.
-func (s *Spool) shipAll() error {
+func (s *Spool) shipAll() error { return s.ship(true) }
+
+// ship ships batches until one is short of MaxBatch (all: until the journal is empty) or the
+// target cannot commit. The loop stops at a short batch so that records spooled during a
+// shipment gather for the next one rather than go alone.
+func (s *Spool) ship(all bool) error {
 	for {
 		n, err := s.shipOnce()
-		if err != nil || n == 0 {
+		if err != nil || n == 0 || (!all && n < s.opts.MaxBatch) {
 			return err
 		}
 	}

@@ -68,7 +68,10 @@ type Options struct {
 	Hooks store.SettlerHooks
 	// MaxBatch bounds a shipment (default 2048 records).
 	MaxBatch int
-	Log      *slog.Logger
+	// ShipEvery is the least time between the starts of two shipments (default ShipEvery); a
+	// full batch ships at once.
+	ShipEvery time.Duration
+	Log       *slog.Logger
 
 	// afterShip, in tests, runs after a shipment committed in the target and before the
 	// journal lets go of it.
@@ -106,6 +109,9 @@ func Open(o Options, target Target) (*Spool, error) {
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 2048
+	}
+	if o.ShipEvery <= 0 {
+		o.ShipEvery = ShipEvery
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)

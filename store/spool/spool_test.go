@@ -112,6 +112,40 @@ func TestSpoolShipsEachRecordOnce(t *testing.T) {
 	t.Logf("550 records (50 twice) shipped in %d batches", st.Batches)
 }
 
+// TestSpoolShipsGathered: records settled steadily (one every 2 ms for about 0.6 s, each its own
+// local commit, as a replica under load spools them) ship in shipments at most one per
+// ShipEvery, not one per local commit: about 300 records in a handful of database transactions,
+// each record once, the last shipped within a ShipEvery of its local commit.
+func TestSpoolShipsGathered(t *testing.T) {
+	pg := books(t, t.Name(), "100", true)
+	sp, err := Open(Options{Path: filepath.Join(t.TempDir(), "spool.db")}, pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	const n = 300
+	start := time.Now()
+	for i := range n {
+		sp.Record(rec(fmt.Sprint("r", i), "0.01"))
+		time.Sleep(2 * time.Millisecond)
+	}
+	took := time.Since(start)
+	waitFor(t, "every record shipped", 10*time.Second, func() bool { return sp.Status().Shipped == n })
+	lag := time.Since(start) - took
+	st := sp.Status()
+	// At most one shipment per ShipEvery while records keep coming, plus the first (at once)
+	// and the last; the old cadence shipped each local commit (about one per 10 ms window).
+	if most := int64(took/ShipEvery) + 3; st.Batches > most {
+		t.Fatalf("%d records over %v shipped in %d batches, want at most %d (one per %v)", n, took.Round(time.Millisecond), st.Batches, most, ShipEvery)
+	}
+	if lag > ShipEvery+time.Second {
+		t.Fatalf("the last record shipped %v after the load, want within about %v", lag, ShipEvery)
+	}
+	t.Logf("%d records over %v: %d local commits, %d shipments (%.1f records each), the last shipped %v after the load",
+		n, took.Round(time.Millisecond), sp.Stats().Commits, st.Batches, float64(n)/float64(st.Batches), lag.Round(time.Millisecond))
+	checkBooks(t, pg, "100", n)
+}
+
 // TestSpoolHoldsBillAtNextStart: a hold left in the journal by a stop is billed at the next
 // start as an estimate, shipped like a record; a hold whose request settled is not.
 func TestSpoolHoldsBillAtNextStart(t *testing.T) {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/test/fakeupstream"
@@ -36,28 +34,12 @@ func withPassword(t *testing.T, dsn, password string) string {
 // client request id once: a second fails the test) and its balance.
 func dbBooks(t *testing.T, dsn, account string) (map[string]decimal.Decimal, decimal.Decimal) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	recs := map[string]decimal.Decimal{}
-	rows, _ := conn.Query(ctx, "select request_id, cost::text from usage_records where account = $1", account)
-	var id, cost string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &cost}, func() error {
-		client, _, _ := strings.Cut(id, ".")
-		if _, dup := recs[client]; dup {
-			return fmt.Errorf("request %s recorded twice", client)
-		}
-		recs[client] = decimal.RequireFromString(cost)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+	for id, r := range dbRecords(t, dsn, account) {
+		recs[id] = r.cost
 	}
-	var bal string
-	if err := conn.QueryRow(ctx, "select balance::text from accounts where id = $1", account).Scan(&bal); err != nil {
+	bal, err := dbScalar(dsn, "select balance::text from accounts where id = $1", account)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return recs, decimal.RequireFromString(bal)
