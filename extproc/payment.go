@@ -114,10 +114,9 @@ type paidProcessor struct {
 
 func (p *paidProcessor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	x, hd := p.x, &p.x.Head
-	resp := x.paidHeaders(strings.TrimPrefix(hd.Path, core.PayPrefix), hd.Method, hd.Auth, hd.ContentType, hd.PaySig, h)
-	p.inner = chat.New(x.Exchange, x.payment())
-	if x.media != "" {
-		p.inner = mediaProcessor{x: x, kind: x.media}
+	resp := p.headers(strings.TrimPrefix(hd.Path, core.PayPrefix), hd.Method, hd.Auth, hd.ContentType, hd.PaySig, h)
+	if p.inner == nil { // the business API is chat, or the request was refused before its API was known
+		p.inner = chat.New(x.Exchange, x.payment())
 	}
 	return resp, nil
 }
@@ -142,7 +141,8 @@ func (p *paidProcessor) Done() {
 
 // paidHeaders admits POST {pay_url}/x402/{slug} (and GET {pay_url}/x402/{slug}/{task id} of a
 // task it created); it returns nil to go on to the body.
-func (x *exchange) paidHeaders(rest, method, auth, contentType, sig string, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+func (p *paidProcessor) headers(rest, method, auth, contentType, sig string, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	x := p.x
 	ps := x.s.payments.Load()
 	slug, taskID, _ := strings.Cut(rest, "/")
 	var offer *x402.Offer
@@ -169,7 +169,7 @@ func (x *exchange) paidHeaders(rest, method, auth, contentType, sig string, h *e
 		if kind == "" || method != http.MethodGet {
 			return x.Fail(core.Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; paid task endpoints answer GET %s%s/{id}", core.Clip(method), core.Clip(core.PayPrefix+rest), core.PayPrefix, slug))
 		}
-		return x.mediaHeaders(kind, method, core.MediaPaths[kind]+"/"+taskID, auth, contentType)
+		return x.s.media(x.Exchange, kind, nil).Headers(method, core.MediaPaths[kind]+"/"+taskID)
 	}
 	if method != http.MethodPost {
 		return x.Fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s%s is not supported; use POST (it runs POST %s)", core.Clip(method), core.PayPrefix, slug, ep.Target))
@@ -187,23 +187,18 @@ func (x *exchange) paidHeaders(rest, method, auth, contentType, sig string, h *e
 		x.pay.payload = p
 	}
 	if kind != "" {
-		// nil from mediaHeaders means "go on to the body", as for a keyed create.
-		if resp := x.mediaHeaders(kind, http.MethodPost, core.MediaPaths[kind], auth, contentType); resp != nil {
+		// nil from Headers means "go on to the body", as for a keyed create.
+		m := x.s.media(x.Exchange, kind, taskPayment{x.pay})
+		if resp := m.Headers(http.MethodPost, core.MediaPaths[kind]); resp != nil {
 			return resp
 		}
+		p.inner = m
 		return x.ReadBody(h)
 	}
 	if e := core.CheckContentType(contentType); e != nil {
 		return x.Fail(e)
 	}
 	return x.ReadBody(h)
-}
-
-// endpointRefuses reports whether a paid endpoint's models list, and not the caller's key,
-// refuses route r (nil: none) running models: the key alone (a keyless request: none) allows
-// them.
-func (x *exchange) endpointRefuses(r *ir.Route, models []*core.Model) bool {
-	return x.pay != nil && x.pay.key.AllowsModels(r, models)
 }
 
 // endpointModels is the 403 of a request for target that the paid endpoint's models list
@@ -502,6 +497,17 @@ func (p *payState) Settle() (string, error) {
 
 // Failed is the answer to a business call whose settlement failed.
 func (p *payState) Failed(err error) *core.APIError { return p.x.settlementFailed(err) }
+
+// taskPayment is the payment at a media create's steps (tasks.Payment).
+type taskPayment struct{ *payState }
+
+// AdmitTask prices the create at worst and checks its credential (payAdmit).
+func (p taskPayment) AdmitTask(worst decimal.Decimal) *core.APIError { return p.x.payAdmit(worst) }
+
+// Created settles the task's payment and answers with its object (payTask).
+func (p taskPayment) Created(t *store.Task, worst decimal.Decimal, body []byte) *extprocv3.ProcessingResponse {
+	return p.x.payTask(t, worst, body)
+}
 
 // payTask settles a paid task once its provider accepted it (its business answer): its cost
 // is known only when it ends, long after any credential expires, so exact settles the signed

@@ -110,8 +110,7 @@ type exchange struct {
 	// the request's x-request-id into every response), and refused at the next message.
 	deferred *core.APIError
 
-	media string    // POST /v1/videos or /v1/images: the body creates a task of this kind
-	pay   *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
+	pay *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
 
 	// mu serializes the stream's loop and the silence watchdog (silence.go); quiet is the
 	// watchdog of a streamed answer on Tollway's own routes; silenced: it ended the answer, and
@@ -280,42 +279,22 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 func (x *exchange) processorForPath(path string) Processor {
 	switch {
 	case path == core.ModelsPath || strings.HasPrefix(path, core.ModelsPath+"/"):
-		return catalogProcessor{answeredEarly{}, x}
+		return catalogProcessor{core.AnsweredEarly{}, x}
 	case path == core.KeyPath:
-		return keyProcessor{answeredEarly{}, x}
+		return keyProcessor{core.AnsweredEarly{}, x}
 	case strings.HasPrefix(path, core.PayPrefix):
 		return &paidProcessor{x: x}
 	case core.MediaKind(path) != "":
-		return mediaProcessor{answeredEarly{}, x, core.MediaKind(path)}
+		return x.s.media(x.Exchange, core.MediaKind(path), nil)
 	case path == core.ChatPath:
 		return chat.New(x.Exchange, nil)
 	}
-	return notFound{answeredEarly{}, x}
+	return notFound{core.AnsweredEarly{}, x}
 }
-
-// answeredEarly is the rest of a processor whose request ext_proc answers itself, at its
-// headers or its body: the immediate response ends the stream, so no later message comes.
-type answeredEarly struct{}
-
-var errAnsweredEarly = status.Error(codes.FailedPrecondition, "extproc: a message came after the request was answered")
-
-func (answeredEarly) RequestBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	return nil, errAnsweredEarly
-}
-
-func (answeredEarly) ResponseHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
-	return nil, errAnsweredEarly
-}
-
-func (answeredEarly) ResponseBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	return nil, errAnsweredEarly
-}
-
-func (answeredEarly) Done() {}
 
 // notFound answers a path that is no endpoint.
 type notFound struct {
-	answeredEarly
+	core.AnsweredEarly
 	x *exchange
 }
 

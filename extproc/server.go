@@ -6,7 +6,7 @@
 // (processor.go), chosen once: the upstream attempt filter's (extproc/chat Attempt: rewrite for
 // the chosen provider, translate its answer), or, at the router, the one the request's path
 // names: chat (extproc/chat), the catalog (catalog.go), GET /v1/key (keyinfo.go), media task
-// create and read (media.go), or a paid x402 endpoint wrapping chat or media (payment.go,
+// create and read (extproc/tasks Media), or a paid x402 endpoint wrapping chat or media (payment.go,
 // paying.go; settlements.go resolves the settlements whose answer was lost). What every
 // processor shares is extproc/core; the ledger and holds are extproc/billing.
 package extproc
@@ -21,6 +21,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -33,7 +34,7 @@ type Server struct {
 	health  atomic.Pointer[map[string]bool]
 	// refusals are providers whose last answer refused the gateway's credential.
 	refusals refusals
-	tasks    *Tasks                   // nil: the media task endpoints are off
+	tasks    *tasks.Endpoints         // nil: the media task endpoints are off
 	tasksOff atomic.Pointer[string]   // why they are off, for their answer
 	payments atomic.Pointer[Payments] // nil: no paid endpoints
 	paying   inFlight                 // credentials whose paid request is running
@@ -118,3 +119,47 @@ type Runtime = core.Runtime
 
 // Compile builds a Runtime from the IR and the key records (core.Compile).
 func Compile(g *ir.Gateway, keys []store.Key) *Runtime { return core.Compile(g, keys) }
+
+// SetTasks turns the media endpoints on; the service's Price and Bill are the endpoints', it
+// reports the providers' refusals of the gateway's credential, and it charges accounts when
+// billing is on.
+func (s *Server) SetTasks(t *tasks.Endpoints) {
+	t.Books, t.Runtime, t.Refusals, t.Log = s.sh.Books, s.runtime.Load, taskRefusals{&s.refusals}, s.sh.Log
+	t.Service.Price = t.Price
+	t.Service.Bill = t.Bill
+	// Task calls bypass the response path the chat's refusals are read on: the service says.
+	t.Service.Refused, t.Service.Answered = s.providerRefused, s.providerAnswered
+	t.Service.Charge = s.sh.Books != nil
+	s.tasks = t
+}
+
+// SetTasksOff says why the media task endpoints are off (their answer's message).
+func (s *Server) SetTasksOff(reason string) { s.tasksOff.Store(&reason) }
+
+// media is the processor of a request for kind's media endpoints under x (pay: its payment,
+// nil when keyed).
+func (s *Server) media(x *core.Exchange, kind string, pay tasks.Payment) *tasks.Media {
+	var off string
+	if r := s.tasksOff.Load(); r != nil {
+		off = *r
+	}
+	return tasks.NewMedia(x, s.tasks, off, kind, pay)
+}
+
+// taskRefusals are the server's refusals as the media endpoints ask them.
+type taskRefusals struct{ r *refusals }
+
+func (t taskRefusals) MayTry(provider string, now time.Time) bool { return t.r.mayTry(provider, now) }
+func (t taskRefusals) Reason(provider string) string              { return t.r.reason(provider) }
+
+// TaskCatalog is the configuration tasks run under now.
+func (s *Server) TaskCatalog() tasks.Catalog { return s.runtime.Load() }
+
+// RestoreTaskHolds holds again, after a start, what running tasks held before
+// (tasks.Endpoints.RestoreHolds).
+func (s *Server) RestoreTaskHolds(st store.Tasks) (int, error) {
+	if s.tasks == nil {
+		return 0, nil
+	}
+	return s.tasks.RestoreHolds(st)
+}

@@ -99,7 +99,7 @@ func (p *process) resumeTasks() error {
 		return nil
 	}
 	p.taskSvc.Envoy.Addr = fmt.Sprintf("%s:%d", p.internal.Address, p.internal.Port)
-	p.ext.SetTasks(&extproc.Tasks{Service: p.taskSvc, Callbacks: p.guard})
+	p.ext.SetTasks(&tasks.Endpoints{Service: p.taskSvc, Callbacks: p.guard})
 	n, err := p.taskSvc.Resume()
 	if err != nil {
 		return fmt.Errorf("running tasks: %w", err)
