@@ -9,6 +9,8 @@ import (
 
 	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/tasks"
+	"github.com/tollway/tollway/extproc/x402/paid"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -24,16 +26,9 @@ import (
 // which message Envoy sent; and the router-level request (exchange), which reads what every
 // kind shares and hands each message to the processor its path chose (processorForPath).
 
-// Processor handles the messages of one HTTP request (or one upstream attempt) of one kind. Each
-// method answers its message with one reply; an error ends the stream (Envoy then fails the
-// request closed). Done is called once when the stream ends, however it ends.
-type Processor interface {
-	RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error)
-	RequestBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error)
-	ResponseHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error)
-	ResponseBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error)
-	Done()
-}
+// Processor handles the messages of one HTTP request (or one upstream attempt) of one kind
+// (core.Processor, where a processor package wrapping another reaches it).
+type Processor = core.Processor
 
 // framing is how Envoy's messages reach a processor: one reply per message (buffered, the
 // protocol of the attempt filter and the mesh's filter) or the pipelined protocol of Tollway's
@@ -110,8 +105,6 @@ type exchange struct {
 	// the request's x-request-id into every response), and refused at the next message.
 	deferred *core.APIError
 
-	pay *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
-
 	// mu serializes the stream's loop and the silence watchdog (silence.go); quiet is the
 	// watchdog of a streamed answer on Tollway's own routes; silenced: it ended the answer, and
 	// Envoy's later messages are dropped.
@@ -173,7 +166,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 			contentLength = core.HeaderValue(hv)
 		case k == "x-request-id":
 			x.RequestID = core.HeaderValue(hv)
-		case k == headerPaymentSignature: // read here, never forwarded
+		case k == paid.HeaderPaymentSignature: // read here, never forwarded
 			paySig = core.HeaderValue(hv)
 			strip = append(strip, k)
 		case core.ClientInternalHeader(k):
@@ -283,7 +276,7 @@ func (x *exchange) processorForPath(path string) Processor {
 	case path == core.KeyPath:
 		return keyProcessor{core.AnsweredEarly{}, x}
 	case strings.HasPrefix(path, core.PayPrefix):
-		return &paidProcessor{x: x}
+		return x.s.paid.New(x.Exchange, func(kind string, pay tasks.Payment) *tasks.Media { return x.s.media(x.Exchange, kind, pay) })
 	case core.MediaKind(path) != "":
 		return x.s.media(x.Exchange, core.MediaKind(path), nil)
 	case path == core.ChatPath:

@@ -6,8 +6,7 @@
 // (processor.go), chosen once: the upstream attempt filter's (extproc/chat Attempt: rewrite for
 // the chosen provider, translate its answer), or, at the router, the one the request's path
 // names: chat (extproc/chat), the catalog (catalog.go), GET /v1/key (keyinfo.go), media task
-// create and read (extproc/tasks Media), or a paid x402 endpoint wrapping chat or media (payment.go,
-// paying.go; settlements.go resolves the settlements whose answer was lost). What every
+// create and read (extproc/tasks Media), or a paid x402 endpoint wrapping chat or media (extproc/x402/paid). What every
 // processor shares is extproc/core; the ledger and holds are extproc/billing.
 package extproc
 
@@ -22,6 +21,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/tasks"
+	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -34,11 +34,10 @@ type Server struct {
 	health  atomic.Pointer[map[string]bool]
 	// refusals are providers whose last answer refused the gateway's credential.
 	refusals refusals
-	tasks    *tasks.Endpoints         // nil: the media task endpoints are off
-	tasksOff atomic.Pointer[string]   // why they are off, for their answer
-	payments atomic.Pointer[Payments] // nil: no paid endpoints
-	paying   inFlight                 // credentials whose paid request is running
-	obs      Observer                 // nil: nothing is measured
+	tasks    *tasks.Endpoints       // nil: the media task endpoints are off
+	tasksOff atomic.Pointer[string] // why they are off, for their answer
+	paid     paid.Endpoints         // the x402 paid endpoints (none until SetPayments)
+	obs      Observer               // nil: nothing is measured
 }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go
@@ -57,6 +56,9 @@ func NewServer(log *slog.Logger, rt *core.Runtime, b *Billing) *Server {
 // SetStoreCheck makes the server refuse billable requests, task creates and paid requests
 // while check reports the store's outage (nil: healthy); see core.Shared.SetStoreCheck.
 func (s *Server) SetStoreCheck(check func() error) { s.sh.SetStoreCheck(check) }
+
+// SetPayments turns the paid endpoints on (nil: off).
+func (s *Server) SetPayments(p *paid.Payments) { s.paid.Set(p) }
 
 // Swap installs a new runtime for requests that start from now on.
 func (s *Server) Swap(rt *core.Runtime) {
@@ -100,7 +102,7 @@ func (s *Server) endpoints() string {
 		list += ", POST " + core.MediaPaths[kind] + " and GET " + core.MediaPaths[kind] + "/{id}"
 	}
 	list += ", GET " + core.KeyPath
-	if ps := s.payments.Load(); ps != nil && len(ps.Offers) > 0 {
+	if s.paid.Listed() {
 		list += ", and POST " + core.PayPrefix + "{slug} for its paid endpoints"
 	}
 	return list

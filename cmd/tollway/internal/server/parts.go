@@ -18,6 +18,7 @@ import (
 	"github.com/tollway/tollway/cmd/tollway/internal/metrics"
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/tasks"
+	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -56,7 +57,7 @@ func (p *process) buildGateway(context.Context) error {
 	}
 	p.guard = gateway.NewCallbackGuard(p.cfg, allowed, p.internal)
 	if p.bill != nil { // x402 needs billing
-		p.settlements = extproc.NewSettlements(p.st, log.With("component", "x402"))
+		p.settlements = paid.NewSettlements(p.st, log.With("component", "x402"))
 	}
 	p.gw = gateway.New(gateway.Options{Log: log, Store: p.st, XDS: p.ctrl, Ext: p.ext, Internal: p.internal, Callbacks: p.guard, Settlements: p.settlements})
 	p.resumeSettlements()

@@ -1,4 +1,4 @@
-package extproc
+package paid
 
 import (
 	"net/http"
@@ -34,10 +34,10 @@ func TestCredentialInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(nil, nil, nil)
-	srv.SetPayments(&Payments{Offers: offers, Credentials: st})
+	var paid Endpoints
+	paid.Set(&Payments{Offers: offers, Credentials: st})
 	newExchange := func() *exchange {
-		x := srv.newExchange(nil)
+		x := &exchange{Exchange: &core.Exchange{Shared: &core.Shared{}}, e: &paid}
 		x.pay = &payState{slug: "chat", offer: offers["chat"], x: x}
 		x.Given = x.endPaying
 		x.pay.offered, _ = offers["chat"].Requirements(decimal.Zero)
@@ -52,11 +52,11 @@ func TestCredentialInUse(t *testing.T) {
 	if e := copy1.useCredential(cred); e == nil || e.Status != http.StatusConflict || e.Code != "payment_in_progress" || e.Headers != nil {
 		t.Fatalf("a copy while the first runs: %v", e)
 	}
-	copy1.finish() // the refused copy held nothing: the first still does
+	copy1.GiveAnswer() // the refused copy held nothing: the first still does
 	if e := newExchange().useCredential(cred); e == nil || e.Code != "payment_in_progress" {
 		t.Fatalf("a copy after another copy ended: %v", e)
 	}
-	first.finish()
+	first.GiveAnswer()
 	e := newExchange().useCredential(cred)
 	if e == nil || e.Status != http.StatusPaymentRequired || e.Code != "payment_already_used" || e.Headers[headerPaymentRequired] == "" {
 		t.Fatalf("a copy after the first ended: %v", e)

@@ -1,4 +1,13 @@
-package extproc
+// Package paid is the x402 payment of a paid endpoint, as a wrapper around the processor of
+// the business API it sells (extproc/chat, or extproc/tasks for media). The inner core.Processor
+// reaches the payment through hooks it offers (chat.Payment: refuse a model, admit at the
+// worst case, settle exact at the answer's headers, upto at its end or before a stream's
+// [DONE]; tasks.Payment: admit, settle when the task is accepted) rather than the wrapper
+// pricing the body and billing the answer around it: the payment is admitted between the
+// inner processor's validation and its hold, and an upto stream's settlement is an event
+// inside the answer before [DONE], so a decorator seeing only the messages could not keep
+// those orders. The protocol itself is extproc/x402.
+package paid
 
 // Pay per request (docs/x402.md): POST {pay_url}/x402/{slug} runs the endpoint's business
 // API (chat completions, videos, images) paid through x402 v2 instead of, or besides, an API
@@ -20,6 +29,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollway/tollway/extproc/chat"
@@ -30,15 +40,17 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
 
 // The x402 headers as Envoy carries them (lower case; HTTP header names are case-insensitive).
+// HeaderPaymentSignature is read by the router from every request and never forwarded.
 var (
 	headerPaymentRequired  = strings.ToLower(x402.HeaderPaymentRequired)
-	headerPaymentSignature = strings.ToLower(x402.HeaderPaymentSignature)
+	HeaderPaymentSignature = strings.ToLower(x402.HeaderPaymentSignature)
 	headerPaymentResponse  = strings.ToLower(x402.HeaderPaymentResponse)
 )
 
@@ -54,8 +66,34 @@ type Payments struct {
 	Settlements *Settlements
 }
 
-// SetPayments turns the paid endpoints on (nil: off).
-func (s *Server) SetPayments(p *Payments) { s.payments.Store(p) }
+// Endpoints are a server's paid endpoints: the x402 configuration it runs with and the
+// credentials whose paid request is running.
+type Endpoints struct {
+	payments atomic.Pointer[Payments] // nil: no paid endpoints
+	paying   inFlight
+}
+
+// Set turns the paid endpoints on (nil: off).
+func (e *Endpoints) Set(p *Payments) { e.payments.Store(p) }
+
+// Listed reports whether there are paid endpoints to name.
+func (e *Endpoints) Listed() bool {
+	ps := e.payments.Load()
+	return ps != nil && len(ps.Offers) > 0
+}
+
+// Media is the processor of a request for kind's media endpoints, paid by pay (nil: the
+// endpoint's task is read, not created).
+type Media func(kind string, pay tasks.Payment) *tasks.Media
+
+// exchange is a paid request: the router-level request, the server's paid endpoints, and
+// its payment.
+type exchange struct {
+	*core.Exchange
+	e     *Endpoints
+	media Media
+	pay   *payState // set once the request is a paid business call
+}
 
 // payState is one paid request's payment.
 type payState struct {
@@ -104,15 +142,20 @@ func (x *exchange) payment() chat.Payment {
 // paidAccount is the account of requests paid without an API key: the endpoint's own.
 func paidAccount(slug string) string { return store.PaidAccountPrefix + slug }
 
-// paidProcessor is the processor of a paid endpoint ({pay_url}/x402/{slug}): the payment is
+// Processor is the processor of a paid endpoint ({pay_url}/x402/{slug}): the payment is
 // admitted at the headers, then the request runs as the business API it sells (chat or a
 // media task), whose processor it wraps.
-type paidProcessor struct {
+type Processor struct {
 	x     *exchange
-	inner Processor
+	inner core.Processor
 }
 
-func (p *paidProcessor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+// New is the processor of paid request x; media makes the processor of a media endpoint.
+func (e *Endpoints) New(x *core.Exchange, media Media) *Processor {
+	return &Processor{x: &exchange{Exchange: x, e: e, media: media}}
+}
+
+func (p *Processor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	x, hd := p.x, &p.x.Head
 	resp := p.headers(strings.TrimPrefix(hd.Path, core.PayPrefix), hd.Method, hd.Auth, hd.ContentType, hd.PaySig, h)
 	if p.inner == nil { // the business API is chat, or the request was refused before its API was known
@@ -121,19 +164,19 @@ func (p *paidProcessor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Pro
 	return resp, nil
 }
 
-func (p *paidProcessor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+func (p *Processor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	return p.inner.RequestBody(b)
 }
 
-func (p *paidProcessor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+func (p *Processor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	return p.inner.ResponseHeaders(h)
 }
 
-func (p *paidProcessor) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+func (p *Processor) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	return p.inner.ResponseBody(b)
 }
 
-func (p *paidProcessor) Done() {
+func (p *Processor) Done() {
 	if p.inner != nil {
 		p.inner.Done()
 	}
@@ -141,9 +184,9 @@ func (p *paidProcessor) Done() {
 
 // paidHeaders admits POST {pay_url}/x402/{slug} (and GET {pay_url}/x402/{slug}/{task id} of a
 // task it created); it returns nil to go on to the body.
-func (p *paidProcessor) headers(rest, method, auth, contentType, sig string, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+func (p *Processor) headers(rest, method, auth, contentType, sig string, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	x := p.x
-	ps := x.s.payments.Load()
+	ps := x.e.payments.Load()
 	slug, taskID, _ := strings.Cut(rest, "/")
 	var offer *x402.Offer
 	if ps != nil {
@@ -169,7 +212,7 @@ func (p *paidProcessor) headers(rest, method, auth, contentType, sig string, h *
 		if kind == "" || method != http.MethodGet {
 			return x.Fail(core.Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; paid task endpoints answer GET %s%s/{id}", core.Clip(method), core.Clip(core.PayPrefix+rest), core.PayPrefix, slug))
 		}
-		return x.s.media(x.Exchange, kind, nil).Headers(method, core.MediaPaths[kind]+"/"+taskID)
+		return x.media(kind, nil).Headers(method, core.MediaPaths[kind]+"/"+taskID)
 	}
 	if method != http.MethodPost {
 		return x.Fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s%s is not supported; use POST (it runs POST %s)", core.Clip(method), core.PayPrefix, slug, ep.Target))
@@ -188,7 +231,7 @@ func (p *paidProcessor) headers(rest, method, auth, contentType, sig string, h *
 	}
 	if kind != "" {
 		// nil from Headers means "go on to the body", as for a keyed create.
-		m := x.s.media(x.Exchange, kind, taskPayment{x.pay})
+		m := x.media(kind, taskPayment{x.pay})
 		if resp := m.Headers(http.MethodPost, core.MediaPaths[kind]); resp != nil {
 			return resp
 		}

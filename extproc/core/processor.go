@@ -6,6 +6,17 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// Processor handles the messages of one HTTP request (or one upstream attempt) of one kind. Each
+// method answers its message with one reply; an error ends the stream (Envoy then fails the
+// request closed). Done is called once when the stream ends, however it ends.
+type Processor interface {
+	RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error)
+	RequestBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error)
+	ResponseHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error)
+	ResponseBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error)
+	Done()
+}
+
 // AnsweredEarly is the rest of a processor whose request ext_proc answers itself, at its
 // headers or its body: the immediate response ends the stream, so no later message comes.
 type AnsweredEarly struct{}
