@@ -57,6 +57,10 @@ func NewServer(log *slog.Logger, rt *core.Runtime, b *Billing) *Server {
 // while check reports the store's outage (nil: healthy); see core.Shared.SetStoreCheck.
 func (s *Server) SetStoreCheck(check func() error) { s.sh.SetStoreCheck(check) }
 
+// SetSharedStoreCheck makes the server refuse paid requests and task creates while check
+// reports the shared database's outage; see core.Shared.SetSharedStoreCheck.
+func (s *Server) SetSharedStoreCheck(check func() error) { s.sh.SetSharedStoreCheck(check) }
+
 // SetPayments turns the paid endpoints on (nil: off).
 func (s *Server) SetPayments(p *paid.Payments) { s.paid.Set(p) }
 

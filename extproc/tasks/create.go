@@ -152,8 +152,9 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 		}
 	}
 	// A task the store cannot record must not be created: the provider would run (and bill)
-	// a task nobody can see.
-	if refused := x.StoreRefusal(); refused != nil {
+	// a task nobody can see. The task is written to the shared database itself (with
+	// store.driver postgres, not the spool).
+	if refused := x.SharedStoreRefusal(); refused != nil {
 		return x.Fail(refused)
 	}
 	hold, refused := md.hold(worst)

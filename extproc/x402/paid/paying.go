@@ -64,8 +64,8 @@ func (x *exchange) useCredential(cred x402.Credential) *core.APIError {
 	switch {
 	case errors.Is(err, store.ErrExists):
 		return x.paymentRequired("the credential was already used", "payment_already_used", "this credential was already used (a credential pays for one request); sign a new one from PAYMENT-REQUIRED")
-	case errors.Is(err, store.ErrUnavailable) && x.StoreRefusal() != nil:
-		return x.StoreRefusal() // the store failed as the claim was written: the credential is unused
+	case errors.Is(err, store.ErrUnavailable) && x.SharedStoreRefusal() != nil:
+		return x.SharedStoreRefusal() // the store failed as the claim was written: the credential is unused
 	}
 	return core.Errorf(http.StatusInternalServerError, "internal_error", "the payment could not be recorded; nothing was charged; retry")
 }

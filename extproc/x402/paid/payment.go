@@ -272,6 +272,12 @@ var unreadable = map[string]bool{"invalid_json": true, "invalid_request_id": tru
 // before the facilitator's verify is free for the client; a credential refused by the
 // facilitator stays used.
 func (x *exchange) payAdmit(worst decimal.Decimal) *core.APIError {
+	// The credential's claim is written to the shared database itself (with store.driver
+	// postgres, not the spool): while it is down nothing paid can run, so the client is not
+	// asked to sign.
+	if e := x.SharedStoreRefusal(); e != nil {
+		return e
+	}
 	p := x.pay
 	p.hold = worst
 	var quote decimal.Decimal

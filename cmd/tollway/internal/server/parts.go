@@ -43,6 +43,11 @@ func (p *process) buildGateway(context.Context) error {
 	p.ctrl = xds.New(log.With("component", "xds"))
 	p.ext = extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), p.bill)
 	p.ext.SetStoreCheck(p.durable().Unavailable)
+	if p.spool != nil {
+		// Billable chat is admitted on the spool's health; a credential's claim and a task
+		// are written to the database itself (docs/operations.md#database-down).
+		p.ext.SetSharedStoreCheck(p.st.Unavailable)
+	}
 	// The gateway's own task requests go through an internal listener of its own Envoy; with
 	// external Envoys there is none (several may share a host), so media tasks are off.
 	if !p.external {
