@@ -225,17 +225,6 @@ func unrouted() *extprocv3filter.ProcessingMode {
 	return m
 }
 
-func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	if x.deferred != nil {
-		return x.Fail(x.deferred) // Envoy sends no body after deferRefusal; should one come anyway
-	}
-	if len(b.GetBody()) > ir.MaxBodyBytes {
-		return x.Fail(core.ErrTooLarge) // sent without a content-length (chunked)
-	}
-	resp, _ := x.processor().RequestBody(b)
-	return resp
-}
-
 // processor is the processor the request's path chose (a chat's for an exchange made
 // without headers, in tests).
 func (x *exchange) processor() Processor {
@@ -252,19 +241,6 @@ func (x *exchange) finish() {
 		x.kind.Done()
 	}
 	x.GiveAnswer()
-}
-
-func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	if x.deferred != nil {
-		return x.Fail(x.deferred) // the unrouted reply to a request refused at its headers
-	}
-	resp, _ := x.processor().ResponseHeaders(h)
-	return resp
-}
-
-func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	resp, _ := x.processor().ResponseBody(b)
-	return resp
 }
 
 // processorForPath chooses a router-level request's processor by its path, once, at its
