@@ -97,7 +97,7 @@ func (x *exchange) catalog(path string) ([]byte, *core.APIError) {
 
 // catalogProcessor answers GET /v1/models and GET /v1/models/{id} at their headers.
 type catalogProcessor struct {
-	answeredEarly
+	core.AnsweredEarly
 	x *exchange
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/test/harness"
 	"github.com/tollway/tollway/xds/ir"
@@ -146,7 +147,7 @@ func TestNotFoundListsEveryEndpoint(t *testing.T) {
 // other methods are told how to read a task.
 func TestMediaWrongMethodPointsToTheRightEndpoint(t *testing.T) {
 	e := startServer(t, testRuntime())
-	e.srv.tasks = &Tasks{} // on; these are refused before the service is asked
+	e.srv.tasks = &tasks.Endpoints{} // on; these are refused before the service is asked
 	for _, tc := range []struct {
 		method, path, want, not string
 	}{

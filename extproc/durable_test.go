@@ -1,6 +1,11 @@
 package extproc
 
 import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,7 +15,11 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/internal/fixture"
+	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/bbolt"
 )
 
 // TestStoreOutageRefusesBillableWork: while the store reports an outage, a billable request is
@@ -160,5 +169,41 @@ func waitRecords(t *testing.T, rec *recorder, n int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d records, want %d", len(rec.all()), n)
 		}
+	}
+}
+
+// TestSharedStoreDownRefusesTaskCreates: with the shared database down (its check failing,
+// the spool's healthy), a task create is refused 503 store_unavailable before any provider
+// call: the task could not be recorded.
+func TestSharedStoreDownRefusesTaskCreates(t *testing.T) {
+	var calls atomic.Int64
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		http.Error(w, `{"base_resp":{"status_code":1002,"status_msg":"busy"}}`, http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(provider.Close)
+	st, err := bbolt.Open(filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e := startServer(t, core.Compile(fixture.ImageGateway(t), []store.Key{keyRecord("key_valid", validSecret, false)}))
+	svc := &tasks.Service{Store: st, Envoy: &tasks.Envoy{Addr: strings.TrimPrefix(provider.URL, "http://")},
+		Log: slog.New(slog.DiscardHandler), Now: time.Now, Catalog: e.srv.TaskCatalog}
+	e.srv.SetTasks(&tasks.Endpoints{Service: svc})
+	e.srv.SetStoreCheck(func() error { return nil }) // the spool takes records
+	e.srv.SetSharedStoreCheck(func() error {
+		return &store.Outage{Cause: store.CauseUnreachable, Err: errors.New("postgres at db:5432/tollway is unreachable"), Since: testNow}
+	})
+	s := e.open()
+	s.roundTrip(requestHeaders(false, hdr(":method", "POST", true), hdr(":path", "/v1/videos", true),
+		hdr("authorization", "Bearer "+validSecret, true), hdr("content-type", "application/json", true)))
+	out, _ := s.answers(1, requestBody(`{"model":"hailuo-02","prompt":"a cat"}`)) // after the create's timeout extension
+	im := out[0].GetImmediateResponse()
+	if im == nil || im.Status.Code != 503 || !strings.Contains(string(im.Body), `"code":"store_unavailable"`) {
+		t.Fatalf("a task create with the database down: %v", im)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the provider was called %d times", n)
 	}
 }

@@ -50,7 +50,7 @@ func errKeyMarket(e *core.APIError) *core.APIError {
 
 // keyProcessor answers GET /v1/key at its headers.
 type keyProcessor struct {
-	answeredEarly
+	core.AnsweredEarly
 	x *exchange
 }
 

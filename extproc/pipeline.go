@@ -166,6 +166,51 @@ func (p *pipeline) responseTrailers(*extprocv3.ProcessingRequest) ([]*extprocv3.
 	}}), nil
 }
 
+// After its headers, a router-level request's messages go from the framing straight to the
+// processor its path chose (chosen), through the checks every kind shares.
+
+func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if e := x.bodyRefusal(b); e != nil {
+		return x.Fail(e)
+	}
+	resp, _ := x.chosen().RequestBody(b) // a router-level processor never ends the stream
+	return resp
+}
+
+// bodyRefusal is the answer a request body gets before its processor sees it: a refusal
+// deferred from the headers, or a body over the limit; nil: none.
+func (x *exchange) bodyRefusal(b *extprocv3.HttpBody) *core.APIError {
+	if x.deferred != nil {
+		return x.deferred // Envoy sends no body after deferRefusal; should one come anyway
+	}
+	if len(b.GetBody()) > ir.MaxBodyBytes {
+		return core.ErrTooLarge // sent without a content-length (chunked)
+	}
+	return nil
+}
+
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	if x.deferred != nil {
+		return x.Fail(x.deferred) // the unrouted reply to a request refused at its headers
+	}
+	resp, _ := x.chosen().ResponseHeaders(h)
+	return resp
+}
+
+func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	resp, _ := x.chosen().ResponseBody(b)
+	return resp
+}
+
+// chosen is the processor the request's path chose (processor: a chat's for a request whose
+// headers never chose one).
+func (x *exchange) chosen() Processor {
+	if x.kind != nil {
+		return x.kind
+	}
+	return x.processor()
+}
+
 // logged is one reply, its access-log metadata added.
 func (p *pipeline) logged(resp *extprocv3.ProcessingResponse, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
 	p.x.logMetadata(resp, req)

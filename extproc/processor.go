@@ -9,6 +9,8 @@ import (
 
 	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/tasks"
+	"github.com/tollway/tollway/extproc/x402/paid"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -24,16 +26,9 @@ import (
 // which message Envoy sent; and the router-level request (exchange), which reads what every
 // kind shares and hands each message to the processor its path chose (processorForPath).
 
-// Processor handles the messages of one HTTP request (or one upstream attempt) of one kind. Each
-// method answers its message with one reply; an error ends the stream (Envoy then fails the
-// request closed). Done is called once when the stream ends, however it ends.
-type Processor interface {
-	RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error)
-	RequestBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error)
-	ResponseHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error)
-	ResponseBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error)
-	Done()
-}
+// Processor handles the messages of one HTTP request (or one upstream attempt) of one kind
+// (core.Processor, where a processor package wrapping another reaches it).
+type Processor = core.Processor
 
 // framing is how Envoy's messages reach a processor: one reply per message (buffered, the
 // protocol of the attempt filter and the mesh's filter) or the pipelined protocol of Tollway's
@@ -110,9 +105,6 @@ type exchange struct {
 	// the request's x-request-id into every response), and refused at the next message.
 	deferred *core.APIError
 
-	media string    // POST /v1/videos or /v1/images: the body creates a task of this kind
-	pay   *payState // a paid request (POST {pay_url}/x402/{slug}); nil otherwise
-
 	// mu serializes the stream's loop and the silence watchdog (silence.go); quiet is the
 	// watchdog of a streamed answer on Tollway's own routes; silenced: it ended the answer, and
 	// Envoy's later messages are dropped.
@@ -174,7 +166,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 			contentLength = core.HeaderValue(hv)
 		case k == "x-request-id":
 			x.RequestID = core.HeaderValue(hv)
-		case k == headerPaymentSignature: // read here, never forwarded
+		case k == paid.HeaderPaymentSignature: // read here, never forwarded
 			paySig = core.HeaderValue(hv)
 			strip = append(strip, k)
 		case core.ClientInternalHeader(k):
@@ -233,17 +225,6 @@ func unrouted() *extprocv3filter.ProcessingMode {
 	return m
 }
 
-func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	if x.deferred != nil {
-		return x.Fail(x.deferred) // Envoy sends no body after deferRefusal; should one come anyway
-	}
-	if len(b.GetBody()) > ir.MaxBodyBytes {
-		return x.Fail(core.ErrTooLarge) // sent without a content-length (chunked)
-	}
-	resp, _ := x.processor().RequestBody(b)
-	return resp
-}
-
 // processor is the processor the request's path chose (a chat's for an exchange made
 // without headers, in tests).
 func (x *exchange) processor() Processor {
@@ -262,60 +243,27 @@ func (x *exchange) finish() {
 	x.GiveAnswer()
 }
 
-func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	if x.deferred != nil {
-		return x.Fail(x.deferred) // the unrouted reply to a request refused at its headers
-	}
-	resp, _ := x.processor().ResponseHeaders(h)
-	return resp
-}
-
-func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	resp, _ := x.processor().ResponseBody(b)
-	return resp
-}
-
 // processorForPath chooses a router-level request's processor by its path, once, at its
 // headers (the exchange has read what every kind shares: the request id, the header limits).
 func (x *exchange) processorForPath(path string) Processor {
 	switch {
 	case path == core.ModelsPath || strings.HasPrefix(path, core.ModelsPath+"/"):
-		return catalogProcessor{answeredEarly{}, x}
+		return catalogProcessor{core.AnsweredEarly{}, x}
 	case path == core.KeyPath:
-		return keyProcessor{answeredEarly{}, x}
+		return keyProcessor{core.AnsweredEarly{}, x}
 	case strings.HasPrefix(path, core.PayPrefix):
-		return &paidProcessor{x: x}
+		return x.s.paid.New(x.Exchange, func(kind string, pay tasks.Payment) *tasks.Media { return x.s.media(x.Exchange, kind, pay) })
 	case core.MediaKind(path) != "":
-		return mediaProcessor{answeredEarly{}, x, core.MediaKind(path)}
+		return x.s.media(x.Exchange, core.MediaKind(path), nil)
 	case path == core.ChatPath:
 		return chat.New(x.Exchange, nil)
 	}
-	return notFound{answeredEarly{}, x}
+	return notFound{core.AnsweredEarly{}, x}
 }
-
-// answeredEarly is the rest of a processor whose request ext_proc answers itself, at its
-// headers or its body: the immediate response ends the stream, so no later message comes.
-type answeredEarly struct{}
-
-var errAnsweredEarly = status.Error(codes.FailedPrecondition, "extproc: a message came after the request was answered")
-
-func (answeredEarly) RequestBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	return nil, errAnsweredEarly
-}
-
-func (answeredEarly) ResponseHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
-	return nil, errAnsweredEarly
-}
-
-func (answeredEarly) ResponseBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	return nil, errAnsweredEarly
-}
-
-func (answeredEarly) Done() {}
 
 // notFound answers a path that is no endpoint.
 type notFound struct {
-	answeredEarly
+	core.AnsweredEarly
 	x *exchange
 }
 

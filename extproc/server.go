@@ -6,8 +6,7 @@
 // (processor.go), chosen once: the upstream attempt filter's (extproc/chat Attempt: rewrite for
 // the chosen provider, translate its answer), or, at the router, the one the request's path
 // names: chat (extproc/chat), the catalog (catalog.go), GET /v1/key (keyinfo.go), media task
-// create and read (media.go), or a paid x402 endpoint wrapping chat or media (payment.go,
-// paying.go; settlements.go resolves the settlements whose answer was lost). What every
+// create and read (extproc/tasks Media), or a paid x402 endpoint wrapping chat or media (extproc/x402/paid). What every
 // processor shares is extproc/core; the ledger and holds are extproc/billing.
 package extproc
 
@@ -21,6 +20,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/tasks"
+	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -33,11 +34,10 @@ type Server struct {
 	health  atomic.Pointer[map[string]bool]
 	// refusals are providers whose last answer refused the gateway's credential.
 	refusals refusals
-	tasks    *Tasks                   // nil: the media task endpoints are off
-	tasksOff atomic.Pointer[string]   // why they are off, for their answer
-	payments atomic.Pointer[Payments] // nil: no paid endpoints
-	paying   inFlight                 // credentials whose paid request is running
-	obs      Observer                 // nil: nothing is measured
+	tasks    *tasks.Endpoints       // nil: the media task endpoints are off
+	tasksOff atomic.Pointer[string] // why they are off, for their answer
+	paid     paid.Endpoints         // the x402 paid endpoints (none until SetPayments)
+	obs      Observer               // nil: nothing is measured
 }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go
@@ -56,6 +56,13 @@ func NewServer(log *slog.Logger, rt *core.Runtime, b *Billing) *Server {
 // SetStoreCheck makes the server refuse billable requests, task creates and paid requests
 // while check reports the store's outage (nil: healthy); see core.Shared.SetStoreCheck.
 func (s *Server) SetStoreCheck(check func() error) { s.sh.SetStoreCheck(check) }
+
+// SetSharedStoreCheck makes the server refuse paid requests and task creates while check
+// reports the shared database's outage; see core.Shared.SetSharedStoreCheck.
+func (s *Server) SetSharedStoreCheck(check func() error) { s.sh.SetSharedStoreCheck(check) }
+
+// SetPayments turns the paid endpoints on (nil: off).
+func (s *Server) SetPayments(p *paid.Payments) { s.paid.Set(p) }
 
 // Swap installs a new runtime for requests that start from now on.
 func (s *Server) Swap(rt *core.Runtime) {
@@ -99,7 +106,7 @@ func (s *Server) endpoints() string {
 		list += ", POST " + core.MediaPaths[kind] + " and GET " + core.MediaPaths[kind] + "/{id}"
 	}
 	list += ", GET " + core.KeyPath
-	if ps := s.payments.Load(); ps != nil && len(ps.Offers) > 0 {
+	if s.paid.Listed() {
 		list += ", and POST " + core.PayPrefix + "{slug} for its paid endpoints"
 	}
 	return list
@@ -118,3 +125,47 @@ type Runtime = core.Runtime
 
 // Compile builds a Runtime from the IR and the key records (core.Compile).
 func Compile(g *ir.Gateway, keys []store.Key) *Runtime { return core.Compile(g, keys) }
+
+// SetTasks turns the media endpoints on; the service's Price and Bill are the endpoints', it
+// reports the providers' refusals of the gateway's credential, and it charges accounts when
+// billing is on.
+func (s *Server) SetTasks(t *tasks.Endpoints) {
+	t.Books, t.Runtime, t.Refusals, t.Log = s.sh.Books, s.runtime.Load, taskRefusals{&s.refusals}, s.sh.Log
+	t.Service.Price = t.Price
+	t.Service.Bill = t.Bill
+	// Task calls bypass the response path the chat's refusals are read on: the service says.
+	t.Service.Refused, t.Service.Answered = s.providerRefused, s.providerAnswered
+	t.Service.Charge = s.sh.Books != nil
+	s.tasks = t
+}
+
+// SetTasksOff says why the media task endpoints are off (their answer's message).
+func (s *Server) SetTasksOff(reason string) { s.tasksOff.Store(&reason) }
+
+// media is the processor of a request for kind's media endpoints under x (pay: its payment,
+// nil when keyed).
+func (s *Server) media(x *core.Exchange, kind string, pay tasks.Payment) *tasks.Media {
+	var off string
+	if r := s.tasksOff.Load(); r != nil {
+		off = *r
+	}
+	return tasks.NewMedia(x, s.tasks, off, kind, pay)
+}
+
+// taskRefusals are the server's refusals as the media endpoints ask them.
+type taskRefusals struct{ r *refusals }
+
+func (t taskRefusals) MayTry(provider string, now time.Time) bool { return t.r.mayTry(provider, now) }
+func (t taskRefusals) Reason(provider string) string              { return t.r.reason(provider) }
+
+// TaskCatalog is the configuration tasks run under now.
+func (s *Server) TaskCatalog() tasks.Catalog { return s.runtime.Load() }
+
+// RestoreTaskHolds holds again, after a start, what running tasks held before
+// (tasks.Endpoints.RestoreHolds).
+func (s *Server) RestoreTaskHolds(st store.Tasks) (int, error) {
+	if s.tasks == nil {
+		return 0, nil
+	}
+	return s.tasks.RestoreHolds(st)
+}

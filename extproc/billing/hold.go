@@ -11,6 +11,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // Books is the money path: the Ledger holds are taken against, and where settled requests and
@@ -32,29 +33,69 @@ type Books struct {
 // CheckpointEvery is the least time between two checkpoints of one stream's progress.
 const CheckpointEvery = time.Second
 
+// Owner is whom a hold bills: the account and key it is taken against (the key limited to
+// Limit a month; nil: no limit), and the fixed fields of the request's usage record.
+type Owner struct {
+	Account, KeyID string
+	Limit          *decimal.Decimal
+	RequestID      string // the usage record's id
+	Route          string // the route asked for ("" : a model asked for directly)
+}
+
+// Metered is what a request used as its usage record says it: the fields that change as the
+// answer comes (the model and provider that answered, the tokens, the cost).
+type Metered struct {
+	Model, Provider string
+	Usage           ir.Usage
+	Cost            decimal.Decimal
+	Estimated       bool
+}
+
+// Record is o's usage record of m at time at (zero: left for the writer to set).
+func (o Owner) Record(m Metered, at time.Time) store.UsageRecord {
+	rec := store.UsageRecord{
+		RequestID: o.RequestID, KeyID: o.KeyID, Account: o.Account, Model: m.Model,
+		Provider: m.Provider, Route: o.Route, PromptTokens: m.Usage.PromptTokens,
+		CompletionTokens: m.Usage.CompletionTokens, CachedTokens: m.Usage.CachedTokens, Cost: m.Cost, Estimated: m.Estimated,
+	}
+	if !at.IsZero() {
+		rec.Time = at.UTC()
+	}
+	return rec
+}
+
 // Hold is one admitted request's hold. Its methods are called from the request's own stream.
 type Hold struct {
 	b            *Books
 	res          *Reservation
-	id           string    // the usage record's request id
+	o            Owner
+	durable      bool      // admitted (Admit): its release ends the durable record
 	checkpointed time.Time // the last durable progress
 }
 
-// Admit holds worst for key keyID of account (limited to limit a month) in one atomic step
-// against both the account's credits and the key's limit; the error is the Ledger's refusal.
-// The hold is then queued durable: draft(at) is the record a restart bills, id its request
-// id, priced by price when it is written.
-func (b *Books) Admit(account, keyID string, limit *decimal.Decimal, worst decimal.Decimal, id string,
-	draft func(at time.Time) store.UsageRecord, price func() decimal.Decimal) (*Hold, error) {
-	res, err := b.Ledger.Reserve(account, keyID, limit, worst, b.Now())
+// Reserve holds worst for o in one atomic step against both the account's credits and the
+// key's limit; the error is the Ledger's refusal. The hold is kept in memory only: a media
+// task's durable record is the task itself.
+func (b *Books) Reserve(o Owner, worst decimal.Decimal) (*Hold, error) {
+	res, err := b.Ledger.Reserve(o.Account, o.KeyID, o.Limit, worst, b.Now())
 	if err != nil {
 		return nil, err
 	}
-	h := &Hold{b: b, res: res, id: id}
+	return &Hold{b: b, res: res, o: o}, nil
+}
+
+// Admit is Reserve for a request whose hold is then queued durable: first is the record a
+// restart bills (its cost priced at pricing when the hold is written).
+func (b *Books) Admit(o Owner, worst decimal.Decimal, first Metered, pricing ir.Pricing) (*Hold, error) {
+	h, err := b.Reserve(o, worst)
+	if err != nil {
+		return nil, err
+	}
+	h.durable = true
 	if b.Hold != nil {
 		now := b.Now()
 		h.checkpointed = now
-		b.Hold(draft(now), price)
+		b.Hold(o.Record(first, now), func() decimal.Decimal { return pricing.Cost(first.Usage) })
 	}
 	return h, nil
 }
@@ -62,35 +103,40 @@ func (b *Books) Admit(account, keyID string, limit *decimal.Decimal, worst decim
 // Amount is what the hold holds.
 func (h *Hold) Amount() decimal.Decimal { return h.res.Amount() }
 
-// Progress records how far a streaming answer has come, at most every CheckpointEvery: rec(at)
-// is what a restart bills if the stream is cut with the gateway (asked for only when due).
-func (h *Hold) Progress(rec func(at time.Time) store.UsageRecord) {
-	if h == nil || h.b.Hold == nil {
-		return
-	}
-	now := h.b.Now()
-	if now.Sub(h.checkpointed) < CheckpointEvery {
-		return
-	}
-	h.checkpointed = now
-	h.b.Hold(rec(now), nil)
+// Due reports whether a streaming answer's progress is due for a checkpoint: at most every
+// CheckpointEvery, and never for a hold that is not recorded.
+func (h *Hold) Due() bool {
+	return h != nil && h.durable && h.b.Hold != nil && h.b.Now().Sub(h.checkpointed) >= CheckpointEvery
 }
 
-// Settle bills the request metered, at most its hold, and hands rec(cost, at) over as its usage
-// record, with what was metered beyond the hold as its overage. It returns the cost billed.
-func (h *Hold) Settle(metered decimal.Decimal, rec func(cost decimal.Decimal, at time.Time) store.UsageRecord) decimal.Decimal {
-	cost := h.b.Ledger.Settle(h.res, metered)
-	r := rec(cost, h.b.Now())
-	r.Overage = metered.Sub(cost)
-	h.b.Record(r)
-	return cost
+// Progress records how far a streaming answer has come (m: what a restart bills if the stream
+// is cut with the gateway); the caller asks Due first.
+func (h *Hold) Progress(m Metered) {
+	now := h.b.Now()
+	h.checkpointed = now
+	h.b.Hold(h.o.Record(m, now), nil)
 }
+
+// Settle bills the request metered (m.Cost), at most its hold, and hands its usage record
+// over, with what was metered beyond the hold as its overage. It returns the cost billed.
+func (h *Hold) Settle(m Metered) decimal.Decimal {
+	metered := m.Cost
+	m.Cost = h.b.Ledger.Settle(h.res, metered)
+	r := h.o.Record(m, h.b.Now())
+	r.Overage = metered.Sub(m.Cost)
+	h.b.Record(r)
+	return m.Cost
+}
+
+// Charge bills a hold kept in memory only (Reserve) at cost, at most its hold: a media
+// task's usage record was settled with its completion in the store.
+func (h *Hold) Charge(cost decimal.Decimal) { h.b.Ledger.Settle(h.res, cost) }
 
 // Release drops the hold unbilled (the request was refused or its provider failed), and its
 // durable record.
 func (h *Hold) Release() {
 	h.b.Ledger.Release(h.res)
-	if h.b.End != nil {
-		h.b.End(h.id)
+	if h.durable && h.b.End != nil {
+		h.b.End(h.o.RequestID)
 	}
 }

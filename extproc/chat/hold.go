@@ -68,12 +68,10 @@ func (c *Processor) admit(body []byte) *core.APIError {
 	}
 	// Made durable with the settler's next batch: the record a restart bills if the request
 	// never settles, its prompt at the bound the hold was sized with until a checkpoint counts
-	// it. A request that settles before that batch is written leaves no row.
+	// it (priced by the writer, for the few holds it writes). A request that settles before
+	// that batch is written leaves no row.
 	u := ir.Usage{PromptTokens: min(c.promptEstimate, store.MaxTokens)}
-	m := c.plan.model // priced by the writer, for the few holds it writes
-	hold, err := b.Admit(x.Key.Account, x.Key.ID, x.Key.MonthlyLimit, worst, x.BillingID(),
-		func(at time.Time) store.UsageRecord { return c.usageRecord(u, decimal.Zero, true, at) },
-		func() decimal.Decimal { return m.Pricing.Cost(u) })
+	hold, err := b.Admit(c.owner(), worst, c.metered(u, decimal.Zero, true), c.plan.model.Pricing)
 	if e := core.HoldRefused(err, x.Key, worst, "lower max_tokens"); e != nil {
 		return e
 	}
@@ -137,13 +135,11 @@ func (c *Processor) settle() {
 	metered, held := c.cost(usage), c.hold.Amount()
 	hold := c.hold
 	c.hold = nil
-	hold.Settle(metered, func(cost decimal.Decimal, at time.Time) store.UsageRecord {
-		if metered.GreaterThan(held) {
-			billing.WarnOverage(x.Log, x.Provider, c.plan.model.ID, store.ShortID(x.RequestID), metered, held)
-		}
-		x.Bill = &core.Billed{Usage: usage, Estimated: estimated, Cost: cost}
-		return c.usageRecord(usage, cost, estimated, at)
-	})
+	if metered.GreaterThan(held) {
+		billing.WarnOverage(x.Log, x.Provider, c.plan.model.ID, store.ShortID(x.RequestID), metered, held)
+	}
+	cost := hold.Settle(c.metered(usage, metered, estimated))
+	x.Bill = &core.Billed{Usage: usage, Estimated: estimated, Cost: cost}
 }
 
 // paidBill is what a paid request's answer cost, from its metered usage, at most its hold
@@ -152,7 +148,7 @@ func (c *Processor) paidBill() (decimal.Decimal, store.UsageRecord) {
 	usage, estimated := c.meter.result(c.promptTokens)
 	usage = storable(usage)
 	cost, over := billing.Cap(c.cost(usage), c.paidHold)
-	rec := c.usageRecord(usage, cost, estimated, time.Time{})
+	rec := c.owner().Record(c.metered(usage, cost, estimated), time.Time{})
 	rec.Overage = over
 	return cost, rec
 }
@@ -201,22 +197,20 @@ func (c *Processor) release() {
 // counted and the completion passed so far (or the provider's usage, once sent), what a restart
 // bills if the stream is cut with the gateway.
 func (c *Processor) checkpoint() {
-	c.hold.Progress(func(at time.Time) store.UsageRecord {
-		u := storable(c.meter.progress(c.promptTokens))
-		return c.usageRecord(u, c.plan.model.Pricing.Cost(u), true, at)
-	})
+	if !c.hold.Due() {
+		return
+	}
+	u := storable(c.meter.progress(c.promptTokens))
+	c.hold.Progress(c.metered(u, c.plan.model.Pricing.Cost(u), true))
 }
 
-// usageRecord is the request's usage record for u at cost.
-func (c *Processor) usageRecord(u ir.Usage, cost decimal.Decimal, estimated bool, at time.Time) store.UsageRecord {
-	x := c.x
-	rec := store.UsageRecord{
-		RequestID: x.BillingID(), KeyID: x.Key.ID, Account: x.Key.Account, Model: c.plan.model.ID,
-		Provider: x.Provider, Route: c.plan.routeID(), PromptTokens: u.PromptTokens,
-		CompletionTokens: u.CompletionTokens, CachedTokens: u.CachedTokens, Cost: cost, Estimated: estimated,
-	}
-	if !at.IsZero() {
-		rec.Time = at.UTC()
-	}
-	return rec
+// owner is whom the request's hold bills, and its usage record's fixed fields.
+func (c *Processor) owner() billing.Owner {
+	k := c.x.Key
+	return billing.Owner{Account: k.Account, KeyID: k.ID, Limit: k.MonthlyLimit, RequestID: c.x.BillingID(), Route: c.plan.routeID()}
+}
+
+// metered is the request's usage u at cost as its usage record says it.
+func (c *Processor) metered(u ir.Usage, cost decimal.Decimal, estimated bool) billing.Metered {
+	return billing.Metered{Model: c.plan.model.ID, Provider: c.x.Provider, Usage: u, Cost: cost, Estimated: estimated}
 }

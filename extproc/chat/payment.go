@@ -11,7 +11,7 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-// Payment is what a paid endpoint's payment (x402, extproc's payment.go) does at a chat
+// Payment is what a paid endpoint's payment (extproc/x402/paid) does at a chat
 // request's steps; nil for a request paid by its key's account.
 type Payment interface {
 	// Refuses is the 403 of a plan the endpoint's models list refuses though the caller's key

@@ -24,8 +24,9 @@ type Shared struct {
 	Refused, Accepted func(provider string)
 	KeyUse            KeyUse // when each key was last used (keyuse.go)
 	Hints             Hints  // operators' hints logged for refusals (hints.go)
-	// storeCheck reports the store's outage (nil: none): see SetStoreCheck.
-	storeCheck atomic.Pointer[func() error]
+	// storeCheck reports the store's outage (nil: none): see SetStoreCheck; sharedCheck the
+	// shared database's: see SetSharedStoreCheck.
+	storeCheck, sharedCheck atomic.Pointer[func() error]
 }
 
 // Hint logs e's operator hint unless it was logged within the last minute.
@@ -36,10 +37,27 @@ func (s *Shared) Hint(e *APIError) { s.Hints.Hint(s.Log, e) }
 // must be as cheap as an atomic load (store.Health.Unavailable).
 func (s *Shared) SetStoreCheck(check func() error) { s.storeCheck.Store(&check) }
 
+// SetSharedStoreCheck makes the server refuse paid requests and task creates while check
+// reports the shared database's outage (store.driver postgres, where billable chat is admitted
+// on the spool's health instead): a credential's claim and a task are written to the
+// database itself. As cheap as SetStoreCheck's.
+func (s *Shared) SetSharedStoreCheck(check func() error) { s.sharedCheck.Store(&check) }
+
 // StoreRefusal is the answer to new billable work while the store cannot record it; nil while
 // it can.
-func (s *Shared) StoreRefusal() *APIError {
-	check := s.storeCheck.Load()
+func (s *Shared) StoreRefusal() *APIError { return refusal(s.storeCheck.Load()) }
+
+// SharedStoreRefusal is StoreRefusal for work the shared database itself must record (a
+// credential's claim, a task): refused while either check reports an outage.
+func (s *Shared) SharedStoreRefusal() *APIError {
+	if e := refusal(s.sharedCheck.Load()); e != nil {
+		return e
+	}
+	return s.StoreRefusal()
+}
+
+// refusal is the 503 store_unavailable of check's outage; nil without one.
+func refusal(check *func() error) *APIError {
 	if check == nil {
 		return nil
 	}

@@ -1,6 +1,8 @@
 // Package tasks is the lifecycle of asynchronous generation tasks (videos and images): the
-// task object clients see, creation with fallback, status refresh through Envoy, the
-// background poller, signed callbacks from a durable outbox, and the task's bill. Provider
+// media endpoints' processor at the edge (media.go: admission, GET of a task; create.go: the
+// create and its hold), the task object clients see, creation with fallback, status refresh
+// through Envoy, the background poller, signed callbacks from a durable outbox, and the task's
+// bill. Provider
 // shapes stay in extproc/provider/task's adapters; records in store.
 package tasks
 

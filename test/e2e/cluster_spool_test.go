@@ -321,3 +321,51 @@ func TestClusterPaymentNonceSingleUse(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterDatabaseDownRefusesPaidAndTasks: with the database down, what the database itself
+// must record is refused up front, 503 store_unavailable with retry-after: a paid request before
+// it is priced (no 402 asking the client to sign a credential that could not be claimed), and a
+// task create before any provider call. Billable chat keeps being served from the spool
+// (TestClusterDatabaseDown).
+func TestClusterDatabaseDownRefusesPaidAndTasks(t *testing.T) {
+	// Not parallel: it stops the package's PostgreSQL server, which other cluster tests share.
+	bed, fake := bedAndFake(t)
+	g := startCluster(t, pgDSN(t), 1, paidBody(bed, fake, ""), "FAKE_PROVIDER_KEY="+providerKey)[0]
+	setPayURL(t, g, "http://"+g.Public)
+	if code, out := g.adminJSON("POST", "/admin/v1/accounts", map[string]any{"id": "media-acct", "credits": "100"}); code != 201 {
+		t.Fatalf("create account: %d %v", code, out)
+	}
+	key := g.newKey("media-acct")
+	if err := pg.srv.Down(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.srv.Up() })
+	waitFor(t, "the database unreachable", 10*time.Second, func() bool {
+		db, _ := g.storeState()["database"].(map[string]any)
+		return db["state"] == "unreachable"
+	})
+	refused := func(what string, resp *http.Response) {
+		t.Helper()
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 503 || !strings.Contains(string(raw), `"code":"store_unavailable"`) || resp.Header.Get("retry-after") == "" {
+			t.Fatalf("%s with the database down: %d %s", what, resp.StatusCode, raw)
+		}
+	}
+	resp, err := http.Post("http://"+g.Public+"/x402/chat-mini", "application/json", strings.NewReader(paidChat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused("a paid request", resp)
+	before := fake.RequestCount()
+	req, _ := http.NewRequest(http.MethodPost, g.BaseURL+"/videos", strings.NewReader(`{"model":"hailuo-02","prompt":"a cat"}`))
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("authorization", "Bearer "+key)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	refused("a task create", resp)
+	if n := fake.RequestCount() - before; n != 0 {
+		t.Fatalf("the provider got %d requests for a create refused up front", n)
+	}
+}

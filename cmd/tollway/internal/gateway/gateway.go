@@ -20,6 +20,7 @@ import (
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/extproc/x402"
+	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/catalog"
@@ -44,7 +45,7 @@ type Options struct {
 	Callbacks *tasks.Guard
 	// Settlements resolves x402 settlements whose outcome was unknown; nil when billing is
 	// off, so there are no paid endpoints.
-	Settlements *extproc.Settlements
+	Settlements *paid.Settlements
 }
 
 // Gateway ties the store to its two consumers: Envoy (through xDS) and ext_proc (through a
@@ -56,7 +57,7 @@ type Gateway struct {
 	ext         *extproc.Server
 	internal    *ir.Listener
 	callbacks   *tasks.Guard
-	settlements *extproc.Settlements
+	settlements *paid.Settlements
 	demo        *demoServer // the in-process demo model, started when a provider of type demo is applied
 
 	// health is Envoy's view of each provider (name -> healthy), as last read; nil before the

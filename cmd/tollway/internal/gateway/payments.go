@@ -12,12 +12,12 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/cmd/tollway/internal/config"
-	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/x402"
+	"github.com/tollway/tollway/extproc/x402/paid"
 )
 
 // payments compiles the x402: section for ext_proc (nil: no paid endpoints).
-func (g *Gateway) payments(c *config.Config) *extproc.Payments {
+func (g *Gateway) payments(c *config.Config) *paid.Payments {
 	if len(c.X402.Endpoints) == 0 {
 		return nil
 	}
@@ -36,7 +36,7 @@ func (g *Gateway) payments(c *config.Config) *extproc.Payments {
 		// section they keep the last one.
 		g.settlements.SetFacilitator(fac)
 	}
-	return &extproc.Payments{Offers: offers, Facilitator: fac, Credentials: g.store, Settlements: g.settlements}
+	return &paid.Payments{Offers: offers, Facilitator: fac, Credentials: g.store, Settlements: g.settlements}
 }
 
 // facilitator is the client of the configured x402 facilitator: the one in use while the

@@ -16,6 +16,7 @@ import (
 	"github.com/tollway/tollway/cmd/tollway/internal/config/configtest"
 	"github.com/tollway/tollway/cmd/tollway/internal/leaktest"
 	"github.com/tollway/tollway/extproc"
+	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
@@ -55,7 +56,7 @@ x402:
 	log := slog.New(slog.DiscardHandler)
 	before := goleak.IgnoreCurrent()
 	g := New(Options{Log: log, Store: st, XDS: xds.New(log), Ext: extproc.NewServer(log, extproc.Compile(&ir.Gateway{}, nil), nil),
-		Settlements: extproc.NewSettlements(st, log)})
+		Settlements: paid.NewSettlements(st, log)})
 	const applies = 50
 	for range applies {
 		if err := g.ApplyConfig(t.Context(), cfg); err != nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds"
 )
@@ -153,7 +154,7 @@ func New() *Metrics {
 	m.settlements = counter("tollway_x402_settlements_total",
 		"x402 settlements by outcome: settled (the facilitator settled it, at the request or later), refused (it refused: the result was withheld), pending (its answer was lost: the result was served and the settlement is resolved in the background; each later counts once more as settled or unpaid) or unpaid (a pending one that never settled).",
 		"outcome")
-	for _, o := range []string{extproc.SettleSettled, extproc.SettleRefused, extproc.SettlePending, extproc.SettleUnpaid} {
+	for _, o := range []string{paid.SettleSettled, paid.SettleRefused, paid.SettlePending, paid.SettleUnpaid} {
 		m.settlements.WithLabelValues(o) // every outcome is exported, at zero until it happens
 	}
 
@@ -244,7 +245,7 @@ func (m *Metrics) TaskChanged(t *store.Task, _ string, usage *store.UsageRecord)
 	}
 }
 
-// Settlement counts an x402 settlement's outcome (extproc.SettleSettled, ...).
+// Settlement counts an x402 settlement's outcome (paid.SettleSettled, ...).
 func (m *Metrics) Settlement(outcome string) { m.settlements.WithLabelValues(outcome).Inc() }
 
 // Held counts a hold asked of the ledger.

@@ -5,13 +5,14 @@ import (
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/tasks"
+	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds"
 )
 
 // observe makes the metrics and wires every component to them; it runs before anything is
 // served (the observers are set once, never swapped).
-func observe(ctrl *xds.Server, ext *extproc.Server, ledger *billing.Ledger, bill *extproc.Billing, taskSvc *tasks.Service, settlements *extproc.Settlements, st store.Health, settle store.Recorder) *metrics.Metrics {
+func observe(ctrl *xds.Server, ext *extproc.Server, ledger *billing.Ledger, bill *extproc.Billing, taskSvc *tasks.Service, settlements *paid.Settlements, st store.Health, settle store.Recorder) *metrics.Metrics {
 	m := metrics.New()
 	ctrl.SetObserver(m)
 	ext.SetObserver(m)

@@ -18,6 +18,7 @@ import (
 	"github.com/tollway/tollway/cmd/tollway/internal/metrics"
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/tasks"
+	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/xds"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -42,6 +43,11 @@ func (p *process) buildGateway(context.Context) error {
 	p.ctrl = xds.New(log.With("component", "xds"))
 	p.ext = extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), p.bill)
 	p.ext.SetStoreCheck(p.durable().Unavailable)
+	if p.spool != nil {
+		// Billable chat is admitted on the spool's health; a credential's claim and a task
+		// are written to the database itself (docs/operations.md#database-down).
+		p.ext.SetSharedStoreCheck(p.st.Unavailable)
+	}
 	// The gateway's own task requests go through an internal listener of its own Envoy; with
 	// external Envoys there is none (several may share a host), so media tasks are off.
 	if !p.external {
@@ -56,7 +62,7 @@ func (p *process) buildGateway(context.Context) error {
 	}
 	p.guard = gateway.NewCallbackGuard(p.cfg, allowed, p.internal)
 	if p.bill != nil { // x402 needs billing
-		p.settlements = extproc.NewSettlements(p.st, log.With("component", "x402"))
+		p.settlements = paid.NewSettlements(p.st, log.With("component", "x402"))
 	}
 	p.gw = gateway.New(gateway.Options{Log: log, Store: p.st, XDS: p.ctrl, Ext: p.ext, Internal: p.internal, Callbacks: p.guard, Settlements: p.settlements})
 	p.resumeSettlements()
@@ -99,7 +105,7 @@ func (p *process) resumeTasks() error {
 		return nil
 	}
 	p.taskSvc.Envoy.Addr = fmt.Sprintf("%s:%d", p.internal.Address, p.internal.Port)
-	p.ext.SetTasks(&extproc.Tasks{Service: p.taskSvc, Callbacks: p.guard})
+	p.ext.SetTasks(&tasks.Endpoints{Service: p.taskSvc, Callbacks: p.guard})
 	n, err := p.taskSvc.Resume()
 	if err != nil {
 		return fmt.Errorf("running tasks: %w", err)

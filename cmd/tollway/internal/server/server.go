@@ -24,6 +24,7 @@ import (
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/tasks"
+	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/store/spool"
 	"github.com/tollway/tollway/xds"
@@ -60,7 +61,7 @@ type process struct {
 	gw             *gateway.Gateway
 	guard          *tasks.Guard
 	// settlements resolves x402 settlements whose outcome was unknown; nil when billing is off.
-	settlements *extproc.Settlements
+	settlements *paid.Settlements
 	taskSvc     *tasks.Service
 	internal    *ir.Listener // the child Envoy's listener for the gateway's own task requests
 	procs       *procTuner   // nil: GOMAXPROCS is left alone

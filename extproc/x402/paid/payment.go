@@ -1,4 +1,13 @@
-package extproc
+// Package paid is the x402 payment of a paid endpoint, as a wrapper around the processor of
+// the business API it sells (extproc/chat, or extproc/tasks for media). The inner core.Processor
+// reaches the payment through hooks it offers (chat.Payment: refuse a model, admit at the
+// worst case, settle exact at the answer's headers, upto at its end or before a stream's
+// [DONE]; tasks.Payment: admit, settle when the task is accepted) rather than the wrapper
+// pricing the body and billing the answer around it: the payment is admitted between the
+// inner processor's validation and its hold, and an upto stream's settlement is an event
+// inside the answer before [DONE], so a decorator seeing only the messages could not keep
+// those orders. The protocol itself is extproc/x402.
+package paid
 
 // Pay per request (docs/x402.md): POST {pay_url}/x402/{slug} runs the endpoint's business
 // API (chat completions, videos, images) paid through x402 v2 instead of, or besides, an API
@@ -20,6 +29,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollway/tollway/extproc/chat"
@@ -30,15 +40,17 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
 
 // The x402 headers as Envoy carries them (lower case; HTTP header names are case-insensitive).
+// HeaderPaymentSignature is read by the router from every request and never forwarded.
 var (
 	headerPaymentRequired  = strings.ToLower(x402.HeaderPaymentRequired)
-	headerPaymentSignature = strings.ToLower(x402.HeaderPaymentSignature)
+	HeaderPaymentSignature = strings.ToLower(x402.HeaderPaymentSignature)
 	headerPaymentResponse  = strings.ToLower(x402.HeaderPaymentResponse)
 )
 
@@ -54,8 +66,34 @@ type Payments struct {
 	Settlements *Settlements
 }
 
-// SetPayments turns the paid endpoints on (nil: off).
-func (s *Server) SetPayments(p *Payments) { s.payments.Store(p) }
+// Endpoints are a server's paid endpoints: the x402 configuration it runs with and the
+// credentials whose paid request is running.
+type Endpoints struct {
+	payments atomic.Pointer[Payments] // nil: no paid endpoints
+	paying   inFlight
+}
+
+// Set turns the paid endpoints on (nil: off).
+func (e *Endpoints) Set(p *Payments) { e.payments.Store(p) }
+
+// Listed reports whether there are paid endpoints to name.
+func (e *Endpoints) Listed() bool {
+	ps := e.payments.Load()
+	return ps != nil && len(ps.Offers) > 0
+}
+
+// Media is the processor of a request for kind's media endpoints, paid by pay (nil: the
+// endpoint's task is read, not created).
+type Media func(kind string, pay tasks.Payment) *tasks.Media
+
+// exchange is a paid request: the router-level request, the server's paid endpoints, and
+// its payment.
+type exchange struct {
+	*core.Exchange
+	e     *Endpoints
+	media Media
+	pay   *payState // set once the request is a paid business call
+}
 
 // payState is one paid request's payment.
 type payState struct {
@@ -104,37 +142,41 @@ func (x *exchange) payment() chat.Payment {
 // paidAccount is the account of requests paid without an API key: the endpoint's own.
 func paidAccount(slug string) string { return store.PaidAccountPrefix + slug }
 
-// paidProcessor is the processor of a paid endpoint ({pay_url}/x402/{slug}): the payment is
+// Processor is the processor of a paid endpoint ({pay_url}/x402/{slug}): the payment is
 // admitted at the headers, then the request runs as the business API it sells (chat or a
 // media task), whose processor it wraps.
-type paidProcessor struct {
+type Processor struct {
 	x     *exchange
-	inner Processor
+	inner core.Processor
 }
 
-func (p *paidProcessor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+// New is the processor of paid request x; media makes the processor of a media endpoint.
+func (e *Endpoints) New(x *core.Exchange, media Media) *Processor {
+	return &Processor{x: &exchange{Exchange: x, e: e, media: media}}
+}
+
+func (p *Processor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	x, hd := p.x, &p.x.Head
-	resp := x.paidHeaders(strings.TrimPrefix(hd.Path, core.PayPrefix), hd.Method, hd.Auth, hd.ContentType, hd.PaySig, h)
-	p.inner = chat.New(x.Exchange, x.payment())
-	if x.media != "" {
-		p.inner = mediaProcessor{x: x, kind: x.media}
+	resp := p.headers(strings.TrimPrefix(hd.Path, core.PayPrefix), hd.Method, hd.Auth, hd.ContentType, hd.PaySig, h)
+	if p.inner == nil { // the business API is chat, or the request was refused before its API was known
+		p.inner = chat.New(x.Exchange, x.payment())
 	}
 	return resp, nil
 }
 
-func (p *paidProcessor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+func (p *Processor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	return p.inner.RequestBody(b)
 }
 
-func (p *paidProcessor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+func (p *Processor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	return p.inner.ResponseHeaders(h)
 }
 
-func (p *paidProcessor) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+func (p *Processor) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	return p.inner.ResponseBody(b)
 }
 
-func (p *paidProcessor) Done() {
+func (p *Processor) Done() {
 	if p.inner != nil {
 		p.inner.Done()
 	}
@@ -142,8 +184,9 @@ func (p *paidProcessor) Done() {
 
 // paidHeaders admits POST {pay_url}/x402/{slug} (and GET {pay_url}/x402/{slug}/{task id} of a
 // task it created); it returns nil to go on to the body.
-func (x *exchange) paidHeaders(rest, method, auth, contentType, sig string, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	ps := x.s.payments.Load()
+func (p *Processor) headers(rest, method, auth, contentType, sig string, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	x := p.x
+	ps := x.e.payments.Load()
 	slug, taskID, _ := strings.Cut(rest, "/")
 	var offer *x402.Offer
 	if ps != nil {
@@ -169,7 +212,7 @@ func (x *exchange) paidHeaders(rest, method, auth, contentType, sig string, h *e
 		if kind == "" || method != http.MethodGet {
 			return x.Fail(core.Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s; paid task endpoints answer GET %s%s/{id}", core.Clip(method), core.Clip(core.PayPrefix+rest), core.PayPrefix, slug))
 		}
-		return x.mediaHeaders(kind, method, core.MediaPaths[kind]+"/"+taskID, auth, contentType)
+		return x.media(kind, nil).Headers(method, core.MediaPaths[kind]+"/"+taskID)
 	}
 	if method != http.MethodPost {
 		return x.Fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s%s is not supported; use POST (it runs POST %s)", core.Clip(method), core.PayPrefix, slug, ep.Target))
@@ -187,23 +230,18 @@ func (x *exchange) paidHeaders(rest, method, auth, contentType, sig string, h *e
 		x.pay.payload = p
 	}
 	if kind != "" {
-		// nil from mediaHeaders means "go on to the body", as for a keyed create.
-		if resp := x.mediaHeaders(kind, http.MethodPost, core.MediaPaths[kind], auth, contentType); resp != nil {
+		// nil from Headers means "go on to the body", as for a keyed create.
+		m := x.media(kind, taskPayment{x.pay})
+		if resp := m.Headers(http.MethodPost, core.MediaPaths[kind]); resp != nil {
 			return resp
 		}
+		p.inner = m
 		return x.ReadBody(h)
 	}
 	if e := core.CheckContentType(contentType); e != nil {
 		return x.Fail(e)
 	}
 	return x.ReadBody(h)
-}
-
-// endpointRefuses reports whether a paid endpoint's models list, and not the caller's key,
-// refuses route r (nil: none) running models: the key alone (a keyless request: none) allows
-// them.
-func (x *exchange) endpointRefuses(r *ir.Route, models []*core.Model) bool {
-	return x.pay != nil && x.pay.key.AllowsModels(r, models)
 }
 
 // endpointModels is the 403 of a request for target that the paid endpoint's models list
@@ -234,6 +272,12 @@ var unreadable = map[string]bool{"invalid_json": true, "invalid_request_id": tru
 // before the facilitator's verify is free for the client; a credential refused by the
 // facilitator stays used.
 func (x *exchange) payAdmit(worst decimal.Decimal) *core.APIError {
+	// The credential's claim is written to the shared database itself (with store.driver
+	// postgres, not the spool): while it is down nothing paid can run, so the client is not
+	// asked to sign.
+	if e := x.SharedStoreRefusal(); e != nil {
+		return e
+	}
 	p := x.pay
 	p.hold = worst
 	var quote decimal.Decimal
@@ -502,6 +546,17 @@ func (p *payState) Settle() (string, error) {
 
 // Failed is the answer to a business call whose settlement failed.
 func (p *payState) Failed(err error) *core.APIError { return p.x.settlementFailed(err) }
+
+// taskPayment is the payment at a media create's steps (tasks.Payment).
+type taskPayment struct{ *payState }
+
+// AdmitTask prices the create at worst and checks its credential (payAdmit).
+func (p taskPayment) AdmitTask(worst decimal.Decimal) *core.APIError { return p.x.payAdmit(worst) }
+
+// Created settles the task's payment and answers with its object (payTask).
+func (p taskPayment) Created(t *store.Task, worst decimal.Decimal, body []byte) *extprocv3.ProcessingResponse {
+	return p.x.payTask(t, worst, body)
+}
 
 // payTask settles a paid task once its provider accepted it (its business answer): its cost
 // is known only when it ends, long after any credential expires, so exact settles the signed

@@ -1,4 +1,4 @@
-package extproc
+package paid
 
 // A credential's use: it is claimed in the store, durably, before the business call it pays
 // for runs (a credential pays for one request), and held in memory while that request runs, so
@@ -52,20 +52,20 @@ var errPaymentInProgress = core.Errorf(http.StatusConflict, "payment_in_progress
 // from before the store's claim until after the request's end.
 func (x *exchange) useCredential(cred x402.Credential) *core.APIError {
 	key := cred.Key()
-	if !x.s.paying.take(key) {
+	if !x.e.paying.take(key) {
 		return errPaymentInProgress
 	}
-	err := x.s.payments.Load().Credentials.ClaimCredential(key, cred.KeepUntil())
+	err := x.e.payments.Load().Credentials.ClaimCredential(key, cred.KeepUntil())
 	if err == nil {
 		x.pay.inUse = key
 		return nil
 	}
-	x.s.paying.drop(key)
+	x.e.paying.drop(key)
 	switch {
 	case errors.Is(err, store.ErrExists):
 		return x.paymentRequired("the credential was already used", "payment_already_used", "this credential was already used (a credential pays for one request); sign a new one from PAYMENT-REQUIRED")
-	case errors.Is(err, store.ErrUnavailable) && x.StoreRefusal() != nil:
-		return x.StoreRefusal() // the store failed as the claim was written: the credential is unused
+	case errors.Is(err, store.ErrUnavailable) && x.SharedStoreRefusal() != nil:
+		return x.SharedStoreRefusal() // the store failed as the claim was written: the credential is unused
 	}
 	return core.Errorf(http.StatusInternalServerError, "internal_error", "the payment could not be recorded; nothing was charged; retry")
 }
@@ -75,7 +75,7 @@ func (x *exchange) useCredential(cred x402.Credential) *core.APIError {
 // ended. A client that got its answer and sends the credential again gets a replay's 402.
 func (x *exchange) endPaying() {
 	if x.pay != nil && x.pay.inUse != "" {
-		x.s.paying.drop(x.pay.inUse)
+		x.e.paying.drop(x.pay.inUse)
 		x.pay.inUse = ""
 	}
 }

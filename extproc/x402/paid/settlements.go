@@ -1,4 +1,4 @@
-package extproc
+package paid
 
 // Settlements finishes the x402 settlements whose outcome was unknown when their result went
 // out: the facilitator got /settle and its answer was lost (no answer within
