@@ -184,12 +184,12 @@ func (s *Store) settler() string {
 	return ""
 }
 
-// takeLeases takes what recs[fold] debited from replica's slices of their accounts and
-// keys' months, in tx after the budget rows were locked (lockBooks): a slice gives at most
-// what it holds.
-func takeLeases(ctx context.Context, tx pgx.Tx, replica string, debit, spend rowTotals) error {
-	if replica == "" || (len(debit) == 0 && len(spend) == 0) {
-		return nil
+// queueTakeLeases queues taking what a batch debited from replica's slices of their accounts
+// and keys' months, after the budget rows were locked (lockBooks): a slice gives at most what
+// it holds.
+func queueTakeLeases(b *pgx.Batch, replica string, debit, spend rowTotals) {
+	if replica == "" {
+		return
 	}
 	const take = `with cur as (
 	select amount from budget_leases where replica = $1 and account = $2 and key_id = $3 and month = $4 for update
@@ -198,14 +198,12 @@ func takeLeases(ctx context.Context, tx pgx.Tx, replica string, debit, spend row
 	where b.replica = $1 and b.account = $2 and b.key_id = $3 and b.month = $4 returning least(cur.amount, $5) as x
 )
 `
-	b := &pgx.Batch{}
 	for _, k := range debit.sorted() {
 		b.Queue(take+"update accounts set leased = leased - d.x from d where id = $2", replica, k[0], "", "", num(debit[k].Cost))
 	}
 	for _, k := range spend.sorted() {
 		b.Queue(take+"update spend_month set leased = leased - d.x from d where month = $4 and key_id = $3", replica, "", k[1], k[0], num(spend[k].Cost))
 	}
-	return tx.SendBatch(ctx, b).Close()
 }
 
 // AskBudgetBack asks the other replicas to give back their unheld slices of ref.

@@ -5,8 +5,6 @@ package postgres
 // rather than one statement per record.
 
 import (
-	"context"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -35,22 +33,25 @@ func (rr *recordRows) add(r *store.UsageRecord) {
 	rr.estimated, rr.reasons, rr.payment = append(rr.estimated, r.Estimated), append(rr.reasons, r.EstimateReason), append(rr.payment, payment)
 }
 
-// insertRecords inserts the rows whose request id is not recorded yet (ON CONFLICT DO NOTHING:
-// the primary key is the last word) and returns the ids it inserted.
-func insertRecords(ctx context.Context, tx pgx.Tx, rr *recordRows) (map[string]bool, error) {
+// queueInsert queues the insert of the rows whose request id is not recorded yet (ON
+// CONFLICT DO NOTHING: the primary key is the last word); the map it returns holds the ids
+// inserted once the batch ran.
+func queueInsert(batch *pgx.Batch, rr *recordRows) *map[string]bool {
 	inserted := make(map[string]bool, len(rr.ids))
 	if len(rr.ids) == 0 {
-		return inserted, nil
+		return &inserted
 	}
-	rows, _ := tx.Query(ctx, "insert into usage_records ("+recordColumns+") "+
+	batch.Queue("insert into usage_records ("+recordColumns+") "+
 		"select id, at, k, a, m, p, r, pt, ct, cat, c, o, e, er, pay::json from unnest("+
 		"$1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], "+
 		"$9::bigint[], $10::bigint[], $11::numeric[], $12::numeric[], $13::boolean[], $14::text[], $15::text[]) "+
 		"u(id, at, k, a, m, p, r, pt, ct, cat, c, o, e, er, pay) "+
 		"on conflict (request_id) do nothing returning request_id",
 		rr.ids, rr.at, rr.keys, rr.accounts, rr.models, rr.providers, rr.routes, rr.prompt,
-		rr.completion, rr.cached, rr.cost, rr.overage, rr.estimated, rr.reasons, rr.payment)
-	var id string
-	_, err := pgx.ForEachRow(rows, []any{&id}, func() error { inserted[id] = true; return nil })
-	return inserted, err
+		rr.completion, rr.cached, rr.cost, rr.overage, rr.estimated, rr.reasons, rr.payment).Query(func(rows pgx.Rows) error {
+		var id string
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { inserted[id] = true; return nil })
+		return err
+	})
+	return &inserted
 }

@@ -57,13 +57,19 @@ func (s *Store) SettleWith(recs []store.UsageRecord, hc bbolt.HoldChanges) (errs
 		return errs, nil
 	}
 	var out []error
-	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
-		out = slices.Clone(errs) // fn may run again
-		if err := settleTx(ctx, tx, norm, todo, out, hc.Held, s.settler()); err != nil {
-			return err
+	for try := 0; ; try++ {
+		err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
+			out = slices.Clone(errs) // fn may run again
+			recs := slices.Clone(norm)
+			if err := settleTx(ctx, tx, recs, todo, out, hc.Held, s.settler()); err != nil {
+				return err
+			}
+			return putHolds(ctx, tx, hc)
+		})
+		if !errors.Is(err, errRaced) || try >= 3 {
+			break
 		}
-		return putHolds(ctx, tx, hc)
-	})
+	}
 	if err != nil {
 		for _, i := range todo {
 			errs[i] = err
@@ -78,9 +84,18 @@ type books struct {
 	balance map[string]*pgtype.Numeric
 	spent   map[[2]string]*pgtype.Numeric
 	limit   map[string]pgtype.Numeric
+	done    map[string]bool // request ids settled before
 }
 
-// settleTx settles recs[todo] in tx; errs gets each record's own failure.
+// errRaced: a record the batch counted on inserting was inserted by another transaction
+// meanwhile (only a paid record, whose settling locks no account, can be): the transaction is
+// rolled back and run again, when the record reads as settled.
+var errRaced = errors.New("postgres: a usage record of the batch was settled concurrently")
+
+// settleTx settles recs[todo] in tx; errs gets each record's own failure. It is two round
+// trips whatever the batch's size (the shipper's transactions wait for the server, and under
+// load for the CPU, at each): the books locked and read with the ids settled before, then
+// the records inserted with every row they add to, in one pipeline.
 func settleTx(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []int, errs []error, held func(string) bool, replica string) error {
 	if len(todo) == 0 {
 		return nil
@@ -89,22 +104,12 @@ func settleTx(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []i
 	if err != nil {
 		return err
 	}
-	ids := make([]string, len(todo))
-	for j, i := range todo {
-		ids[j] = recs[i].RequestID
-	}
-	done := map[string]bool{}
-	var id string
-	rows, _ := tx.Query(ctx, "select request_id from usage_records where request_id = any($1)", ids)
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { done[id] = true; return nil }); err != nil {
-		return err
-	}
 	var settled, drop []string
 	var fresh recordRows
 	var inserting []int
 	for _, i := range todo {
 		rec := &recs[i]
-		if done[rec.RequestID] {
+		if b.done[rec.RequestID] {
 			if held != nil && held(rec.RequestID) {
 				drop = append(drop, rec.RequestID)
 			}
@@ -122,31 +127,32 @@ func settleTx(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []i
 			rec.CapDebit(dec(*bal), dec(*sp), limit)
 			*bal, *sp = num(dec(*bal).Sub(rec.Cost)), num(dec(*sp).Add(rec.Cost))
 		}
-		done[rec.RequestID] = true
+		b.done[rec.RequestID] = true
 		fresh.add(rec)
 		inserting = append(inserting, i)
-	}
-	// One statement for the whole batch; only a record inserted now is debited and counted.
-	inserted, err := insertRecords(ctx, tx, &fresh)
-	if err != nil {
-		return err
-	}
-	var fold []int
-	for _, i := range inserting {
-		if inserted[recs[i].RequestID] {
-			fold = append(fold, i)
-		}
-		if held != nil && held(recs[i].RequestID) {
-			settled = append(settled, recs[i].RequestID)
+		if held != nil && held(rec.RequestID) {
+			settled = append(settled, rec.RequestID)
 		}
 	}
-	if err := writeBooks(ctx, tx, recs, fold, replica); err != nil {
-		return err
-	}
+	// The records go in with the rows they add to, as if every one inserts: an unpaid record
+	// does (its id read as unsettled under its account's lock, which any transaction settling
+	// it takes first), and a paid one that does not (errRaced) undoes the whole transaction.
+	batch := &pgx.Batch{}
+	inserted := queueInsert(batch, &fresh)
+	writeBooks(batch, recs, inserting, replica)
 	if drop = append(drop, settled...); len(drop) > 0 {
-		_, err = tx.Exec(ctx, "delete from holds where request_id = any($1)", drop)
+		batch.Queue("delete from holds where request_id = any($1)", drop)
 	}
-	return err
+	if batch.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return err
+	}
+	if len(*inserted) != len(inserting) {
+		return errRaced
+	}
+	return nil
 }
 
 func spendKey(rec *store.UsageRecord) [2]string {
@@ -154,31 +160,52 @@ func spendKey(rec *store.UsageRecord) [2]string {
 }
 
 // lockBooks locks the accounts and month spends recs[todo] debit (paid records debit none),
-// each set in sorted order, and reads the keys' limits.
+// each set in sorted order, reads the keys' limits and which request ids are settled, in one
+// round trip (the statements run in order: the ids are read under the accounts' locks).
 func lockBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []int) (*books, error) {
-	b := &books{balance: map[string]*pgtype.Numeric{}, spent: map[[2]string]*pgtype.Numeric{}, limit: map[string]pgtype.Numeric{}}
+	b := &books{balance: map[string]*pgtype.Numeric{}, spent: map[[2]string]*pgtype.Numeric{}, limit: map[string]pgtype.Numeric{}, done: map[string]bool{}}
 	var accts, keyIDs []string
+	ids := make([]string, len(todo))
 	spends := map[[2]string]bool{}
-	for _, i := range todo {
-		if r := &recs[i]; r.Payment == nil {
+	for j, i := range todo {
+		r := &recs[i]
+		ids[j] = r.RequestID
+		if r.Payment == nil {
 			accts, keyIDs = append(accts, r.Account), append(keyIDs, r.KeyID)
 			spends[spendKey(r)] = true
 		}
 	}
-	if len(accts) == 0 {
-		return b, nil
+	batch := &pgx.Batch{}
+	if len(accts) > 0 {
+		queueLocks(batch, b, accts, keyIDs, spends)
 	}
+	batch.Queue("select request_id from usage_records where request_id = any($1)", ids).Query(func(rows pgx.Rows) error {
+		var id string
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { b.done[id] = true; return nil })
+		return err
+	})
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// queueLocks queues the statements that lock and read the accounts, the keys' limits and the
+// month spends into b.
+func queueLocks(batch *pgx.Batch, b *books, accts, keyIDs []string, spends map[[2]string]bool) {
 	slices.Sort(accts)
-	var id string
-	var n pgtype.Numeric
-	rows, _ := tx.Query(ctx, "select id, balance from accounts where id = any($1) order by id for update", slices.Compact(accts))
-	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { v := n; b.balance[id] = &v; return nil }); err != nil {
-		return nil, err
-	}
-	rows, _ = tx.Query(ctx, "select id, monthly_limit from api_keys where id = any($1)", keyIDs)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { b.limit[id] = n; return nil }); err != nil {
-		return nil, err
-	}
+	batch.Queue("select id, balance from accounts where id = any($1) order by id for update", slices.Compact(accts)).Query(func(rows pgx.Rows) error {
+		var id string
+		var n pgtype.Numeric
+		_, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { v := n; b.balance[id] = &v; return nil })
+		return err
+	})
+	batch.Queue("select id, monthly_limit from api_keys where id = any($1)", keyIDs).Query(func(rows pgx.Rows) error {
+		var id string
+		var n pgtype.Numeric
+		_, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { b.limit[id] = n; return nil })
+		return err
+	})
 	keys := make([][2]string, 0, len(spends))
 	for k := range spends {
 		keys = append(keys, k)
@@ -190,23 +217,21 @@ func lockBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []
 		zero := num(decimal.Zero)
 		b.spent[k] = &zero
 	}
-	if _, err := tx.Exec(ctx, "insert into spend_month (month, key_id, spent) select m, k, 0 from unnest($1::text[], $2::text[]) u(m, k) "+
-		"on conflict do nothing", months, kids); err != nil {
-		return nil, err
-	}
-	var month string
-	rows, _ = tx.Query(ctx, "select month, key_id, spent from spend_month s where (month, key_id) in "+
-		"(select * from unnest($1::text[], $2::text[])) order by month, key_id for update", months, kids)
-	if _, err := pgx.ForEachRow(rows, []any{&month, &id, &n}, func() error { v := n; b.spent[[2]string{month, id}] = &v; return nil }); err != nil {
-		return nil, err
-	}
-	return b, nil
+	batch.Queue("insert into spend_month (month, key_id, spent) select m, k, 0 from unnest($1::text[], $2::text[]) u(m, k) "+
+		"on conflict do nothing", months, kids)
+	batch.Queue("select month, key_id, spent from spend_month s where (month, key_id) in "+
+		"(select * from unnest($1::text[], $2::text[])) order by month, key_id for update", months, kids).Query(func(rows pgx.Rows) error {
+		var month, id string
+		var n pgtype.Numeric
+		_, err := pgx.ForEachRow(rows, []any{&month, &id, &n}, func() error { v := n; b.spent[[2]string{month, id}] = &v; return nil })
+		return err
+	})
 }
 
-// writeBooks debits the accounts and adds to the month spends and the aggregates what
-// recs[fold] (inserted now) settled, each row once, in sorted order, and takes it from
-// replica's budget slices (budget.go).
-func writeBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, fold []int, replica string) error {
+// writeBooks queues the debits of the accounts and what recs[fold] add to the month spends
+// and the aggregates, each row once, in sorted order, and what they take from replica's
+// budget slices (budget.go).
+func writeBooks(batch *pgx.Batch, recs []store.UsageRecord, fold []int, replica string) {
 	// Every map is keyed by up to four columns, so that one sort orders them all.
 	debit, spend, daily, route := rowTotals{}, rowTotals{}, rowTotals{}, rowTotals{}
 	for _, i := range fold {
@@ -222,7 +247,6 @@ func writeBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, fold [
 			route.add([4]string{r.Route, r.Model}, t)
 		}
 	}
-	batch := &pgx.Batch{}
 	for _, k := range debit.sorted() {
 		batch.Queue("update accounts set balance = balance - $2 where id = $1", k[0], num(debit[k].Cost))
 	}
@@ -235,10 +259,7 @@ func writeBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, fold [
 	for _, k := range route.sorted() {
 		batch.Queue(addTotals("usage_route", "route, model"), append([]any{k[0], k[1]}, totalArgs(route[k])...)...)
 	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return err
-	}
-	return takeLeases(ctx, tx, replica, debit, spend)
+	queueTakeLeases(batch, replica, debit, spend)
 }
 
 // rowTotals are what a batch adds to each row it writes, by the row's key columns.
