@@ -38,3 +38,9 @@ func (e *kindError) Unwrap() error { return e.kind }
 func Errorf(kind error, format string, args ...any) error {
 	return &kindError{msg: fmt.Sprintf(format, args...), kind: kind}
 }
+
+// RecordFault reports whether err is a usage record's own fault, so that trying it again cannot
+// help: it is invalid or its account does not exist.
+func RecordFault(err error) bool {
+	return errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotFound)
+}

@@ -1,7 +1,10 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -33,4 +36,19 @@ func (o *Outage) Error() string {
 		what = "writes to its store fail"
 	}
 	return fmt.Sprintf("the gateway cannot record usage durably: %s (since %s)", what, o.Since.UTC().Format(time.RFC3339))
+}
+
+// CauseOf names what a failed write says about the filesystem it went to (an Outage cause).
+func CauseOf(err error) string {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), strings.Contains(msg, "no space left on device"),
+		strings.Contains(msg, "disk quota exceeded"):
+		return CauseDiskFull
+	case errors.Is(err, syscall.EROFS), strings.Contains(msg, "read-only file system"):
+		return CauseReadOnly
+	case errors.Is(err, syscall.EIO), strings.Contains(msg, "input/output error"):
+		return CauseIO
+	}
+	return CauseWriteFailed
 }

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,24 +26,6 @@ import (
 
 	"github.com/tollway/tollway/store"
 )
-
-// CauseOf names what a failed write to a bbolt file says about its filesystem (a store.Cause).
-func CauseOf(err error) string { return causeOf(err) }
-
-// causeOf names what a failed write says about the filesystem.
-func causeOf(err error) string {
-	msg := err.Error()
-	switch {
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), strings.Contains(msg, "no space left on device"),
-		strings.Contains(msg, "disk quota exceeded"):
-		return store.CauseDiskFull
-	case errors.Is(err, syscall.EROFS), strings.Contains(msg, "read-only file system"):
-		return store.CauseReadOnly
-	case errors.Is(err, syscall.EIO), strings.Contains(msg, "input/output error"):
-		return store.CauseIO
-	}
-	return store.CauseWriteFailed
-}
 
 // HealthOptions tune the watcher (Watch).
 type HealthOptions struct {
@@ -140,7 +121,7 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 // failed starts an outage (or keeps the one going) for a commit that failed with err, and
 // reports whether it deleted the reserve to make room.
 func (s *Store) failed(err error) (released bool) {
-	cause := causeOf(err)
+	cause := store.CauseOf(err)
 	h := &s.health
 	h.mu.Lock()
 	if cause == store.CauseDiskFull && h.held {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/settle"
 	"github.com/tollway/tollway/test/harness"
 )
 
@@ -115,8 +116,8 @@ func TestOutageCauses(t *testing.T) {
 		&fs.PathError{Op: "sync", Path: "/x/tollway.db", Err: syscall.EIO}:     store.CauseIO,
 		errors.New("something else"):                                           store.CauseWriteFailed,
 	} {
-		if got := causeOf(err); got != want {
-			t.Errorf("causeOf(%v) = %q, want %q", err, got, want)
+		if got := store.CauseOf(err); got != want {
+			t.Errorf("CauseOf(%v) = %q, want %q", err, got, want)
 		}
 	}
 	o := &store.Outage{Cause: store.CauseReadOnly, Err: syscall.EROFS, Since: time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)}
@@ -139,15 +140,14 @@ func TestSettlerWaitsOutAnOutage(t *testing.T) {
 	down.Store(true)
 	readOnly := &fs.PathError{Op: "write", Path: "tollway.db", Err: syscall.EROFS}
 	s.failed(readOnly)
-	q := NewSettler(s, time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) { t.Errorf("%s reported: %v", r.RequestID, err) }})
-	q.settle = func(recs []store.UsageRecord, hc HoldChanges) ([]error, error) {
+	q := faultySettler(s, time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) { t.Errorf("%s reported: %v", r.RequestID, err) }}, func(recs []store.UsageRecord, hc settle.HoldChanges) ([]error, error) {
 		tries.Add(1)
 		if down.Load() {
 			err := fmt.Errorf("%w: %w", store.ErrUnavailable, readOnly)
 			return failAll(recs, err), err
 		}
 		return s.settleWith(recs, hc)
-	}
+	}, nil)
 	for i := range 100 {
 		q.Record(rec(fmt.Sprintf("held-%d", i), "acct", "0.01"))
 	}

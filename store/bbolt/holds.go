@@ -17,24 +17,12 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/settle"
 )
 
 var bucketHolds = []byte("holds")
 
 func init() { allBuckets = append(allBuckets, bucketHolds) }
-
-// HoldChanges are the hold rows a settling transaction writes beside its records.
-type HoldChanges struct {
-	// Put writes each hold's record (a new hold, or a checkpoint of its progress).
-	Put []store.UsageRecord
-	// Drop deletes the rows of holds released unbilled.
-	Drop []string
-	// Held reports whether a record's hold row is on disk: settling the record deletes it.
-	// Nil: none is.
-	Held func(requestID string) bool
-}
-
-func (h *HoldChanges) empty() bool { return len(h.Put) == 0 && len(h.Drop) == 0 }
 
 // holdValue is a hold row's value: the record's time, then its compact form.
 func holdValue(rec *store.UsageRecord) []byte {
@@ -50,7 +38,7 @@ func decodeHold(k, v []byte, rec *store.UsageRecord) error {
 
 // putHolds writes hc's rows in tx. A hold that is not a valid record is left out: it is only
 // the provisional bill of a request that will settle on its own.
-func putHolds(tx *bolt.Tx, hc *HoldChanges) error {
+func putHolds(tx *bolt.Tx, hc *settle.HoldChanges) error {
 	b := tx.Bucket(bucketHolds)
 	for i := range hc.Put {
 		rec := hc.Put[i]
@@ -104,49 +92,20 @@ func (s *Store) SettleHolds(reason string) (settled int, failed []error, err err
 	if err != nil {
 		return 0, failed, err
 	}
-	return SettleHeld(s.settleWith, recs, bad, failed)
+	return s.settleHeld(recs, bad, failed)
 }
 
-// SettleHeld settles recs, the records of holds left unsettled, with settle (a store's
-// SettleWith), deleting their hold rows and those of bad (holds that did not decode, whose
-// failures are in failed): a hold whose record cannot be stored is dropped and its failure
-// returned. It reports how many records were settled (now, or before the stop).
-func SettleHeld(settle func([]store.UsageRecord, HoldChanges) ([]error, error), recs []store.UsageRecord, bad []string,
-	failed []error) (settled int, _ []error, err error) {
-	if len(recs) == 0 && len(bad) == 0 {
-		return 0, failed, nil
-	}
-	all := func(string) bool { return true }
-	errs, err := settle(recs, HoldChanges{Drop: bad, Held: all})
-	if err != nil {
-		return 0, failed, err
-	}
-	bad = bad[:0]
-	for i, e := range errs {
-		switch {
-		case e == nil:
-			settled++
-		case wrongRecord(e):
-			bad = append(bad, recs[i].RequestID)
-			failed = append(failed, e)
-		default:
-			return settled, failed, e
-		}
-	}
-	if len(bad) > 0 {
-		if _, err := settle(nil, HoldChanges{Drop: bad}); err != nil {
-			return settled, failed, err
-		}
-	}
-	return settled, failed, nil
+// settleHeld settles the records of holds left unsettled (settle.Held).
+func (s *Store) settleHeld(recs []store.UsageRecord, bad []string, failed []error) (int, []error, error) {
+	return settle.Held(s.settleWith, recs, bad, failed)
 }
 
 // settleWith is SettleBatch with hold changes in the same transaction: one error per record,
 // and err when the transaction itself failed (nothing was written).
-func (s *Store) settleWith(recs []store.UsageRecord, hc HoldChanges) (errs []error, err error) {
+func (s *Store) settleWith(recs []store.UsageRecord, hc settle.HoldChanges) (errs []error, err error) {
 	errs = make([]error, len(recs))
 	todo := prepareSettling(recs, errs)
-	if len(todo) == 0 && hc.empty() {
+	if len(todo) == 0 && hc.Empty() {
 		return errs, nil
 	}
 	err = s.update(func(tx *bolt.Tx) error {
@@ -157,7 +116,7 @@ func (s *Store) settleWith(recs []store.UsageRecord, hc HoldChanges) (errs []err
 	})
 	if err != nil {
 		for _, st := range todo {
-			if errs[st.at] == nil || !wrongRecord(errs[st.at]) {
+			if errs[st.at] == nil || !store.RecordFault(errs[st.at]) {
 				errs[st.at] = err
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/settle"
 )
 
 // TestSettleBatchOversizedIDFailsAlone: a request id over bbolt's 32 KiB key limit used to fail
@@ -179,15 +180,14 @@ func TestSettlerIsolatesAnUnpredictedFailure(t *testing.T) {
 	var mu sync.Mutex
 	var calls, poisonTries int
 	var reported []string
-	q := NewSettler(s, 50*time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
+	q := faultySettler(s, 50*time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
 		if !errors.Is(err, poisonErr) {
 			t.Errorf("%s reported with %v", r.RequestID, err)
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		reported = append(reported, r.RequestID)
-	}})
-	q.settle = faulty(func(batch []store.UsageRecord) []error {
+	}}, faulty(func(batch []store.UsageRecord) []error {
 		mu.Lock()
 		calls++
 		mu.Unlock()
@@ -200,7 +200,7 @@ func TestSettlerIsolatesAnUnpredictedFailure(t *testing.T) {
 			}
 		}
 		return s.SettleBatch(batch)
-	})
+	}), nil)
 	for i := range 200 {
 		q.Record(rec(fmt.Sprintf("a%d", i), "a", "0.25"))
 		if i == 133 {
@@ -250,11 +250,11 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 
 // faulty makes a settler's settle from a test's fault: its errors per record, and as the
 // transaction's error the first that is not a record's own fault.
-func faulty(f func([]store.UsageRecord) []error) func([]store.UsageRecord, HoldChanges) ([]error, error) {
-	return func(batch []store.UsageRecord, _ HoldChanges) ([]error, error) {
+func faulty(f func([]store.UsageRecord) []error) func([]store.UsageRecord, settle.HoldChanges) ([]error, error) {
+	return func(batch []store.UsageRecord, _ settle.HoldChanges) ([]error, error) {
 		errs := f(batch)
 		for _, err := range errs {
-			if err != nil && !wrongRecord(err) {
+			if err != nil && !store.RecordFault(err) {
 				return errs, err
 			}
 		}
@@ -271,11 +271,25 @@ func failAll(batch []store.UsageRecord, err error) []error {
 	return errs
 }
 
+// testRetries are the retry pauses faultySettler's writers use (nil: the defaults).
+var testRetries []time.Duration
+
 // setRetries sets the settler's retry pauses for one test.
 func setRetries(t *testing.T, pauses ...time.Duration) {
-	saved := settleRetries
-	settleRetries = pauses
-	t.Cleanup(func() { settleRetries = saved })
+	saved := testRetries
+	testRetries = pauses
+	t.Cleanup(func() { testRetries = saved })
+}
+
+// faultySettler starts a writer over s whose transactions are settleFn's (a test's faults in
+// front of s.settleWith) and whose probe is probeFn (nil: s's own).
+func faultySettler(s *Store, window time.Duration, hooks store.SettlerHooks,
+	settleFn func([]store.UsageRecord, settle.HoldChanges) ([]error, error), probeFn func() error) *settle.Settler {
+	if probeFn == nil {
+		probeFn = s.probe
+	}
+	return settle.New(settle.Funcs{SettleFn: settleFn, ProbeFn: probeFn, RecoveryFn: s.recovery},
+		settle.Options{Window: window, Hooks: hooks, Retries: testRetries})
 }
 
 // TestDamagedRowFailsOnlyItsRecords: a shared row that no longer decodes (an account, a daily

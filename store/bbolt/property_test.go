@@ -290,20 +290,19 @@ func TestSettlerProperty(t *testing.T) {
 		m := newModel()
 		var mu sync.Mutex
 		reported := map[string][]error{}
-		q := NewSettler(s, time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
+		q := faultySettler(s, time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			reported[r.RequestID] = append(reported[r.RequestID], err)
-		}})
-		t.Cleanup(q.Close) // also when the case fails half-way
-		q.settle = faulty(func(batch []store.UsageRecord) []error {
+		}}, faulty(func(batch []store.UsageRecord) []error {
 			for _, r := range batch {
 				if r.Provider == "poison" {
 					return failAll(batch, errPoison)
 				}
 			}
 			return s.SettleBatch(batch)
-		})
+		}), nil)
+		t.Cleanup(q.Close) // also when the case fails half-way
 		wantReported := map[string][]error{}
 		for n := range rapid.IntRange(1, 150).Draw(t, "records") {
 			r, kind := genRecord(t, n, m.used, true)

@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/settle"
 )
 
 // Settle records one served request and debits its account, exactly once per RequestID. The
@@ -50,14 +51,8 @@ const usageFill = 1.0
 // itself. Records touching the same account, aggregate or month read and write it once per
 // batch, so a batch costs little more than its records' own rows.
 func (s *Store) SettleBatch(recs []store.UsageRecord) []error {
-	errs, _ := s.settleWith(recs, HoldChanges{})
+	errs, _ := s.settleWith(recs, settle.HoldChanges{})
 	return errs
-}
-
-// wrongRecord reports whether err is the record's own fault, so that trying it again cannot
-// help: it is invalid or its account does not exist.
-func wrongRecord(err error) bool {
-	return errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrNotFound)
 }
 
 // prepareSettling checks and encodes each record outside the transaction; errs gets what is

@@ -12,6 +12,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/store/settle"
 )
 
 // TestSettleBatchPerRecordOutcomes: one transaction, but each record succeeds or fails alone.
@@ -215,7 +216,7 @@ func BenchmarkSettler(b *testing.B) {
 			}
 			defer s.Close()
 			mustAccount(b, s, "acct", "1000000")
-			q := NewSettler(s, SettleWindow, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) { b.Error(r.RequestID, err) }})
+			q := NewSettler(s, settle.Window, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) { b.Error(r.RequestID, err) }})
 			cost := dec("0.00000015")
 			b.ResetTimer()
 			for i := range b.N {
@@ -276,7 +277,7 @@ func TestSettlerWaitsForAFailingStore(t *testing.T) {
 	var stalls atomic.Int64
 	f := &failing{s: s}
 	f.down.Store(true)
-	q := NewSettler(s, time.Millisecond, store.SettlerHooks{
+	q := faultySettler(s, time.Millisecond, store.SettlerHooks{
 		NotStored: func(r store.UsageRecord, err error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -288,8 +289,7 @@ func TestSettlerWaitsForAFailingStore(t *testing.T) {
 			}
 			stalls.Add(1)
 		},
-	})
-	q.settle, q.probe = faulty(f.settle), f.probe
+	}, faulty(f.settle), f.probe)
 	q.Record(rec("kept-1", "acct", "1"))
 	q.Record(rec("kept-2", "acct", "2"))
 	q.Record(rec("ghost", "nobody", "1"))
@@ -314,13 +314,12 @@ func TestSettlerWaitsForAFailingStore(t *testing.T) {
 	reported = nil
 	f.down.Store(true)
 	f.calls.Store(0)
-	q = NewSettler(s, time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
+	q = faultySettler(s, time.Millisecond, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
 		if !errors.Is(err, errDiskFull) {
 			t.Errorf("%s: %v, want the disk's error", r.RequestID, err)
 		}
 		reported = append(reported, r.RequestID)
-	}})
-	q.settle, q.probe = faulty(f.settle), f.probe
+	}}, faulty(f.settle), f.probe)
 	q.Record(rec("lost", "acct", "1"))
 	q.Close()
 	if len(reported) != 1 || f.calls.Load() < 4 {

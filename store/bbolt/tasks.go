@@ -91,7 +91,7 @@ func writeChange(tx *bolt.Tx, ch store.TaskChange) (usageErr, err error) {
 	switch {
 	case errs[0] == nil:
 		return nil, nil
-	case wrongRecord(errs[0]):
+	case store.RecordFault(errs[0]):
 		return fmt.Errorf("%w: %w", store.ErrUsageNotSettled, errs[0]), nil
 	}
 	return nil, errs[0]

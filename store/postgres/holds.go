@@ -12,13 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollway/tollway/store"
-	"github.com/tollway/tollway/store/bbolt"
+	"github.com/tollway/tollway/store/settle"
 )
 
 // NewSettler starts the Recorder that settles records in s with group commit (window: how
 // long it gathers records after the first).
 func NewSettler(s *Store, window time.Duration, hooks store.SettlerHooks) store.Recorder {
-	return bbolt.NewSettlerFor(s, window, hooks)
+	return settle.New(s, settle.Options{Window: window, Hooks: hooks})
 }
 
 // Probe commits a transaction that takes a transaction id: it fails while the database is
@@ -35,7 +35,7 @@ func (s *Store) Recovery() <-chan struct{} { return s.recovery() }
 
 // putHolds writes hc's rows in tx. A hold that is not a valid record is left out: it is only
 // the provisional bill of a request that will settle on its own.
-func putHolds(ctx context.Context, tx pgx.Tx, hc bbolt.HoldChanges) error {
+func putHolds(ctx context.Context, tx pgx.Tx, hc settle.HoldChanges) error {
 	batch := &pgx.Batch{}
 	for i := range hc.Put {
 		rec := hc.Put[i]
@@ -88,5 +88,5 @@ func (s *Store) SettleHolds(reason string) (settled int, failed []error, err err
 	if err != nil {
 		return 0, failed, err
 	}
-	return bbolt.SettleHeld(s.SettleWith, recs, bad, failed)
+	return settle.Held(s.SettleWith, recs, bad, failed)
 }

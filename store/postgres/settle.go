@@ -24,13 +24,13 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
-	"github.com/tollway/tollway/store/bbolt"
+	"github.com/tollway/tollway/store/settle"
 )
 
 // SettleBatch settles recs in one transaction and returns one error per record (nil: settled
 // now or before); a record wrong in itself fails alone.
 func (s *Store) SettleBatch(recs []store.UsageRecord) []error {
-	errs, _ := s.SettleWith(recs, bbolt.HoldChanges{})
+	errs, _ := s.SettleWith(recs, settle.HoldChanges{})
 	return errs
 }
 
@@ -41,8 +41,8 @@ func wrongRecord(err error) bool {
 
 // SettleWith is SettleBatch with hold changes in the same transaction: one error per record,
 // and err when the transaction itself failed (nothing was written). It is what the Settler
-// writes through (bbolt.SettleTarget).
-func (s *Store) SettleWith(recs []store.UsageRecord, hc bbolt.HoldChanges) (errs []error, err error) {
+// writes through (settle.Target).
+func (s *Store) SettleWith(recs []store.UsageRecord, hc settle.HoldChanges) (errs []error, err error) {
 	errs = make([]error, len(recs))
 	todo := make([]int, 0, len(recs))
 	norm := make([]store.UsageRecord, len(recs))

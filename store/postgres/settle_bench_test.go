@@ -10,7 +10,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
-	"github.com/tollway/tollway/store/bbolt"
+	"github.com/tollway/tollway/store/settle"
 	"github.com/tollway/tollway/store/spool"
 )
 
@@ -36,7 +36,7 @@ func BenchmarkShip(b *testing.B) {
 			recs[i] = store.UsageRecord{RequestID: "ship-" + strconv.Itoa(seq), KeyID: "key_" + strconv.Itoa(seq%16), Account: "acct",
 				Model: "gpt-4o-mini", Provider: "fake", PromptTokens: 100, CompletionTokens: 50, Cost: cost}
 		}
-		errs, err := s.SettleWith(recs, bbolt.HoldChanges{})
+		errs, err := s.SettleWith(recs, settle.HoldChanges{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -87,7 +87,7 @@ func spoolBacklog(b *testing.B, busy int) {
 			recs = append(recs, store.UsageRecord{RequestID: "spool-" + strconv.Itoa(seq), KeyID: "key_1", Account: "acct", Route: "chat",
 				Model: "gpt-4o-mini", Provider: "fake", PromptTokens: 100, CompletionTokens: 50, Cost: cost})
 		}
-		if _, err := sp.SettleWith(recs, bbolt.HoldChanges{}); err != nil {
+		if _, err := sp.SettleWith(recs, settle.HoldChanges{}); err != nil {
 			b.Fatal(err)
 		}
 		stop := make(chan struct{})

@@ -9,8 +9,8 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/store"
-	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/store/postgres/pgtest"
+	"github.com/tollway/tollway/store/settle"
 )
 
 // TestSettlePaidRecordRaced: a batch is written in one pipeline as if every record it read as
@@ -51,7 +51,7 @@ func TestSettlePaidRecordRaced(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		errs, err := s.SettleWith([]store.UsageRecord{paid, unpaid}, bbolt.HoldChanges{})
+		errs, err := s.SettleWith([]store.UsageRecord{paid, unpaid}, settle.HoldChanges{})
 		done <- result{errs, err}
 	}()
 	select {

@@ -12,13 +12,13 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tollway/tollway/store"
-	"github.com/tollway/tollway/store/bbolt"
+	"github.com/tollway/tollway/store/settle"
 )
 
 // SettleWith appends recs to the journal and writes hc, in one transaction: one error per record
 // (ErrInvalid for a record wrong in itself, which is not spooled), and the transaction's own,
-// wrapping store.ErrUnavailable, when the journal cannot commit (bbolt.SettleTarget).
-func (s *Spool) SettleWith(recs []store.UsageRecord, hc bbolt.HoldChanges) ([]error, error) {
+// wrapping store.ErrUnavailable, when the journal cannot commit (settle.Target).
+func (s *Spool) SettleWith(recs []store.UsageRecord, hc settle.HoldChanges) ([]error, error) {
 	errs := make([]error, len(recs))
 	now := time.Now()
 	added, holds := 0, int64(0)
@@ -104,7 +104,7 @@ func (s *Spool) update(fn func(tx *bolt.Tx) error) error {
 		s.health.OK()
 		return nil
 	}
-	s.health.Fail(&store.Outage{Cause: bbolt.CauseOf(err), Err: fmt.Errorf("the spool %s: %w", s.opts.Path, err), Since: time.Now().UTC()})
+	s.health.Fail(&store.Outage{Cause: store.CauseOf(err), Err: fmt.Errorf("the spool %s: %w", s.opts.Path, err), Since: time.Now().UTC()})
 	return fmt.Errorf("store.spool %s: %w: %w", s.opts.Path, store.ErrUnavailable, err)
 }
 
@@ -139,6 +139,6 @@ func (s *Spool) SettleHolds(reason string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, _, err := bbolt.SettleHeld(s.SettleWith, recs, bad, nil)
+	n, _, err := settle.Held(s.SettleWith, recs, bad, nil)
 	return n, err
 }

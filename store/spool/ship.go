@@ -12,7 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tollway/tollway/store"
-	"github.com/tollway/tollway/store/bbolt"
+	"github.com/tollway/tollway/store/settle"
 )
 
 // shipPauses are the waits between tries while the target cannot commit (the last repeating);
@@ -150,7 +150,7 @@ func (s *Spool) shipOnce() (int, error) {
 	for i := range batch {
 		recs[i] = batch[i].rec
 	}
-	errs, err := s.target.SettleWith(recs, bbolt.HoldChanges{})
+	errs, err := s.target.SettleWith(recs, settle.HoldChanges{})
 	if err != nil && !errors.Is(err, store.ErrUnavailable) && len(batch) > 1 {
 		// Something in the batch the database refuses: each record on its own finds which.
 		errs, err = s.oneByOne(recs)
@@ -170,7 +170,7 @@ func (s *Spool) shipOnce() (int, error) {
 func (s *Spool) oneByOne(recs []store.UsageRecord) ([]error, error) {
 	errs := make([]error, len(recs))
 	for i := range recs {
-		e, err := s.target.SettleWith(recs[i:i+1], bbolt.HoldChanges{})
+		e, err := s.target.SettleWith(recs[i:i+1], settle.HoldChanges{})
 		switch {
 		case errors.Is(err, store.ErrUnavailable):
 			return nil, err

@@ -36,7 +36,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tollway/tollway/store"
-	"github.com/tollway/tollway/store/bbolt"
+	"github.com/tollway/tollway/store/settle"
 )
 
 // Buckets of the journal.
@@ -50,7 +50,7 @@ var (
 type Target interface {
 	// SettleWith settles recs in one transaction: one error per record and the transaction's
 	// own (wrapping store.ErrUnavailable when the store cannot commit).
-	SettleWith(recs []store.UsageRecord, hc bbolt.HoldChanges) ([]error, error)
+	SettleWith(recs []store.UsageRecord, hc settle.HoldChanges) ([]error, error)
 	// Outage is the target's current outage, nil while it takes writes.
 	Outage() *store.Outage
 	// Recovery is closed when the target's current outage ends (nil: none going on).
@@ -61,7 +61,7 @@ type Target interface {
 type Options struct {
 	// Path is the journal's file; its directory is made if missing.
 	Path string
-	// Window is the local group commit's (bbolt.SettleWindow by default).
+	// Window is the local group commit's (settle.Window by default).
 	Window time.Duration
 	// Hooks report records that could not be stored (refused by the target, or invalid) and a
 	// journal that cannot commit.
@@ -84,7 +84,7 @@ type Spool struct {
 	db     *bolt.DB
 	target Target
 	health store.OutageState
-	set    *bbolt.Settler
+	set    *settle.Settler
 
 	kick chan struct{} // something new to ship
 	quit chan struct{}
@@ -105,7 +105,7 @@ var _ store.Recorder = (*Spool)(nil)
 // previous run left are shipped first thing.
 func Open(o Options, target Target) (*Spool, error) {
 	if o.Window <= 0 {
-		o.Window = bbolt.SettleWindow
+		o.Window = settle.Window
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 2048
@@ -131,7 +131,7 @@ func Open(o Options, target Target) (*Spool, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("store.spool %s: %w", o.Path, err)
 	}
-	s.set = bbolt.NewSettlerFor(s, o.Window, o.Hooks)
+	s.set = settle.New(s, settle.Options{Window: o.Window, Hooks: o.Hooks})
 	go s.shipLoop()
 	s.wake()
 	return s, nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/store/bbolt"
+	"github.com/tollway/tollway/store/settle"
 )
 
 // waitRecords polls the gateway's durable record count until it reaches want or maxWait passes.
@@ -270,7 +271,7 @@ func storeSettle(ctx context.Context, dir string, producers int, d time.Duration
 		queued  atomic.Int64
 		wg      sync.WaitGroup
 	)
-	q := bbolt.NewSettler(st, bbolt.SettleWindow, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
+	q := bbolt.NewSettler(st, settle.Window, store.SettlerHooks{NotStored: func(r store.UsageRecord, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if firstEr == nil {

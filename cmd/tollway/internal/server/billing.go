@@ -12,15 +12,16 @@ import (
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/store/bbolt"
 	"github.com/tollway/tollway/store/postgres"
+	"github.com/tollway/tollway/store/settle"
 	"github.com/tollway/tollway/store/spool"
 )
 
 // newSettler moves settled requests from the request path to the store. The in-memory ledger is
 // already debited when a record is queued, so limits hold at once; the store's settler makes the
-// record durable with group commit within about store.SettleWindow, off the response's path.
+// record durable with group commit within about settle.Window, off the response's path.
 // Ids in its logs are cut short: a client chooses its request id.
 func newSettler(log *slog.Logger, st store.Store) store.Recorder {
-	return bbolt.NewSettler(st.(*bbolt.Store), bbolt.SettleWindow, settlerHooks(log))
+	return bbolt.NewSettler(st.(*bbolt.Store), settle.Window, settlerHooks(log))
 }
 
 // openSpool opens the replica's spool of usage records (driver postgres), bills the holds its
