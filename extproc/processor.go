@@ -233,7 +233,11 @@ func (x *exchange) deferRefusal(e *core.APIError, strip []string) *extprocv3.Pro
 		ModeOverride: unrouted(),
 	}
 	if x.Split {
-		// On a split gateway the chunk lane's filter reads the unrouted reply's headers.
+		// On a split gateway the chunk lane's filter reads the unrouted reply's headers: the
+		// request takes the route that has it.
+		common := resp.GetRequestHeaders().GetResponse()
+		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, core.SetHeader(ir.LaneHeader, ir.LaneDeferred))
+		common.ClearRouteCache = true
 		core.AddMetadata(resp, ir.MetadataNamespace, map[string]*structpb.Value{ir.ExchangeKey: structpb.NewStringValue(x.Park(false))})
 	}
 	return resp

@@ -252,6 +252,7 @@ const (
 	SplitMetadata = "x-tollway-split"
 	LaneHeader    = "x-tollway-lane"
 	LaneFast      = "fast"
+	LaneDeferred  = "deferred" // the unrouted reply to a request refused at its next message
 	ExchangeKey   = "exchange" // in MetadataNamespace: the request's exchange, for the answer's filter and log
 	LaneMetadata  = "tollway.lane"
 	// MeterMetadata is what the stream meter (Envoy's Lua) read of a fast-lane answer.

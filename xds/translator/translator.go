@@ -178,7 +178,16 @@ func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
 		}
 		maps.Copy(host, laneHost)
 		rs[0].TypedPerFilterConfig = chunk
-		rs[1].TypedPerFilterConfig = maps.Clone(chunk) // unrouted
+		// A refusal ext_proc deferred to the answer's headers (a client's invalid request id,
+		// replaced first) takes the unrouted reply through the chunk lane's filter.
+		d := proto.Clone(rs[1]).(*routev3.Route)
+		d.Name = "deferred"
+		d.Match.Headers = append(d.Match.Headers, &routev3.HeaderMatcher{
+			Name:                 ir.LaneHeader,
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: exact(ir.LaneDeferred)},
+		})
+		d.TypedPerFilterConfig = chunk
+		rs = append(rs[:1], d, rs[1])
 		f := proto.Clone(rs[0]).(*routev3.Route)
 		f.Name = "chat-fast"
 		f.Match.Headers = append(f.Match.Headers, &routev3.HeaderMatcher{
