@@ -47,8 +47,8 @@ func (e *envoyRunner) start(ctx context.Context) error {
 		return e.startEnvoy(ctx, false)
 	})
 	e.sup.OnRestart = func(proc *envoy.Process) {
-		p.ext.EnvoyRestarted(time.Unix(0, restarting.Load())) // the answers the dead Envoy held are over
 		p.gw.SetEnvoy(proc)
+		p.ext.EnvoyRestarted(time.Unix(0, restarting.Load())) // the answers the dead Envoy held are over
 	}
 	p.gw.SetSupervisor(e.sup)
 	// The supervisor outlives ctx: a signal drains Envoy (wait), it does not stop supervising.
