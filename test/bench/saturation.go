@@ -67,51 +67,64 @@ type satCurve struct {
 type satSetup struct {
 	targets map[string]*target
 	procs   map[string][]proc
+	stop    []func() // in reverse order of start
 }
 
-func runSaturation(ctx context.Context, o *options, dir string, stdout, stderr io.Writer) error {
+func (s *satSetup) close() {
+	for _, f := range slices.Backward(s.stop) {
+		f()
+	}
+}
+
+// startSaturation starts the fake provider in its own process, Envoy alone and billing-on
+// Tollway in front of it, and checks each path answers.
+func startSaturation(ctx context.Context, o *options, dir string, stderr io.Writer) (*satSetup, error) {
+	s := &satSetup{targets: map[string]*target{}, procs: map[string][]proc{}}
 	fake, err := startFakeProc(o.chunkDelay)
 	if err != nil {
-		return fmt.Errorf("saturation: %w", err)
+		return s, err
 	}
-	defer fake.stop()
+	s.stop = append(s.stop, fake.stop)
 	fmt.Fprintf(stderr, "bench: saturation: fake provider in process %d, Envoy alone and billing-on Tollway ...\n", fake.pid())
 	pe, err := startPlainEnvoy(ctx, o.envoyBin, filepath.Join(dir, "saturation", "envoy"), fake.addr)
 	if err != nil {
-		return err
+		return s, err
 	}
-	defer pe.proc.Stop()
+	s.stop = append(s.stop, func() { pe.proc.Stop() })
 	tw, t, err := startTollwayTarget(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, "saturation", pathTollway), fake.url, true, o.tollwayEnv, pathTollway)
 	if err != nil {
-		return err
+		return s, err
 	}
-	defer tw.stop()
+	s.stop = append(s.stop, tw.stop)
 	fk, self := proc{procFake, fake.pid()}, proc{procBench, os.Getpid()}
-	s := &satSetup{
-		targets: map[string]*target{
-			pathDirect:  {name: pathDirect, baseURL: fake.url, auth: providerKey},
-			pathEnvoy:   {name: pathEnvoy, baseURL: pe.baseURL, auth: providerKey},
-			pathTollway: t,
-		},
-		procs: map[string][]proc{
-			pathDirect:  {fk, self},
-			pathEnvoy:   {{procEnvoy, pe.proc.Pid()}, fk, self},
-			pathTollway: {{procEnvoy, tw.EnvoyPID}, {procTollway, tw.Pid()}, fk, self},
-		},
-	}
+	s.targets[pathDirect] = &target{name: pathDirect, baseURL: fake.url, auth: providerKey}
+	s.targets[pathEnvoy] = &target{name: pathEnvoy, baseURL: pe.baseURL, auth: providerKey}
+	s.targets[pathTollway] = t
+	s.procs[pathDirect] = []proc{fk, self}
+	s.procs[pathEnvoy] = []proc{{procEnvoy, pe.proc.Pid()}, fk, self}
+	s.procs[pathTollway] = []proc{{procEnvoy, tw.EnvoyPID}, {procTollway, tw.Pid()}, fk, self}
 	for _, p := range satPaths {
 		s.targets[p].client = newClient(o.timeout)
 		if err := probe(ctx, s.targets[p], chatBody); err != nil {
-			return fmt.Errorf("saturation: %w", err)
+			return s, err
 		}
 		s.targets[p].served++
 	}
+	return s, nil
+}
 
+func runSaturation(ctx context.Context, o *options, dir string, stdout, stderr io.Writer) error {
+	s, err := startSaturation(ctx, o, dir, stderr)
+	defer s.close()
+	if err != nil {
+		return fmt.Errorf("saturation: %w", err)
+	}
+	t := s.targets[pathTollway]
 	plain := func(t *target, rate int, d time.Duration) *result {
 		return attackPost(ctx, t, "/chat/completions", chatBody, `"chat.completion"`, rate, d, vegeta.MaxWorkers(uint64(o.maxInFlight)))
 	}
 	pc := runCurve(ctx, o, s, "plain", o.satRates, plain, stderr)
-	reportCurve(stdout, o, pc, s)
+	reportCurve(stdout, o, pc)
 
 	// The streams scenario's two answers: the curve on the long one, the short one for the
 	// CPU per extra chunk.
@@ -130,7 +143,7 @@ func runSaturation(ctx context.Context, o *options, dir string, stdout, stderr i
 	}
 	sc := runCurve(ctx, o, s, "streams", o.satStreamRates, stream(long), stderr)
 	sc.events = events[0]
-	reportCurve(stdout, o, sc, s)
+	reportCurve(stdout, o, sc)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -335,12 +348,12 @@ func gatewayCPU(path string) []string {
 	return []string{procEnvoy}
 }
 
-func reportCurve(w io.Writer, o *options, c *satCurve, s *satSetup) {
+func reportCurve(w io.Writer, o *options, c *satCurve) {
 	what, metric := "plain chat", "p99"
 	if c.mode == "streams" {
 		what, metric = fmt.Sprintf("streams of %d-event answers (fake: %s between chunks)", c.events, o.chunkDelay), "first p99"
 	}
-	fmt.Fprintf(w, "\n== saturation, %s: offered rate stepped up; direct, envoy alone and billing-on tollway in turns, %s each (at least %d requests) after a %s warm-up; saturated at the first step with added %s >= +%s ms over direct, achieved < %.0f%% of offered, or > %.1f%% errors ==\n",
+	fmt.Fprintf(w, "\n== saturation, %s: offered rate stepped up; direct, envoy alone and billing-on tollway in turns, %s each (longer at low rates, up to 3x, for %d requests) after a %s warm-up; saturated at the first step with added %s >= +%s ms over direct, achieved < %.0f%% of offered, or > %.1f%% errors ==\n",
 		what, o.satStep, satSamples, satWarmup, metric, ms(satAddedP99), 100*satAchieved, 100*maxErrRate)
 	fmt.Fprintf(w, "%11s %-20s %8s %8s %9s %9s %9s  %6s %7s %6s %6s  %-22s %s\n", "offered /s", "path", "sent/s", "ok/s", "p50 ms", metric+" ms", "added", "envoy", "tollway", "fake", "bench", "errors", "saturated")
 	for _, st := range c.steps {
