@@ -144,7 +144,7 @@ fuzz-short: ## Every fuzz target for 3s from its seeds (part of make test)
 # LiteLLM (about 750 MB, never part of make deps or make test) is installed for the peers
 # scenario: in the default run, or when -scenarios names it.
 BENCH_NEEDS_LITELLM = $(if $(findstring -scenarios,$(BENCH_FLAGS)),$(findstring peers,$(BENCH_FLAGS)),yes)
-bench: deps build $(if $(BENCH_NEEDS_LITELLM),bench-deps) ## Every scenario but the soak, about 10 minutes: Tollway vs direct, Envoy alone and LiteLLM (BENCH_FLAGS="-scenarios latency -rate 1000 ...")
+bench: deps build $(if $(BENCH_NEEDS_LITELLM),bench-deps) ## Every scenario but saturation and the soak (asked for by name), about 11 minutes: Tollway vs direct, Envoy alone and LiteLLM (BENCH_FLAGS="-scenarios latency -rate 1000 ...")
 	$(GO) run ./test/bench $(BENCH_FLAGS)
 
 .PHONY: bench-deps

@@ -167,14 +167,14 @@ func runImageCreate(ctx context.Context, o *options, dir string, stdout, stderr 
 				cpu = strings.Join(parts, ", ")
 			}
 		}
-		fmt.Fprintf(stdout, "%-10s %8.1f %9s %9s %9s %8d %10.2f %s\n", p.name, r.throughput, ms(pct(r.lat, 0.50)), ms(pct(r.lat, 0.90)), ms(pct(r.lat, 0.99)), r.errors, size, cpu)
+		fmt.Fprintf(stdout, "%-10s %8.1f %9s %9s %9s %8d %10.2f %s\n", p.name, r.throughput, ms(pct(r.lat, 0.50)), ms(pct(r.lat, 0.90)), ms(pct(r.lat, 0.99)), r.lost(), size, cpu)
 	}
 	d, tw := paths[0].res, paths[1].res
 	fmt.Fprintf(stdout, "Tollway adds %s ms at p50, %s ms at p99 to an image creation (auth, validation, hold, Envoy's internal listener, decoding the image, an fsynced task record with the image, the task object in base64)\n",
 		plusMS(pct(tw.lat, 0.50)-pct(d.lat, 0.50)), plusMS(pct(tw.lat, 0.99)-pct(d.lat, 0.99)))
 	for _, p := range paths {
-		if p.res.errRate() > maxErrRate || p.warm.errors > 0 {
-			return fmt.Errorf("image creation %s: error rate %.2f%%, %d warm-up errors %v %v", p.name, 100*p.res.errRate(), p.warm.errors, p.res.errSamples, p.warm.errSamples)
+		if p.res.errRate() > maxErrRate || p.warm.lost() > 0 {
+			return fmt.Errorf("image creation %s: error rate %.2f%%, %d warm-up errors %v %v", p.name, 100*p.res.errRate(), p.warm.lost(), p.res.errSamples, p.warm.errSamples)
 		}
 	}
 	return nil

@@ -49,12 +49,14 @@ func (t *target) header() http.Header {
 
 // result is one measured scenario.
 type result struct {
-	requests   int
-	errors     int
+	requests   int // scheduled by the offered rate: sent, or shed
+	errors     int // sent and failed: non-2xx, transport, a wrong body
+	shed       int // not sent: the bench's own in-flight cap was reached (openLoop)
+	shedCap    int // that cap
 	errSamples map[string]int
 	lat        []time.Duration // whole request (non-streaming) or whole stream
 	ttfb       []time.Duration // streaming: first SSE data line
-	sentRate   float64         // requests started per second
+	sentRate   float64         // requests sent per second (shed ones are not)
 	throughput float64         // successful requests per second
 }
 
@@ -80,12 +82,13 @@ func (r *result) merge(b *result) *result {
 		}
 		return float64(n) / rate
 	}
-	sentFor := took(r.requests, r.sentRate) + took(b.requests, b.sentRate)
+	sentFor := took(r.requests-r.shed, r.sentRate) + took(b.requests-b.shed, b.sentRate)
 	okFor := took(len(r.lat), r.throughput) + took(len(b.lat), b.throughput)
 	r.requests += b.requests
+	r.shed, r.shedCap = r.shed+b.shed, max(r.shedCap, b.shedCap)
 	r.lat, r.ttfb = append(r.lat, b.lat...), append(r.ttfb, b.ttfb...)
 	if sentFor > 0 {
-		r.sentRate = float64(r.requests) / sentFor
+		r.sentRate = float64(r.requests-r.shed) / sentFor
 	}
 	if okFor > 0 {
 		r.throughput = float64(len(r.lat)) / okFor
@@ -107,12 +110,28 @@ func sumValues(m map[string]int) int {
 	return n
 }
 
+// errRate is the share of the offered load that was not served: errors and shed requests. A
+// scenario whose rate is meant to be served (latency, streams, peers) fails on it: shedding
+// there means the gateway fell o.maxInFlight requests behind.
 func (r *result) errRate() float64 {
 	if r.requests == 0 {
 		return 0
 	}
-	return float64(r.errors) / float64(r.requests)
+	return float64(r.errors+r.shed) / float64(r.requests)
 }
+
+// sentErrRate is the share of the requests actually sent that failed: the gateway's errors.
+// A scenario that offers more than the machine can take on purpose (the money path's ceiling,
+// the saturation curve) judges this, and reports what it shed apart.
+func (r *result) sentErrRate() float64 {
+	if sent := r.requests - r.shed; sent > 0 {
+		return float64(r.errors) / float64(sent)
+	}
+	return 0
+}
+
+// lost is errors and shed requests: what the offered load did not get served.
+func (r *result) lost() int { return r.errors + r.shed }
 
 // attackChat sends non-streaming chat completions at a fixed rate (vegeta's open model: a
 // request starts on schedule whether or not earlier ones have finished).
@@ -178,13 +197,13 @@ func attackStream(ctx context.Context, t *target, body []byte, rate int, dur tim
 }
 
 // openLoop calls do at a fixed rate (open model: one goroutine per scheduled call, whether or
-// not earlier ones have finished), at most maxInFlight at once (a call that would exceed it is
-// counted as an error, not queued). do returns the time to its first event (0: none) and its
-// total time.
+// not earlier ones have finished), at most maxInFlight at once: a call that would exceed it is
+// not made and counted as shed (load offered above what the target takes), not as an error of
+// the target, and not queued. do returns the time to its first event (0: none) and its total time.
 func openLoop(ctx context.Context, rate int, dur time.Duration, maxInFlight int, do func() (first, total time.Duration, err error)) *result {
 	n := rate * int(dur/time.Millisecond) / 1000
 	interval := time.Second / time.Duration(rate)
-	r := &result{lat: make([]time.Duration, 0, n), ttfb: make([]time.Duration, 0, n)}
+	r := &result{lat: make([]time.Duration, 0, n), ttfb: make([]time.Duration, 0, n), shedCap: maxInFlight}
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -207,7 +226,7 @@ loop:
 		select {
 		case sem <- struct{}{}:
 		default:
-			r.fail(fmt.Sprintf("not sent: %d requests already in flight", maxInFlight))
+			r.shed++
 			continue
 		}
 		wg.Add(1)
@@ -230,7 +249,7 @@ loop:
 	sent := time.Since(start)
 	wg.Wait() // bounded: every call has a timeout
 	if s := sent.Seconds(); s > 0 {
-		r.sentRate = float64(r.requests) / s
+		r.sentRate = float64(r.requests-r.shed) / s
 	}
 	r.throughput = float64(len(r.lat)) / time.Since(start).Seconds()
 	return r

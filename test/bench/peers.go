@@ -249,7 +249,7 @@ func peerMeasure(ctx context.Context, o *options, s *peerSetup, mode string, rat
 			t, ps := s.targets[r.path], s.procs[r.path]
 			fmt.Fprintf(stderr, "bench: peers %s %d req/s %s, round %d/%d ...\n", mode, rate, peerLabel(r.path), round+1, rounds)
 			if round == 0 && warm > 0 {
-				r.warmErrs = load(t, warm).errors
+				r.warmErrs = load(t, warm).lost()
 				quiesce(ctx, ps)
 			}
 			c0 := cpuSnapshot(ps)
@@ -359,6 +359,9 @@ func reportPeers(w io.Writer, what, mode string, rate int, dur time.Duration, ro
 				break
 			}
 			fmt.Fprintf(w, "  %s error x%d: %.200s\n", peerLabel(r.path), k, msg)
+		}
+		if n := shedNote(r.res); n != "" {
+			fmt.Fprintf(w, "  %s %s\n", peerLabel(r.path), n)
 		}
 		if r.warmErrs > 0 {
 			fmt.Fprintf(w, "  %s: %d errors during the (discarded) warm-up\n", peerLabel(r.path), r.warmErrs)

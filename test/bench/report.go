@@ -30,8 +30,22 @@ func verdict(ok bool) string {
 	return "FAIL"
 }
 
+// errCell is the errors of the requests sent (their share), and the shed ones apart.
 func errCell(r *result) string {
-	return fmt.Sprintf("%d (%.2f%%)", r.errors, 100*r.errRate())
+	s := fmt.Sprintf("%d (%.2f%%)", r.errors, 100*r.sentErrRate())
+	if r.shed > 0 {
+		s += fmt.Sprintf(", shed %d", r.shed)
+	}
+	return s
+}
+
+// shedNote says what the load generator did not send ("" when it sent everything).
+func shedNote(r *result) string {
+	if r.shed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("shed: %d not sent, in-flight cap (%d requests already in flight; %.2f%% of the offered load)",
+		r.shed, r.shedCap, 100*float64(r.shed)/float64(max(1, r.requests)))
 }
 
 func report(w io.Writer, o *options, all []*scenario) {
@@ -70,6 +84,9 @@ func report(w io.Writer, o *options, all []*scenario) {
 			}
 			for msg, n := range s.res.errSamples {
 				fmt.Fprintf(w, "  %s error x%d: %s\n", label(s.path), n, msg)
+			}
+			if n := shedNote(s.res); n != "" {
+				fmt.Fprintf(w, "  %s %s\n", label(s.path), n)
 			}
 			if s.warmErrs > 0 {
 				fmt.Fprintf(w, "  %s: %d errors during the (discarded) warm-up\n", label(s.path), s.warmErrs)
