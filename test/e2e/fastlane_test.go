@@ -67,7 +67,9 @@ func TestFastLaneStreamsSkipExtProcPerChunk(t *testing.T) {
 	}
 
 	before := g.extProcMessages()
-	events := readStream(t, g.chat(ctx, key, body+`,"stream":true}`))
+	fastResp := g.chat(ctx, key, body+`,"stream":true}`)
+	fastID := fastResp.Header.Get("x-request-id")
+	events := readStream(t, fastResp)
 	fast := g.extProcMessages() - before
 	if len(events) < 30 {
 		t.Fatalf("the stream had %d events; the test needs a long one", len(events))
@@ -107,6 +109,18 @@ func TestFastLaneStreamsSkipExtProcPerChunk(t *testing.T) {
 		if !r.Cost.Equal(recs[0].Cost) || r.PromptTokens != recs[0].PromptTokens || r.CompletionTokens != recs[0].CompletionTokens {
 			t.Fatalf("the lane changed the bill: %+v vs %+v", r, recs[0])
 		}
+	}
+	// Its access log line, written by Tollway once the stream was billed, has the bill.
+	line := g.accessLine(fastID)
+	for k, v := range map[string]any{"status": float64(200), "model": "priced", "provider": "fake", "account": "acme",
+		"cost": recs[0].Cost.String(), "estimated": false, "method": "POST", "path": "/v1/chat/completions",
+		"prompt_tokens": float64(recs[0].PromptTokens), "completion_tokens": float64(recs[0].CompletionTokens)} {
+		if line[k] != v {
+			t.Errorf("fast-lane access line %s = %v, want %v (%v)", k, line[k], v, line)
+		}
+	}
+	if n := strings.Count(g.logs.String(), `"request_id":"`+fastID+`"`); n != 1 {
+		t.Errorf("fast-lane stream %s has %d access log lines, want 1 (Tollway's, not Envoy's too)", fastID, n)
 	}
 	t.Logf("ext_proc messages for a stream of %d events: fast lane %v, chunk lane %v", len(events), fast, chunk)
 }
