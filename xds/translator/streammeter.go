@@ -10,6 +10,24 @@ package translator
 // about 3 are Envoy copying the chunk into Lua and back, which any rewrite in Lua costs. An
 // answer not in the fast lane costs one metadata lookup and nothing per chunk.
 
+// Where the script reads less than answer.go, which parses what it reads (TestStreamMeter pins
+// the rest byte for byte):
+//   - the model member is the first top-level "model" string spelled so (Go also matches an
+//     escaped name), rewritten without checking that the JSON before it is valid;
+//   - usage is read from the usage object alone (Go drops it when any other member of the event
+//     fails to decode); counts must be integers, as in Go;
+//   - text_chars counts every string member named content, and name and arguments when the
+//     event has tool_calls, wherever they are (Go: those of choices' deltas and messages); a
+//     stray UTF-8 continuation byte is not a character (Go counts it as U+FFFD);
+//   - error members' names are folded ASCII-only, the status lower-cased ASCII-only;
+//   - an event mixing lone-CR line ends with LF ones is one line (Go's framer splits it).
+//
+// Beyond answer.go: a fast-lane answer that is not a 2xx text/event-stream passes untouched;
+// the provider's content-length is removed; an event still incomplete past 1 MiB passes
+// untouched (oversized); a script failure passes what it held and the rest untouched (failed);
+// and an answer whose body ends with trailers cannot get its held tail or the cut-stream error
+// event (Lua adds no body after trailers; the filter logs it, the metadata says error).
+
 import (
 	_ "embed"
 

@@ -485,8 +485,7 @@ local function event_data(ev)
     local le, cr = find(ev, "\n", vs, true), find(ev, "\r", vs, true)
     if cr and (not le or cr < le) then le = cr end
     if le then
-      local t = le + ((byte(ev, le) == 13 and byte(ev, le + 1) == 10) and 2 or 1)
-      local c = byte(ev, t)
+      local c = byte(ev, le + ((byte(ev, le) == 13 and byte(ev, le + 1) == 10) and 2 or 1))
       if c == 10 or c == 13 then return ev, vs, le - 1 end
     end
   end
