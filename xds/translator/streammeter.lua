@@ -4,26 +4,33 @@
 -- extproc/chat/answer.go does, and keeps what it read in dynamic metadata for the access log.
 --
 -- Input  tollway.lane:  fast (bool), model, drop_usage (bool), request_id.
--- Output tollway.meter: text_chars (from the first chunk on); finished, done, error, usage,
---   ended, oversized (bools, set when they become true: absent means false); prompt_tokens,
---   completion_tokens, cached_tokens, image_tokens (once usage was seen).
+-- Output tollway.meter: text_chars (from the first chunk on, lagging by under LAG_CHARS);
+--   finished, done, error, usage, ended, oversized, failed (bools, set when they become true:
+--   absent means false); prompt_tokens, completion_tokens, cached_tokens, image_tokens (once
+--   usage was seen).
 --
--- Envoy's LuaJIT has no JSON library: events are read with string.find, which jumps at C speed
--- to the few members that matter. Only an error event (rare) is parsed whole.
+-- Envoy's LuaJIT has no JSON library: events are read with plain string.find (memchr speed),
+-- which jumps to the few members that matter. A pattern search costs about 10 ns a byte it
+-- passes (LuaJIT does not compile patterns), so unanchored patterns are kept off every event's
+-- path. Only an error event (rare) is parsed whole.
 
 local find, sub, byte, char, format, lower, concat =
   string.find, string.sub, string.byte, string.char, string.format, string.lower, table.concat
 
 local LANE, METER = "tollway.lane", "tollway.meter"
 
--- MAX_HELD bounds the incomplete event carried between chunks: an event longer than this goes
--- through untouched and unread (and tollway.meter says oversized).
+-- MAX_HELD bounds the incomplete event carried between chunks: an event still incomplete once
+-- this much of it came goes through untouched and unread (and tollway.meter says oversized);
+-- the events after it are read again.
 local MAX_HELD = 1048576
 
--- PUBLISH_EVERY is how many chunks text_chars may lag behind in the metadata. Envoy does not
--- resume the script once the client reset the stream, so only what was published by then
--- reaches the access log; streammeter.go gives the measured cost of each setting.
-local PUBLISH_EVERY = 1
+-- LAG_CHARS bounds how far text_chars in the metadata may lag behind the stream: it is
+-- published once this many characters went unpublished (and with every other change). Envoy
+-- does not resume the script once the client reset the stream, so only what was published by
+-- then reaches the access log. Publishing at every chunk cost 2.7 us of Envoy's CPU more per
+-- chunk (two wrappers and a protobuf merge), half the rest of a chunk's work: 64 characters,
+-- about 16 tokens, is once every 10-16 chunks (streammeter.go, StreamMeterLagChars).
+local LAG_CHARS = 64
 
 -- Go's encoding/json escapes, so that rewritten bytes equal what extproc writes.
 local ESC = {}
@@ -251,38 +258,63 @@ local function error_event(data, request_id)
   return error_body(msg, code, request_id)
 end
 
--- Cheap reading of the events that are not errors.
+-- Cheap reading of the events that are not errors. An event's data is read where it lies: in
+-- the event itself when it is the usual one data line (s is the event, its JSON object starts
+-- at o), else in the data lines joined (o is 1).
 
--- member finds a member named name (quoted) whose value starts with the byte first, from i on,
--- whatever whitespace surrounds the colon (answer.go's hasMember); it returns where the value
--- starts. A quoted name followed by a colon cannot be the inside of a JSON string (every quote
--- in one is escaped), so a match is a member.
+-- member finds a member whose name is name (given with its closing quote only: a plain search
+-- stops at each occurrence of its first byte, and a quote is the most frequent byte of JSON)
+-- and whose value starts with the byte first, from i on, whatever whitespace surrounds the
+-- colon (answer.go's hasMember); it returns where the value starts. A quoted name followed by a
+-- colon cannot be the inside of a JSON string (every quote in one is escaped): it is a member.
 local function member(s, name, first, i)
+  local len = #name
   while true do
-    local _, e = find(s, name, i, true)
-    if not e then return nil end
-    local _, c = find(s, "^[ \t\r\n]*:[ \t\r\n]*", e + 1)
-    if c and byte(s, c + 1) == first then return c + 1 end
-    i = e + 1
+    local k = find(s, name, i, true)
+    if not k then return nil end
+    if byte(s, k - 1) == 34 then
+      local v = k + len
+      local c = byte(s, v + 1)
+      if byte(s, v) == 58 and c ~= 32 and c ~= 9 and c ~= 10 and c ~= 13 then -- "name":value
+        if c == first then return v + 1 end
+      else
+        local _, w = find(s, "^[ \t\r\n]*:[ \t\r\n]*", v)
+        if w and byte(s, w + 1) == first then return w + 1 end
+      end
+    end
+    i = k + 1
   end
 end
 
--- string_end returns the index of the quote that closes the string whose text starts at i.
+-- quoted reports whether s holds the quoted string name from i on (name given with its closing
+-- quote only, as member takes it).
+local function quoted(s, name, i)
+  while true do
+    local k = find(s, name, i, true)
+    if not k or byte(s, k - 1) == 34 then return k end
+    i = k + 1
+  end
+end
+
+-- string_end returns the index of the quote that closes the string whose text starts at i: the
+-- first quote not escaped by an odd run of backslashes.
 local function string_end(s, i)
   while true do
-    local j = find(s, '["\\]', i)
+    local j = find(s, '"', i, true)
     if not j then return nil end
-    if byte(s, j) == 34 then return j end
-    i = j + 2
+    local k = j - 1
+    while byte(s, k) == 92 do k = k - 1 end
+    if (j - 1 - k) % 2 == 0 then return j end
+    i = j + 1
   end
 end
 
--- top_level reports whether position v of the object s is in s's own members (depth 1). Most
--- events have no bracket before the member asked for, which settles it with one search.
-local function top_level(s, v)
-  local b = find(s, "[{%[]", 2)
-  if not b or b > v then return true end
-  local depth, i = 0, 1
+-- top_level reports whether position v is in the own members of the object that starts at s[o]
+-- (depth 1). Most events have no bracket before the member asked for, which settles it.
+local function top_level(s, o, v)
+  local b, a = find(s, "{", o + 1, true), find(s, "[", o + 1, true)
+  if (not b or b > v) and (not a or a > v) then return true end
+  local depth, i = 0, o
   while true do
     local j = find(s, '[{}%[%]"]', i)
     if not j or j >= v then return depth == 1 end
@@ -298,11 +330,11 @@ local function top_level(s, v)
   end
 end
 
-local function top_member(s, name, first)
-  local i = 1
+local function top_member(s, o, name, first)
+  local i = o
   while true do
     local v = member(s, name, first, i)
-    if not v or top_level(s, v) then return v end
+    if not v or top_level(s, o, v) then return v end
     i = v
   end
 end
@@ -335,7 +367,7 @@ local function count_int(s, name)
     local _, e = find(s, name, i, true)
     if not e then return 0 end
     local _, c = find(s, "^[ \t\r\n]*:[ \t\r\n]*", e + 1)
-    if c and top_level(s, c + 1) then
+    if c and top_level(s, 1, c + 1) then
       if sub(s, c + 1, c + 4) == "null" then return 0 end
       local _, d = find(s, "^-?%d+", c + 1)
       if not d or find(s, "^[%.eE]", d + 1) then return nil end
@@ -346,80 +378,75 @@ local function count_int(s, name)
 end
 
 local function details(u, name, count)
-  local p = top_member(u, name, 123)
+  local p = top_member(u, 1, name, 123)
   local e = p and value_end(u, p)
   return e and count_int(sub(u, p, e), count) or 0
 end
 
--- read_usage records a usage object with counts (answer.go's meter) and reports whether the
--- event is the usage-only chunk (no choices).
-local function read_usage(st, data, p)
-  local e = value_end(data, p)
+-- read_usage records a usage object (at p) with counts (answer.go's meter) and reports whether
+-- the event is the usage-only chunk (no choices).
+local function read_usage(st, s, o, p)
+  local e = value_end(s, p)
   if not e then return false end
-  local u = sub(data, p, e)
+  local u = sub(s, p, e)
   local pt, ct = count_int(u, '"prompt_tokens"'), count_int(u, '"completion_tokens"')
   if not pt or not ct or (pt <= 0 and ct <= 0) then return false end
   st.usage, st.prompt_tokens, st.completion_tokens = true, pt, ct
-  st.cached_tokens = details(u, '"prompt_tokens_details"', '"cached_tokens"') or 0
-  st.image_tokens = details(u, '"completion_tokens_details"', '"image_tokens"') or 0
+  st.cached_tokens = details(u, 'prompt_tokens_details"', '"cached_tokens"')
+  st.image_tokens = details(u, 'completion_tokens_details"', '"image_tokens"')
   st.changed = true
-  local c = top_member(data, '"choices"', 91)
-  return c == nil or find(data, "^%[[ \t\r\n]*%]", c) ~= nil
+  local c = top_member(s, o, 'choices"', 91)
+  return c == nil or find(s, "^%[[ \t\r\n]*%]", c) ~= nil
 end
 
 -- count_strings adds up the characters of the string values of the members named name: code
 -- points, an escape counted as the one character it stands for (a surrogate pair as one).
-local function count_strings(s, name, ascii)
-  local n, i = 0, 1
+local function count_strings(s, name, i)
+  local n = 0
   while true do
     local v = member(s, name, 34, i)
     if not v then return n end
-    i = v + 1
-    while true do
-      local j = find(s, '["\\]', i)
-      if not j then return n end
-      if ascii then
-        n = n + j - i
-      else
-        for p = i, j - 1 do
-          local c = byte(s, p)
-          if c < 0x80 or c >= 0xC0 then n = n + 1 end
-        end
-      end
-      if byte(s, j) == 34 then i = j + 1; break end
-      n = n + 1
-      if byte(s, j + 1) ~= 117 then
-        i = j + 2
-      else
-        local h = hex4(s, j + 2) or 0
-        local low = h >= 0xD800 and h <= 0xDBFF and sub(s, j + 6, j + 7) == "\\u" and hex4(s, j + 8)
-        i = (low and low >= 0xDC00 and low <= 0xDFFF) and j + 12 or j + 6
-      end
+    local e = string_end(s, v + 1)
+    if not e then return n end
+    for p = v + 1, e - 1 do -- UTF-8 continuation bytes are not characters
+      local c = byte(s, p)
+      if c < 0x80 or c >= 0xC0 then n = n + 1 end
     end
+    local b = find(s, "\\", v + 1, true)
+    while b and b < e do -- an escape's bytes but its first are not characters either
+      if byte(s, b + 1) ~= 117 then
+        n, b = n - 1, b + 2
+      else
+        local h = hex4(s, b + 2) or 0
+        local low = h >= 0xD800 and h <= 0xDBFF and sub(s, b + 6, b + 7) == "\\u" and hex4(s, b + 8)
+        if low and low >= 0xDC00 and low <= 0xDFFF then n, b = n - 11, b + 12 else n, b = n - 5, b + 6 end
+      end
+      b = find(s, "\\", b, true)
+    end
+    i = e + 1
   end
 end
 
 -- count_text adds the text a tokenizer would count for an estimate (answer.go's meter): content,
 -- and tool calls' names and arguments.
-local function count_text(st, data)
-  local ascii = not find(data, "[\128-\255]")
-  local n = count_strings(data, '"content"', ascii)
-  if find(data, '"tool_calls"', 1, true) then
-    n = n + count_strings(data, '"name"', ascii) + count_strings(data, '"arguments"', ascii)
+local function count_text(st, s, o)
+  local n = count_strings(s, 'content"', o)
+  if find(s, 'tool_calls"', o, true) then
+    n = n + count_strings(s, 'name"', o) + count_strings(s, 'arguments"', o)
   end
   st.chars = st.chars + n
 end
 
 -- replace_model is answer.go's replaceModel: the first top-level "model" string becomes model
--- (JSON-encoded) unless it already says it.
-local function replace_model(s, model)
-  local i = 1
+-- (JSON-encoded) unless it already says it; it returns s so changed, or nil.
+local function replace_model(s, o, model)
+  local i = o
   while true do
-    local v = member(s, '"model"', 34, i)
+    local v = member(s, 'model"', 34, i)
     if not v then return nil end
     local e = string_end(s, v + 1)
     if not e then return nil end
-    if top_level(s, v) then
+    if top_level(s, o, v) then
       if e - v + 1 == #model and sub(s, v, e) == model then return nil end
       return sub(s, 1, v - 1) .. model .. sub(s, e + 1)
     end
@@ -447,26 +474,32 @@ local function each_line(ev, fn)
   end
 end
 
--- event_data returns an event's data (nil without data lines) and, for the usual event of one
--- data line, where its value starts and ends.
+-- event_data returns where an event's data is: the string holding it, and its first and last
+-- byte there (the event itself for one data line, else its data lines joined); nil without
+-- data lines. An event ends at its first blank line, so a first line whose end is followed by
+-- another line end is the only one.
 local function event_data(ev)
-  if sub(ev, 1, 5) == "data:" then
+  local d, a, t, a2, colon = byte(ev, 1, 5)
+  if d == 100 and a == 97 and t == 116 and a2 == 97 and colon == 58 then -- "data:"
     local vs = byte(ev, 6) == 32 and 7 or 6
-    local le = find(ev, "[\r\n]", vs)
-    if le and not find(ev, "[^\r\n]", le) then return sub(ev, vs, le - 1), vs, le - 1 end
+    local le, cr = find(ev, "\n", vs, true), find(ev, "\r", vs, true)
+    if cr and (not le or cr < le) then le = cr end
+    if le then
+      local c = byte(ev, le + ((byte(ev, le) == 13 and byte(ev, le + 1) == 10) and 2 or 1))
+      if c == 10 or c == 13 then return ev, vs, le - 1 end
+    end
   end
   local data
   each_line(ev, function(line)
     local v = data_value(line)
     if v then data = data and (data .. "\n" .. v) or v end
   end)
-  return data
+  if data then return data, 1, #data end
 end
 
 -- replace_data is extproc/sse's ReplaceData: the first data line carries data, later data lines
 -- go, other lines stay.
-local function replace_data(ev, data, vs, ve)
-  if vs then return "data: " .. data .. sub(ev, ve + 1) end
+local function replace_data(ev, data)
   local out, done = {}, false
   each_line(ev, function(line, from, to)
     if not data_value(line) then
@@ -481,32 +514,44 @@ end
 
 -- on_event is answer.go's chunk for one whole event: what the client gets instead of ev.
 local function on_event(st, ev)
-  local data, vs, ve = event_data(ev)
-  if data == nil or byte(data, 1) ~= 123 then
-    if data and not st.done and find(data, "^%s*%[DONE%]%s*$") then st.done, st.changed = true, true end
+  local s, o, z = event_data(ev)
+  if s == nil then return ev end
+  if byte(s, o) ~= 123 then
+    if not st.done and find(sub(s, o, z), "^%s*%[DONE%]%s*$") then st.done, st.changed = true, true end
     return ev
   end
-  if not st.finished and member(data, '"finish_reason"', 34, 1) then st.finished, st.changed = true, true end
-  if find(data, '"error"', 1, true) and not find(data, '"choices"', 1, true) then
-    local e = error_event(data, st.request_id)
+  if not st.finished and member(s, 'finish_reason"', 34, o) then st.finished, st.changed = true, true end
+  if not quoted(s, 'choices"', o) and quoted(s, 'error"', o) then -- choices come early
+    local e = error_event(s == ev and sub(s, o, z) or s, st.request_id)
     if e then
       st.error, st.changed = true, true
-      return replace_data(ev, e, vs, ve)
+      if s == ev then return "data: " .. e .. sub(ev, z + 1) end
+      return replace_data(ev, e)
     end
   end
-  local u = top_member(data, '"usage"', 123)
-  if u and read_usage(st, data, u) and st.drop_usage then return "" end
-  count_text(st, data)
-  local d = st.model and replace_model(data, st.model)
-  if d then return replace_data(ev, d, vs, ve) end
-  return ev
+  local u = top_member(s, o, 'usage"', 123)
+  if u and read_usage(st, s, o, u) and st.drop_usage then return "" end
+  count_text(st, s, o)
+  local d = st.model and replace_model(s, o, st.model)
+  if not d then return ev end
+  if s == ev then -- the data line itself, which Go writes as "data: " whatever it was
+    return o == 7 and d or "data: " .. sub(d, o)
+  end
+  return replace_data(ev, d)
 end
 
 -- event_end finds the blank line that ends the event searched from scan: LF or CRLF line ends,
 -- else a lone CR's.
 local function event_end(buf, scan)
-  local _, e = find(buf, "\n\r?\n", scan)
-  if e then return e end
+  local i = scan
+  while true do
+    local k = find(buf, "\n", i, true)
+    if not k then break end
+    local c = byte(buf, k + 1)
+    if c == 10 then return k + 1 end
+    if c == 13 and byte(buf, k + 2) == 10 then return k + 2 end
+    i = k + 1
+  end
   local c = find(buf, "\r\r", scan, true)
   return c and c + 1
 end
@@ -534,8 +579,9 @@ feed = function(st, b)
   local out, n = st.out, 0
   local pos, scan, len = 1, st.scan, #buf
   while pos <= len do
-    local s = find(buf, "[^\r\n]", pos)
-    if s ~= pos then -- blank lines between events go on as they are
+    local c = byte(buf, pos)
+    if c == 10 or c == 13 then -- blank lines between events go on as they are
+      local s = find(buf, "[^\r\n]", pos)
       local stop = (s or len + 1) - 1
       n = n + 1; out[n] = sub(buf, pos, stop)
       pos = stop + 1
@@ -543,7 +589,7 @@ feed = function(st, b)
     end
     local e = event_end(buf, scan > pos and scan or pos)
     if not e then break end
-    n = n + 1; out[n] = on_event(st, sub(buf, pos, e))
+    n = n + 1; out[n] = on_event(st, (pos == 1 and e == len) and buf or sub(buf, pos, e))
     pos, scan = e + 1, e + 1
   end
   st.held = pos <= len and sub(buf, pos) or ""
@@ -561,6 +607,7 @@ local CUT = "the provider's stream ended before the answer finished (no finish_r
 -- finish ends the stream: the held tail is a last event, and a stream that neither finished nor
 -- failed gets answer.go's error event, so no client takes a cut answer for a whole one.
 local function finish(st)
+  if st.failed then return "" end
   local out = ""
   if st.held ~= "" then
     out = on_event(st, st.held)
@@ -573,21 +620,32 @@ local function finish(st)
   return out
 end
 
-local FLAGS = { "finished", "done", "error", "usage", "prompt_tokens", "completion_tokens",
-  "cached_tokens", "image_tokens", "oversized", "ended" }
+-- guarded runs step (feed or finish) so that a failure of the script loses no byte: what it
+-- held goes on untouched with the chunk, and so does the rest of the answer (tollway.meter says
+-- failed; its counts stop there).
+local function guarded(handle, st, step, b)
+  if st.failed then return b or "" end
+  local held = st.held
+  local ok, out = pcall(step, st, b)
+  if ok then return out end
+  st.failed, st.changed, st.held = true, true, ""
+  handle:logErr("tollway stream meter: " .. tostring(out))
+  return held .. (b or "")
+end
 
--- publish writes what changed to tollway.meter. The metadata object is fetched anew each time:
--- Envoy invalidates it whenever the script yields for the next chunk.
-local function publish(handle, st, force)
-  local chars = st.chars ~= st.pub_chars and (force or st.changed or st.since >= PUBLISH_EVERY - 1)
-  if not chars and not st.changed then
-    st.since = st.since + 1
-    return
-  end
+local FLAGS = { "finished", "done", "error", "usage", "prompt_tokens", "completion_tokens",
+  "cached_tokens", "image_tokens", "oversized", "failed", "ended" }
+
+-- publish writes what changed to tollway.meter: text_chars once LAG_CHARS went unpublished or
+-- with anything else. The metadata object is fetched anew each time: Envoy invalidates it
+-- whenever the script yields for the next chunk.
+local function publish(handle, st)
+  local lag = st.chars - st.pub_chars
+  if lag < LAG_CHARS and not st.changed then return end
   local dm = handle:streamInfo():dynamicMetadata()
-  if chars then
+  if lag > 0 then
     dm:set(METER, "text_chars", st.chars)
-    st.pub_chars, st.since = st.chars, 0
+    st.pub_chars = st.chars
   end
   if st.changed then
     local pub = st.pub
@@ -610,29 +668,30 @@ function envoy_on_response(handle)
   local h = handle:headers()
   local status, ctype = h:get(":status") or "", h:get("content-type") or ""
   if sub(status, 1, 1) ~= "2" or not find(lower(ctype), "text/event-stream", 1, true) then return end
+  -- The body changes size: a provider's content-length would cut it or make the client wait.
+  if h:get("content-length") then h:remove("content-length") end
   local st = {
     model = type(lane.model) == "string" and lane.model ~= "" and json_string(lane.model) or nil,
     drop_usage = lane.drop_usage == true,
     request_id = type(lane.request_id) == "string" and lane.request_id or "",
-    held = "", scan = 1, tail = "", out = {}, chars = 0, since = 0, pub = {}, changed = false,
+    held = "", scan = 1, tail = "", out = {}, chars = 0, pub_chars = 0, pub = {}, changed = false,
   }
   handle:streamInfo():dynamicMetadata():set(METER, "text_chars", 0)
-  st.pub_chars = 0
   local last, last_out
   for chunk in handle:bodyChunks() do
     local len = chunk:length()
     local b = len > 0 and chunk:getBytes(0, len) or ""
-    local out = feed(st, b)
+    local out = guarded(handle, st, feed, b)
     if out ~= b then chunk:setBytes(out) end
     last, last_out = chunk, out
-    publish(handle, st, false)
+    publish(handle, st)
   end
-  local tail = finish(st)
+  local tail = guarded(handle, st, finish)
   -- The last chunk is still writable when the body ended with data (an empty end-of-stream
   -- chunk included); not when it ended with trailers, which Lua cannot add a body to.
   if tail ~= "" and not (last and pcall(last.setBytes, last, last_out .. tail)) then
     handle:logWarn("tollway stream meter: the answer ended without a body chunk to end it on; " .. #tail .. " bytes not sent")
   end
   st.ended, st.changed = true, true
-  publish(handle, st, true)
+  publish(handle, st)
 end

@@ -67,7 +67,10 @@ type sseAnswer struct {
 	delay   time.Duration // before each piece but the first
 	holdAt  int           // with hold: the piece index before which the answer waits for it
 	hold    chan struct{}
-	stopped chan struct{} // closed when the handler returns
+	trailer bool          // the body ends with a trailer
+	sized   bool          // the answer says its content-length
+	stopped chan struct{} // closed when a request's handler returns (the first one)
+	stop    sync.Once
 }
 
 func newSSEProvider() *sseProvider {
@@ -97,8 +100,15 @@ func (p *sseProvider) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such answer", http.StatusNotFound)
 		return
 	}
-	defer close(a.stopped)
+	defer a.stop.Do(func() { close(a.stopped) })
 	w.Header().Set("content-type", a.ctype)
+	if a.sized {
+		w.Header().Set("content-length", strconv.Itoa(len(strings.Join(a.pieces, ""))))
+	}
+	if a.trailer {
+		w.Header().Set("trailer", "x-checksum")
+		defer w.Header().Set("x-checksum", "1")
+	}
 	w.WriteHeader(a.status)
 	f := w.(http.Flusher)
 	f.Flush()
@@ -194,6 +204,11 @@ func meterBootstrap(t testing.TB, lanes []meterLane, ports map[string]int, provi
 			"listeners": listeners,
 			"clusters": []any{map[string]any{
 				"name": "provider", "type": "STATIC", "connect_timeout": "5s",
+				// A provider's trailers reach the filter (a body that ends with them).
+				"typed_extension_protocol_options": map[string]any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": map[string]any{
+					"@type":                "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+					"explicit_http_config": map[string]any{"http_protocol_options": map[string]any{"enable_trailers": true}},
+				}},
 				"load_assignment": map[string]any{"cluster_name": "provider", "endpoints": []any{map[string]any{"lb_endpoints": []any{
 					map[string]any{"endpoint": map[string]any{"address": map[string]any{"socket_address": map[string]any{"address": "127.0.0.1", "port_value": providerPort}}}},
 				}}}},

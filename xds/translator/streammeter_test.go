@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/xds/translator"
 )
 
 // The stream meter in the real Envoy: what the client gets (compared byte for byte with what
@@ -39,6 +40,17 @@ var meterLanes = []meterLane{
 	{name: "noid", lane: map[string]any{"fast": true, "model": catalogModel, "drop_usage": true}, lua: "-"},
 	{name: "off", lane: map[string]any{"fast": false, "model": catalogModel, "drop_usage": true, "request_id": requestID}, lua: "-"},
 	{name: "absent", lua: "-"},
+	// The script failing (on an event that says BOOM) must lose no byte.
+	{name: "faulty", lane: map[string]any{"fast": true, "model": catalogModel, "drop_usage": true, "request_id": requestID}, lua: faultyScript()},
+}
+
+func faultyScript() string {
+	script := translator.StreamMeter().GetDefaultSourceCode().GetInlineString()
+	anchor := "local function on_event(st, ev)\n"
+	if !strings.Contains(script, anchor) {
+		panic("the script has no on_event to break")
+	}
+	return strings.Replace(script, anchor, anchor+"  if find(ev, \"BOOM\", 1, true) then error(\"injected\") end\n", 1)
 }
 
 // event is one SSE event of data.
@@ -123,14 +135,16 @@ var errorData = []string{
 // meterCase is one answer through one lane: what the provider writes, piece by piece, and what
 // the client and the access log must get.
 type meterCase struct {
-	name   string
-	lane   string
-	pieces []string
-	delay  time.Duration
-	want   string
-	meter  map[string]any // nil: no tollway.meter at all
-	status int
-	ctype  string
+	name    string
+	lane    string
+	pieces  []string
+	delay   time.Duration
+	want    string
+	meter   map[string]any // nil: no tollway.meter at all
+	status  int
+	ctype   string
+	trailer bool
+	sized   bool
 }
 
 func joined(s []string) string { return strings.Join(s, "") }
@@ -252,6 +266,7 @@ func meterCases(t *testing.T) []meterCase {
 		{name: "one byte a chunk", lane: "drop", pieces: bytewise(in), delay: time.Millisecond, want: dropped, meter: usageMeter},
 		{name: "random cuts", lane: "drop", pieces: randomCuts(in, 40, 7), delay: 2 * time.Millisecond, want: dropped, meter: usageMeter},
 		{name: "every event in one chunk", lane: "drop", pieces: []string{in}, want: dropped, meter: usageMeter},
+		{name: "a provider's content-length", lane: "drop", sized: true, pieces: answer(providerModel, true), delay: 2 * time.Millisecond, want: dropped, meter: usageMeter},
 		{name: "CRLF line ends", lane: "drop", pieces: randomCuts(crlf, 30, 3), delay: 2 * time.Millisecond,
 			want: strings.ReplaceAll(dropped, "\n", "\r\n"), meter: usageMeter},
 		{name: "error events rewritten", lane: "drop", pieces: []string{errIn.String()}, want: errOut.String(),
@@ -294,6 +309,16 @@ func meterCases(t *testing.T) []meterCase {
 		{name: "an event over the bound", lane: "drop", pieces: append(bytesPieces(huge, 64<<10), answer(providerModel, true)...), delay: time.Millisecond,
 			want: huge + dropped, meter: map[string]any{"text_chars": 11.0, "finished": true, "done": true, "ended": true, "usage": true, "oversized": true,
 				"prompt_tokens": 9.0, "completion_tokens": 2.0, "cached_tokens": 3.0, "image_tokens": 1.0}},
+		// Lua cannot add a body once the provider's trailers came: the held tail and the error
+		// event are not sent (the filter logs it), the metadata still says what happened.
+		{name: "ended with trailers", lane: "drop", trailer: true, pieces: append(append([]string{}, cut...), cutTail), delay: 5 * time.Millisecond,
+			want:  chunk(catalogModel, `{"content":"Hel"}`, "null") + chunk(catalogModel, `{"content":"lo"}`, "null"),
+			meter: map[string]any{"text_chars": 6.0, "error": true, "ended": true}},
+		{name: "the script failing", lane: "faulty", pieces: []string{cut[0], cut[1][:20], cut[1][20:] + event(`{"x":"BOOM"}`) + cut[1], usageChunk(providerModel)},
+			delay: 5 * time.Millisecond,
+			want:  chunk(catalogModel, `{"content":"Hel"}`, "null") + cut[1] + event(`{"x":"BOOM"}`) + cut[1] + usageChunk(providerModel),
+			// "lo" was counted before BOOM failed the chunk, which then went on as it came.
+			meter: map[string]any{"text_chars": 5.0, "failed": true, "ended": true}},
 		{name: "an error answer", lane: "drop", status: http.StatusTooManyRequests, ctype: "application/json",
 			pieces: []string{errorData[0]}, want: errorData[0]},
 		{name: "a whole JSON answer", lane: "drop", ctype: "application/json",
@@ -311,7 +336,7 @@ func TestStreamMeter(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
 				id := fmt.Sprintf("case-%d", i)
-				e.provider.add(id, &sseAnswer{status: c.status, ctype: c.ctype, pieces: c.pieces, delay: c.delay})
+				e.provider.add(id, &sseAnswer{status: c.status, ctype: c.ctype, pieces: c.pieces, delay: c.delay, trailer: c.trailer, sized: c.sized})
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
 				res, err := e.get(ctx, c.lane, id)
@@ -338,17 +363,18 @@ func TestStreamMeter(t *testing.T) {
 }
 
 // A client that goes away mid-stream: Envoy does not resume the script after the reset, so the
-// access log has what the filter published by then, which is every chunk that reached it.
+// access log has what the filter published by then: the characters that reached the client but
+// fewer than StreamMeterLagChars.
 func TestStreamMeterClientGone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the real Envoy (make test runs it)")
 	}
 	e := startMeterEnvoy(t, meterLanes[:1], 1)
-	sent := []string{
-		chunk(providerModel, `{"role":"assistant","content":""}`, "null"),
-		chunk(providerModel, `{"content":"abc"}`, "null"),
-		chunk(providerModel, `{"content":"d\u00e9f"}`, "null"),
+	sent := []string{chunk(providerModel, `{"role":"assistant","content":""}`, "null")}
+	for _, text := range []string{strings.Repeat("abcdefghij", 3), strings.Repeat("d\u00e9f", 10), strings.Repeat("x", 30), "0123456789"} {
+		sent = append(sent, chunk(providerModel, `{"content":"`+text+`"}`, "null"))
 	}
+	const total = 100 // characters sent
 	hold := make(chan struct{})
 	a := &sseAnswer{pieces: append(sent, chunk(providerModel, `{"content":"never"}`, "null"), chunk(providerModel, `{}`, `"stop"`), done),
 		delay: 5 * time.Millisecond, holdAt: len(sent), hold: hold}
@@ -376,13 +402,33 @@ func TestStreamMeterClientGone(t *testing.T) {
 	res.Body.Close()
 	l := e.logLine(t, "gone")
 	close(hold)
-	want := map[string]any{"text_chars": 6.0}
-	if !reflect.DeepEqual(l.Meter, want) || !strings.Contains(l.Flags, "DC") {
-		t.Errorf("access log after the client left: meter %v flags %q; want meter %v and DC (the client got %q)", l.Meter, l.Flags, want, got.String())
+	chars, _ := l.Meter["text_chars"].(float64)
+	if len(l.Meter) != 1 || chars > total || chars <= total-translator.StreamMeterLagChars || !strings.Contains(l.Flags, "DC") {
+		t.Errorf("access log after the client left: meter %v flags %q; want text_chars in (%d, %d] alone and DC (the client got %q)",
+			l.Meter, l.Flags, total-translator.StreamMeterLagChars, total, got.String())
+	}
+	if textChars(t, sent) != total {
+		t.Fatalf("the test sends %d characters, not %d", textChars(t, sent), total)
 	}
 	select {
 	case <-a.stopped:
 	case <-ctx.Done():
 		t.Fatal("the provider's stream was not ended after the client left")
+	}
+}
+
+// The Go side's constants are the script's.
+func TestStreamMeterConstants(t *testing.T) {
+	script := translator.StreamMeter().GetDefaultSourceCode().GetInlineString()
+	for _, want := range []string{
+		fmt.Sprintf("local LAG_CHARS = %d\n", translator.StreamMeterLagChars),
+		fmt.Sprintf("local LANE, METER = %q, %q\n", translator.StreamMeterLaneNamespace, translator.StreamMeterNamespace),
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("the script has no %q", want)
+		}
+	}
+	if translator.StreamMeter().GetStatPrefix() != "stream_meter" {
+		t.Errorf("stat prefix %q: the error counter tests read http.<hcm>.lua.stream_meter.errors", translator.StreamMeter().GetStatPrefix())
 	}
 }
