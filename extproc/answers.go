@@ -198,9 +198,15 @@ func meterReport(e *accesslogdatav3.HTTPAccessLogEntry) chat.MeterReport {
 	n := func(k string) int64 { return int64(f[k].GetNumberValue()) }
 	yes := func(k string) bool { return f[k].GetBoolValue() }
 	flags := c.GetResponseFlags()
+	chars := n("text_chars")
+	if !yes("ended") {
+		// Cut short: the meter publishes its count every StreamMeterLagChars characters, so up
+		// to that many more passed than it says. A cut stream is billed at least what was sent.
+		chars += translator.StreamMeterLagChars
+	}
 	return chat.MeterReport{
 		Usage: yes("usage"), PromptTokens: n("prompt_tokens"), CompletionTokens: n("completion_tokens"),
-		CachedTokens: n("cached_tokens"), ImageTokens: n("image_tokens"), TextChars: n("text_chars"),
+		CachedTokens: n("cached_tokens"), ImageTokens: n("image_tokens"), TextChars: chars,
 		Finished: yes("finished"), Done: yes("done"), Error: yes("error"), Ended: yes("ended"),
 		ClientReset: flags.GetDownstreamConnectionTermination() || flags.GetDownstreamProtocolError(),
 	}
