@@ -11,6 +11,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -73,7 +74,5 @@ func (x *exchange) logMetadata(resp *extprocv3.ProcessingResponse, req *extprocv
 	if len(f) == 0 {
 		return
 	}
-	resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
-		ir.MetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: f}),
-	}}
+	core.AddMetadata(resp, ir.MetadataNamespace, f)
 }

@@ -17,6 +17,8 @@ import (
 const (
 	PhaseRouter  = "router"
 	PhaseAttempt = "attempt"
+	// PhaseAnswer: a split gateway's answer filters see each answer once (answers.go).
+	PhaseAnswer = "answer"
 )
 
 // Endpoints a request is counted under: a bounded set, whatever path the client sent.

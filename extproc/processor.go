@@ -17,6 +17,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -83,12 +84,22 @@ func (s *Server) open(ctx context.Context, env *core.EnvoyStream) opened {
 		a := chat.NewAttempt(s.sh, rt, env)
 		return opened{p: a, f: oneByOne{p: a}, phase: PhaseAttempt}
 	}
+	if phase == ir.PhaseAnswer {
+		a := &answerStream{s: s, ctx: ctx, env: env}
+		return opened{p: a, f: a, phase: PhaseAnswer} // answers.go
+	}
 	x := s.newExchange(rt)
 	x.Ctx, x.Envoy, x.OwnRoutes = ctx, env, phase == ir.PhaseRouter
 	if x.OwnRoutes {
 		// Tollway's own Envoys speak the pipelined protocol, and a streamed answer has a
 		// watchdog.
-		return opened{p: x, f: newPipeline(x), mu: &x.mu, phase: PhaseRouter}
+		x.pipe = newPipeline(x)
+		if splitOf(ctx) {
+			x.Split = true
+			x.Park = func(fast bool) string { return s.answers.park(x, fast) }
+			return opened{p: splitRouter{x}, f: splitFraming{x.pipe}, mu: &x.mu, phase: PhaseRouter}
+		}
+		return opened{p: x, f: x.pipe, mu: &x.mu, phase: PhaseRouter}
 	}
 	return opened{p: x, f: oneByOne{p: x, log: x.logMetadata}, phase: PhaseRouter}
 }
@@ -111,6 +122,11 @@ type exchange struct {
 	mu       sync.Mutex
 	quiet    *watchdog
 	silenced bool
+
+	// pipe is the pipelined framing of Tollway's own Envoys; on a split gateway the answer's
+	// filter takes the answer half of it over, with the exchange (park: answers.go).
+	pipe *pipeline
+	park parking
 }
 
 // newExchange is a router-level request under rt (its stream's context and Envoy set by open).
@@ -207,7 +223,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 func (x *exchange) deferRefusal(e *core.APIError, strip []string) *extprocv3.ProcessingResponse {
 	x.RequestID = core.NewRequestID()
 	x.deferred = e
-	return &extprocv3.ProcessingResponse{
+	resp := &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{
 				SetHeaders:    []*corev3.HeaderValueOption{core.SetHeader("x-request-id", x.RequestID)},
@@ -216,6 +232,15 @@ func (x *exchange) deferRefusal(e *core.APIError, strip []string) *extprocv3.Pro
 		}}},
 		ModeOverride: unrouted(),
 	}
+	if x.Split {
+		// On a split gateway the chunk lane's filter reads the unrouted reply's headers: the
+		// request takes the route that has it.
+		common := resp.GetRequestHeaders().GetResponse()
+		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, core.SetHeader(ir.LaneHeader, ir.LaneDeferred))
+		common.ClearRouteCache = true
+		core.AddMetadata(resp, ir.MetadataNamespace, map[string]*structpb.Value{ir.ExchangeKey: structpb.NewStringValue(x.Park(false))})
+	}
+	return resp
 }
 
 // unrouted is chatMode without the request body: the request goes on only to be refused.

@@ -220,19 +220,22 @@ func (s *Server) providerAnswered(provider string) {
 	}
 }
 
-// RefusalLog is the access log service Envoy's router sends the attempts a provider answered 401
-// to (xds/translator refusals.go): the way Tollway learns of a refusal Envoy retried elsewhere,
-// without reading every attempt's response.
+// RefusalLog is the access log service Envoy sends its logs to: the attempts a provider
+// answered 401 (xds/translator refusals.go), the way Tollway learns of a refusal Envoy retried
+// elsewhere without reading every attempt's response; and, on a split gateway, each split
+// request's end (the answer log, answers.go).
 type RefusalLog struct {
 	accesslogv3.UnimplementedAccessLogServiceServer
 	s *Server
 }
 
-// RefusalLog returns the access log service that feeds s's provider refusals.
+// RefusalLog returns s's access log service.
 func (s *Server) RefusalLog() *RefusalLog { return &RefusalLog{s: s} }
 
-// StreamAccessLogs reads one Envoy worker's log stream until Envoy closes it.
+// StreamAccessLogs reads one Envoy worker's log stream until Envoy closes it. Its first message
+// names the log; the ones after it do not.
 func (l *RefusalLog) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer) error {
+	var name string
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
@@ -241,13 +244,18 @@ func (l *RefusalLog) StreamAccessLogs(stream accesslogv3.AccessLogService_Stream
 			}
 			return err
 		}
-		if id := msg.GetIdentifier(); id != nil && id.GetLogName() != ir.RefusalLogName {
-			continue // another log: none is configured, but never misread one
+		if id := msg.GetIdentifier(); id != nil {
+			name = id.GetLogName()
 		}
-		for _, e := range msg.GetHttpLogs().GetLogEntry() {
-			if p := e.GetCommonProperties().GetCustomTags()[ir.RefusalProviderTag]; p != "" && p != "-" {
-				l.s.providerRefusedAt(p, refusedAt(e.GetCommonProperties()))
+		switch name {
+		case ir.RefusalLogName:
+			for _, e := range msg.GetHttpLogs().GetLogEntry() {
+				if p := e.GetCommonProperties().GetCustomTags()[ir.RefusalProviderTag]; p != "" && p != "-" {
+					l.s.providerRefusedAt(p, refusedAt(e.GetCommonProperties()))
+				}
 			}
+		case ir.AnswerLogName:
+			l.s.answerEntries(msg.GetHttpLogs().GetLogEntry())
 		}
 	}
 }

@@ -11,6 +11,7 @@
 package extproc
 
 import (
+	"io"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -38,7 +39,15 @@ type Server struct {
 	tasksOff atomic.Pointer[string] // why they are off, for their answer
 	paid     paid.Endpoints         // the x402 paid endpoints (none until SetPayments)
 	obs      Observer               // nil: nothing is measured
+	answers  *answerBook            // exchanges parked for their answer's filter (answers.go)
+	// accessOut takes the access log lines ext_proc writes itself (a fast-lane stream's);
+	// nil: the access log is off.
+	accessOut io.Writer
 }
+
+// SetAccessLog makes ext_proc write the access log lines Envoy cannot (a fast-lane stream's,
+// billed after Envoy's line is due) to w; nil: none.
+func (s *Server) SetAccessLog(w io.Writer) { s.accessOut = w }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go
 // (billing.Books). A nil *Billing turns admission and metering off (responses then pass
@@ -47,7 +56,7 @@ type Billing = billing.Books
 
 // NewServer makes a server that serves rt until Swap replaces it.
 func NewServer(log *slog.Logger, rt *core.Runtime, b *Billing) *Server {
-	s := &Server{}
+	s := &Server{answers: newAnswerBook()}
 	s.sh = &core.Shared{Log: log, Books: b, Refused: s.providerRefused, Accepted: s.providerAnswered}
 	s.runtime.Store(rt)
 	return s

@@ -50,6 +50,13 @@ func phaseOf(ctx context.Context) string {
 	return ""
 }
 
+// splitOf reports whether a router-level stream comes from a split gateway's filter
+// (ir.SplitMetadata): its requests' answers go to the answer filters (answers.go).
+func splitOf(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(ir.SplitMetadata)) > 0
+}
+
 // handler answers one of Envoy's messages with the replies owed now (none, one, or several).
 type handler func(*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error)
 

@@ -46,6 +46,9 @@ type Processor struct {
 	meter          meter
 	answer         *answer // rewrites a successful answer for the client
 	streaming      bool
+	// fast: on a split gateway, the answer takes the fast lane (lane.go); byLog: it is a
+	// stream metered in Envoy, billed when its answer log entry arrives (SettleFromLog).
+	fast, byLog bool
 }
 
 // New is the processor of chat request x, paid by pay (nil: by its key). A refusal of x
@@ -136,7 +139,7 @@ func (c *Processor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRes
 		x.Out.Routed = time.Now()
 	}
 	if p, m := directTarget(x.RT, plan); p != nil && x.OwnRoutes {
-		return c.direct(b.GetBody(), p, m), nil
+		return c.routed(c.direct(b.GetBody(), p, m)), nil
 	}
 	// The body goes on unchanged: each attempt's upstream ext_proc rewrites it for its provider.
 	set := []*corev3.HeaderValueOption{
@@ -150,7 +153,15 @@ func (c *Processor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRes
 	if c.pay != nil {
 		set = append(set, core.SetHeader(":path", core.ChatPath)) // routed as the business API it runs
 	}
-	return routed(&extprocv3.HeaderMutation{SetHeaders: set}, nil), nil
+	return c.routed(routed(&extprocv3.HeaderMutation{SetHeaders: set}, nil)), nil
+}
+
+// routed hands a routed request's answer over to its answer filter on a split gateway.
+func (c *Processor) routed(resp *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+	if !c.x.Split || resp.GetRequestBody() == nil {
+		return resp // not split, or refused (direct's rewrite failed)
+	}
+	return c.handOver(resp)
 }
 
 // routed lets a request go on to the cluster its header mutation names.
@@ -277,6 +288,14 @@ func (c *Processor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Proces
 		c.release()
 		resp.ModeOverride = core.WithResponseBody(extprocv3filter.ProcessingMode_BUFFERED)
 	case c.plan == nil:
+	case c.fast && IsEventStream(h):
+		c.streaming = true
+		c.fastAnswer(resp) // no mode override: the chunks pass Envoy's stream meter only
+	case c.fast:
+		// Not the stream the fast lane expected (a provider answering JSON): its body is read
+		// whole, as the chunk lane would (this filter takes mode overrides).
+		c.fast = false
+		fallthrough
 	default:
 		var m *meter
 		c.streaming = IsEventStream(h)

@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // AddHeaders sets hs on a header mutation, in a stable order.
@@ -80,3 +81,20 @@ func (m *MetadataMemo) Put(txt string, md map[string]string) {
 
 // Len is how many texts are remembered.
 func (m *MetadataMemo) Len() int { return int(m.n.Load()) }
+
+// AddMetadata adds fields to the dynamic metadata namespace ns that resp sets (merged with
+// what it sets already).
+func AddMetadata(resp *extprocv3.ProcessingResponse, ns string, fields map[string]*structpb.Value) {
+	if resp.DynamicMetadata == nil {
+		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	}
+	if resp.DynamicMetadata.Fields == nil {
+		resp.DynamicMetadata.Fields = map[string]*structpb.Value{}
+	}
+	cur := resp.DynamicMetadata.Fields[ns].GetStructValue()
+	if cur == nil {
+		cur = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		resp.DynamicMetadata.Fields[ns] = structpb.NewStructValue(cur)
+	}
+	maps.Copy(cur.Fields, fields)
+}

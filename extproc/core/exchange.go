@@ -45,6 +45,11 @@ type Exchange struct {
 	// Envoy takes a timeout override or the watchdog's ending of an answer ahead of a reply;
 	// nil outside a stream.
 	Envoy *EnvoyStream
+	// Split: the request's answer goes to an answer filter of its own (xds/translator's
+	// answers.go); Park hands the exchange over to it when the request is routed, on the fast
+	// lane or the chunk lane, and names it for that filter and the answer log.
+	Split bool
+	Park  func(fast bool) (id string)
 
 	Status    int    // the answer's status
 	Responded bool   // response headers arrived: the provider answered

@@ -92,6 +92,9 @@ const (
 	pathTollwayOff = "tollway-off"
 	pathTollway    = "tollway"
 	pathCompare    = "compare" // billing on, as tollway, but started from the -compare binary
+	// pathTollwayFast is billing-on Tollway with routing.fast_lane: an OpenAI-shaped stream is
+	// metered in Envoy, no ext_proc message per chunk (the streams scenario).
+	pathTollwayFast = "tollway-fast"
 )
 
 var allPaths = []string{pathDirect, pathEnvoy, pathTollwayOff, pathTollway}
@@ -105,6 +108,8 @@ func label(path string) string {
 		return "tollway (billing off)"
 	case pathCompare:
 		return "compare (billing on)"
+	case pathTollwayFast:
+		return "tollway (fast lane)"
 	}
 	return path
 }

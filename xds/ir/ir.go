@@ -76,6 +76,10 @@ type Gateway struct {
 	Internal *Listener `json:"internal,omitempty"`
 	// AccessLog is where Envoy writes one JSON line per request (log.access); zero: stdout.
 	AccessLog AccessLog `json:"accessLog,omitzero"`
+	// FastLane splits each chat request's answer from its request (routing.fast_lane): an
+	// OpenAI-shaped stream is metered in Envoy and billed from its access log, with no ext_proc
+	// message per chunk; other answers pass ext_proc's answer filter chunk by chunk.
+	FastLane bool `json:"fastLane,omitempty"`
 }
 
 // AccessLog is where the access log goes: Envoy's stdout (which Tollway prints on its own

@@ -240,4 +240,23 @@ const (
 	RefusalProviderTag = "tollway_provider"
 	// RefusalLogName names the access log stream those attempts arrive on.
 	RefusalLogName = "tollway_refused_credentials"
+
+	// The split answer (Gateway.FastLane): the router-level filter handles the request and
+	// leaves the answer to a filter chosen by the route it picks: the chunk lane's
+	// (PhaseAnswer, every chunk through ext_proc as before) or the fast lane's (PhaseAnswer
+	// too, its headers only: the body is metered in Envoy by the stream meter, and the bill
+	// settled from the answer log). LaneHeader names the lane to the route (fast or absent).
+	PhaseAnswer = "answer"
+	// SplitMetadata (gRPC metadata "1") marks a split gateway's router-level filter: its
+	// requests' answers go to the answer filters.
+	SplitMetadata = "x-tollway-split"
+	LaneHeader    = "x-tollway-lane"
+	LaneFast      = "fast"
+	LaneDeferred  = "deferred" // the unrouted reply to a request refused at its next message
+	ExchangeKey   = "exchange" // in MetadataNamespace: the request's exchange, for the answer's filter and log
+	LaneMetadata  = "tollway.lane"
+	// MeterMetadata is what the stream meter (Envoy's Lua) read of a fast-lane answer.
+	MeterMetadata = "tollway.meter"
+	// AnswerLogName names the access log stream on which each split request's end arrives.
+	AnswerLogName = "tollway_answers"
 )

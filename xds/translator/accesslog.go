@@ -7,13 +7,18 @@ package translator
 // sets none of them, and only these fields are logged.
 
 import (
+	"encoding/json"
+	"maps"
+
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -22,8 +27,10 @@ import (
 var AccessLogFields = []string{"account", "key_prefix", "model", "provider", "route", "code",
 	"prompt_tokens", "completion_tokens", "cost", "estimated", "fallbacks", "endpoint", "payer"}
 
-// accessLogs is the public listener's access log (none when it is off).
-func accessLogs(a ir.AccessLog) ([]*accesslogv3.AccessLog, error) {
+// accessLogs is the public listener's access log (none when it is off). On a split gateway a
+// fast-lane stream's line is written by Tollway instead, from its answer log entry, with the
+// bill that only then is known (extproc's answers.go).
+func accessLogs(a ir.AccessLog, split bool) ([]*accesslogv3.AccessLog, error) {
 	if a.Off {
 		return nil, nil
 	}
@@ -61,5 +68,30 @@ func accessLogs(a ir.AccessLog) ([]*accesslogv3.AccessLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []*accesslogv3.AccessLog{{Name: name, ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: typed}}}, nil
+	al := &accesslogv3.AccessLog{Name: name, ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: typed}}
+	if split {
+		al.Filter = &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_MetadataFilter{MetadataFilter: &accesslogv3.MetadataFilter{
+			Matcher: &matcherv3.MetadataMatcher{
+				Filter: ir.LaneMetadata,
+				Path:   []*matcherv3.MetadataMatcher_PathSegment{{Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: "fast"}}},
+				Value:  &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_BoolMatch{BoolMatch: true}},
+				Invert: true, // every line but a fast-lane stream's
+			},
+			MatchIfKeyNotFound: wrapperspb.Bool(true),
+		}}}
+	}
+	return []*accesslogv3.AccessLog{al}, nil
+}
+
+// AccessLogLine is the access log's line for a request Tollway logs itself (a fast-lane
+// stream): the fields Envoy's line has, from the answer log entry and the exchange, in the same
+// JSON shape (keys sorted, a missing field null).
+func AccessLogLine(fields map[string]any) []byte {
+	out := make(map[string]any, len(fields)+len(AccessLogFields))
+	for _, f := range AccessLogFields {
+		out[f] = nil
+	}
+	maps.Copy(out, fields)
+	b, _ := json.Marshal(out) // strings, numbers and nulls always encode
+	return append(b, '\n')
 }

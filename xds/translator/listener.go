@@ -12,7 +12,6 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -25,13 +24,20 @@ import (
 const ExtProcMessageTimeout = 5 * time.Second
 
 func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
-	filters, err := httpFilters()
+	filters, err := httpFilters(g.FastLane)
 	if err != nil {
 		return nil, err
 	}
-	logs, err := accessLogs(g.AccessLog)
+	logs, err := accessLogs(g.AccessLog, g.FastLane)
 	if err != nil {
 		return nil, err
+	}
+	if g.FastLane {
+		al, err := answerLog()
+		if err != nil {
+			return nil, err
+		}
+		logs = append(logs, al)
 	}
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: ir.ListenerName,
@@ -87,21 +93,20 @@ const extProcFilterName = "envoy.filters.http.ext_proc"
 const attemptFilterName = "tollway.filters.http.attempt_ext_proc"
 
 // httpFilters is the one place the HTTP filter order is decided: ext_proc authenticates and
-// picks the provider, then the router forwards.
-func httpFilters() ([]*hcmv3.HttpFilter, error) {
-	type named struct {
-		name string
-		cfg  proto.Message
-	}
+// picks the provider, then the router forwards; a split gateway (answers.go) has the answer
+// filters between them.
+func httpFilters(split bool) ([]*hcmv3.HttpFilter, error) {
 	rt, err := router()
 	if err != nil {
 		return nil, err
 	}
+	chain := []namedFilter{{extProcFilterName, ExtProc()}}
+	if split {
+		chain = append([]namedFilter{{extProcFilterName, SplitExtProc()}}, answerFilters()...)
+	}
+	chain = append(chain, namedFilter{wellknown.Router, rt})
 	var out []*hcmv3.HttpFilter
-	for _, f := range []named{
-		{extProcFilterName, ExtProc()},
-		{wellknown.Router, rt},
-	} {
+	for _, f := range chain {
 		a, err := anypb.New(f.cfg)
 		if err != nil {
 			return nil, fmt.Errorf("translator: filter %s: %w", f.name, err)

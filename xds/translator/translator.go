@@ -4,6 +4,7 @@ package translator
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"sort"
 	"time"
@@ -109,11 +110,15 @@ func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
 	// Every route of the gateway runs ext_proc pipelined (ExtProc); a copy of each route for big
 	// request bodies (ir.PipelinedLength) has Envoy buffer the body instead. This is the one
 	// place the modes are set for them.
-	pipelined, err := perRouteMode(PipelinedMode())
+	pipelinedMode, bufferedMode := PipelinedMode(), BufferedBodyMode()
+	if g.FastLane {
+		pipelinedMode, bufferedMode = SplitRequestMode(pipelinedMode), SplitRequestMode(bufferedMode)
+	}
+	pipelined, err := perRouteMode(pipelinedMode)
 	if err != nil {
 		return nil, err
 	}
-	buffered, err := perRouteMode(BufferedBodyMode())
+	buffered, err := perRouteMode(bufferedMode)
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +169,35 @@ func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
 			Header: &corev3.HeaderValue{Key: "content-type", Value: "application/json"},
 		}},
 	})
+	host := map[string]*anypb.Any{extProcFilterName: pipelined}
+	if g.FastLane {
+		// A split gateway (answers.go): the fast lane's route first, then the chunk lane's.
+		laneHost, chunk, fast, err := laneConfigs()
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(host, laneHost)
+		rs[0].TypedPerFilterConfig = chunk
+		// A refusal ext_proc deferred to the answer's headers (a client's invalid request id,
+		// replaced first) takes the unrouted reply through the chunk lane's filter.
+		d := proto.Clone(rs[1]).(*routev3.Route)
+		d.Name = "deferred"
+		d.Match.Headers = append(d.Match.Headers, &routev3.HeaderMatcher{
+			Name:                 ir.LaneHeader,
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: exact(ir.LaneDeferred)},
+		})
+		d.TypedPerFilterConfig = chunk
+		rs = append(rs[:1], d, rs[1])
+		f := proto.Clone(rs[0]).(*routev3.Route)
+		f.Name = "chat-fast"
+		f.Match.Headers = append(f.Match.Headers, &routev3.HeaderMatcher{
+			Name:                 ir.LaneHeader,
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: exact(ir.LaneFast)},
+		})
+		f.RequestHeadersToRemove = append(f.RequestHeadersToRemove, ir.LaneHeader)
+		f.TypedPerFilterConfig = fast
+		rs = append([]*routev3.Route{f}, rs...)
+	}
 	// Each route first for big bodies (or none declared), then as it is: the route a request
 	// matches before ext_proc answered its headers fixes the filter's mode for the request.
 	all := make([]*routev3.Route, 0, 2*len(rs))
@@ -179,7 +213,11 @@ func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
 			// A request without content-length matches too (as an empty value).
 			TreatMissingHeaderAsEmpty: true,
 		})
-		big.TypedPerFilterConfig = map[string]*anypb.Any{extProcFilterName: buffered}
+		big.TypedPerFilterConfig = maps.Clone(r.TypedPerFilterConfig)
+		if big.TypedPerFilterConfig == nil {
+			big.TypedPerFilterConfig = map[string]*anypb.Any{}
+		}
+		big.TypedPerFilterConfig[extProcFilterName] = buffered
 		all = append(all, big, r)
 	}
 	return &routev3.RouteConfiguration{
@@ -190,7 +228,7 @@ func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
 			Routes:  all,
 			// Big base64 bodies are buffered for ext_proc and kept for retries.
 			RequestBodyBufferLimit: wrapperspb.UInt64(ir.BufferLimitBytes),
-			TypedPerFilterConfig:   map[string]*anypb.Any{extProcFilterName: pipelined},
+			TypedPerFilterConfig:   host,
 		}},
 	}, nil
 }

@@ -83,6 +83,9 @@ type Config struct {
 	Routing struct {
 		// AttemptTimeout: an attempt silent this long gives way to the next of its chain.
 		AttemptTimeout time.Duration `mapstructure:"attempt_timeout"`
+		// FastLane meters OpenAI-shaped streams in Envoy and bills them from its access log,
+		// with no ext_proc message per chunk (docs/performance.md#fast-lane).
+		FastLane bool `mapstructure:"fast_lane"`
 	} `mapstructure:"routing"`
 	Admin struct {
 		// Token, when set, must come with every admin API request as "Authorization: Bearer
@@ -172,6 +175,7 @@ var defaults = map[string]any{
 	"metrics.enabled":                true,
 	"admin.token":                    "", // known to viper, so TOLLWAY_ADMIN_TOKEN alone sets it
 	"routing.attempt_timeout":        "60s",
+	"routing.fast_lane":              false,
 	"x402.facilitator_timeout":       "60s",
 	"limits.max_concurrent_requests": ir.DefaultMaxConcurrentRequests,
 	"listen.xff_num_trusted_hops":    0,

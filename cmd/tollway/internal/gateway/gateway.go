@@ -174,6 +174,7 @@ func (g *Gateway) applyLocked(ctx context.Context) error {
 		return err
 	}
 	gw.AttemptTimeout = g.cfg.Routing.AttemptTimeout
+	gw.FastLane = g.cfg.Routing.FastLane
 	gw.Limits = g.cfg.IRLimits()
 	gw.AccessLog = g.cfg.AccessLog()
 	gw.Listener.XFFTrustedHops = uint32(g.cfg.Listen.XFFNumTrustedHops)

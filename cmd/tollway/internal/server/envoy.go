@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollway/tollway/envoy"
@@ -40,8 +41,15 @@ func (e *envoyRunner) start(ctx context.Context) error {
 	}
 	e.first = proc
 	p.gw.SetEnvoy(proc)
-	e.sup = envoy.NewSupervisor(p.log, proc, func(ctx context.Context) (*envoy.Process, error) { return e.startEnvoy(ctx, false) })
-	e.sup.OnRestart = p.gw.SetEnvoy
+	var restarting atomic.Int64 // when the dead Envoy's replacement was started
+	e.sup = envoy.NewSupervisor(p.log, proc, func(ctx context.Context) (*envoy.Process, error) {
+		restarting.Store(time.Now().UnixNano())
+		return e.startEnvoy(ctx, false)
+	})
+	e.sup.OnRestart = func(proc *envoy.Process) {
+		p.gw.SetEnvoy(proc)
+		p.ext.EnvoyRestarted(time.Unix(0, restarting.Load())) // the answers the dead Envoy held are over
+	}
 	p.gw.SetSupervisor(e.sup)
 	// The supervisor outlives ctx: a signal drains Envoy (wait), it does not stop supervising.
 	var supCtx context.Context

@@ -43,6 +43,9 @@ func (p *process) buildGateway(context.Context) error {
 	p.ctrl = xds.New(log.With("component", "xds"))
 	p.ext = extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), p.bill)
 	p.ext.SetStoreCheck(p.durable().Unavailable)
+	if err := p.setAccessLog(); err != nil {
+		return err
+	}
 	if p.spool != nil {
 		// Billable chat is admitted on the spool's health; a credential's claim and a task
 		// are written to the database itself (docs/operations.md#database-down).

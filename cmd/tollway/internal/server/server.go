@@ -13,7 +13,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -91,6 +93,8 @@ func Run(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) erro
 // newProcess checks what needs no resources: the admin token resolves and, for a child Envoy,
 // its binary is found.
 func newProcess(cfg *config.Config, stdout, stderr io.Writer) (*process, error) {
+	// Tollway writes access log lines of its own (a fast-lane stream's) beside Envoy's.
+	stdout, stderr = &lockedWriter{w: stdout}, &lockedWriter{w: stderr}
 	p := &process{cfg: cfg, log: newLogger(stderr, cfg.Log.Level), stdout: stdout, stderr: stderr,
 		external: cfg.Envoy.Mode == config.EnvoyExternal, loops: newLoops()}
 	var err error
@@ -199,4 +203,36 @@ func freeLoopback() (*ir.Listener, error) {
 	}
 	defer ln.Close()
 	return &ir.Listener{Address: "127.0.0.1", Port: uint32(ln.Addr().(*net.TCPAddr).Port)}, nil
+}
+
+// lockedWriter writes one line (one Write) at a time: Envoy's access log lines, Tollway's own
+// and its log share stdout and stderr.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// setAccessLog gives ext_proc the access log's destination (log.access) for the lines it
+// writes itself: a fast-lane stream's, whose bill is known only after Envoy's line is due.
+func (p *process) setAccessLog() error {
+	switch a := p.cfg.AccessLog(); {
+	case a.Off:
+	case a.Path == "":
+		p.ext.SetAccessLog(p.stdout)
+	case a.Path == "/dev/stderr":
+		p.ext.SetAccessLog(p.stderr)
+	default:
+		f, err := os.OpenFile(a.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return fmt.Errorf("log.access: %w", err)
+		}
+		p.ext.SetAccessLog(&lockedWriter{w: f}) // O_APPEND: each line lands whole after Envoy's
+	}
+	return nil
 }

@@ -1,0 +1,377 @@
+package extproc
+
+// The split answer on a split gateway (xds/translator's answers.go): the router-level stream
+// reads the request and, once it routes it, parks its exchange here under an id it sets in the
+// request's metadata. The answer's filter (the chunk lane's or the fast lane's) opens a stream
+// of its own with the answer's headers, finds the exchange by that id and handles the answer on
+// it as the router-level stream would have; when it ends, the exchange is done. A fast-lane
+// stream is billed when its answer log entry arrives (the stream meter's counts in it), and an
+// exchange whose answer never reached an answer filter (the client went away first) is ended by
+// that entry too. Each exchange is ended exactly once, by whichever comes last of the two that
+// may hold it.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollway/tollway/extproc/chat"
+	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/xds/ir"
+	"github.com/tollway/tollway/xds/translator"
+)
+
+// answerBook holds the exchanges parked for their answer's filter, by id.
+type answerBook struct {
+	mu     sync.Mutex
+	parked map[string]*exchange
+	seq    atomic.Uint64
+	nonce  string    // this process's: an id never names another process's exchange
+	swept  time.Time // the last sweep (under mu)
+}
+
+// What ends an exchange whose end never came (its Envoy died, or the entry of the answer log
+// was lost): a routed request no answer reached after unanswered, a fast-lane stream after
+// unlogged, both billed as a cut request would be (the hold released, or the prompt estimated).
+const (
+	sweepEvery = 30 * time.Second
+	unanswered = 15 * time.Minute // beyond every chain's attempts at their idle timeouts
+	unlogged   = 2 * time.Hour    // beyond any stream a client keeps open
+)
+
+// sweep ends the exchanges parked too long at now.
+func (b *answerBook) sweep(now time.Time) {
+	b.end(func(x *exchange) bool {
+		age := now.Sub(x.park.at)
+		return (!x.park.adopted && age > unanswered) || (x.park.adopted && age > unlogged)
+	}, "no answer log entry came for it")
+}
+
+// dropBefore ends every exchange parked before t: their Envoy is gone (it restarted), and with
+// it their answers and their log entries.
+func (b *answerBook) dropBefore(t time.Time, why string) {
+	b.end(func(x *exchange) bool { return x.park.at.Before(t) }, why)
+}
+
+// end ends the parked exchanges stale picks (under the book's lock) that no answer filter's
+// stream will end.
+func (b *answerBook) end(stale func(*exchange) bool, why string) {
+	b.mu.Lock()
+	var picked []*exchange
+	for _, x := range b.parked {
+		if stale(x) {
+			picked = append(picked, x)
+		}
+	}
+	b.mu.Unlock()
+	for _, x := range picked {
+		b.close(x, nil, why)
+	}
+}
+
+// EnvoyRestarted ends what Envoy's restart ended: every exchange parked for an answer before
+// its replacement started at t.
+func (s *Server) EnvoyRestarted(t time.Time) { s.answers.dropBefore(t, "Envoy restarted") }
+
+// parking is what an exchange knows of its place in the book.
+type parking struct {
+	id      string
+	at      time.Time   // when it was parked
+	parked  atomic.Bool // handed over: the router-level stream no longer ends it
+	fast    bool        // on the fast lane
+	adopted bool        // an answer filter's stream took it (under the book's lock)
+}
+
+func newAnswerBook() *answerBook {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &answerBook{parked: map[string]*exchange{}, nonce: hex.EncodeToString(b[:])}
+}
+
+// park hands x over to its answer's filter and names it.
+func (b *answerBook) park(x *exchange, fast bool) string {
+	x.park.id = b.nonce + "-" + strconv.FormatUint(b.seq.Add(1), 36)
+	x.park.fast, x.park.at = fast, time.Now()
+	b.mu.Lock()
+	b.parked[x.park.id] = x
+	sweep := x.park.at.Sub(b.swept) > sweepEvery
+	if sweep {
+		b.swept = x.park.at
+	}
+	b.mu.Unlock()
+	if sweep {
+		go b.sweep(x.park.at)
+	}
+	x.park.parked.Store(true)
+	return x.park.id
+}
+
+// adopt gives the answer filter's stream the exchange named id (nil: none parked under it).
+func (b *answerBook) adopt(id string) *exchange {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	x := b.parked[id]
+	if x != nil {
+		x.park.adopted = true
+	}
+	return x
+}
+
+// release ends x's stay in the book; it reports whether the caller is the one to end x.
+func (b *answerBook) release(x *exchange) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.parked[x.park.id] != x {
+		return false
+	}
+	delete(b.parked, x.park.id)
+	return true
+}
+
+// logged is an exchange's answer log entry: the request is over. It ends an exchange no answer
+// filter holds, and bills a fast-lane stream from what the stream meter read.
+func (b *answerBook) logged(id string, e *accesslogdatav3.HTTPAccessLogEntry) {
+	b.mu.Lock()
+	x := b.parked[id]
+	b.mu.Unlock()
+	if x != nil {
+		b.close(x, e, "")
+	}
+}
+
+// close ends parked x unless its answer filter's stream ends it: the request is over (e, its
+// answer log entry), or its end will never come (e nil: why). A fast-lane stream is billed
+// from e's meter counts, or without e as an estimate of its prompt (nothing else of it is
+// known); any other ends as its processor ends a cut request.
+func (b *answerBook) close(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry, why string) {
+	x.mu.Lock() // the answer filter's stream is past the answer's headers
+	byLog := x.byLog()
+	b.mu.Lock()
+	mine := b.parked[x.park.id] == x && (!x.park.adopted || byLog)
+	if mine {
+		delete(b.parked, x.park.id)
+	}
+	b.mu.Unlock()
+	var line []byte
+	if mine && byLog {
+		var m chat.MeterReport
+		if e != nil {
+			m = meterReport(e)
+		} else {
+			x.s.sh.Log.Error("FAST-LANE STREAM BILLED ITS PROMPT ONLY: what its answer sent is unknown", "request_id", x.RequestID, "why", why)
+		}
+		x.kind.(*chat.Processor).SettleFromLog(m)
+		if d := e.GetCommonProperties().GetTimeToFirstDownstreamTxByte(); d != nil && x.Observed {
+			x.Out.FirstByte = x.Out.Start.Add(d.AsDuration()) // the stream's first byte, as Envoy saw it
+		}
+		if e != nil && x.s.accessOut != nil {
+			line = accessLine(x, e)
+		}
+	}
+	x.mu.Unlock()
+	if line != nil {
+		_, _ = x.s.accessOut.Write(line)
+	}
+	if mine {
+		x.Done()
+	}
+}
+
+// byLog reports whether x's answer is billed from its log entry (a fast-lane stream).
+func (x *exchange) byLog() bool {
+	c, ok := x.kind.(*chat.Processor)
+	return ok && c.ByLog()
+}
+
+// meterReport reads the stream meter's counts (ir.MeterMetadata) from an answer log entry.
+func meterReport(e *accesslogdatav3.HTTPAccessLogEntry) chat.MeterReport {
+	c := e.GetCommonProperties()
+	f := c.GetMetadata().GetFilterMetadata()[ir.MeterMetadata].GetFields()
+	n := func(k string) int64 { return int64(f[k].GetNumberValue()) }
+	yes := func(k string) bool { return f[k].GetBoolValue() }
+	flags := c.GetResponseFlags()
+	chars := n("text_chars")
+	if !yes("ended") {
+		// Cut short: the meter publishes its count every StreamMeterLagChars characters, so up
+		// to that many more passed than it says. A cut stream is billed at least what was sent.
+		chars += translator.StreamMeterLagChars
+	}
+	return chat.MeterReport{
+		Usage: yes("usage"), PromptTokens: n("prompt_tokens"), CompletionTokens: n("completion_tokens"),
+		CachedTokens: n("cached_tokens"), ImageTokens: n("image_tokens"), TextChars: chars,
+		Finished: yes("finished"), Done: yes("done"), Error: yes("error"), Ended: yes("ended"),
+		ClientReset: flags.GetDownstreamConnectionTermination() || flags.GetDownstreamProtocolError(),
+	}
+}
+
+// answerEntries takes the answer log's entries.
+func (s *Server) answerEntries(entries []*accesslogdatav3.HTTPAccessLogEntry) {
+	for _, e := range entries {
+		f := e.GetCommonProperties().GetMetadata().GetFilterMetadata()[ir.MetadataNamespace].GetFields()
+		if id := f[ir.ExchangeKey].GetStringValue(); id != "" {
+			s.answers.logged(id, e)
+		}
+	}
+}
+
+// splitRouter is a split gateway's router-level stream: once its exchange is parked, the
+// answer's side ends it, not this stream (which Envoy may close as soon as the request is
+// read).
+type splitRouter struct{ *exchange }
+
+func (r splitRouter) Done() {
+	if r.park.parked.Load() {
+		return
+	}
+	r.exchange.Done()
+}
+
+// answerStream is an answer filter's stream: it finds its exchange at the answer's headers and
+// hands it each of Envoy's messages through the lane's framing.
+type answerStream struct {
+	s   *Server
+	ctx context.Context
+	env *core.EnvoyStream
+	x   *exchange // nil until the answer's headers named a parked exchange
+	f   framing
+}
+
+// exchangeID is the exchange id forwarded with an answer filter's message.
+func exchangeID(req *extprocv3.ProcessingRequest) string {
+	f := req.GetMetadataContext().GetFilterMetadata()[ir.MetadataNamespace].GetFields()
+	return f[ir.ExchangeKey].GetStringValue()
+}
+
+func (a *answerStream) requestHeaders(*extprocv3.ProcessingRequest, *extprocv3.HttpHeaders) ([]*extprocv3.ProcessingResponse, error) {
+	return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}}, nil
+}
+
+func (a *answerStream) requestBody(*extprocv3.ProcessingRequest, *extprocv3.HttpBody) ([]*extprocv3.ProcessingResponse, error) {
+	return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}}, nil
+}
+
+func (a *answerStream) requestTrailers(*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+	return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}}, nil
+}
+
+func (a *answerStream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) ([]*extprocv3.ProcessingResponse, error) {
+	if a.x == nil {
+		x := a.s.answers.adopt(exchangeID(req))
+		if x == nil {
+			// No exchange parked under that id (Envoy's reply to a request ext_proc never
+			// routed): the answer goes on as it is.
+			return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}}, nil
+		}
+		x.mu.Lock()
+		x.Ctx, x.Envoy = a.ctx, a.env
+		a.x = x
+		if x.park.fast {
+			a.f = oneByOne{p: x, log: x.logMetadata} // its headers, an error's body on request
+		} else {
+			a.f = x.pipe // the answer half of the pipelined protocol, as before the split
+		}
+		x.mu.Unlock()
+	}
+	a.x.mu.Lock()
+	defer a.x.mu.Unlock()
+	return a.f.responseHeaders(req, h)
+}
+
+func (a *answerStream) responseBody(req *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) ([]*extprocv3.ProcessingResponse, error) {
+	if a.x == nil {
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}}, nil
+	}
+	a.x.mu.Lock()
+	defer a.x.mu.Unlock()
+	return a.f.responseBody(req, b)
+}
+
+func (a *answerStream) responseTrailers(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+	if a.x == nil {
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}}, nil
+	}
+	a.x.mu.Lock()
+	defer a.x.mu.Unlock()
+	return a.f.responseTrailers(req)
+}
+
+// The stream's processor: only its end matters (the messages go through the framing).
+func (a *answerStream) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return nil, nil
+}
+func (a *answerStream) RequestBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return nil, nil
+}
+func (a *answerStream) ResponseHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
+	return nil, nil
+}
+func (a *answerStream) ResponseBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	return nil, nil
+}
+
+// Done ends the exchange when its answer is over here; a fast-lane stream's answer goes on in
+// Envoy, and its log entry ends it.
+func (a *answerStream) Done() {
+	x := a.x
+	if x == nil || x.byLog() || !a.s.answers.release(x) {
+		return
+	}
+	x.Done()
+}
+
+// splitFraming is a split gateway's router-level framing: the pipelined protocol for the
+// request; the answer's headers (which this filter still reads, for a refusal it deferred to
+// them) go on untouched once the exchange is parked: its answer filter has them.
+type splitFraming struct{ *pipeline }
+
+func (f splitFraming) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) ([]*extprocv3.ProcessingResponse, error) {
+	if f.x.park.parked.Load() {
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}}, nil
+	}
+	return f.pipeline.responseHeaders(req, h)
+}
+
+// accessLine is a fast-lane stream's access log line: Envoy's fields from its answer log entry,
+// Tollway's from the exchange and its bill (Envoy skips these lines: xds/translator's
+// accessLogs).
+func accessLine(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry) []byte {
+	c, req := e.GetCommonProperties(), e.GetRequest()
+	ms := func(d *durationpb.Duration) any {
+		if d == nil {
+			return nil
+		}
+		return d.AsDuration().Milliseconds()
+	}
+	path := req.GetOriginalPath()
+	if path == "" {
+		path = req.GetPath()
+	}
+	f := map[string]any{
+		"time":        c.GetStartTime().AsTime().UTC().Format("2006-01-02T15:04:05.000Z"),
+		"request_id":  req.GetRequestId(),
+		"method":      req.GetRequestMethod().String(),
+		"path":        path,
+		"status":      e.GetResponse().GetResponseCode().GetValue(),
+		"ttfb_ms":     ms(c.GetTimeToFirstUpstreamRxByte()),
+		"duration_ms": ms(c.GetTimeToLastDownstreamTxByte()),
+		"attempts":    c.GetUpstreamRequestAttemptCount(),
+	}
+	for k, v := range c.GetMetadata().GetFilterMetadata()[ir.MetadataNamespace].GetFields() {
+		if k != ir.ExchangeKey {
+			f[k] = v.AsInterface()
+		}
+	}
+	if b := x.Bill; b != nil {
+		f["prompt_tokens"], f["completion_tokens"] = b.Usage.PromptTokens, b.Usage.CompletionTokens
+		f["cost"], f["estimated"] = b.Cost.String(), b.Estimated
+	}
+	return translator.AccessLogLine(f)
+}
