@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,8 @@ func TestClusterConfigReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	applied := func() int { return strings.Count(a.logs.String(), `msg="configuration applied"`) }
+	appliedBefore := applied()
 	if err := os.WriteFile(a.CfgPath, append(cfg, newModel...), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +50,9 @@ func TestClusterConfigReload(t *testing.T) {
 		t.Fatal("A does not serve the model its reloaded file adds")
 	}
 	inForce(t, "a model added by A's reloaded file", t0, []*gateway{b, c}, func(g *gateway) bool { return answers(g, key, "gpt-4o-new", 200) })
+	// A's config watch reloads the written file too (200 ms after the write, later on a loaded
+	// machine): B's reload must come after it, or A's would be the last and rightly win.
+	waitFor(t, "A's config watch to reload its written file", 10*time.Second, func() bool { return applied() >= appliedBefore+2 })
 
 	t0 = time.Now()
 	if code, out := b.adminJSON("POST", "/admin/v1/reload", nil); code != 200 {

@@ -125,6 +125,12 @@ func (g *Gateway) ApplyConfig(ctx context.Context, c *config.Config) error {
 	if g.cfg != nil && c.Admin.Token != g.cfg.Admin.Token {
 		g.log.Warn("admin.token changed; it takes effect on restart") // never the token itself
 	}
+	if g.cfg != nil && c.Routing.FastLane != g.cfg.Routing.FastLane {
+		// Envoy takes the listener and the routes in two pushes: a request between them would
+		// have its answer handed to a filter its route does not run, and go unbilled.
+		g.log.Warn("routing.fast_lane changed; it takes effect on restart", "running", g.cfg.Routing.FastLane)
+		c.Routing.FastLane = g.cfg.Routing.FastLane
+	}
 	before, err := g.store.Catalog()
 	if err != nil {
 		return err
