@@ -50,7 +50,7 @@ func (g *gateway) extProcMessages() float64 {
 func TestFastLaneStreamsSkipExtProcPerChunk(t *testing.T) {
 	t.Parallel()
 	// A pause between chunks, so that Envoy reads them one by one whatever the machine's load.
-	g, _ := startFastLane(t, fakeupstream.Options{ChunkDelay: 2 * time.Millisecond})
+	g, _ := startFastLane(t, fakeupstream.Options{ChunkDelay: 5 * time.Millisecond})
 	ctx := context.Background()
 	if err := g.NewAccount(ctx, "acme", "25"); err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestFastLaneStreamsSkipExtProcPerChunk(t *testing.T) {
 	before = g.extProcMessages()
 	events = readStream(t, g.chat(ctx, key, body+`,"stream":true,"stream_options":{"include_usage":true}}`))
 	chunk := g.extProcMessages() - before
-	if chunk < float64(len(events))/2 {
+	if chunk < float64(len(events))/4 { // a loaded Envoy may still read two events at once
 		t.Errorf("a chunk-lane stream of %d events cost %v ext_proc messages, the fast lane's %v: the lanes did not differ", len(events), chunk, fast)
 	}
 
