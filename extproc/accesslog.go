@@ -8,6 +8,9 @@ package extproc
 // so every answer carries what is known by then; a stream's last chunk carries the bill.
 
 import (
+	"encoding/json"
+	"maps"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -75,4 +78,17 @@ func (x *exchange) logMetadata(resp *extprocv3.ProcessingResponse, req *extprocv
 		return
 	}
 	core.AddMetadata(resp, ir.MetadataNamespace, f)
+}
+
+// accessLogLine is the access log's line for a request ext_proc logs itself (a fast-lane
+// stream, answers.go): the fields Envoy's line has, in the same JSON shape (keys sorted, a
+// missing field null).
+func accessLogLine(fields map[string]any) []byte {
+	out := make(map[string]any, len(fields)+len(ir.AccessLogFields))
+	for _, f := range ir.AccessLogFields {
+		out[f] = nil
+	}
+	maps.Copy(out, fields)
+	b, _ := json.Marshal(out) // strings, numbers and nulls always encode
+	return append(b, '\n')
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/xds/ir"
-	"github.com/tollway/tollway/xds/translator"
 )
 
 // answerBook holds the exchanges parked for their answer's filter, by id.
@@ -200,9 +199,9 @@ func meterReport(e *accesslogdatav3.HTTPAccessLogEntry) chat.MeterReport {
 	flags := c.GetResponseFlags()
 	chars := n("text_chars")
 	if !yes("ended") {
-		// Cut short: the meter publishes its count every StreamMeterLagChars characters, so up
-		// to that many more passed than it says. A cut stream is billed at least what was sent.
-		chars += translator.StreamMeterLagChars
+		// Cut short: the meter publishes its count every ir.MeterLagChars characters, so up to
+		// that many more passed than it says. A cut stream is billed at least what was sent.
+		chars += ir.MeterLagChars
 	}
 	return chat.MeterReport{
 		Usage: yes("usage"), PromptTokens: n("prompt_tokens"), CompletionTokens: n("completion_tokens"),
@@ -303,20 +302,6 @@ func (a *answerStream) responseTrailers(req *extprocv3.ProcessingRequest) ([]*ex
 	return a.f.responseTrailers(req)
 }
 
-// The stream's processor: only its end matters (the messages go through the framing).
-func (a *answerStream) RequestHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
-	return nil, nil
-}
-func (a *answerStream) RequestBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	return nil, nil
-}
-func (a *answerStream) ResponseHeaders(*extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
-	return nil, nil
-}
-func (a *answerStream) ResponseBody(*extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	return nil, nil
-}
-
 // Done ends the exchange when its answer is over here; a fast-lane stream's answer goes on in
 // Envoy, and its log entry ends it.
 func (a *answerStream) Done() {
@@ -373,5 +358,5 @@ func accessLine(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry) []byte {
 		f["prompt_tokens"], f["completion_tokens"] = b.Usage.PromptTokens, b.Usage.CompletionTokens
 		f["cost"], f["estimated"] = b.Cost.String(), b.Estimated
 	}
-	return translator.AccessLogLine(f)
+	return accessLogLine(f)
 }

@@ -422,15 +422,9 @@ func mergeMetadata(first, second *structpb.Struct) *structpb.Struct {
 	if first == nil {
 		return second
 	}
+	merged := &extprocv3.ProcessingResponse{DynamicMetadata: first}
 	for ns, v := range second.GetFields() {
-		have := first.Fields[ns].GetStructValue()
-		if have == nil {
-			first.Fields[ns] = v
-			continue
-		}
-		for k, f := range v.GetStructValue().GetFields() {
-			have.Fields[k] = f
-		}
+		core.AddMetadata(merged, ns, v.GetStructValue().GetFields())
 	}
 	return first
 }

@@ -66,9 +66,10 @@ func unexpected(req *extprocv3.ProcessingRequest) error {
 	return status.Errorf(codes.Unimplemented, "extproc: unexpected message %T", req.Request)
 }
 
-// opened is a stream's processor and how its messages reach it.
+// opened is a stream's processor and how its messages reach it (the framing hands them to
+// the processor; the stream loop only ends it).
 type opened struct {
-	p     Processor
+	p     interface{ Done() }
 	f     framing
 	mu    *sync.Mutex // held while a message is handled (nil: none needed)
 	phase string      // the observer's label

@@ -257,6 +257,14 @@ const (
 	LaneMetadata  = "tollway.lane"
 	// MeterMetadata is what the stream meter (Envoy's Lua) read of a fast-lane answer.
 	MeterMetadata = "tollway.meter"
+	// MeterLagChars bounds how far the stream meter's text_chars may lag behind a stream: a
+	// stream its client cut may have passed up to MeterLagChars-1 characters more.
+	MeterLagChars = 64
 	// AnswerLogName names the access log stream on which each split request's end arrives.
 	AnswerLogName = "tollway_answers"
 )
+
+// AccessLogFields are the access log's fields, in MetadataNamespace, that ext_proc sets (the
+// translator's log format reads them; ext_proc writes a fast-lane stream's line itself).
+var AccessLogFields = []string{"account", "key_prefix", "model", "provider", "route", "code",
+	"prompt_tokens", "completion_tokens", "cost", "estimated", "fallbacks", "endpoint", "payer"}

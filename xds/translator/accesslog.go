@@ -7,9 +7,6 @@ package translator
 // sets none of them, and only these fields are logged.
 
 import (
-	"encoding/json"
-	"maps"
-
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
@@ -22,10 +19,6 @@ import (
 
 	"github.com/tollway/tollway/xds/ir"
 )
-
-// AccessLogFields are the access log's fields, in the tollway namespace, that ext_proc sets.
-var AccessLogFields = []string{"account", "key_prefix", "model", "provider", "route", "code",
-	"prompt_tokens", "completion_tokens", "cost", "estimated", "fallbacks", "endpoint", "payer"}
 
 // accessLogs is the public listener's access log (none when it is off). On a split gateway a
 // fast-lane stream's line is written by Tollway instead, from its answer log entry, with the
@@ -44,7 +37,7 @@ func accessLogs(a ir.AccessLog, split bool) ([]*accesslogv3.AccessLog, error) {
 		"duration_ms": "%DURATION%",
 		"attempts":    "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
 	}
-	for _, f := range AccessLogFields {
+	for _, f := range ir.AccessLogFields {
 		fields[f] = "%DYNAMIC_METADATA(" + ir.MetadataNamespace + ":" + f + ")%"
 	}
 	format, err := structpb.NewStruct(fields)
@@ -81,17 +74,4 @@ func accessLogs(a ir.AccessLog, split bool) ([]*accesslogv3.AccessLog, error) {
 		}}}
 	}
 	return []*accesslogv3.AccessLog{al}, nil
-}
-
-// AccessLogLine is the access log's line for a request Tollway logs itself (a fast-lane
-// stream): the fields Envoy's line has, from the answer log entry and the exchange, in the same
-// JSON shape (keys sorted, a missing field null).
-func AccessLogLine(fields map[string]any) []byte {
-	out := make(map[string]any, len(fields)+len(AccessLogFields))
-	for _, f := range AccessLogFields {
-		out[f] = nil
-	}
-	maps.Copy(out, fields)
-	b, _ := json.Marshal(out) // strings, numbers and nulls always encode
-	return append(b, '\n')
 }

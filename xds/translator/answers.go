@@ -160,12 +160,11 @@ func laneConfigs() (host, chunk, fast map[string]*anypb.Any, err error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	on := func(m *extprocv3.ProcessingMode) (*anypb.Any, error) { return perRouteMode(m) }
-	chunkOn, err := on(AnswerMode())
+	chunkOn, err := perRouteMode(AnswerMode())
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	fastOn, err := on(FastMode())
+	fastOn, err := perRouteMode(FastMode())
 	if err != nil {
 		return nil, nil, nil, err
 	}

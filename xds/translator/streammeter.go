@@ -33,6 +33,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // StreamMeterFilterName names the filter in the HTTP connection manager. It must come before
@@ -46,7 +47,7 @@ const (
 	// fast (bool; only then is the body read), model (the catalog id the model member becomes),
 	// drop_usage (bool; the usage-only chunk is metered, then removed), request_id (for error
 	// events).
-	StreamMeterLaneNamespace = "tollway.lane"
+	StreamMeterLaneNamespace = ir.LaneMetadata
 	// StreamMeterNamespace is the filter's output, kept current chunk by chunk so that a stream
 	// the client cut still leaves its counts: text_chars (number, from the first chunk on: the
 	// characters of content, tool-call names and arguments passed); prompt_tokens,
@@ -54,7 +55,7 @@ const (
 	// seen); usage, finished, done, error, ended (the body reached its end through the filter),
 	// oversized (an event still incomplete past 1 MiB went through unread), failed (the script
 	// failed; the rest went through unread) (bools, present once true).
-	StreamMeterNamespace = "tollway.meter"
+	StreamMeterNamespace = ir.MeterMetadata
 )
 
 // StreamMeterLagChars bounds how far text_chars may lag behind the stream (the script's
@@ -64,7 +65,7 @@ const (
 // per chunk (8.4 over Envoy alone instead of 5.7, BenchmarkStreamMeter): each publication is
 // two wrappers and a protobuf merge, as much as the rest of a chunk's work, and every 64
 // characters (about 16 tokens) is once in 10-16 chunks.
-const StreamMeterLagChars = 64
+const StreamMeterLagChars = ir.MeterLagChars
 
 // streamMeterScript is the filter's code. A 2xx text/event-stream answer whose lane says fast
 // is read; any other answer costs one metadata lookup and is not iterated.
