@@ -146,6 +146,22 @@ func (b *answerBook) logged(id string, e *accesslogdatav3.HTTPAccessLogEntry) {
 	}
 }
 
+// progress is a periodic entry of a fast-lane stream still open (ir.MeterReportEvery): its
+// progress is checkpointed from the stream meter's counts.
+func (b *answerBook) progress(id string, e *accesslogdatav3.HTTPAccessLogEntry) {
+	b.mu.Lock()
+	x := b.parked[id]
+	b.mu.Unlock()
+	if x == nil {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.byLog() {
+		x.kind.(*chat.Processor).CheckpointFromLog(meterReport(e))
+	}
+}
+
 // close ends parked x unless its answer filter's stream ends it: the request is over (e, its
 // answer log entry), or its end will never come (e nil: why). A fast-lane stream is billed
 // from e's meter counts, or without e as an estimate of its prompt (nothing else of it is
@@ -163,7 +179,12 @@ func (b *answerBook) close(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry, w
 	if mine && byLog {
 		var m chat.MeterReport
 		if e != nil {
-			m = meterReport(e)
+			if m = meterReport(e); !m.Ended {
+				// Cut short: the meter publishes its count every ir.MeterLagChars characters, so
+				// up to that many more passed than it says. A cut stream is billed at least what
+				// was sent.
+				m.TextChars += ir.MeterLagChars
+			}
 		} else {
 			x.s.sh.Log.Error("FAST-LANE STREAM BILLED ITS PROMPT ONLY: what its answer sent is unknown", "request_id", x.RequestID, "why", why)
 		}
@@ -190,22 +211,17 @@ func (x *exchange) byLog() bool {
 	return ok && c.ByLog()
 }
 
-// meterReport reads the stream meter's counts (ir.MeterMetadata) from an answer log entry.
+// meterReport reads the stream meter's counts (ir.MeterMetadata) from an answer log entry, as
+// the meter published them (its text_chars up to ir.MeterLagChars behind).
 func meterReport(e *accesslogdatav3.HTTPAccessLogEntry) chat.MeterReport {
 	c := e.GetCommonProperties()
 	f := c.GetMetadata().GetFilterMetadata()[ir.MeterMetadata].GetFields()
 	n := func(k string) int64 { return int64(f[k].GetNumberValue()) }
 	yes := func(k string) bool { return f[k].GetBoolValue() }
 	flags := c.GetResponseFlags()
-	chars := n("text_chars")
-	if !yes("ended") {
-		// Cut short: the meter publishes its count every ir.MeterLagChars characters, so up to
-		// that many more passed than it says. A cut stream is billed at least what was sent.
-		chars += ir.MeterLagChars
-	}
 	return chat.MeterReport{
 		Usage: yes("usage"), PromptTokens: n("prompt_tokens"), CompletionTokens: n("completion_tokens"),
-		CachedTokens: n("cached_tokens"), ImageTokens: n("image_tokens"), TextChars: chars,
+		CachedTokens: n("cached_tokens"), ImageTokens: n("image_tokens"), TextChars: n("text_chars"),
 		Finished: yes("finished"), Done: yes("done"), Error: yes("error"), Ended: yes("ended"),
 		ClientReset: flags.GetDownstreamConnectionTermination() || flags.GetDownstreamProtocolError(),
 	}
@@ -215,7 +231,12 @@ func meterReport(e *accesslogdatav3.HTTPAccessLogEntry) chat.MeterReport {
 func (s *Server) answerEntries(entries []*accesslogdatav3.HTTPAccessLogEntry) {
 	for _, e := range entries {
 		f := e.GetCommonProperties().GetMetadata().GetFilterMetadata()[ir.MetadataNamespace].GetFields()
-		if id := f[ir.ExchangeKey].GetStringValue(); id != "" {
+		id := f[ir.ExchangeKey].GetStringValue()
+		switch {
+		case id == "":
+		case e.GetCommonProperties().GetAccessLogType() == accesslogdatav3.AccessLogType_DownstreamPeriodic:
+			s.answers.progress(id, e)
+		default:
 			s.answers.logged(id, e)
 		}
 	}

@@ -82,13 +82,44 @@ type MeterReport struct {
 // provider's usage when it came (exact, as on the chunk lane), else an estimate from the text
 // characters that passed (billing.TokensFromChars) and the prompt counted by the tokenizer.
 func (c *Processor) SettleFromLog(m MeterReport) {
-	if m.Usage && (m.PromptTokens > 0 || m.CompletionTokens > 0) {
-		c.meter.usage = &openai.Usage{PromptTokens: m.PromptTokens, CompletionTokens: m.CompletionTokens,
-			PromptTokensDetails:     &openai.PromptTokensDetails{CachedTokens: m.CachedTokens},
-			CompletionTokensDetails: &openai.CompletionTokensDetails{ImageTokens: m.ImageTokens}}
+	if u := m.usage(); u != nil {
+		c.meter.usage = u
 	} else {
-		est := ir.Usage{PromptTokens: c.promptTokens(), CompletionTokens: billing.TokensFromChars(m.TextChars)}
+		est := c.estimate(m)
 		c.meter.estimate = &est
 	}
 	c.settle()
+}
+
+// CheckpointFromLog records a fast-lane stream's progress from a periodic entry of its answer
+// log (ir.MeterReportEvery), as the chunk lane's checkpoint does from its chunks: what a
+// restart bills if the stream is cut with the gateway.
+func (c *Processor) CheckpointFromLog(m MeterReport) {
+	if !c.hold.Due() {
+		return
+	}
+	var u ir.Usage
+	if p := m.usage(); p != nil {
+		u = usageBill(p)
+	} else {
+		u = c.estimate(m)
+	}
+	u = storable(u)
+	c.hold.Progress(c.metered(u, c.plan.model.Pricing.Cost(u), true))
+}
+
+// usage is the provider's usage the stream meter read, nil when none came.
+func (m MeterReport) usage() *openai.Usage {
+	if !m.Usage || (m.PromptTokens == 0 && m.CompletionTokens == 0) {
+		return nil
+	}
+	return &openai.Usage{PromptTokens: m.PromptTokens, CompletionTokens: m.CompletionTokens,
+		PromptTokensDetails:     &openai.PromptTokensDetails{CachedTokens: m.CachedTokens},
+		CompletionTokensDetails: &openai.CompletionTokensDetails{ImageTokens: m.ImageTokens}}
+}
+
+// estimate is the usage of a stream without the provider's: its prompt counted, its
+// completion estimated from the characters the meter saw pass.
+func (c *Processor) estimate(m MeterReport) ir.Usage {
+	return ir.Usage{PromptTokens: c.promptTokens(), CompletionTokens: billing.TokensFromChars(m.TextChars)}
 }

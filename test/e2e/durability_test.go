@@ -39,10 +39,10 @@ models:
 
 // durableGateway starts a gateway with its store in dir and durableCatalog, account acme
 // holding credits: the gateway, a key of acme, and what starts it again on the same store.
-func durableGateway(t *testing.T, dir string, fake *fakeupstream.Server, credits string) (*gateway, string, func() *gateway) {
+func durableGateway(t *testing.T, dir string, fake *fakeupstream.Server, credits string, env ...string) (*gateway, string, func() *gateway) {
 	t.Helper()
 	start := func() *gateway {
-		return startWith(t, harness.Options{Dir: dir, Body: durableCatalog(fake), Env: []string{"FAKE_PROVIDER_KEY=" + providerKey}})
+		return startWith(t, harness.Options{Dir: dir, Body: durableCatalog(fake), Env: append([]string{"FAKE_PROVIDER_KEY=" + providerKey}, env...)})
 	}
 	g := start()
 	if err := g.NewAccount(context.Background(), "acme", credits); err != nil {
@@ -237,9 +237,28 @@ func TestFullDiskFailsClosed(t *testing.T) {
 // completion checkpointed while they streamed, debited like any record.
 func TestKill9MidStreamBillsEstimates(t *testing.T) {
 	t.Parallel()
-	const n = 100
+	kill9MidStream(t, 100, cutStreams{wait: 20, perChunk: 1})
+}
+
+// TestFastLaneKill9MidStreamBillsEstimates: the same on the fast lane, where ext_proc sees no
+// chunk: the stream meter's counts reach Tollway in the answer log's periodic entries, which
+// checkpoint the stream's progress as the chunk lane's chunks do.
+func TestFastLaneKill9MidStreamBillsEstimates(t *testing.T) {
+	t.Parallel()
+	// Three periodic entries a second (ir.MeterReportEvery): a checkpoint is due by 1.5 s. The
+	// estimate counts 3 characters a token (billing.TokensFromChars): up to 2 a word of the fake's.
+	kill9MidStream(t, 20, cutStreams{wait: 30, perChunk: 2}, "TOLLWAY_ROUTING_FAST_LANE=true")
+}
+
+// cutStreams is how far kill9MidStream lets its streams run (wait chunks each) and how many
+// completion tokens a chunk may be billed at most.
+type cutStreams struct{ wait, perChunk int }
+
+// kill9MidStream cuts n streams by kill -9 of a gateway started with env and checks each is
+// billed at the next start from its checkpointed progress.
+func kill9MidStream(t *testing.T, n int, cut cutStreams, env ...string) {
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, ChunkDelay: 100 * time.Millisecond, NoRecord: true})
-	g, key, start := durableGateway(t, t.TempDir(), fake, "100")
+	g, key, start := durableGateway(t, t.TempDir(), fake, "100", env...)
 	// The fake echoes the prompt a word per chunk: about 60 chunks, 6 s a stream.
 	prompt := strings.Repeat("tell me a long story about the sea ", 8)
 	body := fmt.Sprintf(`{"model":"priced","stream":true,"messages":[{"role":"user","content":%q}]}`, prompt)
@@ -274,14 +293,14 @@ func TestKill9MidStreamBillsEstimates(t *testing.T) {
 		})
 	}
 	// Every stream well under way (several checkpoints each), none finished.
-	waitFor(t, "every stream past 20 chunks", 20*time.Second, func() bool {
+	waitFor(t, fmt.Sprintf("every stream past %d chunks", cut.wait), 20*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(chunks) < n {
 			return false
 		}
 		for _, c := range chunks {
-			if c < 20 {
+			if c < cut.wait {
 				return false
 			}
 		}
@@ -300,7 +319,7 @@ func TestKill9MidStreamBillsEstimates(t *testing.T) {
 			t.Errorf("stream %s (%d chunks) was cut by kill -9 and has no record", id, chunks[id])
 		case !r.Estimated || r.EstimateReason != "gateway_restart":
 			t.Errorf("stream %s: record %+v, want estimated with estimate_reason gateway_restart", id, r)
-		case r.PromptTokens <= 0 || r.CompletionTokens < 5 || r.CompletionTokens > int64(chunks[id])+5:
+		case r.PromptTokens <= 0 || r.CompletionTokens < 5 || r.CompletionTokens > int64(cut.perChunk*chunks[id])+5:
 			// A chunk is a word of the answer, a few tokens for "fake/fake-priced:".
 			t.Errorf("stream %s: %d prompt and %d completion tokens; the client got %d chunks", id, r.PromptTokens, r.CompletionTokens, chunks[id])
 		}
@@ -308,7 +327,7 @@ func TestKill9MidStreamBillsEstimates(t *testing.T) {
 	if bal := g2.balance("acme"); !bal.Add(sum).Equal(decimal.NewFromInt(100)) {
 		t.Fatalf("balance %s + recorded %s != 100", bal, sum)
 	}
-	if s := g2.usage("account=acme"); s.EstimatedRequests != n || !s.Cost.Equal(sum) {
+	if s := g2.usage("account=acme"); s.EstimatedRequests != int64(n) || !s.Cost.Equal(sum) {
 		t.Fatalf("usage %+v: want %d estimated requests costing %s", s, n, sum)
 	}
 	t.Logf("%d streams cut by kill -9, each billed at the next start; %s in all", len(got), sum)

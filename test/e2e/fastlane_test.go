@@ -189,3 +189,42 @@ func TestFastLaneProviderErrorKeepsTheSpecShape(t *testing.T) {
 		t.Fatalf("records %+v: want the one good stream, exact", recs)
 	}
 }
+
+// TestFastLaneLongStreamsEndOnce: streams open past several of the answer log's periodic entries
+// (ir.MeterReportEvery) are billed once, exactly, at their end (a periodic entry ends nothing),
+// and each has one access log line, on either lane.
+func TestFastLaneLongStreamsEndOnce(t *testing.T) {
+	t.Parallel()
+	g, _ := startFastLane(t, fakeupstream.Options{ChunkDelay: 60 * time.Millisecond})
+	ctx := context.Background()
+	if err := g.NewAccount(ctx, "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	body := `{"model":"priced","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 30) + `"}]`
+	var ids []string
+	for _, b := range []string{body + `}`, body + `,"stream_options":{"include_usage":true}}`} {
+		start := time.Now()
+		resp := g.chat(ctx, key, b)
+		ids = append(ids, resp.Header.Get("x-request-id"))
+		if events := readStream(t, resp); time.Since(start) < 1500*time.Millisecond {
+			t.Fatalf("a stream of %d events took %v; the test needs one open past several periodic entries", len(events), time.Since(start))
+		}
+	}
+	recs := g.waitRecords("acme", 2)
+	time.Sleep(time.Second) // a record a late periodic entry wrongly settled would show by now
+	if recs = g.waitRecords("acme", 2); len(recs) != 2 {
+		t.Fatalf("%d records for 2 streams: %+v", len(recs), recs)
+	}
+	for _, r := range recs {
+		if r.Estimated || !r.Cost.Equal(recs[0].Cost) || r.CompletionTokens != recs[0].CompletionTokens {
+			t.Fatalf("the lanes billed a long stream differently, or by an estimate: %+v", recs)
+		}
+	}
+	for _, id := range ids {
+		g.accessLine(id)
+		if n := strings.Count(g.logs.String(), `"request_id":"`+id+`"`); n != 1 {
+			t.Errorf("long stream %s has %d access log lines, want 1 (no periodic line)", id, n)
+		}
+	}
+}

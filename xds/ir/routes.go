@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Route rules (docs/api.md#routes).
@@ -263,6 +264,12 @@ const (
 	// AnswerLogName names the access log stream on which each split request's end arrives.
 	AnswerLogName = "tollway_answers"
 )
+
+// MeterReportEvery is how often the answer log reports a fast-lane stream still open (Envoy's
+// periodic access log entries), so its progress is checkpointed as the chunk lane's is: what a
+// restart bills if the stream is cut with the gateway. Half extproc's checkpoint interval (1 s),
+// so a checkpoint is due at the latest half an interval late.
+const MeterReportEvery = 500 * time.Millisecond
 
 // AccessLogFields are the access log's fields, in MetadataNamespace, that ext_proc sets (the
 // translator's log format reads them; ext_proc writes a fast-lane stream's line itself).

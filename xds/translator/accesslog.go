@@ -9,11 +9,14 @@ package translator
 import (
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	filev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -63,15 +66,49 @@ func accessLogs(a ir.AccessLog, split bool) ([]*accesslogv3.AccessLog, error) {
 	}
 	al := &accesslogv3.AccessLog{Name: name, ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: typed}}
 	if split {
-		al.Filter = &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_MetadataFilter{MetadataFilter: &accesslogv3.MetadataFilter{
-			Matcher: &matcherv3.MetadataMatcher{
-				Filter: ir.LaneMetadata,
-				Path:   []*matcherv3.MetadataMatcher_PathSegment{{Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: "fast"}}},
-				Value:  &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_BoolMatch{BoolMatch: true}},
-				Invert: true, // every line but a fast-lane stream's
-			},
-			MatchIfKeyNotFound: wrapperspb.Bool(true),
-		}}}
+		// Every request's last entry (not the periodic ones the answer log asks for) but a
+		// fast-lane stream's.
+		al.Filter = allOf(notPeriodic(), fastLane(false))
 	}
 	return []*accesslogv3.AccessLog{al}, nil
+}
+
+// accessLogOptions has a split gateway's access logs flushed every ir.MeterReportEvery while a
+// request is open: the answer log takes the fast-lane streams' periodic entries (their
+// progress), every other log drops them.
+func accessLogOptions(split bool) *hcmv3.HttpConnectionManager_HcmAccessLogOptions {
+	if !split {
+		return nil
+	}
+	return &hcmv3.HttpConnectionManager_HcmAccessLogOptions{AccessLogFlushInterval: durationpb.New(ir.MeterReportEvery)}
+}
+
+// notPeriodic passes every entry but the periodic ones of a request still open.
+func notPeriodic() *accesslogv3.AccessLogFilter {
+	return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_LogTypeFilter{LogTypeFilter: &accesslogv3.LogTypeFilter{
+		Types: []accesslogdatav3.AccessLogType{accesslogdatav3.AccessLogType_DownstreamPeriodic}, Exclude: true,
+	}}}
+}
+
+// fastLane passes a fast-lane stream's entries (is), or every other request's (!is). Envoy's
+// access log metadata filter ignores the matcher's invert, so "not fast" is "fast is false, or
+// absent" (the lane's metadata says fast: true only).
+func fastLane(is bool) *accesslogv3.AccessLogFilter {
+	return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_MetadataFilter{MetadataFilter: &accesslogv3.MetadataFilter{
+		Matcher: &matcherv3.MetadataMatcher{
+			Filter: ir.LaneMetadata,
+			Path:   []*matcherv3.MetadataMatcher_PathSegment{{Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: "fast"}}},
+			Value:  &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_BoolMatch{BoolMatch: is}},
+		},
+		MatchIfKeyNotFound: wrapperspb.Bool(!is),
+	}}}
+}
+
+// allOf passes an entry every filter passes; anyOf one some filter passes.
+func allOf(f ...*accesslogv3.AccessLogFilter) *accesslogv3.AccessLogFilter {
+	return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_AndFilter{AndFilter: &accesslogv3.AndFilter{Filters: f}}}
+}
+
+func anyOf(f ...*accesslogv3.AccessLogFilter) *accesslogv3.AccessLogFilter {
+	return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_OrFilter{OrFilter: &accesslogv3.OrFilter{Filters: f}}}
 }

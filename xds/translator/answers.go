@@ -197,14 +197,18 @@ func answerLog() (*accesslogv3.AccessLog, error) {
 	}
 	return &accesslogv3.AccessLog{
 		Name: "envoy.access_loggers.http_grpc",
-		Filter: &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_MetadataFilter{MetadataFilter: &accesslogv3.MetadataFilter{
-			Matcher: &matcherv3.MetadataMatcher{
-				Filter: ir.MetadataNamespace,
-				Path:   []*matcherv3.MetadataMatcher_PathSegment{{Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: ir.ExchangeKey}}},
-				Value:  &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_PresentMatch{PresentMatch: true}},
-			},
-			MatchIfKeyNotFound: wrapperspb.Bool(false),
-		}}},
+		// A parked exchange's last entry, and a fast-lane stream's periodic ones (its progress).
+		Filter: allOf(
+			&accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_MetadataFilter{MetadataFilter: &accesslogv3.MetadataFilter{
+				Matcher: &matcherv3.MetadataMatcher{
+					Filter: ir.MetadataNamespace,
+					Path:   []*matcherv3.MetadataMatcher_PathSegment{{Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: ir.ExchangeKey}}},
+					Value:  &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_PresentMatch{PresentMatch: true}},
+				},
+				MatchIfKeyNotFound: wrapperspb.Bool(false),
+			}}},
+			anyOf(notPeriodic(), fastLane(true)),
+		),
 		ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: als},
 	}, nil
 }

@@ -48,6 +48,7 @@ func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
 		}},
 		HttpFilters:                  filters,
 		AccessLog:                    logs,
+		AccessLogOptions:             accessLogOptions(g.FastLane),
 		StreamIdleTimeout:            durationpb.New(streamIdle),
 		AlwaysSetRequestIdInResponse: true,
 		// A client's own x-request-id is kept (Envoy would replace it on every external
