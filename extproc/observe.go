@@ -23,13 +23,14 @@ const (
 
 // Endpoints a request is counted under: a bounded set, whatever path the client sent.
 const (
-	EndpointChat   = "chat"
-	EndpointModels = "models"
-	EndpointVideos = "videos"
-	EndpointImages = "images"
-	EndpointPaid   = "x402"
-	EndpointKey    = "key"
-	EndpointOther  = "other"
+	EndpointChat       = "chat"
+	EndpointModels     = "models"
+	EndpointVideos     = "videos"
+	EndpointImages     = "images"
+	EndpointPaid       = "x402"
+	EndpointKey        = "key"
+	EndpointEmbeddings = "embeddings"
+	EndpointOther      = "other"
 )
 
 // Observer hears of every ext_proc stream and of every request's outcome. Its methods are
@@ -54,6 +55,8 @@ func endpointLabel(path string) string {
 	switch {
 	case path == core.ChatPath:
 		return EndpointChat
+	case path == core.EmbeddingsPath:
+		return EndpointEmbeddings
 	case path == core.ModelsPath || strings.HasPrefix(path, core.ModelsPath+"/"):
 		return EndpointModels
 	case strings.HasPrefix(path, core.PayPrefix):

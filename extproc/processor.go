@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/embeddings"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/extproc/x402/paid"
 
@@ -283,6 +284,8 @@ func (x *exchange) processorForPath(path string) Processor {
 		return x.s.media(x.Exchange, core.MediaKind(path), nil)
 	case path == core.ChatPath:
 		return chat.New(x.Exchange, nil)
+	case path == core.EmbeddingsPath:
+		return embeddings.New(x.Exchange)
 	}
 	return notFound{core.AnsweredEarly{}, x}
 }

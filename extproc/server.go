@@ -110,7 +110,7 @@ func (s *Server) modelReady(rt *core.Runtime, m *core.Model) bool {
 
 // endpoints names every endpoint a client can call, for the answer to a path that is none.
 func (s *Server) endpoints() string {
-	list := "Tollway serves POST " + core.ChatPath + ", GET " + core.ModelsPath + " and GET " + core.ModelsPath + "/{id}"
+	list := "Tollway serves POST " + core.ChatPath + ", POST " + core.EmbeddingsPath + ", GET " + core.ModelsPath + " and GET " + core.ModelsPath + "/{id}"
 	for _, kind := range []string{ir.KindVideo, ir.KindImage} {
 		list += ", POST " + core.MediaPaths[kind] + " and GET " + core.MediaPaths[kind] + "/{id}"
 	}

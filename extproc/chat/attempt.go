@@ -40,6 +40,9 @@ type Attempt struct {
 	// refusal reads an error answer that may refuse the gateway's credential without a 401.
 	refusal adapters.CredentialRefusal
 	removed []string // nested fields the adapter dropped (provider.Upstream.Removed)
+	// embeddings: the attempt is an embeddings request's (POST /v1/embeddings), rewritten by
+	// the embeddings adapters (EmbedRequest)
+	embeddings bool
 	// envoy brings the attributes sent with the request headers (the chosen endpoint's
 	// metadata among them) and takes a timeout override for a big body.
 	envoy *core.EnvoyStream
@@ -67,6 +70,9 @@ func (a *Attempt) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Processin
 		switch {
 		case hv.Key == "x-request-id":
 			a.requestID = core.HeaderValue(hv)
+		case hv.Key == ":path":
+			path, _, _ := strings.Cut(core.HeaderValue(hv), "?")
+			a.embeddings = path == core.EmbeddingsPath
 		case core.UpstreamDropped(hv.Key):
 			strip = append(strip, hv.Key)
 		}
@@ -193,7 +199,13 @@ func findTollway(v *structpb.Value, memo *core.MetadataMemo) map[string]string {
 }
 
 func (a *Attempt) requestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	up, _, err := AttemptRequest(a.rt, b.GetBody(), a.model, a.provider)
+	var up *provider.Upstream
+	var err error
+	if a.embeddings {
+		up, err = EmbedRequest(b.GetBody(), a.model, a.provider)
+	} else {
+		up, _, err = AttemptRequest(a.rt, b.GetBody(), a.model, a.provider)
+	}
 	if err != nil {
 		return nil, err
 	}

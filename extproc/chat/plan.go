@@ -100,6 +100,9 @@ func (p *chatPlan) mediaRules() *core.APIError {
 	for _, m := range p.models {
 		f, media := ir.MediaFamilies[m.Family]
 		switch {
+		case m.Kind() == ir.KindEmbeddings:
+			return core.Errorf(http.StatusBadRequest, "model_not_found",
+				"model %q is an embeddings model, not a chat model: send it to POST %s", m.ID, core.EmbeddingsPath)
 		case !media:
 		case m.Family != ir.ChatImageFamily:
 			return core.Errorf(http.StatusBadRequest, "model_not_found",

@@ -153,7 +153,7 @@ func (c *Processor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRes
 	if c.pay != nil {
 		set = append(set, core.SetHeader(":path", core.ChatPath)) // routed as the business API it runs
 	}
-	return c.routed(routed(&extprocv3.HeaderMutation{SetHeaders: set}, nil)), nil
+	return c.routed(Routed(&extprocv3.HeaderMutation{SetHeaders: set}, nil)), nil
 }
 
 // routed hands a routed request's answer over to its answer filter on a split gateway.
@@ -164,8 +164,8 @@ func (c *Processor) routed(resp *extprocv3.ProcessingResponse) *extprocv3.Proces
 	return c.handOver(resp)
 }
 
-// routed lets a request go on to the cluster its header mutation names.
-func routed(mut *extprocv3.HeaderMutation, body *extprocv3.BodyMutation) *extprocv3.ProcessingResponse {
+// Routed lets a request go on to the cluster its header mutation names.
+func Routed(mut *extprocv3.HeaderMutation, body *extprocv3.BodyMutation) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
 			HeaderMutation: mut,
@@ -210,7 +210,13 @@ func (c *Processor) direct(body []byte, p *ir.Provider, m *core.Model) *extprocv
 		return x.Fail(core.Errorf(http.StatusInternalServerError, "internal_error", "the gateway could not rewrite the request for provider %s; retry, and report it if it persists", p.Name))
 	}
 	c.setModel(m) // the model that runs, when the chain's one target is a later model of a route
-	// :path is the client's (DirectChat), its query string dropped.
+	return DirectRoute(x, p, up)
+}
+
+// DirectRoute sends request x, rewritten here as up for provider p, to the provider's own
+// cluster, which runs no per-attempt filter. :path is the client's (DirectChat), its query
+// string dropped.
+func DirectRoute(x *core.Exchange, p *ir.Provider, up *provider.Upstream) *extprocv3.ProcessingResponse {
 	set, remove := UpstreamHeaders(p, up)
 	set = append(set, core.SetHeader(ir.ClusterHeader, p.ClusterName()), core.SetHeader("x-envoy-max-retries", "0"))
 	// Envoy applies removals after sets: a header the provider gets from the adapter (its
@@ -221,7 +227,7 @@ func (c *Processor) direct(body []byte, p *ir.Provider, m *core.Model) *extprocv
 			remove = append(remove, hv.Key)
 		}
 	}
-	return routed(&extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
+	return Routed(&extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
 		&extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: up.Body}})
 }
 
@@ -372,52 +378,11 @@ func IsEventStream(h *extprocv3.HttpHeaders) bool {
 	return false
 }
 
-// gatewayCodes are the codes of errors that Envoy answers for the gateway (its local-reply
-// mappers): such an answer, from no provider, keeps its code; a provider's own codes are
-// unbounded and count as upstream_error.
-var gatewayCodes = map[string]bool{
-	"gateway_unavailable": true, "gateway_overloaded": true, "upstream_unavailable": true,
-	"upstream_timeout": true, "unrouted": true,
-}
-
 func (c *Processor) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	x := c.x
-	if x.Status < 400 {
+	if c.x.Status < 400 {
 		return c.answerBody(b), nil
 	}
-	name := "the provider"
-	if x.Provider != "" {
-		name = x.Provider
-	}
-	e := core.UpstreamError(x.Status, name, b.GetBody())
-	set := []*corev3.HeaderValueOption{}
-	code := e.Code // a provider's own code is unbounded: counted as upstream_error
-	if x.Provider != "" || !gatewayCodes[code] {
-		code = "upstream_error"
-	}
-	if x.Status == http.StatusUnauthorized && c.plan != nil {
-		// Clients' keys never reach providers: a provider's 401 refuses the gateway's own
-		// credential. Passing it on as a 401 would tell the client to change a valid key. (The
-		// attempt filter, which sees every attempt's answer, records the refusal.)
-		e = core.Errorf(http.StatusBadGateway, "upstream_auth_failed",
-			"provider %s refused the gateway's credential for it; the operator must fix its api_key (the request was not served, and your API key is fine)", name)
-		set = append(set, core.SetHeader(":status", strconv.Itoa(e.Status)))
-		code = e.Code
-	}
-	if x.Refine != nil && e.Status == http.StatusBadRequest {
-		// The provider refused a business parameter: a paid endpoint's 422 (docs/x402.md#statuses).
-		e = x.Refine(e)
-		set = append(set, core.SetHeader(":status", strconv.Itoa(e.Status)))
-	}
-	x.Answered(e.Status, code)
-	body := e.Body(x.RequestID)
-	set = append(set, core.SetHeader("content-type", "application/json"), core.SetHeader("content-length", strconv.Itoa(len(body))))
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
-			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
-		}},
-	}}, nil
+	return c.x.ProviderError(b.GetBody(), c.plan != nil), nil
 }
 
 // answerBody passes a successful answer on, rewritten for the client (see answer): streamed

@@ -7,8 +7,9 @@ import (
 )
 
 const (
-	ChatPath   = ir.ChatPath
-	ModelsPath = "/v1/models"
+	ChatPath       = ir.ChatPath
+	EmbeddingsPath = ir.EmbeddingsPath
+	ModelsPath     = "/v1/models"
 )
 
 const KeyPath = "/v1/key"
@@ -38,8 +39,11 @@ func Article(kind string) string {
 
 // EndpointOf is the endpoint that creates answers of a model kind.
 func EndpointOf(kind string) string {
-	if kind == ir.KindChat {
+	switch kind {
+	case ir.KindChat:
 		return ChatPath
+	case ir.KindEmbeddings:
+		return EmbeddingsPath
 	}
 	return MediaPaths[kind]
 }

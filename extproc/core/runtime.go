@@ -118,6 +118,8 @@ func samplingParameters(rules []paramRule) []string {
 // not tools and the like it refuses by name; another media model its family's fields.
 func catalogParameters(m *ir.Model, rules []paramRule) []string {
 	switch {
+	case m.Kind() == ir.KindEmbeddings:
+		return slices.Clone(EmbeddingsParameters)
 	case m.Family == ir.ChatImageFamily:
 		listed := chat.GeminiImageParameters.Listed()
 		return slices.DeleteFunc(samplingParameters(rules), func(f string) bool { return !slices.Contains(listed, f) })
@@ -296,6 +298,10 @@ func NonNil(s []string) []string {
 func silenceAfter(attempt time.Duration) time.Duration {
 	return attempt - min(attempt/10, time.Second)
 }
+
+// EmbeddingsParameters are the embeddings request's fields beyond model and input, as the
+// catalog lists them for an embeddings model.
+var EmbeddingsParameters = []string{"dimensions", "encoding_format", "user"}
 
 // GatewayFields are Tollway's own and never reach a provider.
 var GatewayFields = []string{"route", "route_mode"}

@@ -96,6 +96,8 @@ func TestDemoTryIt(t *testing.T) {
 		`data: {"id":"chatcmpl-demo`, `"delta":{"content":"Tollway "}`, `"finish_reason":"stop"`, "data: [DONE]",
 		`"tool_calls":[{"id":"call_demo`, `"function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}`, `"finish_reason":"tool_calls"`,
 		`"content":"Tollway demo model (offline, no LLM): get_weather returned \"18 C and light rain\"."`,
+		`{"data":[{"object":"embedding","index":0,"embedding":[`, `"demo":"Tollway demo model (offline, no LLM): deterministic vectors`,
+		`"model":"demo-embed","object":"list","usage":{"prompt_tokens":1,"total_tokens":1}}`,
 		"HTTP/1.1 200 OK", "x-tollway-provider: demo", "x-tollway-model: demo-chat",
 		"200 200 200 200 403 \n",
 		`"code":"spend_limit_exceeded"`,
@@ -109,19 +111,28 @@ func TestDemoTryIt(t *testing.T) {
 		rest = rest[i+len(want):]
 	}
 
-	// The books: five answers on KEY, four on LIMITED, the refused ones not billed.
+	// The books: five answers and an embedding on KEY, four on LIMITED, the refused ones not
+	// billed.
 	var total usageSummary
-	waitFor(t, "9 durable usage records", 10*time.Second, func() bool {
+	waitFor(t, "10 durable usage records", 10*time.Second, func() bool {
 		total = g.usage("account=acme")
-		return total.Requests >= 9
+		return total.Requests >= 10
 	})
-	if total.Requests != 9 || total.Cost.IsZero() || total.EstimatedRequests != 0 {
-		t.Errorf("usage %+v: want 9 requests billed from the demo's usage", total)
+	if total.Requests != 10 || total.Cost.IsZero() || total.EstimatedRequests != 0 {
+		t.Errorf("usage %+v: want 10 requests billed from the demo's usage", total)
 	}
+	embedded := 0
 	for _, r := range g.records("account=acme") {
+		if r.Model == "demo-embed" {
+			embedded++
+			continue
+		}
 		if r.Provider != "demo" || r.Model != "demo-chat" {
 			t.Errorf("record %+v: every answer came from demo/demo-chat", r)
 		}
+	}
+	if embedded != 1 {
+		t.Errorf("%d embeddings records, want 1", embedded)
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package fakeupstream fakes the provider APIs the gateway speaks, for tests and benchmarks:
-// OpenAI chat completions (and OpenAI-compatible servers), Anthropic Messages, Gemini
-// generateContent (chat and image models), and the media task APIs of MiniMax (video),
-// DashScope (video and image) and Kling (video and image), with their unhappy paths. It answers
+// OpenAI chat completions and embeddings (and OpenAI-compatible servers), Anthropic Messages,
+// Gemini generateContent (chat and image models) and batchEmbedContents (embeddings.go), and
+// the media task APIs of MiniMax (video), DashScope (video and image) and Kling (video and
+// image), with their unhappy paths. It answers
 // /v1/chat/completions deterministically (streamed or not, with tool calls), rejects bad keys
 // and bad bodies the way OpenAI does, records every request, and can be scripted to fail the
 // next requests. Its OpenAI requests and answers go through demo/wire.go, the wire format the
@@ -292,6 +293,16 @@ func (s *Server) enter() bool {
 	}
 	s.wg.Add(1)
 	return true
+}
+
+// peekFault is the next scripted fault, left queued.
+func (s *Server) peekFault() (Fault, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.faults) == 0 {
+		return Fault{}, false
+	}
+	return s.faults[0], true
 }
 
 func (s *Server) nextFault() (Fault, bool) {

@@ -43,6 +43,10 @@ func (s *Server) geminiRoute(w http.ResponseWriter, r *http.Request, body []byte
 		}
 	}
 	model, method, _ := strings.Cut(rest, ":")
+	if method == "batchEmbedContents" && r.Method == http.MethodPost {
+		s.geminiEmbed(w, r, body, model) // embeddings.go
+		return true
+	}
 	if s.geminiImageRoute(w, r, body, model, method) { // image models: gemini_image.go
 		return true
 	}

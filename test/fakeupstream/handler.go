@@ -53,6 +53,8 @@ func (s *Server) handler() http.Handler {
 		switch {
 		case path == "/v1/chat/completions" && r.Method == http.MethodPost:
 			s.chatCompletions(w, r, body)
+		case path == "/v1/embeddings" && r.Method == http.MethodPost:
+			s.openAIEmbeddings(w, r, body)
 		case path == "/v1/models" && r.Method == http.MethodGet:
 			s.listModels(w)
 		case strings.HasPrefix(path, "/v1/models/") && r.Method == http.MethodGet:

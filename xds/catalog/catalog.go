@@ -93,6 +93,9 @@ func Build(public string, cat store.Catalog, env Env) (*ir.Gateway, error) {
 			m.InputModalities = orDefault(sm.InputModalities, in...)
 			m.SupportedFeatures = orDefault(sm.SupportedFeatures, f.Feature)
 		}
+		if m.Kind() == ir.KindEmbeddings {
+			m.SupportedFeatures = orDefault(sm.SupportedFeatures, ir.KindEmbeddings)
+		}
 		var err error
 		if m.Pricing, err = pricing(sm); err != nil {
 			errs = append(errs, err)

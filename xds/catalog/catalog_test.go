@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -183,5 +184,27 @@ func TestKlingKeyPair(t *testing.T) {
 	bad.Providers = []store.Provider{{Name: "kling", Type: ir.ProviderTypeMiniMax, BaseURL: "https://k.example", AccessKeyRef: "${K}"}}
 	if _, err := catalog.Build("127.0.0.1:8080", bad, e); err == nil || !strings.Contains(err.Error(), "access_key and secret_key are for type kling") {
 		t.Fatalf("minimax with a key pair: %v", err)
+	}
+}
+
+// TestEmbeddingsModel: a model whose output_modalities name embeddings shows the embeddings
+// feature unless the config lists its own.
+func TestEmbeddingsModel(t *testing.T) {
+	cat := store.Catalog{
+		Providers: []store.Provider{{Name: "o", Type: "openai", BaseURL: "http://127.0.0.1:1/v1"}},
+		Models: []store.Model{
+			{ID: "emb", OutputModalities: []string{"embeddings"}, Providers: []store.ModelProvider{{Provider: "o", Model: "te3"}}},
+			{ID: "own", OutputModalities: []string{"embeddings"}, SupportedFeatures: []string{"matryoshka"}, Providers: []store.ModelProvider{{Provider: "o", Model: "te3"}}},
+		},
+	}
+	g, err := catalog.Build("127.0.0.1:8080", cat, catalog.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := g.Models[0]; fmt.Sprint(m.SupportedFeatures) != "[embeddings]" || m.Kind() != ir.KindEmbeddings {
+		t.Fatalf("model %+v", m)
+	}
+	if m := g.Models[1]; fmt.Sprint(m.SupportedFeatures) != "[matryoshka]" {
+		t.Fatalf("model %+v", m)
 	}
 }

@@ -212,7 +212,18 @@ const (
 
 	KindVideo = "video"
 	KindImage = "image"
+
+	// KindEmbeddings is a model answering POST /v1/embeddings: its catalog entry's
+	// output_modalities name "embeddings".
+	KindEmbeddings = "embeddings"
 )
+
+// EmbeddingsPath is the client's embeddings path, the gateway's own.
+const EmbeddingsPath = "/v1/embeddings"
+
+// embeddingTypes are the provider types that serve embeddings models: OpenAI's API (and the
+// demo model, which speaks it) as is, Gemini's batchEmbedContents translated.
+var embeddingTypes = []string{ProviderTypeOpenAI, ProviderTypeDemo, ProviderTypeGemini}
 
 // MediaFamilies are the media families the gateway serves (docs/media.md).
 var MediaFamilies = map[string]MediaFamily{
@@ -229,6 +240,9 @@ var MediaFamilies = map[string]MediaFamily{
 func (m *Model) Kind() string {
 	if f, ok := MediaFamilies[m.Family]; ok {
 		return f.Kind
+	}
+	if slices.Contains(m.OutputModalities, KindEmbeddings) {
+		return KindEmbeddings
 	}
 	return KindChat
 }
@@ -392,6 +406,15 @@ func (g *Gateway) checkFamily(m Model) error {
 	case media && m.Family != ChatImageFamily && listsParameters(m):
 		// The family's rules decide its fields, and the catalog lists them.
 		return fmt.Errorf("family %s takes its own fields, which the catalog lists; remove supported_sampling_parameters", m.Family)
+	case media && slices.Contains(m.OutputModalities, KindEmbeddings):
+		return fmt.Errorf("family %s makes media, not embeddings; remove embeddings from output_modalities", m.Family)
+	}
+	if m.Kind() == KindEmbeddings {
+		for _, t := range m.Targets {
+			if typ, ok := types[t.Provider]; ok && !slices.Contains(embeddingTypes, typ) {
+				return fmt.Errorf("an embeddings model is served by providers of type %s; provider %s is of type %s", strings.Join(embeddingTypes, ", "), QuoteShort(t.Provider), typ)
+			}
+		}
 	}
 	for _, t := range m.Targets {
 		typ, ok := types[t.Provider]

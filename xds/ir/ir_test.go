@@ -171,7 +171,15 @@ func TestValidateRejects(t *testing.T) {
 			g.Providers = append(g.Providers, Provider{Name: "hailuo", Type: ProviderTypeMiniMax, Host: "127.0.0.1", Port: 9, APIKey: "k"})
 			g.Models = append(g.Models, Model{ID: "clip", Family: "V1", Targets: []Target{{Provider: "hailuo", Model: "MiniMax-Hailuo-02"}}})
 			g.Routes = []Route{{ID: "route:mix", Name: "mix", Rule: RuleModeMapping, Status: RouteActive, Modes: map[string]string{"fast": "gpt-4o-mini", "balanced": "clip"}}}
-		}, []string{`route "mix": its models must all answer one endpoint (chat, video or image), not video (clip) and chat (gpt-4o-mini)`}},
+		}, []string{`route "mix": its models must all answer one endpoint (chat, embeddings, video or image), not video (clip) and chat (gpt-4o-mini)`}},
+		{"embeddings model on an anthropic provider", func(g *Gateway) {
+			g.Providers = append(g.Providers, Provider{Name: "claude", Type: ProviderTypeAnthropic, Host: "127.0.0.1", Port: 9})
+			g.Models = append(g.Models, Model{ID: "emb", OutputModalities: []string{"embeddings"}, Targets: []Target{{Provider: "claude", Model: "m"}}})
+		}, []string{`model "emb": an embeddings model is served by providers of type openai, demo, gemini; provider "claude" is of type anthropic`}},
+		{"route of chat and embeddings models", func(g *Gateway) {
+			g.Models = append(g.Models, Model{ID: "emb", OutputModalities: []string{"embeddings"}, Targets: []Target{{Provider: "openai", Model: "text-embedding-3-small"}}})
+			g.Routes = []Route{{ID: "route:mix", Name: "mix", Rule: RulePriorityFallback, Status: RouteActive, Models: []string{"emb", "gpt-4o-mini"}}}
+		}, []string{`route "mix": its models must all answer one endpoint (chat, embeddings, video or image), not embeddings (emb) and chat (gpt-4o-mini)`}},
 		{"several at once", func(g *Gateway) {
 			g.Listener.Port = 0
 			g.Providers[1].Type = "x"

@@ -158,7 +158,7 @@ func (g *Gateway) validateRoutes(models map[string]bool, byID map[string]*Model,
 			bad("route %s: rule %s must be %s or %s", name, QuoteShort(r.Rule), RulePriorityFallback, RuleModeMapping)
 		}
 		if mixed := mixedKinds(r, byID); mixed != "" {
-			bad("route %s: its models must all answer one endpoint (chat, video or image), not %s; make one route per kind", name, mixed)
+			bad("route %s: its models must all answer one endpoint (chat, embeddings, video or image), not %s; make one route per kind", name, mixed)
 		}
 	}
 }

@@ -154,6 +154,11 @@ func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 		}},
 	}}
+	// Embeddings (POST /v1/embeddings) route as chat does, with the chat route's chain and
+	// retries, under a name of their own (the access log's route); their answer is read whole.
+	emb := proto.Clone(rs[0]).(*routev3.Route)
+	emb.Name = "embeddings"
+	emb.Match.PathSpecifier = &routev3.RouteMatch_Path{Path: ir.EmbeddingsPath}
 	// ext_proc answers every request it does not route itself; reaching this route means it let
 	// one through without choosing a cluster, which must not silently go anywhere.
 	rs = append(rs, &routev3.Route{
@@ -178,6 +183,7 @@ func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
 		}
 		maps.Copy(host, laneHost)
 		rs[0].TypedPerFilterConfig = chunk
+		emb.TypedPerFilterConfig = chunk // never the fast lane: an embeddings answer is no stream
 		// A refusal ext_proc deferred to the answer's headers (a client's invalid request id,
 		// replaced first) takes the unrouted reply through the chunk lane's filter.
 		d := proto.Clone(rs[1]).(*routev3.Route)
@@ -198,6 +204,7 @@ func routes(g *ir.Gateway) (*routev3.RouteConfiguration, error) {
 		f.TypedPerFilterConfig = fast
 		rs = append([]*routev3.Route{f}, rs...)
 	}
+	rs = append([]*routev3.Route{emb}, rs...)
 	// Each route first for big bodies (or none declared), then as it is: the route a request
 	// matches before ext_proc answered its headers fixes the filter's mode for the request.
 	all := make([]*routev3.Route, 0, 2*len(rs))

@@ -73,7 +73,7 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Handler answers POST /v1/chat/completions; other paths are OpenAI-shaped 404s and 405s.
+// Handler answers POST /v1/chat/completions and POST /v1/embeddings; other paths are OpenAI-shaped 404s and 405s.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
@@ -94,8 +94,29 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.answer(w, r, req)
 	})
+	mux.HandleFunc("/v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			WriteError(w, http.StatusMethodNotAllowed, "Method "+r.Method+" not allowed; use POST /v1/embeddings.", "", "method_not_allowed")
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			WriteError(w, http.StatusRequestEntityTooLarge, "Request body too large or unreadable.", "", "request_too_large")
+			return
+		}
+		req, perr := ParseEmbeddings(body)
+		if perr != nil {
+			perr.Write(w)
+			return
+		}
+		b := req.EmbeddingsAnswer(0, EmbeddingsLabel)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.Write(b)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, http.StatusNotFound, "Invalid URL ("+r.Method+" "+r.URL.Path+"); the demo model serves POST /v1/chat/completions.", "", "not_found")
+		WriteError(w, http.StatusNotFound, "Invalid URL ("+r.Method+" "+r.URL.Path+"); the demo model serves POST /v1/chat/completions and POST /v1/embeddings.", "", "not_found")
 	})
 	return mux
 }

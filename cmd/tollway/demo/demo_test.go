@@ -318,6 +318,12 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	wantError(t, resp, 405, "method_not_allowed")
+	resp, err = http.Get("http://" + s.Addr() + "/v1/audio/speech")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
 	wantError(t, resp, 404, "not_found")
 }
 

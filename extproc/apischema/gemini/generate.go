@@ -1,5 +1,5 @@
 // Package gemini declares Google's Gemini API wire format (generateContent and
-// streamGenerateContent) as far as the gateway speaks it: the request it sends, the answer
+// streamGenerateContent; batchEmbedContents in embed.go) as far as the gateway speaks it: the request it sends, the answer
 // (one shape for chat and image models, read by encoding/json or encoding/json/v2), usage and
 // errors. Shapes, and the facts about them the adapters share.
 package gemini

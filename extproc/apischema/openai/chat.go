@@ -1,5 +1,6 @@
 // Package openai declares the OpenAI chat-completions wire format, once: the request's
-// messages, content parts, tools and tool calls, the answer whole and streamed, and its usage.
+// messages, content parts, tools and tool calls, the answer whole and streamed, and its usage;
+// and the embeddings API's request and answer (embeddings.go).
 // The gateway's validator, its adapters, its meter and its token estimates read these shapes,
 // and the demo model and the test fakes answer with them. Shapes only: no I/O, and nothing of
 // the gateway's own beyond the two usage members it adds (other_models, estimated).

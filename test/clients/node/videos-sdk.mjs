@@ -8,15 +8,9 @@
 // (Its name keeps it out of the chat suite's `node --test`.)
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import OpenAI from 'openai';
+import { env, gatewayClient } from './gateway.mjs';
 
-function env(name) {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run this through the Go e2e suite`);
-  return value;
-}
-
-const client = new OpenAI({ baseURL: env('TOLLWAY_BASE_URL'), apiKey: env('TOLLWAY_API_KEY'), maxRetries: 0 });
+const client = gatewayClient();
 const model = env('TOLLWAY_MODEL');
 const v2Model = env('TOLLWAY_V2_MODEL');
 

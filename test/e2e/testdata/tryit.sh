@@ -17,6 +17,9 @@ curl -s localhost:8080/v1/chat/completions -H "authorization: Bearer $KEY" -H 'c
        {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
          "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
        {"role":"tool","tool_call_id":"call_1","content":"18 C and light rain"}]}'
+# Embeddings, offline: deterministic vectors from a hash of the text, labelled as the demo's.
+curl -s localhost:8080/v1/embeddings -H "authorization: Bearer $KEY" -H 'content-type: application/json' \
+  -d '{"model":"demo-embed","input":"Hello","dimensions":4}'
 # A fallback route: its first model's provider is down, so demo-chat answers (x-tollway-* headers).
 curl -si localhost:8080/v1/chat/completions -H "authorization: Bearer $KEY" -H 'content-type: application/json' \
   -d '{"model":"route:support-bot","messages":[{"role":"user","content":"Hello"}]}'
