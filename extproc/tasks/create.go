@@ -62,6 +62,7 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 	if json.Unmarshal(req["model"], &modelID) != nil || modelID == "" {
 		return x.Fail(core.Errorf(http.StatusBadRequest, "missing_model", "model is required: a%s %s model id from GET /v1/models, or a route id route:<name>", core.Article(kind), kind))
 	}
+	x.RequestModel = modelID
 	if v := req["route_mode"]; v != nil && (json.Unmarshal(v, &mode) != nil || !ir.ValidMode(mode)) {
 		return x.Fail(core.Errorf(http.StatusBadRequest, "invalid_route_mode", "route_mode must be one of %s (balanced when omitted)", strings.Join(ir.Modes, ", ")))
 	}
@@ -161,6 +162,7 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 	if refused != nil {
 		return x.Fail(refused)
 	}
+	x.EndAdmission()
 	// The client going away stops the create before its next provider; one already sent runs
 	// to its answer (Service.Create).
 	ctx, cancel := context.WithTimeout(x.Context(), createTimeout)

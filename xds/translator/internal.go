@@ -59,7 +59,14 @@ func internalListener(g *ir.Gateway) (*listenerv3.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The gateway's own task calls carry their request's traceparent (extproc/spans): traced,
+	// they show under it.
+	tracing, err := hcmTracing(g.Tracing, true)
+	if err != nil {
+		return nil, err
+	}
 	hcm := &hcmv3.HttpConnectionManager{
+		Tracing:        tracing,
 		StatPrefix:     ir.InternalListenerName,
 		CodecType:      hcmv3.HttpConnectionManager_AUTO,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: ir.InternalListenerName, VirtualHosts: []*routev3.VirtualHost{vh}}},

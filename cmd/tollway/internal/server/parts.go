@@ -17,6 +17,7 @@ import (
 	"github.com/tollway/tollway/cmd/tollway/internal/gateway"
 	"github.com/tollway/tollway/cmd/tollway/internal/metrics"
 	"github.com/tollway/tollway/extproc"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/xds"
@@ -43,6 +44,12 @@ func (p *process) buildGateway(context.Context) error {
 	p.ctrl = xds.New(log.With("component", "xds"))
 	p.ext = extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), p.bill)
 	p.ext.SetStoreCheck(p.durable().Unavailable)
+	tracer, err := spans.Start(p.cfg.IRTracing())
+	if err != nil {
+		return err
+	}
+	p.tracer = tracer
+	p.ext.SetTracer(tracer)
 	if err := p.setAccessLog(); err != nil {
 		return err
 	}
@@ -188,7 +195,15 @@ func (p *process) server(name string, serve func() error, halt func()) runner {
 // under way may finish, for up to 5 s.
 func (p *process) servers() (xdsServer, extServer, adminServer runner) {
 	xdsServer = p.server("xds", func() error { return p.xdsGRPC.Serve(p.listeners.xds) }, func() { p.xdsGRPC.Stop() })
-	extServer = p.server("extproc", func() error { return p.extGRPC.Serve(p.listeners.ext) }, func() { p.extGRPC.GracefulStop() })
+	extServer = p.server("extproc", func() error { return p.extGRPC.Serve(p.listeners.ext) }, func() {
+		p.extGRPC.GracefulStop()
+		// Its last spans (settlements from the answer log) go out before the process ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.tracer.Shutdown(ctx); err != nil {
+			p.log.Warn("tracing: spans could not be sent to the collector", "error", err)
+		}
+	})
 	adminServer = p.server("admin", func() error { return p.adminSrv.Serve(p.listeners.admin) }, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -1,0 +1,280 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/test/fakeupstream"
+	"github.com/tollway/tollway/test/otlp"
+)
+
+// Tracing (the tracing: section, docs/operations.md#tracing), against a real OTLP/gRPC receiver:
+// Envoy's OpenTelemetry tracer makes the server span, one span per upstream attempt and the
+// span of each ext_proc call; ext_proc's admission, translation and settlement spans hang under
+// the ext_proc call's span with the GenAI attributes.
+
+// Span names Envoy 1.40 gives.
+const (
+	ingressSpan = "ingress"
+	extProcSpan = "async envoy.service.ext_proc.v3.ExternalProcessor.Process egress"
+)
+
+// tracingSection points the gateway's traces at rc.
+func tracingSection(rc *otlp.Receiver) string {
+	return fmt.Sprintf("tracing: {otlp_endpoint: %q, sample_rate: 1.0, service_name: tollway-e2e}\n", rc.Endpoint())
+}
+
+// newTraceparent is a client's sampled traceparent with a fresh trace id.
+func newTraceparent(t *testing.T) (header, traceID, spanID string) {
+	t.Helper()
+	traceID = fmt.Sprintf("%032x", time.Now().UnixNano())
+	spanID = "b7ad6b7169203331"
+	return "00-" + traceID + "-" + spanID + "-01", traceID, spanID
+}
+
+// tracedPost sends body to path with the client's traceparent (none when "").
+func (g *gateway) tracedPost(key, path, body, traceparent string) (*http.Response, []byte) {
+	g.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, g.BaseURL+path, strings.NewReader(body))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("authorization", "Bearer "+key)
+	if traceparent != "" {
+		req.Header.Set("traceparent", traceparent)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, raw
+}
+
+// trace is one trace's spans as received.
+type trace []otlp.Span
+
+func (tr trace) named(name string) []otlp.Span {
+	var out []otlp.Span
+	for _, s := range tr {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// one is the only span named name; the test fails if there is not exactly one.
+func (tr trace) one(t *testing.T, name string) otlp.Span {
+	t.Helper()
+	got := tr.named(name)
+	if len(got) != 1 {
+		t.Fatalf("%d spans named %q, want 1; the trace:\n%s", len(got), name, tr)
+	}
+	return got[0]
+}
+
+// children are the spans whose parent is s.
+func (tr trace) children(s otlp.Span) []otlp.Span {
+	var out []otlp.Span
+	for _, c := range tr {
+		if c.ParentID == s.SpanID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (tr trace) String() string {
+	var b strings.Builder
+	for _, s := range tr {
+		fmt.Fprintf(&b, "  %s %s <- %s %q %s %v\n", s.Service, s.SpanID, s.ParentID, s.Name, s.Kind, s.Attrs)
+	}
+	return b.String()
+}
+
+// waitTrace waits until trace traceID has at least want[name] spans of each name.
+func waitTrace(t *testing.T, rc *otlp.Receiver, traceID string, want map[string]int) trace {
+	t.Helper()
+	var tr trace
+	deadline := time.Now().Add(20 * time.Second) // Envoy flushes its spans every 5 s
+	for {
+		tr = rc.Trace(traceID)
+		done := true
+		for name, n := range want {
+			done = done && len(tr.named(name)) >= n
+		}
+		if done {
+			return tr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trace %s: want %v; got:\n%s", traceID, want, tr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// traceOfRequest finds the trace of the request Envoy gave id (its server span's guid).
+func traceOfRequest(t *testing.T, rc *otlp.Receiver, requestID string) string {
+	t.Helper()
+	var id string
+	waitFor(t, "the request's server span", 20*time.Second, func() bool {
+		for _, s := range rc.Spans() {
+			if s.Name == ingressSpan && s.Attrs["guid:x-request-id"] == requestID {
+				id = s.TraceID
+				return true
+			}
+		}
+		return false
+	})
+	return id
+}
+
+// noSecret fails the test if the key (or the provider's key) shows in any span attribute.
+func noSecret(t *testing.T, rc *otlp.Receiver, secrets ...string) {
+	t.Helper()
+	for _, s := range rc.Spans() {
+		for k, v := range s.Attrs {
+			for _, secret := range secrets {
+				if strings.Contains(v, secret) {
+					t.Errorf("span %q attribute %s carries a secret: %q", s.Name, k, v)
+				}
+			}
+		}
+	}
+}
+
+// wantAttrs fails the test unless s has each attribute as given.
+func wantAttrs(t *testing.T, s otlp.Span, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if s.Attrs[k] != v {
+			t.Errorf("span %q: %s = %q, want %q (all: %v)", s.Name, k, s.Attrs[k], v, s.Attrs)
+		}
+	}
+}
+
+// wantChildOf fails the test unless s's parent is p.
+func wantChildOf(t *testing.T, s, p otlp.Span) {
+	t.Helper()
+	if s.ParentID != p.SpanID {
+		t.Errorf("span %q's parent is %s, want %q (%s)", s.Name, s.ParentID, p.Name, p.SpanID)
+	}
+}
+
+// chatUsage reads an answer's usage.
+func chatUsage(t *testing.T, raw []byte) (prompt, completion int64) {
+	t.Helper()
+	var a struct {
+		Usage struct {
+			Prompt     int64 `json:"prompt_tokens"`
+			Completion int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(raw, &a); err != nil || a.Usage.Prompt == 0 {
+		t.Fatalf("no usage in %s (%v)", raw, err)
+	}
+	return a.Usage.Prompt, a.Usage.Completion
+}
+
+// pricedCost is what model priced of pricedCatalog costs for the usage, exactly.
+func pricedCost(prompt, completion int64) string {
+	return decimal.RequireFromString("0.000001").Mul(decimal.NewFromInt(prompt)).
+		Add(decimal.RequireFromString("0.000002").Mul(decimal.NewFromInt(completion))).
+		Add(decimal.RequireFromString("0.0001")).String()
+}
+
+// TestTracingChat: a chat with the client's traceparent is traced in the client's trace: Envoy's
+// server span continues the client's span, ext_proc's call is its child and holds the admission
+// and settlement spans with the GenAI attributes (the model asked for and the one that answered,
+// the provider, the tokens, the exact cost, the key's prefix and never the key), and the
+// provider's request carries a traceparent of the same trace, from Envoy's upstream span.
+func TestTracingChat(t *testing.T) {
+	t.Parallel()
+	rc := otlp.Start(t, false)
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1")+tracingSection(rc), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	tp, traceID, clientSpan := newTraceparent(t)
+	resp, raw := g.tracedPost(key, "/chat/completions", `{"model":"priced","messages":[{"role":"user","content":"hello there"}]}`, tp)
+	if resp.StatusCode != 200 {
+		t.Fatalf("chat: %d %s", resp.StatusCode, raw)
+	}
+	prompt, completion := chatUsage(t, raw)
+	tr := waitTrace(t, rc, traceID, map[string]int{ingressSpan: 1, extProcSpan: 1, "admission": 1, "settlement": 1, "router provider.fake egress": 1})
+
+	ingress := tr.one(t, ingressSpan)
+	if ingress.ParentID != clientSpan || ingress.Kind != "SPAN_KIND_SERVER" || ingress.Service != "tollway-e2e" {
+		t.Errorf("server span: parent %s (want the client's %s), kind %s, service %s", ingress.ParentID, clientSpan, ingress.Kind, ingress.Service)
+	}
+	ext := tr.one(t, extProcSpan)
+	wantChildOf(t, ext, ingress)
+	upstream := tr.one(t, "router provider.fake egress")
+	wantChildOf(t, upstream, ingress)
+	wantAttrs(t, upstream, map[string]string{"http.status_code": "200", "upstream_cluster": "provider.fake"})
+
+	admission := tr.one(t, "admission")
+	wantChildOf(t, admission, ext)
+	wantAttrs(t, admission, map[string]string{"gen_ai.operation.name": "chat", "gen_ai.request.model": "priced", "tollway.request_id": resp.Header.Get("x-request-id")})
+	if p := admission.Attrs["tollway.key_prefix"]; p == "" || !strings.HasPrefix(key, p) || len(p) >= len(key)/2 {
+		t.Errorf("key prefix %q: want a short prefix of the key", p)
+	}
+	if admission.Service != "tollway-e2e" || admission.Scope != "tollway/extproc" {
+		t.Errorf("admission span from service %q scope %q", admission.Service, admission.Scope)
+	}
+	settlement := tr.one(t, "settlement")
+	wantChildOf(t, settlement, ext)
+	wantAttrs(t, settlement, map[string]string{
+		"gen_ai.operation.name": "chat", "gen_ai.system": "fake", "gen_ai.provider.name": "fake",
+		"gen_ai.request.model": "priced", "gen_ai.response.model": "priced",
+		"gen_ai.usage.input_tokens": fmt.Sprint(prompt), "gen_ai.usage.output_tokens": fmt.Sprint(completion),
+		"tollway.cost": pricedCost(prompt, completion), "tollway.usage.estimated": "false",
+		"tollway.key_prefix": admission.Attrs["tollway.key_prefix"],
+	})
+	if settlement.Start.Before(admission.End) {
+		t.Errorf("settlement started %v before admission ended %v", settlement.Start, admission.End)
+	}
+
+	// The provider's request carries the trace on, from Envoy's upstream span.
+	sent := fake.Requests()
+	if got, want := sent[len(sent)-1].Header.Get("traceparent"), "00-"+traceID+"-"+upstream.SpanID+"-01"; got != want {
+		t.Errorf("provider got traceparent %q, want %q", got, want)
+	}
+	noSecret(t, rc, key, providerKey)
+
+	// Without a traceparent, Envoy starts the trace (sample_rate 1.0), and ext_proc's spans
+	// are in it.
+	resp, raw = g.tracedPost(key, "/chat/completions", `{"model":"priced","messages":[{"role":"user","content":"again"}]}`, "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("chat: %d %s", resp.StatusCode, raw)
+	}
+	own := traceOfRequest(t, rc, resp.Header.Get("x-request-id"))
+	tr = waitTrace(t, rc, own, map[string]int{"admission": 1, "settlement": 1})
+	if root := tr.one(t, ingressSpan); root.ParentID != "" {
+		t.Errorf("Envoy's server span has parent %s: want a new trace", root.ParentID)
+	}
+	// A refused request's admission span says why.
+	tp, refusedTrace, _ := newTraceparent(t)
+	resp, _ = g.tracedPost(key, "/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, tp)
+	if resp.StatusCode != 400 {
+		t.Fatalf("unknown model: %d", resp.StatusCode)
+	}
+	refused := waitTrace(t, rc, refusedTrace, map[string]int{"admission": 1}).one(t, "admission")
+	if refused.Status != "STATUS_CODE_ERROR" || refused.Attrs["error.type"] != "model_not_found" {
+		t.Errorf("refused admission: status %s, error.type %q", refused.Status, refused.Attrs["error.type"])
+	}
+	noSecret(t, rc, key, providerKey)
+}
