@@ -147,10 +147,13 @@ func (s Span) End() {
 	}
 }
 
-// Inject puts parent's traceparent on an outgoing request's headers (a task's create call
-// through Envoy's internal listener, which continues the trace).
+// Inject puts a sampled parent's traceparent on an outgoing request's headers (a task's create
+// call through Envoy's internal listener, which continues the trace), and asks Envoy to trace it.
 func Inject(parent trace.SpanContext, h propagation.TextMapCarrier) {
-	if parent.IsValid() {
+	if parent.IsSampled() {
 		propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), parent), h)
+		// The internal listener samples nothing at random: this asks it to trace the call
+		// (client_sampling), so a task call is traced exactly when its request is.
+		h.Set(ir.ForceTraceHeader, parent.TraceID().String())
 	}
 }

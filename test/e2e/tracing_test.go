@@ -84,6 +84,16 @@ func (tr trace) one(t *testing.T, name string) otlp.Span {
 	return got[0]
 }
 
+// byID is the span with id (the zero Span if none).
+func (tr trace) byID(id string) otlp.Span {
+	for _, s := range tr {
+		if s.SpanID == id {
+			return s
+		}
+	}
+	return otlp.Span{}
+}
+
 // children are the spans whose parent is s.
 func (tr trace) children(s otlp.Span) []otlp.Span {
 	var out []otlp.Span
@@ -275,6 +285,184 @@ func TestTracingChat(t *testing.T) {
 	refused := waitTrace(t, rc, refusedTrace, map[string]int{"admission": 1}).one(t, "admission")
 	if refused.Status != "STATUS_CODE_ERROR" || refused.Attrs["error.type"] != "model_not_found" {
 		t.Errorf("refused admission: status %s, error.type %q", refused.Status, refused.Attrs["error.type"])
+	}
+	noSecret(t, rc, key, providerKey)
+}
+
+// settlementWants checks a settlement span against the usage record the request left.
+func settlementWants(t *testing.T, s otlp.Span, rec usageRecord, provider, model string) {
+	t.Helper()
+	wantAttrs(t, s, map[string]string{
+		"gen_ai.operation.name": "chat", "gen_ai.system": provider, "gen_ai.response.model": model,
+		"gen_ai.usage.input_tokens": fmt.Sprint(rec.PromptTokens), "gen_ai.usage.output_tokens": fmt.Sprint(rec.CompletionTokens),
+		"tollway.cost": rec.Cost.String(),
+	})
+}
+
+// TestTracingStreams: on a split gateway (routing.fast_lane), a stream billed from Envoy's access
+// log (the fast lane) and an answer passed by the answer filter in an ext_proc stream of its own
+// (the chunk lane) each have their settlement span in the client's trace, under the request's
+// ext_proc call, with the bill the usage record has.
+func TestTracingStreams(t *testing.T) {
+	t.Parallel()
+	rc := otlp.Start(t, false)
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1")+"routing: {fast_lane: true}\n"+tracingSection(rc), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	for _, c := range []struct{ name, body string }{
+		{"fast lane stream", `{"model":"priced","stream":true,"messages":[{"role":"user","content":"tell me a story"}]}`},
+		{"chunk lane answer", `{"model":"priced","messages":[{"role":"user","content":"tell me a story"}]}`},
+	} {
+		tp, traceID, clientSpan := newTraceparent(t)
+		resp, raw := g.tracedPost(key, "/chat/completions", c.body, tp)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", c.name, resp.StatusCode, raw)
+		}
+		id := resp.Header.Get("x-request-id")
+		tr := waitTrace(t, rc, traceID, map[string]int{ingressSpan: 1, "admission": 1, "settlement": 1, "router provider.fake egress": 1, extProcSpan: 2})
+		ingress := tr.one(t, ingressSpan)
+		if ingress.ParentID != clientSpan {
+			t.Errorf("%s: server span's parent %s, want the client's", c.name, ingress.ParentID)
+		}
+		admission, settlement := tr.one(t, "admission"), tr.one(t, "settlement")
+		if admission.ParentID != settlement.ParentID {
+			t.Errorf("%s: admission under %s, settlement under %s: want both under the request's ext_proc call", c.name, admission.ParentID, settlement.ParentID)
+		}
+		if ext := tr.byID(settlement.ParentID); ext.Name != extProcSpan {
+			t.Errorf("%s: settlement's parent is %q, want the request's ext_proc call", c.name, ext.Name)
+		} else {
+			wantChildOf(t, ext, ingress)
+		}
+		rec := recordOf(t, g, "acme", id)
+		settlementWants(t, settlement, rec, "fake", "priced")
+		if rec.CompletionTokens == 0 {
+			t.Errorf("%s: record %+v bills no answer", c.name, rec)
+		}
+	}
+	noSecret(t, rc, key, providerKey)
+}
+
+// TestTracingFallback: a fallback shows as two upstream spans of Envoy's under the server span,
+// the first failed (500) and the second answered; the provider of the second speaks another
+// API, so its attempt has a translation span; each provider's request carried the trace on from
+// its own attempt's span; the settlement names the provider that answered.
+func TestTracingFallback(t *testing.T) {
+	t.Parallel()
+	rc := otlp.Start(t, false)
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	body := fmt.Sprintf(`providers:
+  - {name: first, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+  - {name: claude, type: anthropic, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: chained
+    providers: [{provider: first, model: fake-priced}, {provider: claude, model: claude-haiku}]
+    pricing: {prompt: "0.000001", completion: "0.000005"}
+`, fake.URL(), fake.AnthropicURL())
+	g := startGateway(t, body+tracingSection(rc), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	fake.FailNext(500, "internal")
+	tp, traceID, _ := newTraceparent(t)
+	resp, raw := g.tracedPost(key, "/chat/completions", `{"model":"chained","messages":[{"role":"user","content":"hello"}]}`, tp)
+	if resp.StatusCode != 200 || resp.Header.Get("x-tollway-provider") != "claude" {
+		t.Fatalf("fallback: %d %s %s", resp.StatusCode, resp.Header.Get("x-tollway-provider"), raw)
+	}
+	// Three ext_proc calls: the router-level filter's and each attempt's.
+	tr := waitTrace(t, rc, traceID, map[string]int{ingressSpan: 1, extProcSpan: 3, "admission": 1, "translation": 1, "settlement": 1})
+	ingress := tr.one(t, ingressSpan)
+	var attempts []otlp.Span
+	for _, s := range tr.children(ingress) {
+		if s.Kind == "SPAN_KIND_CLIENT" && strings.HasPrefix(s.Name, "router ") {
+			attempts = append(attempts, s)
+		}
+	}
+	if len(attempts) != 2 {
+		t.Fatalf("%d upstream spans under the server span, want 2 (the failed attempt and the fallback):\n%s", len(attempts), tr)
+	}
+	if attempts[0].Start.After(attempts[1].Start) {
+		attempts[0], attempts[1] = attempts[1], attempts[0]
+	}
+	if attempts[0].Attrs["http.status_code"] != "500" || attempts[1].Attrs["http.status_code"] != "200" {
+		t.Errorf("attempts answered %s then %s, want 500 then 200", attempts[0].Attrs["http.status_code"], attempts[1].Attrs["http.status_code"])
+	}
+	// Each provider's request carries the trace on from its own attempt's span.
+	sent := fake.Requests()
+	if len(sent) != 2 {
+		t.Fatalf("the providers got %d requests, want 2", len(sent))
+	}
+	for i, r := range sent {
+		if got, want := r.Header.Get("traceparent"), "00-"+traceID+"-"+attempts[i].SpanID+"-01"; got != want {
+			t.Errorf("attempt %d (%s) carried traceparent %q, want %q", i+1, r.Path, got, want)
+		}
+	}
+	translation := tr.one(t, "translation")
+	wantAttrs(t, translation, map[string]string{"gen_ai.system": "claude", "gen_ai.request.model": "chained", "gen_ai.operation.name": "chat"})
+	// The translation runs in the second attempt's own ext_proc call (the upstream filter's),
+	// which Envoy 1.40 puts under the server span, beside the attempt's upstream span.
+	if s := tr.byID(translation.ParentID); s.Name != extProcSpan {
+		t.Errorf("translation's parent is %q, want an ext_proc call", s.Name)
+	} else {
+		wantChildOf(t, s, ingress)
+	}
+	if a := tr.one(t, "admission"); a.ParentID == translation.ParentID || tr.byID(a.ParentID).Name != extProcSpan {
+		t.Errorf("admission under %s, translation under %s: want each under its own filter's ext_proc call", a.ParentID, translation.ParentID)
+	}
+	rec := recordOf(t, g, "acme", resp.Header.Get("x-request-id"))
+	settlementWants(t, tr.one(t, "settlement"), rec, "claude", "chained")
+	noSecret(t, rc, key, providerKey)
+}
+
+// TestTracingVideoCreate: a video create's admission span carries the model asked for and the
+// generate_content operation, and the gateway's own create call to the provider, through Envoy's
+// internal listener, continues the request's trace: its server and upstream spans are in it and
+// the provider's request carries a traceparent of the trace.
+func TestTracingVideoCreate(t *testing.T) {
+	t.Parallel()
+	rc := otlp.Start(t, false)
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, fmt.Sprintf(`providers:
+  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: hailuo-02
+    family: V1
+    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
+`, fake.MiniMaxURL())+tracingSection(rc), "FAKE_PROVIDER_KEY="+providerKey)
+	key := g.newKey("acme")
+	tp, traceID, clientSpan := newTraceparent(t)
+	resp, raw := g.tracedPost(key, "/videos", `{"model":"hailuo-02","prompt":"a red fox in snow"}`, tp)
+	if resp.StatusCode != 200 || !strings.Contains(string(raw), `"status":"queued"`) {
+		t.Fatalf("create: %d %s", resp.StatusCode, raw)
+	}
+	tr := waitTrace(t, rc, traceID, map[string]int{ingressSpan: 2, extProcSpan: 1, "admission": 1, "router provider.hailuo egress": 1})
+	var public, internal otlp.Span
+	for _, s := range tr.named(ingressSpan) {
+		if s.ParentID == clientSpan {
+			public = s
+		} else {
+			internal = s
+		}
+	}
+	if public.SpanID == "" || internal.SpanID == "" {
+		t.Fatalf("want the public request's server span and the create call's:\n%s", tr)
+	}
+	admission := tr.one(t, "admission")
+	wantAttrs(t, admission, map[string]string{"gen_ai.operation.name": "generate_content", "gen_ai.request.model": "hailuo-02"})
+	ext := tr.byID(admission.ParentID)
+	wantChildOf(t, ext, public)
+	wantChildOf(t, internal, ext) // the create call runs under the request's ext_proc call
+	upstream := tr.one(t, "router provider.hailuo egress")
+	wantChildOf(t, upstream, internal)
+	for _, r := range fake.Requests() {
+		if r.Path == "/v1/video_generation" {
+			if got, want := r.Header.Get("traceparent"), "00-"+traceID+"-"+upstream.SpanID+"-01"; got != want {
+				t.Errorf("MiniMax got traceparent %q, want %q", got, want)
+			}
+		}
 	}
 	noSecret(t, rc, key, providerKey)
 }

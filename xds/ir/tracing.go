@@ -29,6 +29,10 @@ const TracingCluster = "tollway_otlp"
 // DefaultOTLPPort is OTLP/gRPC's port, for an endpoint written without one.
 const DefaultOTLPPort = 4317
 
+// ForceTraceHeader asks Envoy's internal listener to trace a task call whose request is traced
+// (its client_sampling); it never reaches a provider.
+const ForceTraceHeader = "x-client-trace-id"
+
 // DefaultServiceName is tracing.service_name when not set.
 const DefaultServiceName = "tollway"
 

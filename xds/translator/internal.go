@@ -27,7 +27,7 @@ const taskTimeout = ir.MaxExtProcMessageTimeout
 func internalListener(g *ir.Gateway) (*listenerv3.Listener, error) {
 	vh := &routev3.VirtualHost{Name: ir.InternalListenerName, Domains: []string{"*"}}
 	for _, p := range g.Providers {
-		remove := []string{ir.ClusterHeader}
+		remove := []string{ir.ClusterHeader, ir.ForceTraceHeader}
 		if !p.AttemptFilter() {
 			// The task marker tells a per-attempt filter to let the request pass; this
 			// provider's cluster runs none, so the marker must not reach the provider either.

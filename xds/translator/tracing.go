@@ -28,8 +28,9 @@ import (
 const tracerName = "envoy.tracers.opentelemetry"
 
 // hcmTracing is the connection manager's tracing: nil when t is (off). A request with a
-// traceparent follows its sampled flag; others are sampled at t.SampleRate, or never when
-// parentOnly (the internal listener: a task call is traced when its request was).
+// traceparent keeps its trace id; requests are sampled at t.SampleRate, or, when parentOnly
+// (the internal listener), only when they ask with ir.ForceTraceHeader (client_sampling): a task
+// call is traced when its request is.
 func hcmTracing(t *ir.Tracing, parentOnly bool) (*hcmv3.HttpConnectionManager_Tracing, error) {
 	if t == nil {
 		return nil, nil
