@@ -10,6 +10,7 @@ package spans
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -76,11 +77,22 @@ func (tr *Tracer) FromStream(ctx context.Context) trace.SpanContext {
 	if tr == nil {
 		return trace.SpanContext{}
 	}
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok || len(md.Get("traceparent")) == 0 {
-		return trace.SpanContext{}
+	tp := metadata.ValueFromIncomingContext(ctx, "traceparent")
+	if len(tp) == 0 || !sampledFlag(tp[0]) {
+		return trace.SpanContext{} // nothing of ext_proc's would be kept: not parsed further
 	}
+	md, _ := metadata.FromIncomingContext(ctx)
 	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(ctx, metadataCarrier(md)))
+}
+
+// sampledFlag reads a traceparent's sampled flag (the low bit of its last hex digit) without
+// parsing the rest: most requests are not sampled at a low sample_rate.
+func sampledFlag(tp string) bool {
+	if len(tp) < 2 {
+		return false
+	}
+	c := tp[len(tp)-1]
+	return strings.IndexByte("13579bdfBDF", c) >= 0
 }
 
 // metadataCarrier reads gRPC metadata as a propagation carrier.
