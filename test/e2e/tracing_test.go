@@ -13,6 +13,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/tollway/tollway/test/fakeupstream"
+	"github.com/tollway/tollway/test/harness"
 	"github.com/tollway/tollway/test/otlp"
 )
 
@@ -464,5 +465,69 @@ models:
 			}
 		}
 	}
+	noSecret(t, rc, key, providerKey)
+}
+
+// TestTracingSampledOut: Envoy samples by tracing.sample_rate, whatever the client's sampled
+// flag says (Envoy 1.40): at 0 nothing reaches the collector, from Envoy or ext_proc, and the
+// provider still gets the client's trace id, marked unsampled.
+func TestTracingSampledOut(t *testing.T) {
+	t.Parallel()
+	rc := otlp.Start(t, false)
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1")+fmt.Sprintf("tracing: {otlp_endpoint: %q, sample_rate: 0}\n", rc.Endpoint()), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	tp, traceID, _ := newTraceparent(t)
+	if resp, raw := g.tracedPost(key, "/chat/completions", `{"model":"priced","messages":[{"role":"user","content":"hello"}]}`, tp); resp.StatusCode != 200 {
+		t.Fatalf("chat: %d %s", resp.StatusCode, raw)
+	}
+	got := fake.Requests()[0].Header.Get("traceparent")
+	if !strings.HasPrefix(got, "00-"+traceID+"-") || !strings.HasSuffix(got, "-00") {
+		t.Errorf("provider got traceparent %q: want the client's trace, unsampled", got)
+	}
+	time.Sleep(6 * time.Second) // past Envoy's 5 s flush
+	if n := len(rc.Spans()); n != 0 {
+		t.Errorf("%d spans at sample_rate 0:\n%s", n, trace(rc.Spans()))
+	}
+}
+
+// TestTracingExternalEnvoy: with --envoy external the bootstrap is unchanged and the tracer comes
+// over xDS: an Envoy started from `tollway bootstrap` makes the server and upstream spans of the
+// client's trace, and Tollway's ext_proc adds its spans under that Envoy's ext_proc call.
+func TestTracingExternalEnvoy(t *testing.T) {
+	t.Parallel()
+	rc := otlp.Start(t, false)
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	env := []string{"FAKE_PROVIDER_KEY=" + providerKey, "TOLLWAY_LISTEN_XDS=" + freeAddr(t), "TOLLWAY_LISTEN_EXTPROC=" + freeAddr(t)}
+	g := startWith(t, harness.Options{Dir: t.TempDir(), Body: pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1") + tracingSection(rc), Env: env, Args: []string{"--envoy", "external"}})
+	if err := g.NewAccount(context.Background(), "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	e := startExternalEnvoy(t, g, env, "edge-traced", freeAddr(t))
+	waitFor(t, "the external Envoy to serve", 20*time.Second, func() bool { code, _ := chatVia(t, e.public, key, "priced"); return code == 200 })
+	tp, traceID, clientSpan := newTraceparent(t)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+e.public+"/v1/chat/completions", strings.NewReader(`{"model":"priced","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("authorization", "Bearer "+key)
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("traceparent", tp)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("chat via the external Envoy: %d", resp.StatusCode)
+	}
+	tr := waitTrace(t, rc, traceID, map[string]int{ingressSpan: 1, extProcSpan: 1, "admission": 1, "settlement": 1, "router provider.fake egress": 1})
+	ingress := tr.one(t, ingressSpan)
+	if ingress.ParentID != clientSpan || ingress.Attrs["node_id"] != "edge-traced" {
+		t.Errorf("server span: parent %s, node %q", ingress.ParentID, ingress.Attrs["node_id"])
+	}
+	wantChildOf(t, tr.byID(tr.one(t, "admission").ParentID), ingress)
 	noSecret(t, rc, key, providerKey)
 }
