@@ -349,7 +349,8 @@ func TestTracingStreams(t *testing.T) {
 // TestTracingFallback: a fallback shows as two upstream spans of Envoy's under the server span,
 // the first failed (500) and the second answered; the provider of the second speaks another
 // API, so its attempt has a translation span; each provider's request carried the trace on from
-// its own attempt's span; the settlement names the provider that answered.
+// its own attempt's span; the settlement names the route asked for, and the provider and model
+// that answered.
 func TestTracingFallback(t *testing.T) {
 	t.Parallel()
 	rc := otlp.Start(t, false)
@@ -358,9 +359,14 @@ func TestTracingFallback(t *testing.T) {
   - {name: first, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
   - {name: claude, type: anthropic, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
 models:
-  - id: chained
-    providers: [{provider: first, model: fake-priced}, {provider: claude, model: claude-haiku}]
+  - id: mini
+    providers: [{provider: first, model: fake-priced}]
+    pricing: {prompt: "0.000001", completion: "0.000002"}
+  - id: haiku
+    providers: [{provider: claude, model: claude-haiku}]
     pricing: {prompt: "0.000001", completion: "0.000005"}
+routes:
+  - {name: chained, rule: priority_fallback, models: [mini, haiku]}
 `, fake.URL(), fake.AnthropicURL())
 	g := startGateway(t, body+tracingSection(rc), "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "acme", "25"); err != nil {
@@ -369,7 +375,7 @@ models:
 	key := g.newKey("acme")
 	fake.FailNext(500, "internal")
 	tp, traceID, _ := newTraceparent(t)
-	resp, raw := g.tracedPost(key, "/chat/completions", `{"model":"chained","messages":[{"role":"user","content":"hello"}]}`, tp)
+	resp, raw := g.tracedPost(key, "/chat/completions", `{"model":"route:chained","messages":[{"role":"user","content":"hello"}]}`, tp)
 	if resp.StatusCode != 200 || resp.Header.Get("x-tollway-provider") != "claude" {
 		t.Fatalf("fallback: %d %s %s", resp.StatusCode, resp.Header.Get("x-tollway-provider"), raw)
 	}
@@ -402,7 +408,7 @@ models:
 		}
 	}
 	translation := tr.one(t, "translation")
-	wantAttrs(t, translation, map[string]string{"gen_ai.system": "claude", "gen_ai.request.model": "chained", "gen_ai.operation.name": "chat"})
+	wantAttrs(t, translation, map[string]string{"gen_ai.system": "claude", "gen_ai.request.model": "haiku", "gen_ai.operation.name": "chat"})
 	// The translation runs in the second attempt's own ext_proc call (the upstream filter's),
 	// which Envoy 1.40 puts under the server span, beside the attempt's upstream span.
 	if s := tr.byID(translation.ParentID); s.Name != extProcSpan {
@@ -414,7 +420,9 @@ models:
 		t.Errorf("admission under %s, translation under %s: want each under its own filter's ext_proc call", a.ParentID, translation.ParentID)
 	}
 	rec := recordOf(t, g, "acme", resp.Header.Get("x-request-id"))
-	settlementWants(t, tr.one(t, "settlement"), rec, "claude", "chained")
+	settlement := tr.one(t, "settlement")
+	settlementWants(t, settlement, rec, "claude", "haiku")
+	wantAttrs(t, settlement, map[string]string{"gen_ai.request.model": "route:chained", "tollway.route": "route:chained"})
 	noSecret(t, rc, key, providerKey)
 }
 
