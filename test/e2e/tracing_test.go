@@ -44,9 +44,15 @@ func newTraceparent(t *testing.T) (header, traceID, spanID string) {
 // tracedPost sends body to path with the client's traceparent (none when "").
 func (g *gateway) tracedPost(key, path, body, traceparent string) (*http.Response, []byte) {
 	g.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, g.BaseURL+path, strings.NewReader(body))
+	return postTraced(g.t, g.BaseURL, key, path, body, traceparent)
+}
+
+// postTraced sends body to baseURL+path with key and the client's traceparent (none when "").
+func postTraced(t testing.TB, baseURL, key, path, body, traceparent string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, baseURL+path, strings.NewReader(body))
 	if err != nil {
-		g.t.Fatal(err)
+		t.Fatal(err)
 	}
 	req.Header.Set("content-type", "application/json")
 	req.Header.Set("authorization", "Bearer "+key)
@@ -55,7 +61,7 @@ func (g *gateway) tracedPost(key, path, body, traceparent string) (*http.Respons
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		g.t.Fatal(err)
+		t.Fatal(err)
 	}
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -518,18 +524,8 @@ func TestTracingExternalEnvoy(t *testing.T) {
 	e := startExternalEnvoy(t, g, env, "edge-traced", freeAddr(t))
 	waitFor(t, "the external Envoy to serve", 20*time.Second, func() bool { code, _ := chatVia(t, e.public, key, "priced"); return code == 200 })
 	tp, traceID, clientSpan := newTraceparent(t)
-	req, _ := http.NewRequest(http.MethodPost, "http://"+e.public+"/v1/chat/completions", strings.NewReader(`{"model":"priced","messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("authorization", "Bearer "+key)
-	req.Header.Set("content-type", "application/json")
-	req.Header.Set("traceparent", tp)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("chat via the external Envoy: %d", resp.StatusCode)
+	if resp, raw := postTraced(t, "http://"+e.public+"/v1", key, "/chat/completions", `{"model":"priced","messages":[{"role":"user","content":"hi"}]}`, tp); resp.StatusCode != 200 {
+		t.Fatalf("chat via the external Envoy: %d %s", resp.StatusCode, raw)
 	}
 	tr := waitTrace(t, rc, traceID, map[string]int{ingressSpan: 1, extProcSpan: 1, "admission": 1, "settlement": 1, "router provider.fake egress": 1})
 	ingress := tr.one(t, ingressSpan)
