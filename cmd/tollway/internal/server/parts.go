@@ -44,12 +44,7 @@ func (p *process) buildGateway(context.Context) error {
 	p.ctrl = xds.New(log.With("component", "xds"))
 	p.ext = extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), p.bill)
 	p.ext.SetStoreCheck(p.durable().Unavailable)
-	tracer, err := spans.Start(p.cfg.IRTracing())
-	if err != nil {
-		return err
-	}
-	p.tracer = tracer
-	p.ext.SetTracer(tracer)
+	p.ext.SetTracer(p.tracer)
 	if err := p.setAccessLog(); err != nil {
 		return err
 	}
@@ -190,20 +185,28 @@ func (p *process) server(name string, serve func() error, halt func()) runner {
 	}}
 }
 
-// servers are the runners of the xDS server, ext_proc and the admin API. ext_proc's open streams
-// may end when it stops (Envoy is gone by then, so they do at once); the admin API's requests
-// under way may finish, for up to 5 s.
-func (p *process) servers() (xdsServer, extServer, adminServer runner) {
-	xdsServer = p.server("xds", func() error { return p.xdsGRPC.Serve(p.listeners.xds) }, func() { p.xdsGRPC.Stop() })
-	extServer = p.server("extproc", func() error { return p.extGRPC.Serve(p.listeners.ext) }, func() {
-		p.extGRPC.GracefulStop()
-		// Its last spans (settlements from the answer log) go out before the process ends.
+// tracing is the runner of ext_proc's tracer (tracing:; nil when off). It stops after ext_proc:
+// the last spans (settlements from the answer log) go out before the process ends.
+func (p *process) tracing() runner {
+	return runner{name: "tracing", start: func(context.Context) error {
+		var err error
+		p.tracer, err = spans.Start(p.cfg.IRTracing())
+		return err
+	}, stop: func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := p.tracer.Shutdown(ctx); err != nil {
 			p.log.Warn("tracing: spans could not be sent to the collector", "error", err)
 		}
-	})
+	}}
+}
+
+// servers are the runners of the xDS server, ext_proc and the admin API. ext_proc's open streams
+// may end when it stops (Envoy is gone by then, so they do at once); the admin API's requests
+// under way may finish, for up to 5 s.
+func (p *process) servers() (xdsServer, extServer, adminServer runner) {
+	xdsServer = p.server("xds", func() error { return p.xdsGRPC.Serve(p.listeners.xds) }, func() { p.xdsGRPC.Stop() })
+	extServer = p.server("extproc", func() error { return p.extGRPC.Serve(p.listeners.ext) }, func() { p.extGRPC.GracefulStop() })
 	adminServer = p.server("admin", func() error { return p.adminSrv.Serve(p.listeners.admin) }, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -119,6 +119,7 @@ func (p *process) runners() []runner {
 		{name: "run directory", start: p.makeRunDir, stop: p.removeRunDir},
 		{name: "listeners", start: p.listen, stop: p.listeners.close},
 		{name: "billing", start: p.startBilling, stop: p.stopBilling},
+		p.tracing(),
 		{name: "gateway", start: p.buildGateway, stop: func() { p.gw.Close() }},
 		xdsServer,
 		p.loops.barrier(),
