@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/extproc/provider/task"
 	"github.com/tollway/tollway/store"
@@ -181,7 +182,7 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 	if hold != nil {
 		e.holds.Store(t.ID, hold)
 		if t.Terminal() { // the provider answered with the finished task
-			e.Bill(t)
+			md.settle(t)
 		}
 	}
 	body, _ := json.Marshal(ObjectOf(t, time.Now()))
@@ -197,6 +198,21 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 		}
 	}
 	return resp
+}
+
+// settle bills a task that ended with its create, under a settlement span (a task that ends
+// later, found by the poller, is billed outside its request's trace).
+func (md *Media) settle(t *store.Task) {
+	x := md.x
+	span := x.StartSpan(spans.Settlement)
+	md.e.Bill(t)
+	if span.Recording() {
+		span.Set(x.SpanAttrs()...)
+		span.Set(spans.Provider(t.Provider)...)
+		span.Set(spans.ResponseModelKey.String(t.Model), spans.InputTokensKey.Int64(t.PromptTokens),
+			spans.OutputTokensKey.Int64(t.CompletionTokens), spans.Cost(t.Cost))
+	}
+	span.End()
 }
 
 // hold takes the hold of a create whose worst case is worst: a paid one's payment is

@@ -535,3 +535,30 @@ func TestTracingExternalEnvoy(t *testing.T) {
 	wantChildOf(t, tr.byID(tr.one(t, "admission").ParentID), ingress)
 	noSecret(t, rc, key, providerKey)
 }
+
+// TestTracingImageCreate: an image the provider finishes within its create (Gemini) is billed
+// under a settlement span of the request's trace, with the task's provider, model, tokens and
+// exact cost.
+func TestTracingImageCreate(t *testing.T) {
+	t.Parallel()
+	rc := otlp.Start(t, false)
+	g, _, _, key := startI3(t, tracingSection(rc))
+	m := i3Models[1]
+	tp, traceID, _ := newTraceparent(t)
+	resp, raw := g.tracedPost(key, "/images", i3Create(m.id, "a red fox in the snow", ""), tp)
+	var obj struct{ Status, Provider, Cost string }
+	if err := json.Unmarshal(raw, &obj); err != nil || resp.StatusCode != 200 || obj.Status != "completed" || obj.Cost == "" {
+		t.Fatalf("create: %d %s", resp.StatusCode, raw)
+	}
+	tr := waitTrace(t, rc, traceID, map[string]int{extProcSpan: 1, "admission": 1, "settlement": 1})
+	admission, settlement := tr.one(t, "admission"), tr.one(t, "settlement")
+	if admission.ParentID != settlement.ParentID || tr.byID(settlement.ParentID).Name != extProcSpan {
+		t.Errorf("admission under %s, settlement under %s: want both under the request's ext_proc call", admission.ParentID, settlement.ParentID)
+	}
+	wantAttrs(t, settlement, map[string]string{"gen_ai.operation.name": "generate_content", "gen_ai.request.model": m.id,
+		"gen_ai.response.model": m.id, "gen_ai.system": obj.Provider, "tollway.cost": obj.Cost})
+	if settlement.Attrs["gen_ai.usage.input_tokens"] == "" || settlement.Attrs["gen_ai.usage.input_tokens"] == "0" {
+		t.Errorf("settlement without the prompt's tokens: %v", settlement.Attrs)
+	}
+	noSecret(t, rc, key, providerKey)
+}
