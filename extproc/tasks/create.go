@@ -22,9 +22,9 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/core"
-	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/extproc/provider/task"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
