@@ -8,7 +8,7 @@ require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0 // Envoy API types with their protoc-gen-validate rules (ValidateAll)
 	github.com/ethereum/go-ethereum v1.17.5 // x402: EIP-712 hashing (signer/core/apitypes) and secp256k1 recovery (crypto) to verify payment credentials locally; v1.17.5 is the newest that moves no other pin
 	github.com/go-json-experiment/json v1.27.2 // encoding/json/v2's tokenizer (stable in Go 1.27's standard library): validates chat bodies in one pass without copying base64 images
-	github.com/go-viper/mapstructure/v2 v2.4.0 // viper's decoder: strict decode hooks and its typed errors, said in config terms
+	github.com/go-viper/mapstructure/v2 v2.5.0 // viper's decoder: strict decode hooks and its typed errors, said in config terms (v2.5.0: the OTLP exporter's grpc-gateway needs it)
 	github.com/golang-jwt/jwt/v5 v5.3.1 // Kling signs with an HS256 JWT the caller makes
 	github.com/jackc/pgx/v5 v5.13.0 // store/postgres: the driver (pgxpool's bounded pool, LISTEN/NOTIFY on a connection of its own, NUMERIC as exact big.Int and exponent)
 	github.com/jackc/tern/v2 v2.3.4 // store/postgres: versioned migrations from an embed.FS, run under its own pg_advisory_lock so replicas starting at once take turns (pgx's own, rather than hand-written versioning)
@@ -18,7 +18,7 @@ require (
 	github.com/tsenart/vegeta/v12 v12.13.0 // make bench: fixed-rate load generation
 	go.etcd.io/bbolt v1.5.0 // the store
 	go.uber.org/goleak v1.3.0 // tests only: no goroutine of the gateway outlives `tollway run` or a Gateway's Close
-	go.yaml.in/yaml/v3 v3.0.4 // golden files rendered as YAML
+	go.yaml.in/yaml/v3 v3.0.5 // golden files rendered as YAML
 	golang.org/x/image v0.47.0 // WebP headers: a first-frame image is checked by its decoded size, not its declared type
 	golang.org/x/sys v0.49.0 // inotify for the config watch with its own event mask (fsnotify asks for every write in the directory); statfs and fallocate for the store's health and reserve
 	google.golang.org/grpc v1.85.0 // ext_proc and xDS servers
@@ -36,8 +36,13 @@ require (
 
 require (
 	github.com/prometheus/client_model v0.6.3
+	go.opentelemetry.io/otel v1.47.0 // tracing: ext_proc's spans (W3C trace context, attributes), under Envoy's own
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.47.0 // tracing: ext_proc's spans sent over OTLP/gRPC to the collector Envoy's tracer uses
+	go.opentelemetry.io/otel/sdk v1.47.0 // tracing: the tracer provider, its batching and the parent-based sampler (Envoy samples)
+	go.opentelemetry.io/otel/trace v1.47.0 // tracing: span contexts read from ext_proc's gRPC metadata
+	go.opentelemetry.io/proto/otlp v1.11.0 // tests and make bench only: the OTLP/gRPC receiver (test/otlp) spans are asserted on
 	golang.org/x/net v0.60.0
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc
 )
 
 require (
@@ -50,6 +55,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bitfield/gotestdox v0.2.2 // indirect
 	github.com/bits-and-blooms/bitset v1.20.0 // indirect
+	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
 	github.com/consensys/gnark-crypto v0.18.1 // indirect
@@ -64,8 +70,10 @@ require (
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/shlex v0.0.0-20191202100458-e7afc7fbc510 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/holiman/uint256 v1.3.2 // indirect
 	github.com/huandu/xstrings v1.5.0 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
@@ -95,6 +103,10 @@ require (
 	github.com/subosito/gotenv v1.6.0 // indirect
 	github.com/supranational/blst v0.3.16 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/mod v0.41.0 // indirect
@@ -102,7 +114,7 @@ require (
 	golang.org/x/term v0.46.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/tools v0.51.0 // indirect
-	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gotest.tools/gotestsum v1.13.0 // indirect
 	k8s.io/apimachinery v0.37.2 // indirect

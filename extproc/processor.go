@@ -16,6 +16,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -83,7 +84,7 @@ func (s *Server) open(ctx context.Context, env *core.EnvoyStream) opened {
 	rt := s.runtime.Load()
 	phase := phaseOf(ctx)
 	if phase == ir.PhaseUpstream {
-		a := chat.NewAttempt(s.sh, rt, env)
+		a := chat.NewAttempt(s.sh, rt, env, s.sh.Spans.FromStream(ctx))
 		return opened{p: a, f: oneByOne{p: a}, phase: PhaseAttempt}
 	}
 	if phase == ir.PhaseAnswer {
@@ -91,6 +92,9 @@ func (s *Server) open(ctx context.Context, env *core.EnvoyStream) opened {
 		return opened{p: a, f: a, phase: PhaseAnswer} // answers.go
 	}
 	x := s.newExchange(rt)
+	if x.Trace = s.sh.Spans.FromStream(ctx); x.Trace.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, x.Trace) // the request's own calls carry it on
+	}
 	x.Ctx, x.Envoy, x.OwnRoutes = ctx, env, phase == ir.PhaseRouter
 	if x.OwnRoutes {
 		// Tollway's own Envoys speak the pipelined protocol, and a streamed answer has a

@@ -21,6 +21,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/store"
@@ -48,6 +49,9 @@ type Server struct {
 // SetAccessLog makes ext_proc write the access log lines Envoy cannot (a fast-lane stream's,
 // billed after Envoy's line is due) to w; nil: none.
 func (s *Server) SetAccessLog(w io.Writer) { s.accessOut = w }
+
+// SetTracer makes ext_proc's spans with t (nil: tracing off); set before serving.
+func (s *Server) SetTracer(t *spans.Tracer) { s.sh.Spans = t }
 
 // Billing is the money path: holds taken before forwarding, and where settled requests go
 // (billing.Books). A nil *Billing turns admission and metering off (responses then pass

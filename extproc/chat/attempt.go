@@ -15,6 +15,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/provider"
 	adapters "github.com/tollway/tollway/extproc/provider/chat"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -46,11 +48,13 @@ type Attempt struct {
 	// envoy brings the attributes sent with the request headers (the chosen endpoint's
 	// metadata among them) and takes a timeout override for a big body.
 	envoy *core.EnvoyStream
+	trace trace.SpanContext // the attempt's stream's (zero: untraced)
 }
 
-// NewAttempt is the processor of one upstream attempt under rt, on Envoy stream env.
-func NewAttempt(sh *core.Shared, rt *core.Runtime, env *core.EnvoyStream) *Attempt {
-	return &Attempt{sh: sh, rt: rt, envoy: env}
+// NewAttempt is the processor of one upstream attempt under rt, on Envoy stream env, traced
+// under parent (zero: untraced).
+func NewAttempt(sh *core.Shared, rt *core.Runtime, env *core.EnvoyStream, parent trace.SpanContext) *Attempt {
+	return &Attempt{sh: sh, rt: rt, envoy: env, trace: parent}
 }
 
 // The attempt is the upstream attempt filter's processor.
@@ -106,7 +110,9 @@ func (a *Attempt) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRespo
 			return nil, err
 		}
 	}
+	span := a.translation()
 	resp, err := a.requestBody(b)
+	span.End()
 	if errors.Is(err, provider.ErrBadRequest) {
 		// The client's request cannot be said in this provider's API: its fault, a 400.
 		e := core.Errorf(http.StatusBadRequest, "invalid_request", "%v", err)
@@ -125,6 +131,20 @@ func (a *Attempt) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Processi
 
 func (a *Attempt) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	return a.responseBody(b), nil
+}
+
+// translation opens the translation span of an attempt whose provider speaks another API
+// than the client's (the zero Span otherwise).
+func (a *Attempt) translation() spans.Span {
+	if a.provider == nil || a.provider.SpeaksOpenAI() {
+		return spans.Span{}
+	}
+	s := a.sh.Spans.Start(a.trace, spans.Translation)
+	if s.Recording() {
+		s.Set(spans.Provider(a.provider.Name)...)
+		s.Set(spans.OperationKey.String(spans.OpChat), spans.RequestModelKey.String(a.model.ID), spans.RequestIDKey.String(a.requestID))
+	}
+	return s
 }
 
 // Done: an attempt holds nothing to release.

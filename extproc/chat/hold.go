@@ -12,6 +12,7 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider/task"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -138,8 +139,16 @@ func (c *Processor) settle() {
 	if metered.GreaterThan(held) {
 		billing.WarnOverage(x.Log, x.Provider, c.plan.model.ID, store.ShortID(x.RequestID), metered, held)
 	}
+	span := x.StartSpan(spans.Settlement)
 	cost := hold.Settle(c.metered(usage, metered, estimated))
 	x.Bill = &core.Billed{Usage: usage, Estimated: estimated, Cost: cost}
+	if span.Recording() {
+		span.Set(x.SpanAttrs()...)
+		span.Set(spans.Provider(x.Provider)...)
+		span.Set(spans.ResponseModelKey.String(c.plan.model.ID), spans.InputTokensKey.Int64(usage.PromptTokens),
+			spans.OutputTokensKey.Int64(usage.CompletionTokens), spans.Cost(cost), spans.EstimatedKey.Bool(estimated))
+	}
+	span.End()
 }
 
 // paidBill is what a paid request's answer cost, from its metered usage, at most its hold

@@ -25,6 +25,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -68,6 +69,7 @@ const (
 
 func (c *Processor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	x, hd := c.x, &c.x.Head
+	x.StartAdmission(spans.OpChat)
 	if hd.Method != http.MethodPost {
 		return x.Fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed",
 			"%s %s is not supported; use POST", core.Clip(hd.Method), core.Clip(hd.Path))), nil
@@ -87,6 +89,10 @@ func (c *Processor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Process
 // read them.
 func (c *Processor) setPlan(plan *chatPlan) {
 	c.plan = plan
+	c.x.RequestModel = plan.model.ID
+	if plan.route != nil {
+		c.x.RequestModel = plan.route.ID
+	}
 	c.x.Route, c.x.Stream = plan.routeID(), plan.stream
 	c.setModel(plan.model)
 }
@@ -135,6 +141,7 @@ func (c *Processor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRes
 	if e := c.admit(b.GetBody()); e != nil {
 		return x.Fail(e), nil
 	}
+	x.EndAdmission()
 	if x.Observed {
 		x.Out.Routed = time.Now()
 	}

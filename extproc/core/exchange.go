@@ -50,6 +50,8 @@ type Exchange struct {
 	// lane or the chunk lane, and names it for that filter and the answer log.
 	Split bool
 	Park  func(fast bool) (id string)
+	// Traced: the request's trace context and admission span (trace.go).
+	Traced
 
 	Status    int    // the answer's status
 	Responded bool   // response headers arrived: the provider answered
@@ -104,6 +106,7 @@ func (x *Exchange) Fail(e *APIError) *extprocv3.ProcessingResponse {
 		x.OnRefusal()
 	}
 	x.Answered(e.Status, e.Code)
+	x.failAdmission(e.Code)
 	x.Hint(e)
 	resp := x.immediate(e.Status, e.Body(x.RequestID), ir.ErrorCodeDetailsPrefix+e.Code)
 	AddHeaders(resp.GetImmediateResponse().Headers, e.Headers)

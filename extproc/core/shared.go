@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/spans"
 )
 
 // Shared is the server-wide state a request's processor touches.
@@ -24,6 +25,8 @@ type Shared struct {
 	Refused, Accepted func(provider string)
 	KeyUse            KeyUse // when each key was last used (keyuse.go)
 	Hints             Hints  // operators' hints logged for refusals (hints.go)
+	// Spans makes ext_proc's spans (tracing:); nil: off.
+	Spans *spans.Tracer
 	// storeCheck reports the store's outage (nil: none): see SetStoreCheck; sharedCheck the
 	// shared database's: see SetSharedStoreCheck.
 	storeCheck, sharedCheck atomic.Pointer[func() error]

@@ -24,6 +24,7 @@ import (
 	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider"
 	"github.com/tollway/tollway/extproc/provider/task"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -62,6 +63,7 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 	if json.Unmarshal(req["model"], &modelID) != nil || modelID == "" {
 		return x.Fail(core.Errorf(http.StatusBadRequest, "missing_model", "model is required: a%s %s model id from GET /v1/models, or a route id route:<name>", core.Article(kind), kind))
 	}
+	x.RequestModel = modelID
 	if v := req["route_mode"]; v != nil && (json.Unmarshal(v, &mode) != nil || !ir.ValidMode(mode)) {
 		return x.Fail(core.Errorf(http.StatusBadRequest, "invalid_route_mode", "route_mode must be one of %s (balanced when omitted)", strings.Join(ir.Modes, ", ")))
 	}
@@ -161,6 +163,7 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 	if refused != nil {
 		return x.Fail(refused)
 	}
+	x.EndAdmission()
 	// The client going away stops the create before its next provider; one already sent runs
 	// to its answer (Service.Create).
 	ctx, cancel := context.WithTimeout(x.Context(), createTimeout)
@@ -179,7 +182,7 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 	if hold != nil {
 		e.holds.Store(t.ID, hold)
 		if t.Terminal() { // the provider answered with the finished task
-			e.Bill(t)
+			md.settle(t)
 		}
 	}
 	body, _ := json.Marshal(ObjectOf(t, time.Now()))
@@ -195,6 +198,21 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 		}
 	}
 	return resp
+}
+
+// settle bills a task that ended with its create, under a settlement span (a task that ends
+// later, found by the poller, is billed outside its request's trace).
+func (md *Media) settle(t *store.Task) {
+	x := md.x
+	span := x.StartSpan(spans.Settlement)
+	md.e.Bill(t)
+	if span.Recording() {
+		span.Set(x.SpanAttrs()...)
+		span.Set(spans.Provider(t.Provider)...)
+		span.Set(spans.ResponseModelKey.String(t.Model), spans.InputTokensKey.Int64(t.PromptTokens),
+			spans.OutputTokensKey.Int64(t.CompletionTokens), spans.Cost(t.Cost))
+	}
+	span.End()
 }
 
 // hold takes the hold of a create whose worst case is worst: a paid one's payment is

@@ -13,7 +13,11 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -50,6 +54,8 @@ func (e *Envoy) Do(ctx context.Context, p *ir.Provider, up *provider.Upstream) (
 	req.Host = p.Authority()
 	req.Header.Set(ir.ClusterHeader, p.ClusterName())
 	req.Header.Set(ir.TaskHeader, "1") // the per-attempt filter lets it pass as it is
+	// A traced request's create continues its trace through Envoy's internal listener.
+	spans.Inject(trace.SpanContextFromContext(ctx), propagation.HeaderCarrier(req.Header))
 	for k, v := range up.Headers {
 		if v != "" {
 			req.Header.Set(k, v)

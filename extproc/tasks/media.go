@@ -23,6 +23,7 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/provider/task"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -111,6 +112,9 @@ func (m *Media) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRespons
 func (m *Media) Headers(method, path string) *extprocv3.ProcessingResponse {
 	x, kind := m.x, m.kind
 	base := core.MediaPaths[kind]
+	if method == http.MethodPost {
+		x.StartAdmission(spans.OpGenerate) // a create: until the provider is called
+	}
 	if m.e == nil {
 		why := "they are not enabled"
 		if m.off != "" {

@@ -1,6 +1,6 @@
 // Command bench measures what Tollway adds to a chat request and what its billing costs, and
 // the rest of `make bench`'s scenarios: the store, replicas on Postgres (cluster), fallback, media tasks, x402, metrics and the
-// access log, streams, the saturation curve, LiteLLM beside Tollway, and the soak.
+// access log, tracing, streams, the saturation curve, LiteLLM beside Tollway, and the soak.
 //
 // Latency (-scenarios latency): the same fixed-rate (open model) load goes, back to back in one
 // run, straight to a fake provider, through a plain Envoy with the same binary, through `tollway
@@ -114,7 +114,7 @@ func label(path string) string {
 	return path
 }
 
-var allScenarios = []string{"latency", "settle", "store", "cluster", "fallback", "tasks", "x402", "observe", "streams", "saturation", "peers", "soak"}
+var allScenarios = []string{"latency", "settle", "store", "cluster", "fallback", "tasks", "x402", "observe", "tracing", "streams", "saturation", "peers", "soak"}
 
 // defaultScenarios is everything but the saturation curve (about two minutes on a shared 2-core
 // host: make bench would pass 12) and the soak, whose ten minutes are its point: both asked for
@@ -212,7 +212,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenarios := fs.String("scenarios", strings.Join(defaultScenarios, ","),
-		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), cluster (three replicas on one PostgreSQL vs bbolt at -cluster-rate: added latency, shipping, database transactions, one replica's money path), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off), streams (CPU per chunk, open streams' memory), saturation (the offered rate stepped up until Envoy alone and Tollway stop keeping added p99 under +5 ms: plain and streamed, CPU per request), peers (LiteLLM's proxy beside Tollway at -peer-rates and -low-rates, idle CPU, profiles), soak (a steady load for -soak-duration: heap, goroutines, fds, RSS, store size); saturation and soak are not in the default set")
+		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), cluster (three replicas on one PostgreSQL vs bbolt at -cluster-rate: added latency, shipping, database transactions, one replica's money path), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off), tracing (the cost of OpenTelemetry tracing: off vs sampled at 1.0 and 0.01, to an OTLP receiver on loopback), streams (CPU per chunk, open streams' memory), saturation (the offered rate stepped up until Envoy alone and Tollway stop keeping added p99 under +5 ms: plain and streamed, CPU per request), peers (LiteLLM's proxy beside Tollway at -peer-rates and -low-rates, idle CPU, profiles), soak (a steady load for -soak-duration: heap, goroutines, fds, RSS, store size); saturation and soak are not in the default set")
 	peerPathsFlag := fs.String("peer-paths", strings.Join(peerPaths, ","), "peers: comma-separated paths: "+strings.Join(peerPaths, ", ")+" (tollway = billing on), and compare with -compare")
 	peerRates := fs.String("peer-rates", "200,500,1000", "peers: comma-separated rates, req/s")
 	satRates := fs.String("saturation-rates", "100,250,500,1000,1500,2000,3000,4000,5000", "saturation: plain chat's offered rates, req/s, stepped up until both gateways saturate")
@@ -242,7 +242,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.openTasks, "tasks", 10000, "tasks: open media tasks one poll round goes over")
 	fs.IntVar(&o.callbacks, "callbacks", 5000, "tasks: callbacks delivered from the outbox")
 	fs.IntVar(&o.taskRate, "task-rate", 50, "tasks: video task creations per second, through Tollway and directly")
-	fs.DurationVar(&o.observeDuration, "observe-duration", 4*time.Second, "observe: measured time per side (metrics + access log on, both off), in 4 alternating rounds")
+	fs.DurationVar(&o.observeDuration, "observe-duration", 4*time.Second, "observe and tracing: measured time per side (metrics + access log on, both off; tracing off, 1.0, 0.01), in 4 alternating rounds")
 	fs.IntVar(&o.x402Requests, "x402-requests", 40, "x402: keyed, 402 and paid requests measured, one at a time")
 	fs.DurationVar(&o.duration, "duration", 8*time.Second, "latency: measured duration of each scenario (path x mode)")
 	// Short alternating rounds cancel the machine's drift: with 2 rounds, two identical gateways
@@ -404,7 +404,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.has("settle") && !slices.Contains(paths, pathTollway) {
 		paths = append(paths, pathTollway)
 	}
-	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") || o.has("observe") || o.has("cluster") || o.has("streams") || o.has("saturation") || o.has("peers") || o.has("soak") {
+	if len(paths) > 0 || o.has("tasks") || o.has("fallback") || o.has("x402") || o.has("observe") || o.has("tracing") || o.has("cluster") || o.has("streams") || o.has("saturation") || o.has("peers") || o.has("soak") {
 		if o.envoyBin, err = envoy.FindBinary(o.envoyBin); err != nil {
 			return err
 		}
@@ -665,6 +665,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	if o.has("observe") {
 		if err := runObserve(ctx, o, dir, stdout, stderr); err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
+
+	if o.has("tracing") {
+		if err := runTracing(ctx, o, dir, stdout, stderr); err != nil {
 			bad = append(bad, err.Error())
 		}
 	}

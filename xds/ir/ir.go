@@ -80,6 +80,8 @@ type Gateway struct {
 	// OpenAI-shaped stream is metered in Envoy and billed from its access log, with no ext_proc
 	// message per chunk; other answers pass ext_proc's answer filter chunk by chunk.
 	FastLane bool `json:"fastLane,omitempty"`
+	// Tracing sends traces over OTLP (the tracing: section); nil: off.
+	Tracing *Tracing `json:"tracing,omitempty"`
 }
 
 // AccessLog is where the access log goes: Envoy's stdout (which Tollway prints on its own
@@ -321,6 +323,9 @@ func (g *Gateway) Validate() error {
 		bad("listen.xff_num_trusted_hops %d: at most %d (the proxies in front of the gateway that append to x-forwarded-for)", g.Listener.XFFTrustedHops, MaxXFFTrustedHops)
 	}
 	if err := g.Limits.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := g.Tracing.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	providers := make(map[string]bool, len(g.Providers))

@@ -27,7 +27,7 @@ const taskTimeout = ir.MaxExtProcMessageTimeout
 func internalListener(g *ir.Gateway) (*listenerv3.Listener, error) {
 	vh := &routev3.VirtualHost{Name: ir.InternalListenerName, Domains: []string{"*"}}
 	for _, p := range g.Providers {
-		remove := []string{ir.ClusterHeader}
+		remove := []string{ir.ClusterHeader, ir.ForceTraceHeader}
 		if !p.AttemptFilter() {
 			// The task marker tells a per-attempt filter to let the request pass; this
 			// provider's cluster runs none, so the marker must not reach the provider either.
@@ -59,7 +59,14 @@ func internalListener(g *ir.Gateway) (*listenerv3.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The gateway's own task calls carry their request's traceparent (extproc/spans): traced,
+	// they show under it.
+	tracing, err := hcmTracing(g.Tracing, true)
+	if err != nil {
+		return nil, err
+	}
 	hcm := &hcmv3.HttpConnectionManager{
+		Tracing:        tracing,
 		StatPrefix:     ir.InternalListenerName,
 		CodecType:      hcmv3.HttpConnectionManager_AUTO,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: ir.InternalListenerName, VirtualHosts: []*routev3.VirtualHost{vh}}},

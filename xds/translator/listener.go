@@ -39,8 +39,13 @@ func listener(g *ir.Gateway) (*listenerv3.Listener, error) {
 		}
 		logs = append(logs, al)
 	}
+	tracing, err := hcmTracing(g.Tracing, false)
+	if err != nil {
+		return nil, err
+	}
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: ir.ListenerName,
+		Tracing:    tracing,
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			RouteConfigName: ir.RouteConfigName,

@@ -90,6 +90,13 @@ func Translate(g *ir.Gateway) (*Resources, error) {
 		}
 		r.Clusters = append(r.Clusters, c)
 	}
+	if g.Tracing != nil {
+		c, err := tracingCluster(g.Tracing)
+		if err != nil {
+			return nil, err
+		}
+		r.Clusters = append(r.Clusters, c)
+	}
 	sort.Slice(r.Clusters, func(i, j int) bool { return r.Clusters[i].Name < r.Clusters[j].Name })
 	return r, nil
 }
@@ -323,9 +330,9 @@ func cluster(name string, eps []endpoint, limits ir.Limits, perAttempt bool) (*c
 			}}
 			if !tlsDone[p.Name] {
 				tlsDone[p.Name] = true
-				ts, err := tlsSocket(p, alpn)
+				ts, err := tlsSocket(p.Host, p.CAFile, alpn)
 				if err != nil {
-					return nil, err
+					return nil, fmt.Errorf("translator: provider %s tls: %w", p.Name, err)
 				}
 				if c.TransportSocket == nil && allTLS {
 					c.TransportSocket = ts // the default must speak ALPN too; matches pick per endpoint
@@ -377,12 +384,12 @@ func cluster(name string, eps []endpoint, limits ir.Limits, perAttempt bool) (*c
 	return c, nil
 }
 
-// tlsSocket verifies the provider's certificate against its CA bundle and host name. Host
-// names are sent as SNI and matched as DNS SANs; literal IPs (in-mesh servers) are matched as IP
-// SANs and sent without SNI, which may not carry an address.
-func tlsSocket(p *ir.Provider, alpn []string) (*corev3.TransportSocket, error) {
-	sni, sanType := p.Host, tlsv3.SubjectAltNameMatcher_DNS
-	if _, err := netip.ParseAddr(p.Host); err == nil {
+// tlsSocket verifies an upstream's certificate (a provider's, the collector's) against its CA
+// bundle and host name. Host names are sent as SNI and matched as DNS SANs; literal IPs
+// (in-mesh servers) are matched as IP SANs and sent without SNI, which may not carry an address.
+func tlsSocket(host, caFile string, alpn []string) (*corev3.TransportSocket, error) {
+	sni, sanType := host, tlsv3.SubjectAltNameMatcher_DNS
+	if _, err := netip.ParseAddr(host); err == nil {
 		sni, sanType = "", tlsv3.SubjectAltNameMatcher_IP_ADDRESS
 	}
 	tls, err := anypb.New(&tlsv3.UpstreamTlsContext{
@@ -391,18 +398,18 @@ func tlsSocket(p *ir.Provider, alpn []string) (*corev3.TransportSocket, error) {
 			AlpnProtocols: alpn,
 			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{
 				ValidationContext: &tlsv3.CertificateValidationContext{
-					TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: p.CAFile}},
+					TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: caFile}},
 					// Without a SAN matcher Envoy checks the chain but not the host name.
 					MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
 						SanType: sanType,
-						Matcher: exact(p.Host),
+						Matcher: exact(host),
 					}},
 				},
 			},
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("translator: provider %s tls: %w", p.Name, err)
+		return nil, err
 	}
 	return &corev3.TransportSocket{
 		Name:       "envoy.transport_sockets.tls",

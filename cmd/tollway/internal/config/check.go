@@ -169,7 +169,7 @@ func decodeProblems(err error, out *[]string) {
 		msg = fmt.Sprintf("%s must be %s, not %s", key, wants(conv.Expected.Type()), yamlKind(conv.Value))
 	case errors.As(de.Unwrap(), &parse):
 		msg = fmt.Sprintf("%s is %q: write %s", key, fmt.Sprint(parse.Value), wants(parse.Expected.Type()))
-	case strings.HasPrefix(msg, "has invalid keys: ") && key == "":
+	case strings.HasPrefix(msg, "has invalid keys: ") && (key == "" || key == reflect.TypeFor[Config]().String()): // mapstructure v2.5 names the top level by its type
 		msg = "unknown keys at the top level: " + strings.TrimPrefix(msg, "has invalid keys: ")
 	case strings.HasPrefix(msg, "has invalid keys: "):
 		msg = key + " has unknown keys: " + strings.TrimPrefix(msg, "has invalid keys: ")

@@ -122,6 +122,15 @@ type Config struct {
 		// Lease: a replica silent this long is shown as gone (it renews every third of it).
 		Lease time.Duration `mapstructure:"lease"`
 	} `mapstructure:"replica"`
+	Tracing struct {
+		// OTLPEndpoint is the OpenTelemetry collector's OTLP/gRPC address (http://collector:4317,
+		// https:// for TLS); "" turns tracing off (the default).
+		OTLPEndpoint string `mapstructure:"otlp_endpoint"`
+		// SampleRate is the share of requests traced, 0 to 1; a client's traceparent is
+		// followed as it says.
+		SampleRate  float64 `mapstructure:"sample_rate"`
+		ServiceName string  `mapstructure:"service_name"`
+	} `mapstructure:"tracing"`
 	Providers []ProviderConfig `mapstructure:"providers"`
 	Models    []adminapi.Model `mapstructure:"models"`
 	Routes    []adminapi.Route `mapstructure:"routes"`
@@ -181,6 +190,9 @@ var defaults = map[string]any{
 	"listen.xff_num_trusted_hops":    0,
 	"tasks.max_age":                  "6h",
 	"tasks.unknown_grace":            "1m",
+	"tracing.otlp_endpoint":          "",
+	"tracing.sample_rate":            1.0,
+	"tracing.service_name":           ir.DefaultServiceName,
 }
 
 // Load reads path (the embedded default when path is ""), applies TOLLWAY_* environment
@@ -288,6 +300,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.checkValues()...)
 	errs = append(errs, c.checkTasks()...)
+	errs = append(errs, c.checkTracing()...)
 	if _, err := c.CallbackAllow(); err != nil {
 		errs = append(errs, err)
 	}

@@ -131,6 +131,12 @@ func (g *Gateway) ApplyConfig(ctx context.Context, c *config.Config) error {
 		g.log.Warn("routing.fast_lane changed; it takes effect on restart", "running", g.cfg.Routing.FastLane)
 		c.Routing.FastLane = g.cfg.Routing.FastLane
 	}
+	if g.cfg != nil && c.Tracing != g.cfg.Tracing {
+		// ext_proc's exporter is made once, at start: Envoy's and ext_proc's spans go to one
+		// collector, at one rate.
+		g.log.Warn("tracing changed; it takes effect on restart", "running_endpoint", g.cfg.Tracing.OTLPEndpoint)
+		c.Tracing = g.cfg.Tracing
+	}
 	before, err := g.store.Catalog()
 	if err != nil {
 		return err
@@ -183,6 +189,7 @@ func (g *Gateway) applyLocked(ctx context.Context) error {
 	gw.FastLane = g.cfg.Routing.FastLane
 	gw.Limits = g.cfg.IRLimits()
 	gw.AccessLog = g.cfg.AccessLog()
+	gw.Tracing = g.cfg.IRTracing()
 	gw.Listener.XFFTrustedHops = uint32(g.cfg.Listen.XFFNumTrustedHops)
 	gw.Internal = g.internal
 	res, err := translator.Translate(gw)

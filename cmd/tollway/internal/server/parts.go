@@ -17,6 +17,7 @@ import (
 	"github.com/tollway/tollway/cmd/tollway/internal/gateway"
 	"github.com/tollway/tollway/cmd/tollway/internal/metrics"
 	"github.com/tollway/tollway/extproc"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/xds"
@@ -43,6 +44,7 @@ func (p *process) buildGateway(context.Context) error {
 	p.ctrl = xds.New(log.With("component", "xds"))
 	p.ext = extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), p.bill)
 	p.ext.SetStoreCheck(p.durable().Unavailable)
+	p.ext.SetTracer(p.tracer)
 	if err := p.setAccessLog(); err != nil {
 		return err
 	}
@@ -180,6 +182,22 @@ func (p *process) server(name string, serve func() error, halt func()) runner {
 	}, stop: func() {
 		halt()
 		<-done
+	}}
+}
+
+// tracing is the runner of ext_proc's tracer (tracing:; nil when off). It stops after ext_proc:
+// the last spans (settlements from the answer log) go out before the process ends.
+func (p *process) tracing() runner {
+	return runner{name: "tracing", start: func(context.Context) error {
+		var err error
+		p.tracer, err = spans.Start(p.cfg.IRTracing())
+		return err
+	}, stop: func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.tracer.Shutdown(ctx); err != nil {
+			p.log.Warn("tracing: spans could not be sent to the collector", "error", err)
+		}
 	}}
 }
 

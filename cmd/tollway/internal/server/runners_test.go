@@ -65,7 +65,8 @@ func TestLoopsStopAtTheBarrier(t *testing.T) {
 // TestRunOrder: the parts of `tollway run` start in today's order and so stop with Envoy first
 // (drained before anything it needs goes), the config watch, the admin API, ext_proc, then the
 // background loops (after ext_proc: the last save of key uses has them all), the xDS server
-// after them, and what the process holds last, the store the very last.
+// after them, ext_proc's tracer after the gateway (its last spans sent), and what the process
+// holds last, the store the very last.
 func TestRunOrder(t *testing.T) {
 	configtest.ClearEnv(t)
 	for _, tc := range []struct {
@@ -73,13 +74,13 @@ func TestRunOrder(t *testing.T) {
 		start, stop []string
 	}{
 		{mode: "child",
-			start: []string{"store", "run directory", "listeners", "billing", "gateway", "xds", "background loops", "extproc", "configuration", "admin",
+			start: []string{"store", "run directory", "listeners", "billing", "tracing", "gateway", "xds", "background loops", "extproc", "configuration", "admin",
 				"task poller", "x402 settlements", "budget slices", "replica heartbeat", "changes", "keys used", "callbacks", "config watch", "envoy", "ready", "provider health"},
-			stop: []string{"envoy", "config watch", "admin", "extproc", "background loops", "xds", "gateway", "billing", "listeners", "run directory", "store"}},
+			stop: []string{"envoy", "config watch", "admin", "extproc", "background loops", "xds", "gateway", "tracing", "billing", "listeners", "run directory", "store"}},
 		{mode: "external",
-			start: []string{"store", "run directory", "listeners", "billing", "gateway", "xds", "background loops", "extproc", "configuration", "admin",
+			start: []string{"store", "run directory", "listeners", "billing", "tracing", "gateway", "xds", "background loops", "extproc", "configuration", "admin",
 				"x402 settlements", "budget slices", "replica heartbeat", "changes", "keys used", "callbacks", "config watch", "ready"},
-			stop: []string{"config watch", "admin", "extproc", "background loops", "xds", "gateway", "billing", "listeners", "run directory", "store"}},
+			stop: []string{"config watch", "admin", "extproc", "background loops", "xds", "gateway", "tracing", "billing", "listeners", "run directory", "store"}},
 	} {
 		cfg, err := config.Load(configtest.Write(t, "envoy: {mode: "+tc.mode+"}\n"))
 		if err != nil {

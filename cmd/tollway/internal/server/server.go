@@ -25,6 +25,7 @@ import (
 	"github.com/tollway/tollway/envoy"
 	"github.com/tollway/tollway/extproc"
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/store"
@@ -60,6 +61,7 @@ type process struct {
 	bill           *extproc.Billing
 	ctrl           *xds.Server
 	ext            *extproc.Server
+	tracer         *spans.Tracer // ext_proc's spans (nil: tracing off)
 	gw             *gateway.Gateway
 	guard          *tasks.Guard
 	// settlements resolves x402 settlements whose outcome was unknown; nil when billing is off.
@@ -117,6 +119,7 @@ func (p *process) runners() []runner {
 		{name: "run directory", start: p.makeRunDir, stop: p.removeRunDir},
 		{name: "listeners", start: p.listen, stop: p.listeners.close},
 		{name: "billing", start: p.startBilling, stop: p.stopBilling},
+		p.tracing(),
 		{name: "gateway", start: p.buildGateway, stop: func() { p.gw.Close() }},
 		xdsServer,
 		p.loops.barrier(),

@@ -57,7 +57,8 @@ func TestFailedRunLeavesNoListener(t *testing.T) {
 				}
 				defer ln.Close()
 			}
-			cfg, err := config.Load(configtest.Write(t, fmt.Sprintf("listen: {public: %s, admin: %s, xds: %s, extproc: %s}\nenvoy: {mode: %s}\nstore: {path: %s}\n",
+			// Tracing on: its exporter is stopped too (goleak).
+			cfg, err := config.Load(configtest.Write(t, fmt.Sprintf("listen: {public: %s, admin: %s, xds: %s, extproc: %s}\nenvoy: {mode: %s}\nstore: {path: %s}\ntracing: {otlp_endpoint: \"http://127.0.0.1:9\"}\n",
 				addrs["public"], addrs["admin"], addrs["xds"], addrs["extproc"], tc.mode, filepath.Join(t.TempDir(), "t.db"))))
 			if err != nil {
 				t.Fatal(err)
