@@ -142,13 +142,7 @@ func (c *Processor) settle() {
 	span := x.StartSpan(spans.Settlement)
 	cost := hold.Settle(c.metered(usage, metered, estimated))
 	x.Bill = &core.Billed{Usage: usage, Estimated: estimated, Cost: cost}
-	if span.Recording() {
-		span.Set(x.SpanAttrs()...)
-		span.Set(spans.Provider(x.Provider)...)
-		span.Set(spans.ResponseModelKey.String(c.plan.model.ID), spans.InputTokensKey.Int64(usage.PromptTokens),
-			spans.OutputTokensKey.Int64(usage.CompletionTokens), spans.Cost(cost), spans.EstimatedKey.Bool(estimated))
-	}
-	span.End()
+	x.EndSettlement(span, c.plan.model.ID)
 }
 
 // paidBill is what a paid request's answer cost, from its metered usage, at most its hold

@@ -69,3 +69,15 @@ func (x *Exchange) SpanAttrs() []attribute.KeyValue {
 	}
 	return kv
 }
+
+// EndSettlement closes span, the settlement of the request's bill (x.Bill) by model, with the
+// GenAI usage attributes and its cost.
+func (x *Exchange) EndSettlement(span spans.Span, model string) {
+	if b := x.Bill; span.Recording() && b != nil {
+		span.Set(x.SpanAttrs()...)
+		span.Set(spans.Provider(x.Provider)...)
+		span.Set(spans.ResponseModelKey.String(model), spans.InputTokensKey.Int64(b.Usage.PromptTokens),
+			spans.OutputTokensKey.Int64(b.Usage.CompletionTokens), spans.Cost(b.Cost), spans.EstimatedKey.Bool(b.Estimated))
+	}
+	span.End()
+}

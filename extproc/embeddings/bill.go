@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -68,8 +69,10 @@ func (p *Processor) settle(tokens int64, estimated bool) {
 	}
 	hold := p.hold
 	p.hold = nil
+	span := x.StartSpan(spans.Settlement)
 	cost := hold.Settle(p.metered(u, metered, estimated))
 	x.Bill = &core.Billed{Usage: u, Estimated: estimated, Cost: cost}
+	x.EndSettlement(span, p.plan.model.ID)
 }
 
 // release drops the hold unbilled (the request was refused, or its provider failed).

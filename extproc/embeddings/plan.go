@@ -28,6 +28,14 @@ func (p *plan) target() string {
 	return "model " + strconv.Quote(p.model.ID)
 }
 
+// requested is what the client asked for: the catalog model, or route:<name>.
+func (p *plan) requested() string {
+	if p.route != nil {
+		return p.route.ID
+	}
+	return p.model.ID
+}
+
 func (p *plan) routeID() string {
 	if p.route == nil {
 		return ""

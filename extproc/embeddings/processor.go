@@ -23,6 +23,7 @@ import (
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -43,6 +44,7 @@ func New(x *core.Exchange) *Processor {
 
 func (p *Processor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
 	x := p.x
+	x.StartAdmission(spans.OpEmbeddings)
 	if x.Head.Method != http.MethodPost {
 		return x.Fail(core.Errorf(http.StatusMethodNotAllowed, "method_not_allowed",
 			"%s %s is not supported; use POST", core.Clip(x.Head.Method), core.Clip(x.Head.Path))), nil
@@ -71,10 +73,11 @@ func (p *Processor) RequestBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRes
 			"this API key may not use %s; use one of its allowed models (GET /v1/models with this key lists them) or another key", pl.target())), nil
 	}
 	p.req, p.plan = req, pl
-	x.Route, x.Model = pl.routeID(), pl.model.ID
+	x.Route, x.Model, x.RequestModel = pl.routeID(), pl.model.ID, pl.requested()
 	if e := p.admit(); e != nil {
 		return x.Fail(e), nil
 	}
+	x.EndAdmission()
 	if x.Observed {
 		x.Out.Routed = time.Now()
 	}

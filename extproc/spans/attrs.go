@@ -24,8 +24,9 @@ const (
 
 // Operation names (gen_ai.operation.name).
 const (
-	OpChat     = "chat"
-	OpGenerate = "generate_content" // a media task's create (video, image)
+	OpChat       = "chat"
+	OpGenerate   = "generate_content" // a media task's create (video, image)
+	OpEmbeddings = "embeddings"
 )
 
 // Provider is gen_ai.system and gen_ai.provider.name.

@@ -562,3 +562,46 @@ func TestTracingImageCreate(t *testing.T) {
 	}
 	noSecret(t, rc, key, providerKey)
 }
+
+// TestTracingEmbeddings: an embeddings request has its admission and settlement spans, named
+// embeddings, with the input tokens and the cost its usage record has, and the provider's
+// request carries the trace on.
+func TestTracingEmbeddings(t *testing.T) {
+	t.Parallel()
+	rc := otlp.Start(t, false)
+	g, fake := startEmbeddings(t, tracingSection(rc))
+	if err := g.NewAccount(context.Background(), "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	tp, traceID, _ := newTraceparent(t)
+	resp, raw := g.tracedPost(key, "/embeddings", `{"model":"emb-small","input":["the sea","the sky"]}`, tp)
+	if resp.StatusCode != 200 {
+		t.Fatalf("embeddings: %d %s", resp.StatusCode, raw)
+	}
+	// emb-small has a chain of two providers: its attempts go through the chain's cluster, each
+	// rewritten by the attempt filter's own ext_proc call.
+	tr := waitTrace(t, rc, traceID, map[string]int{ingressSpan: 1, "admission": 1, "settlement": 1, "router chain.model.emb-small egress": 1})
+	admission, settlement := tr.one(t, "admission"), tr.one(t, "settlement")
+	ext := tr.byID(admission.ParentID)
+	if ext.Name != extProcSpan {
+		t.Fatalf("admission's parent is %q, want the request's ext_proc call", ext.Name)
+	}
+	wantChildOf(t, ext, tr.one(t, ingressSpan))
+	wantChildOf(t, settlement, ext)
+	wantAttrs(t, admission, map[string]string{"gen_ai.operation.name": "embeddings", "gen_ai.request.model": "emb-small"})
+	rec := recordOf(t, g, "acme", resp.Header.Get("x-request-id"))
+	if rec.PromptTokens == 0 {
+		t.Fatalf("record %+v bills no input", rec)
+	}
+	wantAttrs(t, settlement, map[string]string{
+		"gen_ai.operation.name": "embeddings", "gen_ai.system": "oa", "gen_ai.response.model": "emb-small",
+		"gen_ai.usage.input_tokens": fmt.Sprint(rec.PromptTokens), "gen_ai.usage.output_tokens": "0",
+		"tollway.cost": rec.Cost.String(), "tollway.usage.estimated": "false",
+	})
+	sent := fake.Requests()
+	if got := sent[len(sent)-1].Header.Get("traceparent"); !strings.Contains(got, traceID) {
+		t.Errorf("provider got traceparent %q, want one of trace %s", got, traceID)
+	}
+	noSecret(t, rc, key, providerKey)
+}
