@@ -142,7 +142,11 @@ func (a *Attempt) translation() spans.Span {
 	s := a.sh.Spans.Start(a.trace, spans.Translation)
 	if s.Recording() {
 		s.Set(spans.Provider(a.provider.Name)...)
-		s.Set(spans.OperationKey.String(spans.OpChat), spans.RequestModelKey.String(a.model.ID), spans.RequestIDKey.String(a.requestID))
+		op := spans.OpChat
+		if a.embeddings {
+			op = spans.OpEmbeddings
+		}
+		s.Set(spans.OperationKey.String(op), spans.RequestModelKey.String(a.model.ID), spans.RequestIDKey.String(a.requestID))
 	}
 	return s
 }

@@ -603,5 +603,12 @@ func TestTracingEmbeddings(t *testing.T) {
 	if got := sent[len(sent)-1].Header.Get("traceparent"); !strings.Contains(got, traceID) {
 		t.Errorf("provider got traceparent %q, want one of trace %s", got, traceID)
 	}
+	// On Gemini's API the attempt's rewrite is a translation span of the embeddings operation.
+	tp, traceID, _ = newTraceparent(t)
+	if resp, raw = g.tracedPost(key, "/embeddings", `{"model":"emb-gemini","input":"the sea"}`, tp); resp.StatusCode != 200 {
+		t.Fatalf("gemini embeddings: %d %s", resp.StatusCode, raw)
+	}
+	tr = waitTrace(t, rc, traceID, map[string]int{"translation": 1, "settlement": 1})
+	wantAttrs(t, tr.one(t, "translation"), map[string]string{"gen_ai.operation.name": "embeddings", "gen_ai.system": "gm", "gen_ai.request.model": "emb-gemini"})
 	noSecret(t, rc, key, providerKey)
 }
