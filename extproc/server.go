@@ -21,6 +21,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/ratelimit"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/extproc/x402/paid"
 	"github.com/tollway/tollway/store"
@@ -57,7 +58,7 @@ type Billing = billing.Books
 // NewServer makes a server that serves rt until Swap replaces it.
 func NewServer(log *slog.Logger, rt *core.Runtime, b *Billing) *Server {
 	s := &Server{answers: newAnswerBook()}
-	s.sh = &core.Shared{Log: log, Books: b, Refused: s.providerRefused, Accepted: s.providerAnswered}
+	s.sh = &core.Shared{Log: log, Books: b, Refused: s.providerRefused, Accepted: s.providerAnswered, Rates: ratelimit.New(nil)}
 	s.runtime.Store(rt)
 	return s
 }

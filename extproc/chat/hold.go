@@ -45,7 +45,11 @@ const defaultOutputCap = 4096
 func (c *Processor) admit(body []byte) *core.APIError {
 	x := c.x
 	b := x.Books
-	if b != nil || c.plan.clientUsage || c.pay != nil {
+	// Rate limits first: a refused request holds nothing and reaches no facilitator.
+	if e := x.AdmitRate(c.plan.promptBound); e != nil {
+		return e
+	}
+	if b != nil || c.plan.clientUsage || c.pay != nil || x.RateCountsTokens() {
 		// A cheap strict bound of the prompt, added up while the request was validated; the
 		// tokenizer only runs when usage has to be estimated (see promptTokens): for a bill, or
 		// for a client that asked for usage from a provider that reported none.
@@ -126,6 +130,7 @@ func outputCap(m *core.Model, asked, prompt int64) int64 {
 // at most its hold (no settlement exceeds its hold; what the provider reported beyond it is
 // the record's overage, counted and logged for the operator).
 func (c *Processor) settle() {
+	c.settleRate()
 	if c.hold == nil {
 		return
 	}
@@ -140,6 +145,16 @@ func (c *Processor) settle() {
 	}
 	cost := hold.Settle(c.metered(usage, metered, estimated))
 	x.Bill = &core.Billed{Usage: usage, Estimated: estimated, Cost: cost}
+}
+
+// settleRate corrects the tokens the request's rate limit counted (its prompt's bound) to its
+// usage, prompt and completion, once: a stream's at its end.
+func (c *Processor) settleRate() {
+	if !c.x.RateCountsTokens() {
+		return
+	}
+	u, _ := c.meter.result(c.promptTokens)
+	c.x.SettleRate(u.PromptTokens + u.CompletionTokens)
 }
 
 // paidBill is what a paid request's answer cost, from its metered usage, at most its hold

@@ -299,8 +299,8 @@ func (c *Processor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Proces
 	default:
 		var m *meter
 		c.streaming = IsEventStream(h)
-		if c.hold != nil || c.pay != nil || (c.streaming && c.plan.clientUsage) {
-			m = &c.meter // for the bill or the payment, or for a usage chunk the provider may not send
+		if c.hold != nil || c.pay != nil || (c.streaming && c.plan.clientUsage) || x.RateCountsTokens() {
+			m = &c.meter // for the bill, the payment or the tokens rate, or for a usage chunk the provider may not send
 		}
 		c.answer = newAnswer(c.plan.model.ID, m, c.plan.stream && !c.plan.clientUsage)
 		c.answer.requestID = x.RequestID

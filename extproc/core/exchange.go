@@ -16,6 +16,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
 
+	"github.com/tollway/tollway/extproc/ratelimit"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -76,6 +77,11 @@ type Exchange struct {
 	OnRefusal func()
 	Given     func()
 
+	// RateBy, when set, is whom the request's rates count for instead of its key (a paid
+	// endpoint's payer); rateGrant is its admitted charge (ratelimit.go).
+	RateBy    RateOwner
+	rateGrant *ratelimit.Grant
+
 	billID string
 }
 
@@ -103,9 +109,13 @@ func (x *Exchange) Fail(e *APIError) *extprocv3.ProcessingResponse {
 	if x.OnRefusal != nil {
 		x.OnRefusal()
 	}
+	x.refundRate()
 	x.Answered(e.Status, e.Code)
 	x.Hint(e)
 	resp := x.immediate(e.Status, e.Body(x.RequestID), ir.ErrorCodeDetailsPrefix+e.Code)
+	if e.Code != CodeRateLimited { // its own headers say the state it was refused in
+		AddHeaders(resp.GetImmediateResponse().Headers, x.RateHeaders())
+	}
 	AddHeaders(resp.GetImmediateResponse().Headers, e.Headers)
 	return resp
 }
@@ -113,7 +123,9 @@ func (x *Exchange) Fail(e *APIError) *extprocv3.ProcessingResponse {
 // Reply answers the client directly with a JSON body.
 func (x *Exchange) Reply(status int, body []byte) *extprocv3.ProcessingResponse {
 	x.Answered(status, "")
-	return x.immediate(status, body, ir.ErrorCodeDetailsPrefix+"answered")
+	resp := x.immediate(status, body, ir.ErrorCodeDetailsPrefix+"answered")
+	AddHeaders(resp.GetImmediateResponse().Headers, x.RateHeaders())
+	return resp
 }
 
 func (x *Exchange) immediate(status int, body []byte, details string) *extprocv3.ProcessingResponse {

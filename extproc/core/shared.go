@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/ratelimit"
 )
 
 // Shared is the server-wide state a request's processor touches.
@@ -23,7 +24,9 @@ type Shared struct {
 	// accepted it again (extproc's refusals.go).
 	Refused, Accepted func(provider string)
 	KeyUse            KeyUse // when each key was last used (keyuse.go)
-	Hints             Hints  // operators' hints logged for refusals (hints.go)
+	// Rates are the keys' and payers' rate limits (ratelimit.go); nil: none are enforced.
+	Rates *ratelimit.Limiter
+	Hints Hints // operators' hints logged for refusals (hints.go)
 	// storeCheck reports the store's outage (nil: none): see SetStoreCheck; sharedCheck the
 	// shared database's: see SetSharedStoreCheck.
 	storeCheck, sharedCheck atomic.Pointer[func() error]

@@ -1,0 +1,205 @@
+// Package ratelimit owns the per-key rate limits (requests and tokens per minute) in one
+// gateway's memory: the GCRA (generic cell rate algorithm) with no burst, so a rate of L per
+// minute admits a request once the previous ones' cost has (about: half a request's interval
+// early, for jitter) drained at L per minute. In any 60-second window that lets through at most
+// L requests plus one (or, for tokens, L tokens plus one request's); a fixed minute would let 2L
+// through at its boundary. Refused requests cost nothing. Tokens are charged at admission from the
+// request's prompt estimate and corrected at settlement (Grant.Settle) by what was used.
+package ratelimit
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// Limits are rates per minute; 0 is no limit.
+type Limits struct {
+	Requests, Tokens int64
+}
+
+// Any reports whether l limits anything.
+func (l Limits) Any() bool { return l.Requests > 0 || l.Tokens > 0 }
+
+// Rate is one rate's state as the x-ratelimit headers say it: the limit per minute, what of it
+// the next minute still has, and how long until it is whole again.
+type Rate struct {
+	Limit, Remaining int64
+	Reset            time.Duration
+}
+
+// Status is both rates of a key (a zero Limit: that rate is not limited).
+type Status struct {
+	Requests, Tokens Rate
+}
+
+// Limiter keeps each limited owner's (a key id, a payer's address on an endpoint) theoretical
+// arrival times: when its requests and its tokens will have drained.
+type Limiter struct {
+	now     func() time.Time
+	mu      sync.Mutex
+	owners  map[string]*owner
+	swept   time.Time
+	maxIdle int // owners kept before idle ones are swept
+}
+
+type owner struct {
+	requests, tokens time.Time // theoretical arrival times (zero: drained)
+}
+
+// New is a limiter on the clock now (nil: time.Now).
+func New(now func() time.Time) *Limiter {
+	if now == nil {
+		now = time.Now
+	}
+	return &Limiter{now: now, owners: map[string]*owner{}, maxIdle: 4096}
+}
+
+// slack is how early a request may come before its turn: half a request's interval, so a
+// client sending exactly at the rate is not refused for a millisecond's jitter. A request then
+// comes at least half an interval after its predecessor's turn, so a 60-second window still
+// holds at most the limit plus one.
+func slack(limit int64) time.Duration { return interval(1, limit) / 2 }
+
+// interval is how long cost units take to drain at limit per minute.
+func interval(cost, limit int64) time.Duration {
+	if limit <= 0 || cost == 0 {
+		return 0
+	}
+	d := float64(cost) * float64(time.Minute) / float64(limit)
+	return time.Duration(max(min(d, math.MaxInt64/4), -math.MaxInt64/4))
+}
+
+// Grant is an admitted request's charge, corrected once at its end.
+type Grant struct {
+	l       *Limiter
+	id      string
+	limits  Limits
+	tokens  int64 // charged at admission
+	settled bool
+	// Status is the owner's rates just after the admission, for the answer's headers.
+	Status Status
+}
+
+// Admit charges one request of tokens (its prompt estimate) to id under limits, or refuses it:
+// then wait is how long until it would be admitted (nothing is charged).
+func (l *Limiter) Admit(id string, limits Limits, tokens int64) (g *Grant, wait time.Duration, st Status) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sweep(now)
+	o := l.owners[id]
+	if o == nil {
+		o = &owner{}
+		l.owners[id] = o
+	}
+	if limits.Requests > 0 && o.requests.Sub(now) > slack(limits.Requests) {
+		wait = o.requests.Sub(now) - slack(limits.Requests)
+	}
+	if limits.Tokens > 0 && o.tokens.After(now) {
+		wait = max(wait, o.tokens.Sub(now))
+	}
+	if wait > 0 {
+		return nil, wait, status(o, limits, now)
+	}
+	if limits.Requests > 0 {
+		o.requests = later(o.requests, now).Add(interval(1, limits.Requests))
+	}
+	if limits.Tokens > 0 {
+		o.tokens = later(o.tokens, now).Add(interval(tokens, limits.Tokens))
+	}
+	return &Grant{l: l, id: id, limits: limits, tokens: tokens, Status: status(o, limits, now)}, 0, Status{}
+}
+
+// Peek is id's rates now, charging nothing (an answer refused before admission).
+func (l *Limiter) Peek(id string, limits Limits) Status {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o := l.owners[id]
+	if o == nil {
+		o = &owner{}
+	}
+	return status(o, limits, now)
+}
+
+// Settle corrects the grant's tokens to used (prompt and completion), once; a later call does
+// nothing.
+func (g *Grant) Settle(used int64) {
+	g.end(func(o *owner, now time.Time) {
+		if g.limits.Tokens <= 0 {
+			return
+		}
+		if extra := used - g.tokens; extra > 0 {
+			// Tokens beyond the estimate are spent now: they drain from now on at the latest.
+			o.tokens = later(o.tokens, now).Add(interval(extra, g.limits.Tokens))
+		} else {
+			o.tokens = o.tokens.Add(interval(extra, g.limits.Tokens))
+		}
+	})
+}
+
+// Refund gives the whole charge back (the gateway refused the request after admitting it: it
+// reached no provider), once; after Settle it does nothing.
+func (g *Grant) Refund() {
+	g.end(func(o *owner, _ time.Time) {
+		if g.limits.Requests > 0 {
+			o.requests = o.requests.Add(-interval(1, g.limits.Requests))
+		}
+		if g.limits.Tokens > 0 {
+			o.tokens = o.tokens.Add(-interval(g.tokens, g.limits.Tokens))
+		}
+	})
+}
+
+// end runs fn on the grant's owner, the first time a grant ends.
+func (g *Grant) end(fn func(o *owner, now time.Time)) {
+	if g == nil {
+		return
+	}
+	g.l.mu.Lock()
+	defer g.l.mu.Unlock()
+	if g.settled {
+		return
+	}
+	g.settled = true
+	if o := g.l.owners[g.id]; o != nil {
+		fn(o, g.l.now())
+	}
+}
+
+// sweep drops owners whose rates have drained, at most once a minute and only when there are
+// many (payers' addresses come and go).
+func (l *Limiter) sweep(now time.Time) {
+	if len(l.owners) <= l.maxIdle || now.Sub(l.swept) < time.Minute {
+		return
+	}
+	l.swept = now
+	for id, o := range l.owners {
+		if !o.requests.After(now) && !o.tokens.After(now) {
+			delete(l.owners, id)
+		}
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// status is o's rates at now under limits.
+func status(o *owner, limits Limits, now time.Time) Status {
+	return Status{Requests: rate(o.requests, limits.Requests, now), Tokens: rate(o.tokens, limits.Tokens, now)}
+}
+
+// rate is one rate's headers: what has not drained by now is what the next minute lacks.
+func rate(tat time.Time, limit int64, now time.Time) Rate {
+	if limit <= 0 {
+		return Rate{}
+	}
+	left := max(tat.Sub(now), 0)
+	used := int64(math.Ceil(float64(left) * float64(limit) / float64(time.Minute)))
+	return Rate{Limit: limit, Remaining: min(max(limit-used, 0), limit), Reset: left}
+}

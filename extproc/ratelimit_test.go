@@ -1,0 +1,85 @@
+package extproc
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/store"
+)
+
+// rateKeyed serves key_valid with the rates given and credits.
+func rateKeyed(t *testing.T, credits string, rpm, tpm *int64) *envoy {
+	e, _, _ := billedServer(t, credits, nil)
+	k := keyRecord("key_valid", validSecret, false)
+	k.RateLimits = &store.RateLimits{RequestsPerMinute: rpm, TokensPerMinute: tpm}
+	e.srv.Swap(core.Compile(pricedGateway(t), []store.Key{k}))
+	return e
+}
+
+func n64(v int64) *int64 { return &v }
+
+// TestRateLimitHeadersAnd429: an answer to a key with rates carries the x-ratelimit headers
+// (limit, remaining, reset as OpenAI writes them); the request past the rate is refused at its
+// body with 429 rate_limit_exceeded, an integer Retry-After and the same headers, and nothing
+// is held or billed for it.
+func TestRateLimitHeadersAnd429(t *testing.T) {
+	e := rateKeyed(t, "1000", n64(1), n64(100000))
+	auth := "Bearer " + validSecret
+	s := e.open()
+	s.roundTrip(chatHeaders(auth, "r1", true))
+	s.roundTrip(requestBody(shortPrompt))
+	resp := s.roundTrip(servedHeaders("200", "application/json", "openai/gpt"))
+	h := setHeaders(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())
+	if h["x-ratelimit-limit-requests"] != "1" || h["x-ratelimit-remaining-requests"] != "0" || h["x-ratelimit-reset-requests"] != "1m0s" ||
+		h["x-ratelimit-limit-tokens"] != "100000" || h["x-ratelimit-reset-tokens"] == "" {
+		t.Fatalf("answer headers %v", h)
+	}
+	if rem, err := strconv.Atoi(h["x-ratelimit-remaining-tokens"]); err != nil || rem >= 100000 || rem < 99000 {
+		t.Fatalf("remaining tokens %q: want the prompt's estimate taken from 100000", h["x-ratelimit-remaining-tokens"])
+	}
+	s.roundTrip(responseBody(`{"choices":[{"index":0,"message":{"role":"assistant","content":"hey"}}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`))
+	s.close()
+
+	s = e.open()
+	s.roundTrip(chatHeaders(auth, "r2", true))
+	resp = s.roundTrip(requestBody(shortPrompt))
+	im := resp.GetImmediateResponse()
+	if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), `"code":"rate_limit_exceeded"`) || !strings.Contains(string(im.Body), "1 requests per minute") {
+		t.Fatalf("want 429 rate_limit_exceeded, got %v", resp)
+	}
+	h = setHeaders(t, im.Headers)
+	if ra, err := strconv.Atoi(h["retry-after"]); err != nil || ra < 29 || ra > 30 { // half a request's interval early is in time (ratelimit.slack)
+		t.Fatalf("retry-after %q", h["retry-after"])
+	}
+	if h["x-ratelimit-limit-requests"] != "1" || h["x-ratelimit-remaining-requests"] != "0" || h["x-ratelimit-limit-tokens"] != "100000" {
+		t.Fatalf("429 headers %v", h)
+	}
+	s.close()
+	if status, body := getKey(t, e, "GET", auth); status != 200 || !strings.Contains(string(body), `"rate_limits":{"requests_per_minute":1,"tokens_per_minute":100000}`) {
+		t.Fatalf("GET /v1/key: %d %s", status, body)
+	}
+	if _, held := e.srv.sh.Books.Ledger.KeyMonth("key_valid", testNow); !held.IsZero() {
+		t.Fatalf("a refused request holds %s", held)
+	}
+}
+
+// TestRateRefundedWhenHoldRefused: a request admitted by its rates and then refused by its hold
+// (402) gives its rate back: the next one is refused for credits again, not for its rate.
+func TestRateRefundedWhenHoldRefused(t *testing.T) {
+	e := rateKeyed(t, "5", n64(1), nil)
+	for _, id := range []string{"r1", "r2"} {
+		s := e.open()
+		s.roundTrip(chatHeaders("Bearer "+validSecret, id, true))
+		resp := s.roundTrip(requestBody(shortPrompt))
+		im := resp.GetImmediateResponse()
+		if im == nil || im.Status.Code != 402 {
+			t.Fatalf("%s: want 402 insufficient_credits, got %v", id, resp)
+		}
+		if h := setHeaders(t, im.Headers); h["x-ratelimit-remaining-requests"] != "1" {
+			t.Fatalf("%s: a refused request's headers %v", id, h)
+		}
+		s.close()
+	}
+}
