@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollway/tollway/test/fakeupstream"
+)
+
+// TestRateLimitsThroughEnvoy: a key's rate_limits (keys create --rpm/--tpm) hold through the
+// real Envoy: every answer to the key, a stream's too, carries OpenAI's x-ratelimit headers;
+// the request past its requests per minute is 429 rate_limit_exceeded with an integer
+// Retry-After and the same headers, reaches no provider and is not billed; GET /v1/key shows the
+// rates; /metrics counts the 429 by its code; the default of keys.rate_limits applies to a key
+// that sets none.
+func TestRateLimitsThroughEnvoy(t *testing.T) {
+	t.Parallel()
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, catalog(fake.URL(), sdkPricing)+"keys: {rate_limits: {tokens_per_minute: 500000}}\n", "FAKE_PROVIDER_KEY="+providerKey)
+	ctx := context.Background()
+	if err := g.NewAccount(ctx, "acme", "5"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme", "--rpm", "2", "--tpm", "100000")
+	const plain = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there"}]}`
+
+	resp := g.chat(ctx, key, plain)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	h := resp.Header
+	if resp.StatusCode != 200 || h.Get("x-ratelimit-limit-requests") != "2" || h.Get("x-ratelimit-remaining-requests") != "1" ||
+		h.Get("x-ratelimit-reset-requests") != "30s" || h.Get("x-ratelimit-limit-tokens") != "100000" || h.Get("x-ratelimit-reset-tokens") == "" {
+		t.Fatalf("first answer: %d %v", resp.StatusCode, h)
+	}
+	if rem, err := strconv.Atoi(h.Get("x-ratelimit-remaining-tokens")); err != nil || rem >= 100000 || rem < 99000 {
+		t.Fatalf("remaining tokens %q: want the prompt's estimate taken from 100000", h.Get("x-ratelimit-remaining-tokens"))
+	}
+	served := fake.RequestCount()
+
+	resp = g.chat(ctx, key, plain)
+	h = resp.Header
+	e := wantError(t, resp, http.StatusTooManyRequests, "rate_limit_exceeded")
+	ra, err := strconv.Atoi(h.Get("retry-after"))
+	if err != nil || ra < 1 || ra > 15 || !strings.Contains(e.Error.Message, "2 requests per minute") {
+		t.Fatalf("429: retry-after %q, message %q", h.Get("retry-after"), e.Error.Message)
+	}
+	if h.Get("x-ratelimit-limit-requests") != "2" || h.Get("x-ratelimit-remaining-requests") != "1" || h.Get("x-ratelimit-reset-requests") == "" ||
+		h.Get("x-ratelimit-limit-tokens") != "100000" {
+		t.Fatalf("429 headers: %v", h)
+	}
+	if fake.RequestCount() != served {
+		t.Fatal("a refused request reached the provider")
+	}
+	g.waitRecords("acme", 1)
+	time.Sleep(300 * time.Millisecond)
+	if recs := g.waitRecords("acme", 1); len(recs) != 1 {
+		t.Fatalf("the refused request was billed: %d records", len(recs))
+	}
+
+	v, raw := g.keyView(key)
+	if v.RateLimits == nil || string(*v.RateLimits) != `{"requests_per_minute":2,"tokens_per_minute":100000}` {
+		t.Fatalf("GET /v1/key: %s", raw)
+	}
+
+	// A key with no rates of its own: the configured default (tokens only), on a stream too.
+	other := g.newKey("acme")
+	if v, raw := g.keyView(other); v.RateLimits == nil || string(*v.RateLimits) != `{"requests_per_minute":null,"tokens_per_minute":500000}` {
+		t.Fatalf("GET /v1/key of a key on the default: %s", raw)
+	}
+	resp = g.chat(ctx, other, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hello there"}]}`)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	h = resp.Header
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "[DONE]") || h.Get("x-ratelimit-limit-tokens") != "500000" ||
+		h.Get("x-ratelimit-remaining-tokens") == "" || h.Get("x-ratelimit-limit-requests") != "" {
+		t.Fatalf("stream answer: %d %v", resp.StatusCode, h)
+	}
+
+	_, metrics := g.adminRaw("GET", "/metrics", "", nil)
+	if !strings.Contains(metrics, `code="rate_limit_exceeded"`) || !strings.Contains(metrics, `status="429"`) {
+		t.Fatalf("/metrics does not count the 429:\n%s", metrics)
+	}
+}
+
+// TestRateLimitSDKRetry: the official OpenAI SDKs, Python and Node, retry a 429
+// rate_limit_exceeded after its Retry-After (not sooner) and the retry succeeds: a key at 60
+// requests per minute, two calls in a row, seen on the wire as 200, 429, 200.
+func TestRateLimitSDKRetry(t *testing.T) {
+	t.Parallel()
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, catalog(fake.URL(), sdkPricing), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "5"); err != nil {
+		t.Fatal(err)
+	}
+	runPython(t, g, map[string]string{"KEY": g.newKey("acme", "--rpm", "60")}, `
+import os, time, openai
+seen = []
+def hook(r):
+    seen.append((time.monotonic(), r.status_code, r.headers.get("retry-after"), r.headers.get("x-ratelimit-limit-requests")))
+c = openai.OpenAI(base_url=os.environ["BASE"], api_key=os.environ["KEY"], max_retries=2,
+                  http_client=openai.DefaultHttpxClient(event_hooks={"response": [hook]}))
+for _ in range(2):
+    r = c.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content, r
+assert [s[1] for s in seen] == [200, 429, 200], seen
+assert int(seen[1][2]) >= 1 and seen[2][0] - seen[1][0] >= 0.9 * int(seen[1][2]), seen
+assert all(s[3] == "60" for s in seen), seen
+print("ok")
+`)
+
+	dir := os.Getenv("TOLLWAY_NODE_DIR")
+	if dir == "" {
+		dir = filepath.Join(repoRoot, "test", "clients", "node")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--input-type=module", "-e", `
+import OpenAI from 'openai';
+const seen = [];
+const c = new OpenAI({ baseURL: process.env.BASE, apiKey: process.env.KEY, maxRetries: 2,
+  fetch: async (url, init) => {
+    const r = await fetch(url, init);
+    seen.push([performance.now(), r.status, r.headers.get('retry-after'), r.headers.get('x-ratelimit-limit-requests')]);
+    return r;
+  } });
+for (let i = 0; i < 2; i++) {
+  const r = await c.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
+  if (!r.choices[0].message.content) throw new Error('no content');
+}
+const codes = seen.map((s) => s[1]).join(',');
+if (codes !== '200,429,200') throw new Error('statuses ' + JSON.stringify(seen));
+const ra = Number(seen[1][2]);
+if (!(ra >= 1) || seen[2][0] - seen[1][0] < 900 * ra) throw new Error('retried before Retry-After: ' + JSON.stringify(seen));
+if (!seen.every((s) => s[3] === '60')) throw new Error('headers ' + JSON.stringify(seen));
+console.log('ok');
+`)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "BASE="+g.BaseURL, "KEY="+g.newKey("acme", "--rpm", "60"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("OpenAI Node SDK: %v\n%s", err, out)
+	}
+}
