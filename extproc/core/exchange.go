@@ -16,7 +16,6 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
 
-	"github.com/tollway/tollway/extproc/ratelimit"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -77,10 +76,10 @@ type Exchange struct {
 	OnRefusal func()
 	Given     func()
 
-	// RateBy, when set, is whom the request's rates count for instead of its key (a paid
-	// endpoint's payer); rateGrant is its admitted charge (ratelimit.go).
-	RateBy    RateOwner
-	rateGrant *ratelimit.Grant
+	// rateGrants are the request's admitted rate charges (its key's, a payer's) and rateTokens
+	// the tokens each counted (ratelimit.go).
+	rateGrants []rateGrant
+	rateTokens int64
 
 	billID string
 }

@@ -23,65 +23,86 @@ const (
 	hdrResetTokens       = "x-ratelimit-reset-tokens"
 )
 
-// RateOwner is who a request's rates are counted for and under which limits: its key, or a
-// paid endpoint's payer (x402/paid). A zero RateOwner limits nothing.
+// RateOwner is whom a request's rates are counted for and under which limits: its key, or a
+// paid endpoint's payer (x402/paid). Limits of zero limit nothing.
 type RateOwner struct {
 	ID     string
 	Limits ratelimit.Limits
 }
 
-// rateOwner is the request's: set by the paid endpoint, else its key's.
-func (x *Exchange) rateOwner() RateOwner {
-	if x.RateBy.ID != "" {
-		return x.RateBy
-	}
-	if x.Key == nil || x.Shared == nil || x.Rates == nil {
+// keyOwner is the request's key as a rate owner (zero without a key).
+func (x *Exchange) keyOwner() RateOwner {
+	if x.Key == nil {
 		return RateOwner{}
 	}
 	return RateOwner{ID: "key:" + x.Key.ID, Limits: x.Key.Rates}
 }
 
-// AdmitRate counts the request, with tokens (its prompt estimate), against its owner's rates,
-// or refuses it with 429 rate_limit_exceeded: charged nothing, held nothing. The one step every
+// AdmitRate counts the request, with tokens (its prompt estimate), against its key's rates, or
+// refuses it with 429 rate_limit_exceeded: charged nothing, held nothing. The one step every
 // keyed request takes before its hold (chat, a media create, and what reuses their admission).
 func (x *Exchange) AdmitRate(tokens int64) *APIError {
-	o := x.rateOwner()
-	if !o.Limits.Any() || x.rateGrant != nil || x.Shared == nil || x.Rates == nil {
+	x.rateTokens = tokens
+	return x.AdmitRateAs(x.keyOwner())
+}
+
+// AdmitRateAs counts the request against o's rates too (a paid endpoint's payer), with the
+// tokens its key's step counted.
+func (x *Exchange) AdmitRateAs(o RateOwner) *APIError {
+	if !o.Limits.Any() || x.Shared == nil || x.Rates == nil {
 		return nil
 	}
-	g, wait, st := x.Rates.Admit(o.ID, o.Limits, tokens)
+	g, wait, st := x.Rates.Admit(o.ID, o.Limits, x.rateTokens)
 	if g == nil {
 		return rateRefusal(o, wait, st)
 	}
-	x.rateGrant = g
+	x.rateGrants = append(x.rateGrants, rateGrant{g, o.Limits})
 	return nil
+}
+
+// rateGrant is one admitted charge of the request, under its owner's limits.
+type rateGrant struct {
+	*ratelimit.Grant
+	limits ratelimit.Limits
 }
 
 // RateCountsTokens reports whether the request was admitted under a tokens rate: its usage is
 // then metered to correct the count (SettleRate).
 func (x *Exchange) RateCountsTokens() bool {
-	return x.rateGrant != nil && x.rateOwner().Limits.Tokens > 0
+	for _, g := range x.rateGrants {
+		if g.limits.Tokens > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // SettleRate corrects the request's tokens to used (prompt and completion) at its settlement.
-func (x *Exchange) SettleRate(used int64) { x.rateGrant.Settle(used) }
+func (x *Exchange) SettleRate(used int64) {
+	for _, g := range x.rateGrants {
+		g.Settle(used)
+	}
+}
 
-// refundRate gives an admitted request's charge back when the gateway refuses it before any
+// refundRate gives an admitted request's charges back when the gateway refuses it before any
 // provider answered (a hold refused, a rewrite failed).
 func (x *Exchange) refundRate() {
-	if x.rateGrant != nil && !x.Responded {
-		x.rateGrant.Refund()
-		x.rateGrant = nil // the answer's headers show the rates as the refund left them
+	if x.Responded {
+		return
 	}
+	for _, g := range x.rateGrants {
+		g.Refund()
+	}
+	x.rateGrants = nil // the answer's headers show the rates as the refund left them
 }
 
 // RateHeaders are the x-ratelimit headers of the request's answer; nil for a request no rate
 // limits (no key, a key without limits).
 func (x *Exchange) RateHeaders() map[string]string {
-	if x.rateGrant != nil {
-		return rateHeaders(x.rateGrant.Status)
+	if n := len(x.rateGrants); n > 0 {
+		return rateHeaders(x.rateGrants[n-1].Status) // a payer's, admitted after its key
 	}
-	o := x.rateOwner()
+	o := x.keyOwner()
 	if !o.Limits.Any() || x.Shared == nil || x.Rates == nil {
 		return nil
 	}

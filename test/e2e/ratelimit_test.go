@@ -149,3 +149,38 @@ console.log('ok');
 		t.Fatalf("OpenAI Node SDK: %v\n%s", err, out)
 	}
 }
+
+// TestX402PayerRateLimit: a paid endpoint's rate_limits count each payer's address: the
+// request past them is 429 rate_limit_exceeded with Retry-After before its payment is verified
+// (the facilitator hears nothing of it, nothing moves on chain, nothing is recorded); another
+// endpoint is not limited by it.
+func TestX402PayerRateLimit(t *testing.T) {
+	t.Parallel()
+	p := startPaid(t)
+	r := p.payNode("chat-limited", paidChat)
+	if r.Status != 200 || r.PaymentResponse["success"] != true || r.Headers["x-ratelimit-limit-requests"] != "1" || r.Headers["x-ratelimit-remaining-requests"] != "0" {
+		t.Fatalf("first paid request: %+v", r)
+	}
+	p.waitRecords("x402.chat-limited", 1)
+	verify, settle := p.facilitatorCalls()
+	balance := p.tokenBalance(p.bed.PayerAddress)
+
+	r = p.payNode("chat-limited", paidChat)
+	e := r.wantError(t, http.StatusTooManyRequests, "rate_limit_exceeded")
+	if ra, err := strconv.Atoi(r.Headers["retry-after"]); err != nil || ra < 1 || ra > 30 || !strings.Contains(e.Error.Message, "1 requests per minute") {
+		t.Fatalf("429: retry-after %q, %q", r.Headers["retry-after"], e.Error.Message)
+	}
+	if v, s := p.facilitatorCalls(); v != verify || s != settle {
+		t.Fatalf("the refused request reached the facilitator: verify %d -> %d, settle %d -> %d", verify, v, settle, s)
+	}
+	if b := p.tokenBalance(p.bed.PayerAddress); b.Cmp(balance) != 0 {
+		t.Fatalf("the refused request moved %s -> %s", balance, b)
+	}
+	if r := p.payNode("chat-mini", paidChat, "--scheme", "exact"); r.Status != 200 || r.Headers["x-ratelimit-limit-requests"] != "" {
+		t.Fatalf("another endpoint: %+v", r)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if recs := p.waitRecords("x402.chat-limited", 1); len(recs) != 1 {
+		t.Fatalf("the refused request was recorded: %d records", len(recs))
+	}
+}
