@@ -4,8 +4,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/ratelimit"
 	"github.com/tollway/tollway/store"
 )
 
@@ -81,5 +83,31 @@ func TestRateRefundedWhenHoldRefused(t *testing.T) {
 			t.Fatalf("%s: a refused request's headers %v", id, h)
 		}
 		s.close()
+	}
+}
+
+// TestRateStreamCountsAsItGoes: a stream's tokens are charged to its key's tokens per minute
+// while it runs (at most once a second), not only at its end, and its end corrects the count
+// to the provider's usage.
+func TestRateStreamCountsAsItGoes(t *testing.T) {
+	e := rateKeyed(t, "1000000", nil, n64(6000)) // 100 tokens a second
+	lim := ratelimit.Limits{Tokens: 6000}
+	s := e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r1", true))
+	s.roundTrip(requestBody(`{"model":"gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	s.roundTrip(sseHeaders())
+	admitted := e.srv.sh.Rates.Peek("key:key_valid", lim).Tokens.Remaining
+	long := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("word ", 1000) + "\"}}]}\n\n"
+	time.Sleep(1100 * time.Millisecond) // past the first second: the next chunk is charged
+	s.roundTrip(bodyChunk(long, false))
+	s.roundTrip(bodyChunk(long, false))
+	mid := e.srv.sh.Rates.Peek("key:key_valid", lim).Tokens.Remaining
+	if admitted-mid < 800 {
+		t.Fatalf("remaining tokens %d at admission, %d after 2000 words streamed: the stream is not counted as it goes", admitted, mid)
+	}
+	s.roundTrip(bodyChunk("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":10}}\n\ndata: [DONE]\n\n", true))
+	s.close()
+	if end := e.srv.sh.Rates.Peek("key:key_valid", lim).Tokens.Remaining; end < 6000-20 {
+		t.Fatalf("after usage of 15 tokens: %d remaining, want about 5985", end)
 	}
 }

@@ -157,6 +157,24 @@ func (c *Processor) settleRate() {
 	c.x.SettleRate(u.PromptTokens + u.CompletionTokens)
 }
 
+// rateProgressEvery is how often a stream's tokens are charged to its rates as it goes.
+const rateProgressEvery = time.Second
+
+// rateProgress charges the tokens a stream has passed so far to its rates, at most once a
+// rateProgressEvery, so a long stream counts while it runs and not only at its end.
+func (c *Processor) rateProgress() {
+	if !c.x.RateCountsTokens() {
+		return
+	}
+	now := time.Now()
+	if now.Sub(c.rateProgressed) < rateProgressEvery {
+		return
+	}
+	c.rateProgressed = now
+	u := c.meter.progress(c.promptTokens)
+	c.x.ProgressRate(u.PromptTokens + u.CompletionTokens)
+}
+
 // paidBill is what a paid request's answer cost, from its metered usage, at most its hold
 // (the worst case priced at admission), and its usage record, the rest its overage.
 func (c *Processor) paidBill() (decimal.Decimal, store.UsageRecord) {
@@ -212,6 +230,7 @@ func (c *Processor) release() {
 // counted and the completion passed so far (or the provider's usage, once sent), what a restart
 // bills if the stream is cut with the gateway.
 func (c *Processor) checkpoint() {
+	c.rateProgress()
 	if !c.hold.Due() {
 		return
 	}

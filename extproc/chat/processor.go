@@ -49,6 +49,8 @@ type Processor struct {
 	// fast: on a split gateway, the answer takes the fast lane (lane.go); byLog: it is a
 	// stream metered in Envoy, billed when its answer log entry arrives (SettleFromLog).
 	fast, byLog bool
+	// rateProgressed is when a stream's tokens were last charged to its rates (rateProgress).
+	rateProgressed time.Time
 }
 
 // New is the processor of chat request x, paid by pay (nil: by its key). A refusal of x

@@ -77,6 +77,13 @@ func (x *Exchange) RateCountsTokens() bool {
 	return false
 }
 
+// ProgressRate charges a stream's tokens used so far (prompt and completion) as it goes.
+func (x *Exchange) ProgressRate(used int64) {
+	for _, g := range x.rateGrants {
+		g.Progress(used)
+	}
+}
+
 // SettleRate corrects the request's tokens to used (prompt and completion) at its settlement.
 func (x *Exchange) SettleRate(used int64) {
 	for _, g := range x.rateGrants {

@@ -75,7 +75,7 @@ type Grant struct {
 	l       *Limiter
 	id      string
 	limits  Limits
-	tokens  int64 // charged at admission
+	tokens  int64 // charged so far: the estimate at admission, then a stream's progress
 	settled bool
 	// Status is the owner's rates just after the admission, for the answer's headers.
 	Status Status
@@ -123,20 +123,37 @@ func (l *Limiter) Peek(id string, limits Limits) Status {
 	return status(o, limits, now)
 }
 
+// Progress charges a stream's tokens as it goes: used so far (prompt and completion), beyond
+// what the grant charged, is charged now. Before Settle only.
+func (g *Grant) Progress(used int64) {
+	if g == nil {
+		return
+	}
+	g.l.mu.Lock()
+	defer g.l.mu.Unlock()
+	if o := g.l.owners[g.id]; o != nil && !g.settled && used > g.tokens {
+		g.charge(o, used, g.l.now())
+	}
+}
+
 // Settle corrects the grant's tokens to used (prompt and completion), once; a later call does
 // nothing.
 func (g *Grant) Settle(used int64) {
-	g.end(func(o *owner, now time.Time) {
-		if g.limits.Tokens <= 0 {
-			return
-		}
-		if extra := used - g.tokens; extra > 0 {
-			// Tokens beyond the estimate are spent now: they drain from now on at the latest.
-			o.tokens = later(o.tokens, now).Add(interval(extra, g.limits.Tokens))
-		} else {
-			o.tokens = o.tokens.Add(interval(extra, g.limits.Tokens))
-		}
-	})
+	g.end(func(o *owner, now time.Time) { g.charge(o, used, now) })
+}
+
+// charge corrects the tokens charged to used: more is spent now (it drains from now on at the
+// latest), less is given back.
+func (g *Grant) charge(o *owner, used int64, now time.Time) {
+	if g.limits.Tokens <= 0 {
+		return
+	}
+	if extra := used - g.tokens; extra > 0 {
+		o.tokens = later(o.tokens, now).Add(interval(extra, g.limits.Tokens))
+	} else {
+		o.tokens = o.tokens.Add(interval(extra, g.limits.Tokens))
+	}
+	g.tokens = used
 }
 
 // Refund gives the whole charge back (the gateway refused the request after admitting it: it

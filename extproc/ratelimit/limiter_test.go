@@ -124,3 +124,23 @@ func TestRefusedCostsNothingAndRefund(t *testing.T) {
 		t.Fatal("no limits refused")
 	}
 }
+
+// TestStreamProgress: a stream's tokens are charged as it goes (Progress charges only what is
+// beyond the charge so far) and Settle corrects the total, once.
+func TestStreamProgress(t *testing.T) {
+	c := &clock{t0}
+	l := New(c.now)
+	lim := Limits{Tokens: 60} // one a second
+	g, _, _ := l.Admit("k", lim, 10)
+	for _, used := range []int64{20, 15, 30} { // 15: less than charged, nothing given back yet
+		g.Progress(used)
+	}
+	if st := l.Peek("k", lim); st.Tokens.Reset != 30*time.Second {
+		t.Fatalf("after 30 tokens streamed: %+v", st.Tokens)
+	}
+	g.Settle(25)
+	g.Progress(100) // after Settle: nothing
+	if st := l.Peek("k", lim); st.Tokens.Reset != 25*time.Second || st.Tokens.Remaining != 35 {
+		t.Fatalf("settled at 25: %+v", st.Tokens)
+	}
+}
