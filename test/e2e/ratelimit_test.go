@@ -184,3 +184,41 @@ func TestX402PayerRateLimit(t *testing.T) {
 		t.Fatalf("the refused request was recorded: %d records", len(recs))
 	}
 }
+
+// TestRateLimitFastLane: on the fast lane (routing.fast_lane) a stream's answer carries the
+// x-ratelimit headers too, and its tokens are corrected at its end, from the access log: the
+// next request finds the stream's usage (prompt and completion, as its record says) counted,
+// not the prompt's bound it was admitted with.
+func TestRateLimitFastLane(t *testing.T) {
+	t.Parallel()
+	g, _ := startFastLane(t, fakeupstream.Options{})
+	ctx := context.Background()
+	if err := g.NewAccount(ctx, "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	const tpm = 600 // 10 tokens a second
+	key := g.newKey("acme", "--tpm", strconv.Itoa(tpm))
+	body := `{"model":"priced","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 60) + `"}]}`
+	resp := g.chat(ctx, key, body)
+	events := readStream(t, resp)
+	estimate, err := strconv.Atoi(resp.Header.Get("x-ratelimit-remaining-tokens"))
+	if resp.StatusCode != 200 || err != nil || resp.Header.Get("x-ratelimit-limit-tokens") != strconv.Itoa(tpm) {
+		t.Fatalf("stream: %d %v", resp.StatusCode, resp.Header)
+	}
+	estimate = tpm - estimate
+	rec := g.waitRecords("acme", 1)[0] // settled from its answer log entry
+	used := int(rec.PromptTokens + rec.CompletionTokens)
+	if used > estimate-50 && used < estimate+50 {
+		t.Fatalf("the stream used %d tokens, admitted at %d: the test needs them far apart (%d events)", used, estimate, len(events))
+	}
+	resp = g.chat(ctx, key, body)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	left, err := strconv.Atoi(resp.Header.Get("x-ratelimit-remaining-tokens"))
+	if resp.StatusCode != http.StatusTooManyRequests || err != nil {
+		t.Fatalf("the next request: %d %v", resp.StatusCode, resp.Header)
+	}
+	if counted := tpm - left; counted < used-20 || counted > used {
+		t.Fatalf("the next request finds %d tokens counted; the stream used %d (admitted at %d)", counted, used, estimate)
+	}
+}
