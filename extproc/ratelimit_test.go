@@ -111,3 +111,26 @@ func TestRateStreamCountsAsItGoes(t *testing.T) {
 		t.Fatalf("after usage of 15 tokens: %d remaining, want about 5985", end)
 	}
 }
+
+// TestRateLimitMediaCreate: a media create is admitted by its key's rates like a chat request
+// (the shared key-admission step): over them it is 429 rate_limit_exceeded and no provider is
+// called.
+func TestRateLimitMediaCreate(t *testing.T) {
+	k := keyRecord("key_valid", validSecret, false)
+	k.RateLimits = &store.RateLimits{RequestsPerMinute: n64(1)}
+	e, calls := busyTasks(t, k)
+	if g, _, _ := e.srv.sh.Rates.Admit("key:key_valid", ratelimit.Limits{Requests: 1}, 0); g == nil { // the key's one request this minute
+		t.Fatal("the key's first request was refused")
+	}
+	s := e.open()
+	s.roundTrip(requestHeaders(false, hdr(":method", "POST", true), hdr(":path", "/v1/videos", true),
+		hdr("authorization", "Bearer "+validSecret, true), hdr("content-type", "application/json", true)))
+	out, _ := s.answers(1, requestBody(`{"model":"hailuo-02","prompt":"a cat"}`))
+	im := out[0].GetImmediateResponse()
+	if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), `"code":"rate_limit_exceeded"`) || setHeaders(t, im.Headers)["retry-after"] == "" {
+		t.Fatalf("a media create over its key's rate: %v", out[0])
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the provider was called %d times", n)
+	}
+}
