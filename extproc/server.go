@@ -67,6 +67,14 @@ func NewServer(log *slog.Logger, rt *core.Runtime, b *Billing) *Server {
 // while check reports the store's outage (nil: healthy); see core.Shared.SetStoreCheck.
 func (s *Server) SetStoreCheck(check func() error) { s.sh.SetStoreCheck(check) }
 
+// ShareRates makes the rate limits shares of the whole among the replicas sharing sharer's
+// store (extproc/ratelimit's shared.go); RenewRates must then run every ratelimit.RenewEvery.
+// Call it before the server serves.
+func (s *Server) ShareRates(sharer ratelimit.Sharer) { s.sh.Rates.Share(sharer, s.sh.Log) }
+
+// RenewRates renews this replica's shares of the rate limits.
+func (s *Server) RenewRates() { s.sh.Rates.Renew() }
+
 // SetSharedStoreCheck makes the server refuse paid requests and task creates while check
 // reports the shared database's outage; see core.Shared.SetSharedStoreCheck.
 func (s *Server) SetSharedStoreCheck(check func() error) { s.sh.SetSharedStoreCheck(check) }

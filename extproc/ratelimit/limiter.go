@@ -8,6 +8,7 @@
 package ratelimit
 
 import (
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -41,10 +42,19 @@ type Limiter struct {
 	owners  map[string]*owner
 	swept   time.Time
 	maxIdle int // owners kept before idle ones are swept
+
+	// sharer, when set, grants this replica its shares of the rates (shared.go); renewed is
+	// when it last renewed them; log hears of failures, at most once a minute (warned).
+	sharer  Sharer
+	renewed time.Time
+	log     *slog.Logger
+	warnMu  sync.Mutex
+	warned  time.Time
 }
 
 type owner struct {
-	requests, tokens time.Time // theoretical arrival times (zero: drained)
+	requests, tokens time.Time   // theoretical arrival times (zero: drained)
+	shared           *shareState // this replica's share, when the rates are shared
 }
 
 // New is a limiter on the clock now (nil: time.Now).
@@ -54,12 +64,6 @@ func New(now func() time.Time) *Limiter {
 	}
 	return &Limiter{now: now, owners: map[string]*owner{}, maxIdle: 4096}
 }
-
-// slack is how early a request may come before its turn: half a request's interval, so a
-// client sending exactly at the rate is not refused for a millisecond's jitter. A request then
-// comes at least half an interval after its predecessor's turn, so a 60-second window still
-// holds at most the limit plus one.
-func slack(limit int64) time.Duration { return interval(1, limit) / 2 }
 
 // interval is how long cost units take to drain at limit per minute.
 func interval(cost, limit int64) time.Duration {
@@ -76,6 +80,7 @@ type Grant struct {
 	id      string
 	limits  Limits
 	tokens  int64 // charged so far: the estimate at admission, then a stream's progress
+	share   int64 // the share of the rates it was admitted under (ShareWhole alone)
 	settled bool
 	// Status is the owner's rates just after the admission, for the answer's headers.
 	Status Status
@@ -93,8 +98,16 @@ func (l *Limiter) Admit(id string, limits Limits, tokens int64) (g *Grant, wait 
 		o = &owner{}
 		l.owners[id] = o
 	}
-	if limits.Requests > 0 && o.requests.Sub(now) > slack(limits.Requests) {
-		wait = o.requests.Sub(now) - slack(limits.Requests)
+	share := int64(ShareWhole)
+	if l.sharer != nil {
+		share = l.shareOf(o, id, limits, tokens, now)
+		if share <= 0 {
+			return nil, renewEvery, status(o, limits, now) // none of the rate here until a renewal
+		}
+	}
+	iv := func(cost, limit int64) time.Duration { return scaled(interval(cost, limit), share) }
+	if limits.Requests > 0 && o.requests.Sub(now) > iv(1, limits.Requests)/2 {
+		wait = o.requests.Sub(now) - iv(1, limits.Requests)/2
 	}
 	if limits.Tokens > 0 && o.tokens.After(now) {
 		wait = max(wait, o.tokens.Sub(now))
@@ -103,12 +116,35 @@ func (l *Limiter) Admit(id string, limits Limits, tokens int64) (g *Grant, wait 
 		return nil, wait, status(o, limits, now)
 	}
 	if limits.Requests > 0 {
-		o.requests = later(o.requests, now).Add(interval(1, limits.Requests))
+		o.requests = later(o.requests, now).Add(iv(1, limits.Requests))
 	}
 	if limits.Tokens > 0 {
-		o.tokens = later(o.tokens, now).Add(interval(tokens, limits.Tokens))
+		o.tokens = later(o.tokens, now).Add(iv(tokens, limits.Tokens))
 	}
-	return &Grant{l: l, id: id, limits: limits, tokens: tokens, Status: status(o, limits, now)}, 0, Status{}
+	return &Grant{l: l, id: id, limits: limits, tokens: tokens, share: share, Status: status(o, limits, now)}, 0, Status{}
+}
+
+// shareOf counts an ask of the shared owner o and says this replica's share of its rates,
+// asking the store for one the first time (the limiter's lock let go meanwhile).
+func (l *Limiter) shareOf(o *owner, id string, limits Limits, tokens int64, now time.Time) int64 {
+	if o.shared == nil {
+		o.shared = &shareState{}
+	}
+	st := o.shared
+	st.limits, st.lastAsk = limits, now
+	st.requests++
+	st.tokens += max(tokens, 0)
+	if !st.granted {
+		l.mu.Unlock()
+		got := l.firstShare(id, now)
+		l.mu.Lock()
+		if !st.granted {
+			st.share, st.granted = got, true
+			st.reqPerMinute = float64(limits.Requests) // asked for the whole: so it seems until measured
+			st.tokPerMinute = float64(limits.Tokens)
+		}
+	}
+	return st.share
 }
 
 // Peek is id's rates now, charging nothing (an answer refused before admission).
@@ -149,9 +185,9 @@ func (g *Grant) charge(o *owner, used int64, now time.Time) {
 		return
 	}
 	if extra := used - g.tokens; extra > 0 {
-		o.tokens = later(o.tokens, now).Add(interval(extra, g.limits.Tokens))
+		o.tokens = later(o.tokens, now).Add(scaled(interval(extra, g.limits.Tokens), g.share))
 	} else {
-		o.tokens = o.tokens.Add(interval(extra, g.limits.Tokens))
+		o.tokens = o.tokens.Add(scaled(interval(extra, g.limits.Tokens), g.share))
 	}
 	g.tokens = used
 }
@@ -161,10 +197,10 @@ func (g *Grant) charge(o *owner, used int64, now time.Time) {
 func (g *Grant) Refund() {
 	g.end(func(o *owner, _ time.Time) {
 		if g.limits.Requests > 0 {
-			o.requests = o.requests.Add(-interval(1, g.limits.Requests))
+			o.requests = o.requests.Add(-scaled(interval(1, g.limits.Requests), g.share))
 		}
 		if g.limits.Tokens > 0 {
-			o.tokens = o.tokens.Add(-interval(g.tokens, g.limits.Tokens))
+			o.tokens = o.tokens.Add(-scaled(interval(g.tokens, g.limits.Tokens), g.share))
 		}
 	})
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -220,5 +221,50 @@ func TestRateLimitFastLane(t *testing.T) {
 	}
 	if counted := tpm - left; counted < used-20 || counted > used {
 		t.Fatalf("the next request finds %d tokens counted; the stream used %d (admitted at %d)", counted, used, estimate)
+	}
+}
+
+// TestClusterRateLimit: a key's rate limit holds across three replicas on one database (each
+// with its own Envoy): sent twice its requests per minute round-robin across them, together
+// they let through at most the limit's share of the time plus one per replica, and about that
+// once their shares settle (each replica's a third); every answer says the key's limit.
+func TestClusterRateLimit(t *testing.T) {
+	t.Parallel()
+	gs := startCluster(t, pgDSN(t), 3, demoCatalog)
+	if err := gs[0].NewAccount(context.Background(), "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	const rpm = 60
+	key := gs[0].newKey("acme", "--rpm", strconv.Itoa(rpm))
+	knowsKey(t, gs, key)
+	const hello = `{"model":"demo-chat","messages":[{"role":"user","content":"Hello"}]}`
+	const span = 20 * time.Second
+	start := time.Now()
+	passed, refused := 0, 0
+	var seq []string
+	for i := 0; time.Since(start) < span; i++ {
+		resp := gs[i%3].chat(context.Background(), key, hello)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Header.Get("x-ratelimit-limit-requests") != strconv.Itoa(rpm) {
+			t.Fatalf("replica %d: %d without the key's limit: %v", i%3+1, resp.StatusCode, resp.Header)
+		}
+		seq = append(seq, fmt.Sprintf("%.1f:%c%d", time.Since(start).Seconds(), 'a'+i%3, resp.StatusCode))
+		switch resp.StatusCode {
+		case 200:
+			passed++
+		case http.StatusTooManyRequests:
+			refused++
+		default:
+			t.Fatalf("replica %d: %d", i%3+1, resp.StatusCode)
+		}
+		time.Sleep(time.Until(start.Add(time.Duration(i+1) * time.Minute / (2 * rpm))))
+	}
+	allowed := int(span*rpm/time.Minute) + len(gs)
+	t.Logf("%v", seq)
+	t.Logf("%d let through, %d refused in %v at twice %d a minute across %d replicas (at most %d)", passed, refused, span, rpm, len(gs), allowed)
+	if passed > allowed || passed < (allowed-len(gs))*2/3 { // the shares settle within two renewals
+
+		t.Fatalf("%d let through in %v, want at most %d and about %d", passed, span, allowed, allowed-len(gs))
 	}
 }

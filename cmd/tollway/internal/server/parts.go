@@ -43,6 +43,7 @@ func (p *process) buildGateway(context.Context) error {
 	p.ctrl = xds.New(log.With("component", "xds"))
 	p.ext = extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), p.bill)
 	p.ext.SetStoreCheck(p.durable().Unavailable)
+	p.sharedRates = p.shareRates()
 	if err := p.setAccessLog(); err != nil {
 		return err
 	}
