@@ -48,7 +48,7 @@ func TestRateLimitHeadersAnd429(t *testing.T) {
 	s.roundTrip(chatHeaders(auth, "r2", true))
 	resp = s.roundTrip(requestBody(shortPrompt))
 	im := resp.GetImmediateResponse()
-	if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), `"code":"rate_limit_exceeded"`) || !strings.Contains(string(im.Body), "1 requests per minute") {
+	if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), `"code":"rate_limit_exceeded"`) || !strings.Contains(string(im.Body), "on requests per minute: limit 1;") {
 		t.Fatalf("want 429 rate_limit_exceeded, got %v", resp)
 	}
 	h = setHeaders(t, im.Headers)

@@ -134,7 +134,7 @@ func rateRefusal(o RateOwner, wait time.Duration, st ratelimit.Status) *APIError
 	}
 	secs := int64(math.Ceil(wait.Seconds()))
 	e := Errorf(http.StatusTooManyRequests, CodeRateLimited,
-		"rate limit reached: %d %s per minute; retry after %d s (the Retry-After header), or ask the gateway's operator to raise the key's rate_limits", limit, which, max(secs, 1))
+		"rate limit reached on %s per minute: limit %d; retry after %d s (the Retry-After header; the x-ratelimit-* headers say what is left), or ask the gateway's operator for a higher limit", which, limit, max(secs, 1))
 	e.Headers = rateHeaders(st)
 	e.Headers["retry-after"] = strconv.FormatInt(max(secs, 1), 10)
 	return e

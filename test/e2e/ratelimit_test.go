@@ -50,7 +50,7 @@ func TestRateLimitsThroughEnvoy(t *testing.T) {
 	h = resp.Header
 	e := wantError(t, resp, http.StatusTooManyRequests, "rate_limit_exceeded")
 	ra, err := strconv.Atoi(h.Get("retry-after"))
-	if err != nil || ra < 1 || ra > 15 || !strings.Contains(e.Error.Message, "2 requests per minute") {
+	if err != nil || ra < 1 || ra > 15 || !strings.Contains(e.Error.Message, "on requests per minute: limit 2;") {
 		t.Fatalf("429: retry-after %q, message %q", h.Get("retry-after"), e.Error.Message)
 	}
 	if h.Get("x-ratelimit-limit-requests") != "2" || h.Get("x-ratelimit-remaining-requests") != "1" || h.Get("x-ratelimit-reset-requests") == "" ||
@@ -168,7 +168,7 @@ func TestX402PayerRateLimit(t *testing.T) {
 
 	r = p.payNode("chat-limited", paidChat)
 	e := r.wantError(t, http.StatusTooManyRequests, "rate_limit_exceeded")
-	if ra, err := strconv.Atoi(r.Headers["retry-after"]); err != nil || ra < 1 || ra > 30 || !strings.Contains(e.Error.Message, "1 requests per minute") {
+	if ra, err := strconv.Atoi(r.Headers["retry-after"]); err != nil || ra < 1 || ra > 30 || !strings.Contains(e.Error.Message, "on requests per minute: limit 1;") {
 		t.Fatalf("429: retry-after %q, %q", r.Headers["retry-after"], e.Error.Message)
 	}
 	if v, s := p.facilitatorCalls(); v != verify || s != settle {
