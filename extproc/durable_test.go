@@ -175,7 +175,9 @@ func waitRecords(t *testing.T, rec *recorder, n int) {
 // TestSharedStoreDownRefusesTaskCreates: with the shared database down (its check failing,
 // the spool's healthy), a task create is refused 503 store_unavailable before any provider
 // call: the task could not be recorded.
-func TestSharedStoreDownRefusesTaskCreates(t *testing.T) {
+// busyTasks serves the image gateway's models to keys with media tasks on a bbolt store whose
+// MiniMax answers every create busy (503), counting the creates it got.
+func busyTasks(t *testing.T, keys ...store.Key) (*envoy, *atomic.Int64) {
 	var calls atomic.Int64
 	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
@@ -187,10 +189,15 @@ func TestSharedStoreDownRefusesTaskCreates(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := startServer(t, core.Compile(fixture.ImageGateway(t), []store.Key{keyRecord("key_valid", validSecret, false)}))
+	e := startServer(t, core.Compile(fixture.ImageGateway(t), keys))
 	svc := &tasks.Service{Store: st, Envoy: &tasks.Envoy{Addr: strings.TrimPrefix(provider.URL, "http://")},
 		Log: slog.New(slog.DiscardHandler), Now: time.Now, Catalog: e.srv.TaskCatalog}
 	e.srv.SetTasks(&tasks.Endpoints{Service: svc})
+	return e, &calls
+}
+
+func TestSharedStoreDownRefusesTaskCreates(t *testing.T) {
+	e, calls := busyTasks(t, keyRecord("key_valid", validSecret, false))
 	e.srv.SetStoreCheck(func() error { return nil }) // the spool takes records
 	e.srv.SetSharedStoreCheck(func() error {
 		return &store.Outage{Cause: store.CauseUnreachable, Err: errors.New("postgres at db:5432/tollway is unreachable"), Since: testNow}

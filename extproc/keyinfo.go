@@ -35,12 +35,33 @@ type keyView struct {
 	Remaining      *string `json:"remaining"`
 	// Models is the key's allow-list (model ids and routes); null: every model.
 	Models []string `json:"models"`
-	// RateLimits is null: keys have no rate limits yet.
-	RateLimits *struct{} `json:"rate_limits"`
+	// RateLimits are the key's requests and tokens per minute (its own, else the gateway's
+	// default); a rate it is not limited in is null, and the whole is null when neither is.
+	RateLimits *rateView `json:"rate_limits"`
 	CreatedAt  int64     `json:"created_at"`
 	// LastUsedAt is when the key last authenticated a request other than GET /v1/key (keyUse);
 	// null: never.
 	LastUsedAt *int64 `json:"last_used_at"`
+}
+
+// rateView is a key's rates per minute; null: not limited.
+type rateView struct {
+	RequestsPerMinute *int64 `json:"requests_per_minute"`
+	TokensPerMinute   *int64 `json:"tokens_per_minute"`
+}
+
+// viewRates is k's rates, nil when it has none.
+func viewRates(k *core.KeyInfo) *rateView {
+	if !k.Rates.Any() {
+		return nil
+	}
+	one := func(n int64) *int64 {
+		if n <= 0 {
+			return nil
+		}
+		return &n
+	}
+	return &rateView{RequestsPerMinute: one(k.Rates.Requests), TokensPerMinute: one(k.Rates.Tokens)}
 }
 
 // errKeyMarket is how GET /v1/key refuses a key: e's message, under the spec's code for it.
@@ -79,7 +100,7 @@ func (s *Server) viewKey(k *core.KeyInfo) keyView {
 		now = s.sh.Books.Now()
 	}
 	v := keyView{Object: "key", ID: k.ID, Account: k.Account, Month: now.UTC().Format("2006-01"),
-		Models: k.ModelList, CreatedAt: k.Created.Unix()}
+		Models: k.ModelList, RateLimits: viewRates(k), CreatedAt: k.Created.Unix()}
 	if k.Name != "" {
 		v.Label = &k.Name
 	}

@@ -79,7 +79,7 @@ func TestKeyInfo(t *testing.T) {
 		t.Fatalf("GET /v1/key = %s", body)
 	}
 	if raw, ok := fields["rate_limits"]; !ok || string(raw) != "null" {
-		t.Errorf("rate_limits = %s, want null (keys have none yet)", raw)
+		t.Errorf("rate_limits = %s, want null (the key has none)", raw)
 	}
 	h := store.HashKey(validSecret)
 	for _, secret := range []string{validSecret, validSecret[4:20], string(h[:4])} {

@@ -194,6 +194,18 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		return x.Fail(x.deferred) // the unrouted reply to a request refused at its headers
 	}
 	resp, _ := x.chosen().ResponseHeaders(h)
+	if hr := resp.GetResponseHeaders(); hr != nil {
+		if rh := x.RateHeaders(); rh != nil { // every answer to a key with rate limits
+			if hr.Response == nil {
+				hr.Response = &extprocv3.CommonResponse{}
+			}
+			common := hr.Response
+			if common.HeaderMutation == nil {
+				common.HeaderMutation = &extprocv3.HeaderMutation{}
+			}
+			core.AddHeaders(common.HeaderMutation, rh)
+		}
+	}
 	return resp
 }
 

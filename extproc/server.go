@@ -21,6 +21,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/ratelimit"
 	"github.com/tollway/tollway/extproc/spans"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/extproc/x402/paid"
@@ -61,7 +62,7 @@ type Billing = billing.Books
 // NewServer makes a server that serves rt until Swap replaces it.
 func NewServer(log *slog.Logger, rt *core.Runtime, b *Billing) *Server {
 	s := &Server{answers: newAnswerBook()}
-	s.sh = &core.Shared{Log: log, Books: b, Refused: s.providerRefused, Accepted: s.providerAnswered}
+	s.sh = &core.Shared{Log: log, Books: b, Refused: s.providerRefused, Accepted: s.providerAnswered, Rates: ratelimit.New(nil)}
 	s.runtime.Store(rt)
 	return s
 }
@@ -69,6 +70,14 @@ func NewServer(log *slog.Logger, rt *core.Runtime, b *Billing) *Server {
 // SetStoreCheck makes the server refuse billable requests, task creates and paid requests
 // while check reports the store's outage (nil: healthy); see core.Shared.SetStoreCheck.
 func (s *Server) SetStoreCheck(check func() error) { s.sh.SetStoreCheck(check) }
+
+// ShareRates makes the rate limits shares of the whole among the replicas sharing sharer's
+// store (extproc/ratelimit's shared.go); RenewRates must then run every ratelimit.RenewEvery.
+// Call it before the server serves.
+func (s *Server) ShareRates(sharer ratelimit.Sharer) { s.sh.Rates.Share(sharer, s.sh.Log) }
+
+// RenewRates renews this replica's shares of the rate limits.
+func (s *Server) RenewRates() { s.sh.Rates.Renew() }
 
 // SetSharedStoreCheck makes the server refuse paid requests and task creates while check
 // reports the shared database's outage; see core.Shared.SetSharedStoreCheck.

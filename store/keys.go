@@ -25,6 +25,9 @@ type Key struct {
 	MonthlyLimit *decimal.Decimal `json:"monthly_limit,omitempty"`
 	// Models the key may use (catalog model ids or route names); nil or empty means all.
 	Models []string `json:"models,omitempty"`
+	// RateLimits caps the key's requests and tokens per minute; nil, or a rate left unset, means
+	// the configuration's default for it (keys.rate_limits), which may be no limit.
+	RateLimits *RateLimits `json:"rate_limits,omitempty"`
 	// LastUsedAt is when the key last authenticated a request, to the second, as the gateway
 	// last saved it (at most once a minute: SetKeysUsed); nil: never.
 	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
@@ -73,6 +76,52 @@ type KeyOptions struct {
 	MonthlyLimit *decimal.Decimal
 	// Models restricts the key to these model ids or route names; nil or empty means all.
 	Models []string
+	// RateLimits caps the key's requests and tokens per minute; nil: the configuration's default.
+	RateLimits *RateLimits
+}
+
+// RateLimits are a key's rates: requests and tokens (prompt and completion) per minute. A nil
+// rate is not set: the configuration's default applies to it (keys.rate_limits), none if it has
+// none. A set rate is at least 1.
+type RateLimits struct {
+	RequestsPerMinute *int64 `json:"requests_per_minute,omitempty" mapstructure:"requests_per_minute"`
+	TokensPerMinute   *int64 `json:"tokens_per_minute,omitempty" mapstructure:"tokens_per_minute"`
+}
+
+// MaxRate bounds a rate per minute: a billion a minute is past any provider's own.
+const MaxRate = 1_000_000_000
+
+// Check refuses a rate below 1 or above MaxRate (ErrInvalid), naming its field.
+func (r *RateLimits) Check() error {
+	if r == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"requests_per_minute", r.RequestsPerMinute}, {"tokens_per_minute", r.TokensPerMinute}} {
+		if f.v != nil && (*f.v < 1 || *f.v > MaxRate) {
+			return Errorf(ErrInvalid, "rate_limits.%s %d: must be a whole number from 1 to %d, or null for no limit", f.name, *f.v, MaxRate)
+		}
+	}
+	return nil
+}
+
+// Norm is r with nothing set as nil, and copied, so a key record never shares it.
+func (r *RateLimits) Norm() *RateLimits {
+	if r == nil || (r.RequestsPerMinute == nil && r.TokensPerMinute == nil) {
+		return nil
+	}
+	out := RateLimits{}
+	if r.RequestsPerMinute != nil {
+		n := *r.RequestsPerMinute
+		out.RequestsPerMinute = &n
+	}
+	if r.TokensPerMinute != nil {
+		n := *r.TokensPerMinute
+		out.TokensPerMinute = &n
+	}
+	return &out
 }
 
 // NewKey makes the record of a new key for account, and its secret (shown once, never
@@ -97,6 +146,9 @@ func NewKey(account string, opts KeyOptions, now time.Time) (Key, string, error)
 	if err != nil {
 		return Key{}, "", err
 	}
+	if err := opts.RateLimits.Check(); err != nil {
+		return Key{}, "", err
+	}
 	id, err := newID()
 	if err != nil {
 		return Key{}, "", err
@@ -107,7 +159,7 @@ func NewKey(account string, opts KeyOptions, now time.Time) (Key, string, error)
 	}
 	return withSecret(Key{
 		ID: id, Account: account, Name: opts.Name, CreatedAt: now.UTC(),
-		MonthlyLimit: limit, Models: models,
+		MonthlyLimit: limit, Models: models, RateLimits: opts.RateLimits.Norm(),
 	}, secret), secret, nil
 }
 
@@ -161,6 +213,10 @@ type KeyLimitsChange struct {
 	MonthlyLimit    *decimal.Decimal // nil: no limit
 	SetModels       bool
 	Models          []string // empty: every model
+	// SetRequestsPerMinute and SetTokensPerMinute change one rate each (nil: unset, the
+	// configuration's default then applies).
+	SetRequestsPerMinute, SetTokensPerMinute bool
+	RequestsPerMinute, TokensPerMinute       *int64
 }
 
 // Check refuses a change no key may take (ErrInvalid), before any key is read.
@@ -168,14 +224,19 @@ func (c KeyLimitsChange) Check() error {
 	if c.MonthlyLimit != nil && c.MonthlyLimit.Sign() < 0 {
 		return Errorf(ErrInvalid, "monthly limit %s is negative", c.MonthlyLimit)
 	}
-	_, err := modelList(c.Models)
-	return err
+	if _, err := modelList(c.Models); err != nil {
+		return err
+	}
+	return (&RateLimits{RequestsPerMinute: c.RequestsPerMinute, TokensPerMinute: c.TokensPerMinute}).Check()
 }
 
 // Apply changes k's limits as c says. A revoked key's limits cannot change (ErrInvalid).
 func (c KeyLimitsChange) Apply(k *Key) error {
 	list, err := modelList(c.Models)
 	if err != nil {
+		return err
+	}
+	if err := c.Check(); err != nil {
 		return err
 	}
 	if k.RevokedAt != nil {
@@ -190,6 +251,19 @@ func (c KeyLimitsChange) Apply(k *Key) error {
 	}
 	if c.SetModels {
 		k.Models = list
+	}
+	if c.SetRequestsPerMinute || c.SetTokensPerMinute {
+		r := k.RateLimits.Norm()
+		if r == nil {
+			r = &RateLimits{}
+		}
+		if c.SetRequestsPerMinute {
+			r.RequestsPerMinute = c.RequestsPerMinute
+		}
+		if c.SetTokensPerMinute {
+			r.TokensPerMinute = c.TokensPerMinute
+		}
+		k.RateLimits = r.Norm()
 	}
 	return nil
 }

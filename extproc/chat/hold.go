@@ -46,7 +46,11 @@ const defaultOutputCap = 4096
 func (c *Processor) admit(body []byte) *core.APIError {
 	x := c.x
 	b := x.Books
-	if b != nil || c.plan.clientUsage || c.pay != nil {
+	// Rate limits first: a refused request holds nothing and reaches no facilitator.
+	if e := x.AdmitRate(c.plan.promptBound); e != nil {
+		return e
+	}
+	if b != nil || c.plan.clientUsage || c.pay != nil || x.RateCountsTokens() {
 		// A cheap strict bound of the prompt, added up while the request was validated; the
 		// tokenizer only runs when usage has to be estimated (see promptTokens): for a bill, or
 		// for a client that asked for usage from a provider that reported none.
@@ -127,6 +131,7 @@ func outputCap(m *core.Model, asked, prompt int64) int64 {
 // at most its hold (no settlement exceeds its hold; what the provider reported beyond it is
 // the record's overage, counted and logged for the operator).
 func (c *Processor) settle() {
+	c.settleRate()
 	if c.hold == nil {
 		return
 	}
@@ -143,6 +148,34 @@ func (c *Processor) settle() {
 	cost := hold.Settle(c.metered(usage, metered, estimated))
 	x.Bill = &core.Billed{Usage: usage, Estimated: estimated, Cost: cost}
 	x.EndSettlement(span, c.plan.model.ID)
+}
+
+// settleRate corrects the tokens the request's rate limit counted (its prompt's bound) to its
+// usage, prompt and completion, once: a stream's at its end.
+func (c *Processor) settleRate() {
+	if !c.x.RateCountsTokens() {
+		return
+	}
+	u, _ := c.meter.result(c.promptTokens)
+	c.x.SettleRate(u.PromptTokens + u.CompletionTokens)
+}
+
+// rateProgressEvery is how often a stream's tokens are charged to its rates as it goes.
+const rateProgressEvery = time.Second
+
+// rateProgress charges the tokens a stream has passed so far to its rates, at most once a
+// rateProgressEvery, so a long stream counts while it runs and not only at its end.
+func (c *Processor) rateProgress() {
+	if !c.x.RateCountsTokens() {
+		return
+	}
+	now := time.Now()
+	if now.Sub(c.rateProgressed) < rateProgressEvery {
+		return
+	}
+	c.rateProgressed = now
+	u := c.meter.progress(c.promptTokens)
+	c.x.ProgressRate(u.PromptTokens + u.CompletionTokens)
 }
 
 // paidBill is what a paid request's answer cost, from its metered usage, at most its hold
@@ -200,6 +233,7 @@ func (c *Processor) release() {
 // counted and the completion passed so far (or the provider's usage, once sent), what a restart
 // bills if the stream is cut with the gateway.
 func (c *Processor) checkpoint() {
+	c.rateProgress()
 	if !c.hold.Due() {
 		return
 	}

@@ -50,6 +50,8 @@ type Processor struct {
 	// fast: on a split gateway, the answer takes the fast lane (lane.go); byLog: it is a
 	// stream metered in Envoy, billed when its answer log entry arrives (SettleFromLog).
 	fast, byLog bool
+	// rateProgressed is when a stream's tokens were last charged to its rates (rateProgress).
+	rateProgressed time.Time
 }
 
 // New is the processor of chat request x, paid by pay (nil: by its key). A refusal of x
@@ -312,8 +314,8 @@ func (c *Processor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Proces
 	default:
 		var m *meter
 		c.streaming = IsEventStream(h)
-		if c.hold != nil || c.pay != nil || (c.streaming && c.plan.clientUsage) {
-			m = &c.meter // for the bill or the payment, or for a usage chunk the provider may not send
+		if c.hold != nil || c.pay != nil || (c.streaming && c.plan.clientUsage) || x.RateCountsTokens() {
+			m = &c.meter // for the bill, the payment or the tokens rate, or for a usage chunk the provider may not send
 		}
 		c.answer = newAnswer(c.plan.model.ID, m, c.plan.stream && !c.plan.clientUsage)
 		c.answer.requestID = x.RequestID

@@ -6,12 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shopspring/decimal"
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/ratelimit"
 	"github.com/tollway/tollway/store"
 )
 
@@ -113,6 +117,28 @@ func ReadProviderError(raw json.RawMessage, e *APIError) {
 
 // clipBody is a provider's answer quoted in a message: at most 512 bytes of it.
 func clipBody(body []byte) string { return provider.Clip(string(body), 512) }
+
+// CodeRateLimited is the code of a request over its key's (or payer's) rate limits: 429, with
+// Retry-After. SDKs retry it after that wait, and it then succeeds.
+const CodeRateLimited = "rate_limit_exceeded"
+
+// rateRefusal is the 429 of a request that came wait too early.
+func rateRefusal(o RateOwner, wait time.Duration, st ratelimit.Status) *APIError {
+	which := "requests"
+	if o.Limits.Tokens > 0 && st.Tokens.Remaining == 0 && (o.Limits.Requests == 0 || st.Requests.Remaining > 0) {
+		which = "tokens"
+	}
+	limit := o.Limits.Requests
+	if which == "tokens" {
+		limit = o.Limits.Tokens
+	}
+	secs := int64(math.Ceil(wait.Seconds()))
+	e := Errorf(http.StatusTooManyRequests, CodeRateLimited,
+		"rate limit reached on %s per minute: limit %d; retry after %d s (the Retry-After header; the x-ratelimit-* headers say what is left), or ask the gateway's operator for a higher limit", which, limit, max(secs, 1))
+	e.Headers = rateHeaders(st)
+	e.Headers["retry-after"] = strconv.FormatInt(max(secs, 1), 10)
+	return e
+}
 
 // HoldRefused says why the ledger refused a hold of worst for key k (nil: it did not); lower
 // names what the client can reduce.

@@ -78,6 +78,11 @@ type Exchange struct {
 	OnRefusal func()
 	Given     func()
 
+	// rateGrants are the request's admitted rate charges (its key's, a payer's) and rateTokens
+	// the tokens each counted (ratelimit.go).
+	rateGrants []rateGrant
+	rateTokens int64
+
 	billID string
 }
 
@@ -105,10 +110,14 @@ func (x *Exchange) Fail(e *APIError) *extprocv3.ProcessingResponse {
 	if x.OnRefusal != nil {
 		x.OnRefusal()
 	}
+	x.refundRate()
 	x.Answered(e.Status, e.Code)
 	x.failAdmission(e.Code)
 	x.Hint(e)
 	resp := x.immediate(e.Status, e.Body(x.RequestID), ir.ErrorCodeDetailsPrefix+e.Code)
+	if e.Code != CodeRateLimited { // its own headers say the state it was refused in
+		AddHeaders(resp.GetImmediateResponse().Headers, x.RateHeaders())
+	}
 	AddHeaders(resp.GetImmediateResponse().Headers, e.Headers)
 	return resp
 }
@@ -116,7 +125,9 @@ func (x *Exchange) Fail(e *APIError) *extprocv3.ProcessingResponse {
 // Reply answers the client directly with a JSON body.
 func (x *Exchange) Reply(status int, body []byte) *extprocv3.ProcessingResponse {
 	x.Answered(status, "")
-	return x.immediate(status, body, ir.ErrorCodeDetailsPrefix+"answered")
+	resp := x.immediate(status, body, ir.ErrorCodeDetailsPrefix+"answered")
+	AddHeaders(resp.GetImmediateResponse().Headers, x.RateHeaders())
+	return resp
 }
 
 func (x *Exchange) immediate(status int, body []byte, details string) *extprocv3.ProcessingResponse {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/provider/chat"
 	"github.com/tollway/tollway/extproc/provider/task"
+	"github.com/tollway/tollway/extproc/ratelimit"
 	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -153,7 +154,10 @@ type KeyInfo struct {
 	Prefix       string // the secret's first characters, as key lists show it (access log)
 	MonthlyLimit *decimal.Decimal
 	Models       map[string]bool // nil: every model
-	hash         [32]byte
+	// Rates are the key's requests and tokens per minute: its own, else the configuration's
+	// default (ir.Gateway.KeyRateLimits); zero: none.
+	Rates ratelimit.Limits
+	hash  [32]byte
 
 	// For the key's own view (GET /v1/key): the record as the store had it.
 	Name      string
@@ -230,7 +234,7 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 			continue
 		}
 		ki := &KeyInfo{ID: k.ID, Account: k.Account, Prefix: k.Prefix, MonthlyLimit: k.MonthlyLimit, hash: h,
-			Name: k.Name, Created: k.CreatedAt, SavedUse: k.LastUsedAt}
+			Name: k.Name, Created: k.CreatedAt, SavedUse: k.LastUsedAt, Rates: keyRates(k, g.KeyRateLimits)}
 		if len(k.Models) > 0 {
 			ki.ModelList = slices.Clone(k.Models)
 			ki.Models = make(map[string]bool, len(k.Models))
@@ -241,6 +245,16 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		rt.Keys[h] = ki
 	}
 	return rt
+}
+
+// keyRates are k's rates: each one it sets, else def's.
+func keyRates(k store.Key, def ir.RateLimits) ratelimit.Limits {
+	var own ir.RateLimits
+	if k.RateLimits != nil {
+		own = ir.RateLimitsOf(k.RateLimits.RequestsPerMinute, k.RateLimits.TokensPerMinute)
+	}
+	r := own.Or(def)
+	return ratelimit.Limits{Requests: r.RequestsPerMinute, Tokens: r.TokensPerMinute}
 }
 
 // indexPriced lists a chat model under each provider's name for it, on that provider and on

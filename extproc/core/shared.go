@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/ratelimit"
 	"github.com/tollway/tollway/extproc/spans"
 )
 
@@ -27,6 +28,8 @@ type Shared struct {
 	Hints             Hints  // operators' hints logged for refusals (hints.go)
 	// Spans makes ext_proc's spans (tracing:); nil: off.
 	Spans *spans.Tracer
+	// Rates are the keys' and payers' rate limits (ratelimit.go); nil: none are enforced.
+	Rates *ratelimit.Limiter
 	// storeCheck reports the store's outage (nil: none): see SetStoreCheck; sharedCheck the
 	// shared database's: see SetSharedStoreCheck.
 	storeCheck, sharedCheck atomic.Pointer[func() error]

@@ -219,6 +219,11 @@ func (md *Media) settle(t *store.Task) {
 // admitted instead (it covers the task, never the account's credits). Nil without billing.
 func (md *Media) hold(worst decimal.Decimal) (*billing.Hold, *core.APIError) {
 	x := md.x
+	// Rate limits first (requests per minute; a task's tokens are not counted): a refused
+	// create holds nothing and reaches no facilitator.
+	if e := x.AdmitRate(0); e != nil {
+		return nil, e
+	}
 	if md.pay != nil {
 		return nil, md.pay.AdmitTask(worst)
 	}

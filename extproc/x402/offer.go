@@ -71,7 +71,19 @@ type Endpoint struct {
 	// RequireKey: an ale- key is needed as well (docs/x402.md: payment does not replace a key).
 	RequireKey bool     `mapstructure:"require_key"`
 	Accepts    []Accept `mapstructure:"accepts"`
+	// RateLimits cap each payer's (address's) requests and tokens per minute on the endpoint,
+	// checked before the facilitator verifies anything; unset: no limit.
+	RateLimits RateLimits `mapstructure:"rate_limits"`
 }
+
+// RateLimits are an endpoint's rates per payer; nil is no limit.
+type RateLimits struct {
+	RequestsPerMinute *int64 `mapstructure:"requests_per_minute"`
+	TokensPerMinute   *int64 `mapstructure:"tokens_per_minute"`
+}
+
+// MaxRate bounds a rate per minute (store.MaxRate).
+const MaxRate = 1_000_000_000
 
 // Accept is one payment option as configured.
 type Accept struct {
@@ -203,6 +215,14 @@ func (e *Endpoint) validate(path string) []error {
 	}
 	for j, a := range e.Accepts {
 		errs = append(errs, a.validate(fmt.Sprintf("%s.accepts[%d]", path, j), e.Target)...)
+	}
+	for _, r := range []struct {
+		name string
+		v    *int64
+	}{{"requests_per_minute", e.RateLimits.RequestsPerMinute}, {"tokens_per_minute", e.RateLimits.TokensPerMinute}} {
+		if r.v != nil && (*r.v < 1 || *r.v > MaxRate) {
+			bad("rate_limits.%s %d: give a whole number from 1 to %d per minute for each payer, or leave it out for no limit", r.name, *r.v, MaxRate)
+		}
 	}
 	return errs
 }

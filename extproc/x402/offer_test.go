@@ -146,7 +146,7 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 				{Scheme: "upto", Network: "eip155:8453", Asset: testToken, PayTo: testPayTo, MaxPrice: "0.0000001", AssetDecimals: six,
 					Extra: map[string]any{"facilitatorAddress": "0xnothex"}},
 			}},
-			{Slug: "chat-mini", Target: ChatTarget},
+			{Slug: "chat-mini", Target: ChatTarget, RateLimits: RateLimits{RequestsPerMinute: ptr64(0), TokensPerMinute: ptr64(-1)}},
 			{Slug: "chat-mini", Target: ChatTarget, Accepts: []Accept{{Scheme: "exact", Network: "eip155:1", Asset: testToken, PayTo: testPayTo, AssetDecimals: ptr(99),
 				Extra: map[string]any{"name": "USDC", "version": "2"}},
 				{Scheme: "exact", Network: "eip155:1", Asset: testToken, PayTo: testPayTo, Price: "1", Extra: map[string]any{"name": "USDC", "version": "2"}}}},
@@ -179,6 +179,8 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 		`x402.endpoints[0].accepts[3].max_price "0.0000001": has more decimal places than the asset's 6`,
 		`x402.endpoints[0].accepts[3].extra.facilitatorAddress "0xnothex"`,
 		`x402.endpoints[1].accepts: list at least one payment option`,
+		`x402.endpoints[1].rate_limits.requests_per_minute 0: give a whole number from 1`,
+		`x402.endpoints[1].rate_limits.tokens_per_minute -1`,
 		`x402.endpoints[2].slug "chat-mini": endpoints[1] has it too`,
 		`x402.endpoints[2].accepts[0].asset_decimals 99`,
 		`x402.endpoints[2].accepts[1].asset_decimals: required`,
@@ -214,3 +216,5 @@ func TestShortWindows(t *testing.T) {
 		t.Errorf("3s: %q", got)
 	}
 }
+
+func ptr64(v int64) *int64 { return &v }

@@ -29,7 +29,8 @@
 //	                             (json, not jsonb: a model's pricing keeps its text)
 //	accounts                     id, balance NUMERIC, created_ns
 //	api_keys                     id, hash (hex SHA-256 of the secret, as bbolt keeps it; the
-//	                             secret is never stored), prefix, account, limits, times
+//	                             secret is never stored), prefix, account, limits, rates
+//	                             (rpm, tpm), times
 //	usage_records                one row per request id (the primary key), cost and overage
 //	                             NUMERIC, time as unix nanoseconds (at_ns), payment json
 //	usage_daily, usage_route,    the aggregates kept for good: NUMERIC totals added by upsert
@@ -39,6 +40,8 @@
 //	callbacks, callback_secrets  the outbox by next_ns; each account's signing secret
 //	pending_payments,            x402: settlements being resolved; used credentials (the
 //	credentials                  primary key makes them single-use), kept until until_ns
+//	rate_shares                  each replica's share of each rate-limited owner, in parts
+//	                             per million, until expires_ns (ratelimit.go)
 //
 // Money is NUMERIC, read and written as shopspring decimals through pgtype.Numeric (the
 // coefficient and exponent): exact, never float. Times are unix nanoseconds where bbolt keys

@@ -79,14 +79,17 @@ func timePtr(ns *int64) *time.Time {
 	return &t
 }
 
-const keyColumns = "id, hash, prefix, account, name, created_ns, revoked_ns, monthly_limit, models, last_used_ns"
+const keyColumns = "id, hash, prefix, account, name, created_ns, revoked_ns, monthly_limit, models, last_used_ns, rpm, tpm"
 
 func scanKey(r pgx.CollectableRow) (store.Key, error) {
 	var k store.Key
 	var created, revoked, used *int64
 	var limit pgtype.Numeric
-	err := r.Scan(&k.ID, &k.Hash, &k.Prefix, &k.Account, &k.Name, &created, &revoked, &limit, &k.Models, &used)
+	var rates store.RateLimits
+	err := r.Scan(&k.ID, &k.Hash, &k.Prefix, &k.Account, &k.Name, &created, &revoked, &limit, &k.Models, &used,
+		&rates.RequestsPerMinute, &rates.TokensPerMinute)
 	k.CreatedAt, k.RevokedAt, k.MonthlyLimit, k.LastUsedAt = timeOf(created), timePtr(revoked), decPtr(limit), timePtr(used)
+	k.RateLimits = rates.Norm()
 	return k, err
 }
 
@@ -99,10 +102,15 @@ func keys(ctx context.Context, q querier, where string, args ...any) ([]store.Ke
 }
 
 func putKey(ctx context.Context, tx pgx.Tx, k store.Key) error {
-	_, err := tx.Exec(ctx, "insert into api_keys ("+keyColumns+") values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "+
+	var rates store.RateLimits
+	if k.RateLimits != nil {
+		rates = *k.RateLimits
+	}
+	_, err := tx.Exec(ctx, "insert into api_keys ("+keyColumns+") values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "+
 		"on conflict (id) do update set hash = $2, prefix = $3, account = $4, name = $5, created_ns = $6, revoked_ns = $7, "+
-		"monthly_limit = $8, models = $9, last_used_ns = $10",
-		k.ID, k.Hash, k.Prefix, k.Account, k.Name, nsOf(k.CreatedAt), nsPtr(k.RevokedAt), numPtr(k.MonthlyLimit), k.Models, nsPtr(k.LastUsedAt))
+		"monthly_limit = $8, models = $9, last_used_ns = $10, rpm = $11, tpm = $12",
+		k.ID, k.Hash, k.Prefix, k.Account, k.Name, nsOf(k.CreatedAt), nsPtr(k.RevokedAt), numPtr(k.MonthlyLimit), k.Models, nsPtr(k.LastUsedAt),
+		rates.RequestsPerMinute, rates.TokensPerMinute)
 	return err
 }
 

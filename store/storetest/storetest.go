@@ -56,6 +56,9 @@ func Run(t *testing.T, b Backend) {
 	if _, ok := probe.(store.Budgets); ok {
 		groups = append(groups, budgetCases)
 	}
+	if _, ok := probe.(store.RateShares); ok {
+		groups = append(groups, rateCases)
+	}
 	_ = probe.Close()
 	for _, g := range groups {
 		for _, c := range g {

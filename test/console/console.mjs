@@ -169,8 +169,15 @@ try {
     await page.locator('#flash .flash.error').waitFor();
     check((await flashText()).includes('monthly_limit'), 'a bad monthly limit shows the API error naming the field: ' + (await flashText()).trim());
 
-    // Create a key and read it once.
     await page.locator('#key-limit').fill('');
+    await page.locator('#key-rpm').fill('0');
+    await page.getByRole('button', { name: 'Create key' }).click();
+    await page.locator('#flash .flash.error').getByText('requests_per_minute', { exact: false }).waitFor();
+    check(true, 'a requests per minute of 0 shows the API error naming the field: ' + (await flashText()).trim());
+
+    // Create a key and read it once.
+    await page.locator('#key-rpm').fill('60');
+    await page.locator('#key-tpm').fill('100000');
     await page.locator('#key-name').fill('console e2e');
     await page.getByRole('button', { name: 'Create key' }).click();
     const keyInput = page.locator('#new-key');
@@ -198,6 +205,16 @@ try {
     await dialog.waitFor({ state: 'hidden' });
     await keyRow.getByText('$7.5').waitFor();
     check(true, 'the monthly limit is set to $7.5');
+    await keyRow.getByText('60 / 100000').waitFor();
+    check(true, 'the key was created with 60 requests and 100000 tokens per minute');
+    await keyRow.getByRole('button', { name: 'Limits' }).click();
+    check((await dialog.getByLabel('Requests per minute').inputValue()) === '60', 'the dialog shows the key\'s requests per minute');
+    await dialog.getByLabel('Requests per minute').fill('2');
+    await dialog.getByLabel('Tokens per minute').fill('');
+    await dialog.getByRole('button', { name: 'Save limits' }).click();
+    await dialog.waitFor({ state: 'hidden' });
+    await keyRow.getByText('2 / default').waitFor();
+    check(true, 'the dialog sets 2 requests per minute and leaves tokens to the default');
 
     // Create a route through the form.
     await nav('Routes');

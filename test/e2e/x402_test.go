@@ -70,6 +70,11 @@ const x402Config = `x402:
       target: /v1/chat/completions
       accepts:
         - {scheme: exact, network: "%[1]s", asset: "%[2]s", pay_to: "%[3]s", price: "0.01", asset_decimals: 6, extra: {name: USDC, version: "2"}, max_timeout_seconds: 10}
+    - slug: chat-limited
+      target: /v1/chat/completions
+      rate_limits: {requests_per_minute: 1}
+      accepts:
+        - {scheme: exact, network: "%[1]s", asset: "%[2]s", pay_to: "%[3]s", price: "0.01", asset_decimals: 6, extra: {name: USDC, version: "2"}}
     - slug: video
       target: /v1/videos
       accepts:

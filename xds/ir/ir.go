@@ -82,6 +82,38 @@ type Gateway struct {
 	FastLane bool `json:"fastLane,omitempty"`
 	// Tracing sends traces over OTLP (the tracing: section); nil: off.
 	Tracing *Tracing `json:"tracing,omitempty"`
+	// KeyRateLimits is every key's default rates (keys.rate_limits), for each rate a key leaves
+	// unset: ext_proc enforces them, Envoy does not see them.
+	KeyRateLimits RateLimits `json:"keyRateLimits,omitzero"`
+}
+
+// RateLimits are requests and tokens per minute; 0 is no limit.
+type RateLimits struct {
+	RequestsPerMinute int64 `json:"requestsPerMinute,omitempty"`
+	TokensPerMinute   int64 `json:"tokensPerMinute,omitempty"`
+}
+
+// RateLimitsOf is the rates a record keeps as pointers (nil: unset, 0 here).
+func RateLimitsOf(rpm, tpm *int64) RateLimits {
+	var r RateLimits
+	if rpm != nil {
+		r.RequestsPerMinute = *rpm
+	}
+	if tpm != nil {
+		r.TokensPerMinute = *tpm
+	}
+	return r
+}
+
+// Or is r with each rate it leaves at 0 taken from def.
+func (r RateLimits) Or(def RateLimits) RateLimits {
+	if r.RequestsPerMinute == 0 {
+		r.RequestsPerMinute = def.RequestsPerMinute
+	}
+	if r.TokensPerMinute == 0 {
+		r.TokensPerMinute = def.TokensPerMinute
+	}
+	return r
 }
 
 // AccessLog is where the access log goes: Envoy's stdout (which Tollway prints on its own

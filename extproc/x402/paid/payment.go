@@ -40,6 +40,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/provider"
+	"github.com/tollway/tollway/extproc/ratelimit"
 	"github.com/tollway/tollway/extproc/tasks"
 	"github.com/tollway/tollway/extproc/x402"
 	"github.com/tollway/tollway/store"
@@ -303,6 +304,11 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *core.APIError {
 		}
 		return core.Errorf(x402.Status(err), x402.Code(err), "%v", err)
 	}
+	// The payer's rates on this endpoint, before the credential is used or the facilitator
+	// asked: a 429 leaves the credential good for a retry after Retry-After.
+	if e := x.AdmitRateAs(payerRates(p.offer.Endpoint, cred.Payer)); e != nil {
+		return e
+	}
 	if e := x.useCredential(cred); e != nil {
 		return e
 	}
@@ -320,6 +326,19 @@ func (x *exchange) payAdmit(worst decimal.Decimal) *core.APIError {
 	p.chosen, p.cred = i, cred
 	x.Payer = cred.Payer
 	return nil
+}
+
+// payerRates is payer's rate owner on endpoint e: its address (case-insensitive) on this
+// endpoint alone, under the endpoint's rate_limits.
+func payerRates(e x402.Endpoint, payer string) core.RateOwner {
+	var l ratelimit.Limits
+	if r := e.RateLimits.RequestsPerMinute; r != nil {
+		l.Requests = *r
+	}
+	if r := e.RateLimits.TokensPerMinute; r != nil {
+		l.Tokens = *r
+	}
+	return core.RateOwner{ID: "x402:" + e.Slug + ":" + strings.ToLower(payer), Limits: l}
 }
 
 // paymentRequired is a 402 with a fresh PAYMENT-REQUIRED saying why (reason) in its error.

@@ -12,7 +12,7 @@ import (
 	"github.com/tollway/tollway/xds/ir"
 )
 
-const keyLimitsExample = `{"monthly_limit": "5", "models": ["gpt-4o-mini", "route:support-bot"]}`
+const keyLimitsExample = `{"monthly_limit": "5", "models": ["gpt-4o-mini", "route:support-bot"], "rate_limits": {"requests_per_minute": 60, "tokens_per_minute": 100000}}`
 
 // decodeKeyLimits decodes the body of PUT /admin/v1/keys/{id}/limits: both settings.
 func decodeKeyLimits(raw []byte) (adminapi.KeyLimits, error) {
@@ -29,7 +29,25 @@ func decodeKeyLimits(raw []byte) (adminapi.KeyLimits, error) {
 			errs = append(errs, faultf(fmt.Sprintf("models[%d]", i), "%s: %v", ir.QuoteShort(m), err))
 		}
 	}
+	errs = append(errs, rateFaults(req.RateLimits)...)
 	return req, errors.Join(errs...)
+}
+
+// rateFaults are a request's rate_limits out of range, each naming its field and the fix.
+func rateFaults(r *store.RateLimits) []error {
+	if r == nil {
+		return nil
+	}
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"requests_per_minute", r.RequestsPerMinute}, {"tokens_per_minute", r.TokensPerMinute}} {
+		if f.v != nil && (*f.v < 1 || *f.v > store.MaxRate) {
+			errs = append(errs, faultf("rate_limits."+f.name, "%d is out of range; send a whole number from 1 to %d, or null for no limit", *f.v, store.MaxRate))
+		}
+	}
+	return errs
 }
 
 // decodeKeyLimitsPatch decodes the body of PATCH /admin/v1/keys/{id}/limits: the settings it
@@ -43,19 +61,46 @@ func decodeKeyLimitsPatch(raw []byte) (store.KeyLimitsChange, error) {
 	_ = json.Unmarshal(raw, &named) // decodeKeyLimits took it: one JSON object
 	_, limit := named["monthly_limit"]
 	_, models := named["models"]
-	if !limit && !models {
-		return store.KeyLimitsChange{}, faultf("body", `names neither monthly_limit nor models; send the settings to change, e.s. {"monthly_limit": "5"} or {"models": []}`)
+	rawRates, rates := named["rate_limits"]
+	if !limit && !models && !rates {
+		return store.KeyLimitsChange{}, faultf("body", `names none of monthly_limit, models and rate_limits; send the settings to change, e.s. {"monthly_limit": "5"}, {"models": []} or {"rate_limits": {"requests_per_minute": 60}}`)
 	}
-	return store.KeyLimitsChange{SetMonthlyLimit: limit, MonthlyLimit: req.MonthlyLimit, SetModels: models, Models: req.Models}, nil
+	c := store.KeyLimitsChange{SetMonthlyLimit: limit, MonthlyLimit: req.MonthlyLimit, SetModels: models, Models: req.Models}
+	if rates {
+		patchRates(&c, rawRates, req.RateLimits)
+	}
+	return c, nil
 }
 
-// keyLimitRoutes: PUT /admin/v1/keys/{id}/limits sets a key's monthly limit and model
-// allow-list; PATCH changes only the ones it names. The next request with the key is admitted
+// patchRates sets the rates a PATCH's rate_limits names (null: unset), as JSON merge patch
+// would: "rate_limits": null unsets both, a member left out is kept.
+func patchRates(c *store.KeyLimitsChange, raw json.RawMessage, r *store.RateLimits) {
+	var members map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &members) // null or an object: decodeKeyLimits took it
+	if r == nil {
+		r = &store.RateLimits{}
+	}
+	_, rpm := members["requests_per_minute"]
+	_, tpm := members["tokens_per_minute"]
+	if members == nil { // "rate_limits": null
+		rpm, tpm = true, true
+	}
+	c.SetRequestsPerMinute, c.RequestsPerMinute = rpm, r.RequestsPerMinute
+	c.SetTokensPerMinute, c.TokensPerMinute = tpm, r.TokensPerMinute
+}
+
+// keyLimitRoutes: PUT /admin/v1/keys/{id}/limits sets a key's monthly limit, model allow-list
+// and rate limits; PATCH changes only the ones it names. The next request with the key is admitted
 // under them.
 func (s *api) keyLimitRoutes(mux *http.ServeMux) {
 	put := func(raw []byte) (store.KeyLimitsChange, error) {
 		req, err := decodeKeyLimits(raw)
-		return store.KeyLimitsChange{SetMonthlyLimit: true, MonthlyLimit: req.MonthlyLimit, SetModels: true, Models: req.Models}, err
+		c := store.KeyLimitsChange{SetMonthlyLimit: true, MonthlyLimit: req.MonthlyLimit, SetModels: true, Models: req.Models,
+			SetRequestsPerMinute: true, SetTokensPerMinute: true}
+		if req.RateLimits != nil {
+			c.RequestsPerMinute, c.TokensPerMinute = req.RateLimits.RequestsPerMinute, req.RateLimits.TokensPerMinute
+		}
+		return c, err
 	}
 	for method, decode := range map[string]func([]byte) (store.KeyLimitsChange, error){"PUT": put, "PATCH": decodeKeyLimitsPatch} {
 		mux.HandleFunc(method+" /admin/v1/keys/{id}/limits", func(w http.ResponseWriter, r *http.Request) {

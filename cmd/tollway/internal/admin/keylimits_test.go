@@ -2,6 +2,7 @@ package admin
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,7 +66,7 @@ func TestKeyLimitsPatch(t *testing.T) {
 		status int
 		want   string
 	}{
-		{`{}`, 400, "names neither monthly_limit nor models"},
+		{`{}`, 400, "names none of monthly_limit, models and rate_limits"},
 		{`{"monthly_limit":"-1"}`, 400, "monthly_limit"},
 		{`{"monthly_limit":"abc"}`, 400, `monthly_limit: "abc" is not a decimal amount`},
 		{`{"monthly_limit":"12345678901234567890"}`, 400, "too many digits"},
@@ -122,5 +123,69 @@ func TestKeyListShowsSpentThisMonth(t *testing.T) {
 		if k.SpentThisMonth == nil || *k.SpentThisMonth != want {
 			t.Errorf("key %s: spent_this_month %v, want %s", k.ID, k.SpentThisMonth, want)
 		}
+	}
+}
+
+// TestKeyRateLimits: POST /admin/v1/keys takes rate_limits; PATCH .../limits changes the rates
+// its rate_limits names (null unsets one, "rate_limits": null both) and keeps the others, like
+// the other limit fields; PUT replaces them; a rate below 1 or not a whole number is a 400
+// naming the field and the fix.
+func TestKeyRateLimits(t *testing.T) {
+	a := newTestAdmin(t, "")
+	k := a.createTestKey(t, `{"account":"acme","rate_limits":{"requests_per_minute":60,"tokens_per_minute":100000}}`)
+	rates := func() string {
+		stored, err := a.store.GetKey(k.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.RateLimits == nil {
+			return "none"
+		}
+		s := func(p *int64) string {
+			if p == nil {
+				return "-"
+			}
+			return strconv.FormatInt(*p, 10)
+		}
+		return s(stored.RateLimits.RequestsPerMinute) + "/" + s(stored.RateLimits.TokensPerMinute)
+	}
+	if k.RateLimits == nil || rates() != "60/100000" {
+		t.Fatalf("created: %+v, stored %s", k.RateLimits, rates())
+	}
+	path := "/admin/v1/keys/" + k.ID + "/limits"
+	for _, s := range []struct{ method, body, want string }{
+		{"PATCH", `{"rate_limits":{"requests_per_minute":2}}`, "2/100000"},
+		{"PATCH", `{"monthly_limit":"5"}`, "2/100000"},
+		{"PATCH", `{"rate_limits":{"tokens_per_minute":null}}`, "2/-"},
+		{"PATCH", `{"rate_limits":{"tokens_per_minute":500,"requests_per_minute":null}}`, "-/500"},
+		{"PATCH", `{"rate_limits":null}`, "none"},
+		{"PATCH", `{"rate_limits":{"requests_per_minute":9}}`, "9/-"},
+		{"PUT", `{"monthly_limit":"5"}`, "none"},
+		{"PUT", `{"rate_limits":{"tokens_per_minute":10}}`, "-/10"},
+	} {
+		status, _, body := a.do(s.method, path, s.body, nil)
+		if status != 200 {
+			t.Fatalf("%s %s: %d %s", s.method, s.body, status, body)
+		}
+		if got := rates(); got != s.want {
+			t.Fatalf("after %s %s: %s, want %s", s.method, s.body, got, s.want)
+		}
+	}
+	for _, c := range []struct{ method, path, body, want string }{
+		{"POST", "/admin/v1/keys", `{"account":"acme","rate_limits":{"requests_per_minute":0}}`, "rate_limits.requests_per_minute: 0 is out of range; send a whole number from 1"},
+		{"POST", "/admin/v1/keys", `{"account":"acme","rate_limits":{"tokens_per_minute":-5}}`, "rate_limits.tokens_per_minute: -5 is out of range"},
+		{"POST", "/admin/v1/keys", `{"account":"acme","rate_limits":{"requests_per_minute":1.5}}`, "rate_limits.requests_per_minute: got a number, want a whole number"},
+		{"POST", "/admin/v1/keys", `{"account":"acme","rate_limits":{"requests_per_minute":"60"}}`, "rate_limits.requests_per_minute: got a string, want a whole number"},
+		{"POST", "/admin/v1/keys", `{"account":"acme","rate_limits":{"rpm":60}}`, "rate_limits.rpm: unknown field"},
+		{"PATCH", path, `{"rate_limits":{"requests_per_minute":0}}`, "rate_limits.requests_per_minute: 0 is out of range"},
+		{"PATCH", path, `{"rate_limits":60}`, "rate_limits: got a number, want an object"},
+	} {
+		status, e, _ := a.do(c.method, c.path, c.body, nil)
+		if status != 400 || !strings.Contains(e.Error.Message, c.want) {
+			t.Errorf("%s %s: %d %q, want 400 saying %q", c.method, c.body, status, e.Error.Message, c.want)
+		}
+	}
+	if got := rates(); got != "-/10" {
+		t.Fatalf("a refused request changed the key: %s", got)
 	}
 }

@@ -19,7 +19,7 @@ const maxKeyName = 128
 // viewKey is k as the admin API shows it, with its secret when it was just made.
 func viewKey(k store.Key, secret string) adminapi.Key {
 	return adminapi.Key{ID: k.ID, Prefix: k.Prefix + "...", Account: k.Account, Name: k.Name, MonthlyLimit: k.MonthlyLimit,
-		Models: k.Models, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt, Secret: secret}
+		Models: k.Models, RateLimits: k.RateLimits, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt, Secret: secret}
 }
 
 // viewKeySpent is viewKey with the key's spend this month, from spent (keySpend).
@@ -46,7 +46,7 @@ func (s *api) keySpend(now time.Time) (func(store.Key) decimal.Decimal, error) {
 	return func(k store.Key) decimal.Decimal { return spend[k.ID] }, nil
 }
 
-const keyExample = `{"account": "acme", "name": "ci", "monthly_limit": "5", "models": ["gpt-4o-mini"]}`
+const keyExample = `{"account": "acme", "name": "ci", "monthly_limit": "5", "models": ["gpt-4o-mini"], "rate_limits": {"requests_per_minute": 60, "tokens_per_minute": 100000}}`
 
 // decodeKeyRequest decodes and checks a key request; the store checks that the account exists.
 func decodeKeyRequest(raw []byte) (adminapi.KeyRequest, error) {
@@ -69,6 +69,7 @@ func decodeKeyRequest(raw []byte) (adminapi.KeyRequest, error) {
 			errs = append(errs, faultf(fmt.Sprintf("models[%d]", i), "%s: %v", ir.QuoteShort(m), err))
 		}
 	}
+	errs = append(errs, rateFaults(k.RateLimits)...)
 	return k, errors.Join(errs...)
 }
 
@@ -97,7 +98,7 @@ func (s *api) keyRoutes(mux *http.ServeMux) {
 			writeErr(w, err)
 			return
 		}
-		k, secret, err := s.store.CreateKey(req.Account, store.KeyOptions{Name: req.Name, MonthlyLimit: req.MonthlyLimit, Models: req.Models})
+		k, secret, err := s.store.CreateKey(req.Account, store.KeyOptions{Name: req.Name, MonthlyLimit: req.MonthlyLimit, Models: req.Models, RateLimits: req.RateLimits})
 		if err == nil {
 			err = s.apply.KeysChanged()
 		}

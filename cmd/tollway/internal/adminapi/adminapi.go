@@ -44,9 +44,11 @@ type Key struct {
 	// counts; in lists and limit changes only.
 	SpentThisMonth *decimal.Decimal `json:"spent_this_month,omitempty"`
 	Models         []string         `json:"models,omitempty"`
-	CreatedAt      time.Time        `json:"created_at"`
-	RevokedAt      *time.Time       `json:"revoked_at,omitempty"`
-	Secret         string           `json:"key,omitempty"` // only in the create/rotate answer, once
+	// RateLimits are the key's own rates (unset ones take the configuration's default).
+	RateLimits *store.RateLimits `json:"rate_limits,omitempty"`
+	CreatedAt  time.Time         `json:"created_at"`
+	RevokedAt  *time.Time        `json:"revoked_at,omitempty"`
+	Secret     string            `json:"key,omitempty"` // only in the create/rotate answer, once
 }
 
 // KeyList is GET /admin/v1/keys: every key with its spend in month (UTC).
@@ -57,18 +59,21 @@ type KeyList struct {
 
 // KeyRequest is the body of POST /admin/v1/keys.
 type KeyRequest struct {
-	Account      string           `json:"account"`
-	Name         string           `json:"name"`
-	MonthlyLimit *decimal.Decimal `json:"monthly_limit"`
-	Models       []string         `json:"models"`
+	Account      string            `json:"account"`
+	Name         string            `json:"name"`
+	MonthlyLimit *decimal.Decimal  `json:"monthly_limit"`
+	Models       []string          `json:"models"`
+	RateLimits   *store.RateLimits `json:"rate_limits"`
 }
 
 // KeyLimits is the body of PUT (both settings, replaced together) and PATCH (the settings it
 // names) /admin/v1/keys/{id}/limits. No monthly_limit (or null) means no limit; no models (or
-// []) means every model.
+// []) means every model; no rate_limits (or null) leaves both rates unset, and a PATCH's
+// rate_limits changes the rates it names (null: unset).
 type KeyLimits struct {
-	MonthlyLimit *decimal.Decimal `json:"monthly_limit"`
-	Models       []string         `json:"models"`
+	MonthlyLimit *decimal.Decimal  `json:"monthly_limit"`
+	Models       []string          `json:"models"`
+	RateLimits   *store.RateLimits `json:"rate_limits"`
 }
 
 // Account is an account with what it can still spend right now (balance less open holds).

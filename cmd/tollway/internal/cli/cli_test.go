@@ -110,7 +110,7 @@ func TestCLIChecksAmountsBeforeSending(t *testing.T) {
 		{[]string{"keys", "create"}, "--account"},
 		{[]string{"keys", "list", "--monthly-limit", "5"}, "keys list does not take --monthly-limit"},
 		{[]string{"routes", "create", "bot", "--credits", "5"}, "flag provided but not defined: -credits"},
-		{[]string{"keys", "revoke"}, "keys takes create, list, set-limit KEY_ID AMOUNT|none, set-models KEY_ID MODEL...|all, revoke ID or rotate ID"},
+		{[]string{"keys", "revoke"}, "keys takes create, list, set-limit KEY_ID [AMOUNT|none] [--rpm N|none] [--tpm N|none], set-models KEY_ID MODEL...|all, revoke ID or rotate ID"},
 		{[]string{"usage", "--since", "last week"}, `--since "last week" is not a day`},
 		{[]string{"status", "now"}, "status takes no arguments"},
 	} {

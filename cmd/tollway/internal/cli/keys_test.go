@@ -22,7 +22,7 @@ type keysAdmin struct {
 }
 
 const keysListAnswer = `{"month":"2026-11","data":[` +
-	`{"id":"key_1","prefix":"ale-AbCdEf...","account":"acme","name":"ci","monthly_limit":"5","spent_this_month":"0.0102","models":["gpt-4o-mini","route:bot"],"created_at":"2026-11-02T10:00:00Z"},` +
+	`{"id":"key_1","prefix":"ale-AbCdEf...","account":"acme","name":"ci","monthly_limit":"5","spent_this_month":"0.0102","models":["gpt-4o-mini","route:bot"],"rate_limits":{"requests_per_minute":60},"created_at":"2026-11-02T10:00:00Z"},` +
 	`{"id":"key_2","prefix":"ale-GhIjKl...","account":"beta","spent_this_month":"0","created_at":"2026-11-03T10:00:00Z","revoked_at":"2026-11-04T10:00:00Z"}]}`
 
 func newKeysAdmin(t *testing.T) *keysAdmin {
@@ -37,7 +37,10 @@ func newKeysAdmin(t *testing.T) *keysAdmin {
 		case r.Method == "GET" && r.URL.Path == "/admin/v1/keys":
 			fmt.Fprint(w, keysListAnswer)
 		case r.Method == "PATCH" && strings.HasSuffix(r.URL.Path, "/limits"):
-			fmt.Fprint(w, `{"id":"key_1","account":"acme","monthly_limit":"5","spent_this_month":"0.0102","models":["gpt-4o-mini"]}`)
+			fmt.Fprint(w, `{"id":"key_1","account":"acme","monthly_limit":"5","spent_this_month":"0.0102","models":["gpt-4o-mini"],"rate_limits":{"requests_per_minute":60,"tokens_per_minute":1000}}`)
+		case r.Method == "POST" && r.URL.Path == "/admin/v1/keys":
+			w.WriteHeader(201)
+			fmt.Fprint(w, `{"id":"key_3","account":"acme","key":"ale-secret"}`)
 		default:
 			w.WriteHeader(404)
 			fmt.Fprint(w, `{"error":{"message":"no such path","code":"not_found"}}`)
@@ -64,9 +67,9 @@ func TestCLIKeysListShowsLimits(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	want := [][]string{
-		{"ID", "PREFIX", "ACCOUNT", "NAME", "LIMIT", "SPENT", "MODELS", "CREATED", "STATUS"},
-		{"key_1", "ale-AbCdEf...", "acme", "ci", "5", "0.0102", "gpt-4o-mini,route:bot", "2026-11-02T10:00:00Z", "active"},
-		{"key_2", "ale-GhIjKl...", "beta", "", "none", "0", "all", "2026-11-03T10:00:00Z", "revoked", "2026-11-04T10:00:00Z"},
+		{"ID", "PREFIX", "ACCOUNT", "NAME", "LIMIT", "SPENT", "MODELS", "RPM/TPM", "CREATED", "STATUS"},
+		{"key_1", "ale-AbCdEf...", "acme", "ci", "5", "0.0102", "gpt-4o-mini,route:bot", "60/default", "2026-11-02T10:00:00Z", "active"},
+		{"key_2", "ale-GhIjKl...", "beta", "", "none", "0", "all", "default/default", "2026-11-03T10:00:00Z", "revoked", "2026-11-04T10:00:00Z"},
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("keys list:\n%s", out)
@@ -120,6 +123,14 @@ func TestCLIKeysSetLimitAndModels(t *testing.T) {
 		{args: []string{"set-models", "key_1", "bad model"}, usageErr: `"bad model"`},
 		{args: []string{"set-models", "key_1", "gpt-4o-mini,"}, usageErr: "empty model"},
 		{args: []string{"set-limit", "key_1", "5", "--models", "x"}, usageErr: "keys set-limit does not take --models"},
+		{args: []string{"set-limit", "key_1", "--rpm", "60"}, call: `PATCH /admin/v1/keys/key_1/limits {"rate_limits":{"requests_per_minute":60}}`, printed: "rates 60/1000 per minute"},
+		{args: []string{"set-limit", "key_1", "--tpm", "none", "--rpm", "2"}, call: `PATCH /admin/v1/keys/key_1/limits {"rate_limits":{"requests_per_minute":2,"tokens_per_minute":null}}`},
+		{args: []string{"set-limit", "key_1", "5", "--tpm", "100000"}, call: `PATCH /admin/v1/keys/key_1/limits {"monthly_limit":"5","rate_limits":{"tokens_per_minute":100000}}`, printed: "monthly limit 5 USD"},
+		{args: []string{"set-limit", "key_1", "--rpm", "0"}, usageErr: `--rpm "0": write a whole number from 1`},
+		{args: []string{"set-limit", "key_1", "--tpm", "1.5"}, usageErr: `--tpm "1.5": write a whole number from 1`},
+		{args: []string{"create", "--account", "acme", "--rpm", "60", "--tpm", "100000"}, call: `POST /admin/v1/keys {"account":"acme","name":"","rate_limits":{"requests_per_minute":60,"tokens_per_minute":100000}}`, printed: "ale-secret"},
+		{args: []string{"create", "--account", "acme", "--rpm", "-1"}, usageErr: `--rpm "-1"`},
+		{args: []string{"list", "--rpm", "5"}, usageErr: "keys list does not take --rpm"},
 	} {
 		before := len(f.Calls())
 		out, _, err := runCLI(append(append([]string{"keys"}, c.args...), "--admin", f.URL)...)

@@ -92,6 +92,11 @@ type Config struct {
 		// <token>": a "${VAR}" reference read from the environment (preferred) or a literal.
 		Token string `mapstructure:"token"`
 	} `mapstructure:"admin"`
+	Keys struct {
+		// RateLimits is every key's default rates: a key's own rate_limits overrides each rate
+		// it sets; unset here and on the key, a rate has no limit.
+		RateLimits store.RateLimits `mapstructure:"rate_limits"`
+	} `mapstructure:"keys"`
 	Billing struct {
 		// Enabled turns on admission (credits, monthly limits) and metering. Off, keys still
 		// authenticate and nothing is billed.
@@ -305,6 +310,14 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.checkX402()...)
+	for _, r := range []struct {
+		name string
+		v    *int64
+	}{{"requests_per_minute", c.Keys.RateLimits.RequestsPerMinute}, {"tokens_per_minute", c.Keys.RateLimits.TokensPerMinute}} {
+		if r.v != nil && (*r.v < 1 || *r.v > store.MaxRate) {
+			errs = append(errs, fmt.Errorf("keys.rate_limits.%s is %d: give a whole number from 1 to %d per minute, or leave it out for no default limit", r.name, *r.v, store.MaxRate))
+		}
+	}
 	if _, err := c.catalogIR(); err != nil {
 		errs = append(errs, err)
 	}
@@ -494,6 +507,11 @@ func (c *Config) BuildEnv(demo func() (string, error)) catalog.Env {
 			return one("access_key", p.AccessKeyRef), one("secret_key", p.SecretKeyRef)
 		},
 	}
+}
+
+// KeyRateDefaults is keys.rate_limits as the IR takes it (0: no default for a rate).
+func (c *Config) KeyRateDefaults() ir.RateLimits {
+	return ir.RateLimitsOf(c.Keys.RateLimits.RequestsPerMinute, c.Keys.RateLimits.TokensPerMinute)
 }
 
 // IRLimits is the limits: section as the IR takes it (Validate bounded it).

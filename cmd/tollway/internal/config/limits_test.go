@@ -45,3 +45,34 @@ func TestLimitsConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyRateDefaults: keys.rate_limits is every key's default rates (absent: none); either
+// rate may be left out; a rate below 1 or not a whole number is refused naming the key.
+func TestKeyRateDefaults(t *testing.T) {
+	configtest.ClearEnv(t)
+	const base = "listen: {public: 127.0.0.1:8080, admin: 127.0.0.1:9090}\nstore: {path: data/t.db}\n"
+	for _, ok := range []struct {
+		yaml string
+		want ir.RateLimits
+	}{
+		{"", ir.RateLimits{}},
+		{"keys: {rate_limits: {requests_per_minute: 60, tokens_per_minute: 100000}}\n", ir.RateLimits{RequestsPerMinute: 60, TokensPerMinute: 100000}},
+		{"keys: {rate_limits: {tokens_per_minute: 5000}}\n", ir.RateLimits{TokensPerMinute: 5000}},
+	} {
+		c, err := Load(configtest.Write(t, base+ok.yaml))
+		if err != nil || c.KeyRateDefaults() != ok.want {
+			t.Errorf("%q: %+v %v, want %+v", ok.yaml, c.KeyRateDefaults(), err, ok.want)
+		}
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"keys: {rate_limits: {requests_per_minute: 0}}\n", "keys.rate_limits.requests_per_minute is 0: give a whole number from 1"},
+		{"keys: {rate_limits: {tokens_per_minute: -2}}\n", "keys.rate_limits.tokens_per_minute is -2"},
+		{"keys: {rate_limits: {requests_per_minute: 1.5}}\n", "requests_per_minute"},
+		{"keys: {rate_limits: {rpm: 5}}\n", "rpm"},
+	} {
+		_, err := Load(configtest.Write(t, base+bad.yaml))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: %v, want an error saying %q", bad.yaml, err, bad.want)
+		}
+	}
+}

@@ -188,6 +188,7 @@ func (g *Gateway) applyLocked(ctx context.Context) error {
 	gw.AttemptTimeout = g.cfg.Routing.AttemptTimeout
 	gw.FastLane = g.cfg.Routing.FastLane
 	gw.Limits = g.cfg.IRLimits()
+	gw.KeyRateLimits = g.cfg.KeyRateDefaults()
 	gw.AccessLog = g.cfg.AccessLog()
 	gw.Tracing = g.cfg.IRTracing()
 	gw.Listener.XFFTrustedHops = uint32(g.cfg.Listen.XFFNumTrustedHops)

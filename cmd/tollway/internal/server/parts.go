@@ -45,6 +45,7 @@ func (p *process) buildGateway(context.Context) error {
 	p.ext = extproc.NewServer(log.With("component", "extproc"), extproc.Compile(&ir.Gateway{}, nil), p.bill)
 	p.ext.SetStoreCheck(p.durable().Unavailable)
 	p.ext.SetTracer(p.tracer)
+	p.sharedRates = p.shareRates()
 	if err := p.setAccessLog(); err != nil {
 		return err
 	}

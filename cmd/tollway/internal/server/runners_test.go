@@ -75,11 +75,11 @@ func TestRunOrder(t *testing.T) {
 	}{
 		{mode: "child",
 			start: []string{"store", "run directory", "listeners", "billing", "tracing", "gateway", "xds", "background loops", "extproc", "configuration", "admin",
-				"task poller", "x402 settlements", "budget slices", "replica heartbeat", "changes", "keys used", "callbacks", "config watch", "envoy", "ready", "provider health"},
+				"task poller", "x402 settlements", "budget slices", "replica heartbeat", "changes", "rate limit shares", "keys used", "callbacks", "config watch", "envoy", "ready", "provider health"},
 			stop: []string{"envoy", "config watch", "admin", "extproc", "background loops", "xds", "gateway", "tracing", "billing", "listeners", "run directory", "store"}},
 		{mode: "external",
 			start: []string{"store", "run directory", "listeners", "billing", "tracing", "gateway", "xds", "background loops", "extproc", "configuration", "admin",
-				"x402 settlements", "budget slices", "replica heartbeat", "changes", "keys used", "callbacks", "config watch", "ready"},
+				"x402 settlements", "budget slices", "replica heartbeat", "changes", "rate limit shares", "keys used", "callbacks", "config watch", "ready"},
 			stop: []string{"config watch", "admin", "extproc", "background loops", "xds", "gateway", "tracing", "billing", "listeners", "run directory", "store"}},
 	} {
 		cfg, err := config.Load(configtest.Write(t, "envoy: {mode: "+tc.mode+"}\n"))

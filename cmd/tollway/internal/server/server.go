@@ -37,6 +37,8 @@ import (
 // process is one `tollway run`: its configuration, what it holds and its parts, filled in as its
 // runners start.
 type process struct {
+	// sharedRates: the rate limits are shares of the whole among replicas (ratelimit.go).
+	sharedRates    bool
 	cfg            *config.Config
 	log            *slog.Logger
 	stdout, stderr io.Writer
@@ -159,6 +161,7 @@ func (p *process) backgroundLoops() []runner {
 	}
 	rs = append(rs, p.loops.loop("replica heartbeat", func(ctx context.Context) { p.replica.run(ctx) }),
 		p.loops.loop("changes", p.followChanges))
+	rs = append(rs, p.loops.loop("rate limit shares", p.runRateShares))
 	rs = append(rs, p.loops.loop("keys used", func(ctx context.Context) {
 		saveKeysUsed(ctx, p.log.With("component", "keys"), p.st, p.ext, keysUsedEvery)
 	}))

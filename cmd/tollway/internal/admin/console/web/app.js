@@ -234,11 +234,15 @@
       (accounts.data || []).map((a) => h('option', { value: a.id }, a.id)));
     const name = h('input', { id: 'key-name', type: 'text', maxLength: 128, autocomplete: 'off' });
     const limit = h('input', { id: 'key-limit', type: 'text', inputMode: 'decimal', autocomplete: 'off', placeholder: 'none' });
+    const rpm = rateInput('key-rpm', null);
+    const tpm = rateInput('key-tpm', null);
     const allow = modelChecks('Allowed models and routes', choices, [], 'None checked: every model.');
     const createForm = h('form', { class: 'grid', id: 'key-create', onsubmit: async (ev) => {
       ev.preventDefault();
       const body = { account: accSelect.value, name: name.value.trim() };
       if (limit.value.trim()) body.monthly_limit = limit.value.trim();
+      const rates = rateLimits(rpm, tpm);
+      if (rates.requests_per_minute !== null || rates.tokens_per_minute !== null) body.rate_limits = rates;
       const models = allow.value();
       if (models.length) body.models = models;
       await busy(ev.submitter, async () => {
@@ -253,6 +257,8 @@
     field('Account', accSelect, accounts.data && accounts.data.length ? null : 'Create an account first (Accounts).'),
     field('Name', name, 'A label for lists, optional.'),
     field('Monthly limit (USD)', limit, 'Empty for no limit; e.g. 5 or 12.50.'),
+    field('Requests per minute', rpm, "Empty: the gateway's default (keys.rate_limits), if any."),
+    field('Tokens per minute', tpm, "Prompt and completion tokens. Empty: the gateway's default, if any."),
     allow,
     h('div', { class: 'span-all actions' }, h('button', { type: 'submit' }, 'Create key')));
     out.push(h('section', { class: 'panel', 'aria-labelledby': 'create-key' }, h('h2', { id: 'create-key' }, 'Create a key'), createForm));
@@ -265,6 +271,7 @@
         td(k.name || '—', 'text'), td(k.account, 'id'), td(h('code', {}, k.prefix), 'nowrap'),
         money(k.monthly_limit === undefined ? null : k.monthly_limit), money(a.spent || '0'),
         td(k.models && k.models.length ? k.models.join(', ') : h('span', { class: 'muted' }, 'all'), 'list'),
+        td(ratesText(k.rate_limits), 'nowrap'),
         td(when(k.created_at)),
         td(a.last_used_at ? (a.last_used_exact ? when(a.last_used_at) : a.last_used_at.slice(0, 10)) : 'never'),
         td(revokedKey ? badge('Revoked', 'bad') : badge('Active', 'ok')),
@@ -276,9 +283,15 @@
     out.push(h('h2', {}, 'All keys'),
       table('Spent is this month (UTC), what the monthly limit counts.',
         ['Name', 'Account', 'Prefix', { label: 'Monthly limit', num: true }, { label: 'Spent this month', num: true },
-          'Allowed models', 'Created', 'Last used', 'Status', 'Actions'], rows));
+          'Allowed models', 'Rates (rpm / tpm)', 'Created', 'Last used', 'Status', 'Actions'], rows));
     return out;
   };
+
+  // ratesText is a key's own rates, "default" for one it leaves to the gateway's configuration.
+  function ratesText(r) {
+    const one = (v) => (v == null ? 'default' : String(v));
+    return one((r || {}).requests_per_minute) + ' / ' + one((r || {}).tokens_per_minute);
+  }
 
   async function copy(input) {
     try {
@@ -291,13 +304,36 @@
     }
   }
 
+  // rateInput is a requests or tokens per minute field; value null: empty.
+  function rateInput(id, value) {
+    const attrs = { type: 'text', inputMode: 'numeric', value: value == null ? '' : String(value), autocomplete: 'off', placeholder: 'default' };
+    if (id) attrs.id = id;
+    return h('input', attrs);
+  }
+
+  // rateLimits is the rate_limits of two rate fields: a whole number, or null when empty; any
+  // other text is sent as it is, for the gateway to name the field and the fix.
+  function rateLimits(rpm, tpm) {
+    const one = (el) => {
+      const v = el.value.trim();
+      if (!v) return null;
+      return /^[0-9]+$/.test(v) ? Number(v) : v;
+    };
+    return { requests_per_minute: one(rpm), tokens_per_minute: one(tpm) };
+  }
+
   function editLimits(k, choices) {
     const limit = h('input', { type: 'text', inputMode: 'decimal', value: k.monthly_limit || '', autocomplete: 'off', placeholder: 'none' });
+    const own = k.rate_limits || {};
+    const rpm = rateInput('edit-rpm', own.requests_per_minute);
+    const tpm = rateInput('edit-tpm', own.tokens_per_minute);
     const allow = modelChecks('Allowed models and routes', choices, k.models, 'None checked: every model.');
     return openDialog('Limits of ' + (k.name || k.id), [
-      field('Monthly limit (USD)', limit, 'Empty for no limit. Counts from the first of the month, UTC.'), allow,
+      field('Monthly limit (USD)', limit, 'Empty for no limit. Counts from the first of the month, UTC.'),
+      field('Requests per minute', rpm, "Empty: the gateway's default (keys.rate_limits), if any."),
+      field('Tokens per minute', tpm, "Prompt and completion tokens. Empty: the gateway's default, if any."), allow,
     ], 'Save limits', async () => {
-      const body = { monthly_limit: limit.value.trim() || null, models: allow.value() };
+      const body = { monthly_limit: limit.value.trim() || null, models: allow.value(), rate_limits: rateLimits(rpm, tpm) };
       await api('PUT', '/admin/v1/keys/' + enc(k.id) + '/limits', body);
       flash('Limits of ' + (k.name || k.id) + ' saved.');
       await render();

@@ -1,0 +1,136 @@
+package extproc
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/ratelimit"
+	"github.com/tollway/tollway/store"
+)
+
+// rateKeyed serves key_valid with the rates given and credits.
+func rateKeyed(t *testing.T, credits string, rpm, tpm *int64) *envoy {
+	e, _, _ := billedServer(t, credits, nil)
+	k := keyRecord("key_valid", validSecret, false)
+	k.RateLimits = &store.RateLimits{RequestsPerMinute: rpm, TokensPerMinute: tpm}
+	e.srv.Swap(core.Compile(pricedGateway(t), []store.Key{k}))
+	return e
+}
+
+func n64(v int64) *int64 { return &v }
+
+// TestRateLimitHeadersAnd429: an answer to a key with rates carries the x-ratelimit headers
+// (limit, remaining, reset as OpenAI writes them); the request past the rate is refused at its
+// body with 429 rate_limit_exceeded, an integer Retry-After and the same headers, and nothing
+// is held or billed for it.
+func TestRateLimitHeadersAnd429(t *testing.T) {
+	e := rateKeyed(t, "1000", n64(1), n64(100000))
+	auth := "Bearer " + validSecret
+	s := e.open()
+	s.roundTrip(chatHeaders(auth, "r1", true))
+	s.roundTrip(requestBody(shortPrompt))
+	resp := s.roundTrip(servedHeaders("200", "application/json", "openai/gpt"))
+	h := setHeaders(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())
+	if h["x-ratelimit-limit-requests"] != "1" || h["x-ratelimit-remaining-requests"] != "0" || h["x-ratelimit-reset-requests"] != "1m0s" ||
+		h["x-ratelimit-limit-tokens"] != "100000" || h["x-ratelimit-reset-tokens"] == "" {
+		t.Fatalf("answer headers %v", h)
+	}
+	if rem, err := strconv.Atoi(h["x-ratelimit-remaining-tokens"]); err != nil || rem >= 100000 || rem < 99000 {
+		t.Fatalf("remaining tokens %q: want the prompt's estimate taken from 100000", h["x-ratelimit-remaining-tokens"])
+	}
+	s.roundTrip(responseBody(`{"choices":[{"index":0,"message":{"role":"assistant","content":"hey"}}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`))
+	s.close()
+
+	s = e.open()
+	s.roundTrip(chatHeaders(auth, "r2", true))
+	resp = s.roundTrip(requestBody(shortPrompt))
+	im := resp.GetImmediateResponse()
+	if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), `"code":"rate_limit_exceeded"`) || !strings.Contains(string(im.Body), "on requests per minute: limit 1;") {
+		t.Fatalf("want 429 rate_limit_exceeded, got %v", resp)
+	}
+	h = setHeaders(t, im.Headers)
+	if ra, err := strconv.Atoi(h["retry-after"]); err != nil || ra < 29 || ra > 30 { // half a request's interval early is in time (ratelimit.slack)
+		t.Fatalf("retry-after %q", h["retry-after"])
+	}
+	if h["x-ratelimit-limit-requests"] != "1" || h["x-ratelimit-remaining-requests"] != "0" || h["x-ratelimit-limit-tokens"] != "100000" {
+		t.Fatalf("429 headers %v", h)
+	}
+	s.close()
+	if status, body := getKey(t, e, "GET", auth); status != 200 || !strings.Contains(string(body), `"rate_limits":{"requests_per_minute":1,"tokens_per_minute":100000}`) {
+		t.Fatalf("GET /v1/key: %d %s", status, body)
+	}
+	if _, held := e.srv.sh.Books.Ledger.KeyMonth("key_valid", testNow); !held.IsZero() {
+		t.Fatalf("a refused request holds %s", held)
+	}
+}
+
+// TestRateRefundedWhenHoldRefused: a request admitted by its rates and then refused by its hold
+// (402) gives its rate back: the next one is refused for credits again, not for its rate.
+func TestRateRefundedWhenHoldRefused(t *testing.T) {
+	e := rateKeyed(t, "5", n64(1), nil)
+	for _, id := range []string{"r1", "r2"} {
+		s := e.open()
+		s.roundTrip(chatHeaders("Bearer "+validSecret, id, true))
+		resp := s.roundTrip(requestBody(shortPrompt))
+		im := resp.GetImmediateResponse()
+		if im == nil || im.Status.Code != 402 {
+			t.Fatalf("%s: want 402 insufficient_credits, got %v", id, resp)
+		}
+		if h := setHeaders(t, im.Headers); h["x-ratelimit-remaining-requests"] != "1" {
+			t.Fatalf("%s: a refused request's headers %v", id, h)
+		}
+		s.close()
+	}
+}
+
+// TestRateStreamCountsAsItGoes: a stream's tokens are charged to its key's tokens per minute
+// while it runs (at most once a second), not only at its end, and its end corrects the count
+// to the provider's usage.
+func TestRateStreamCountsAsItGoes(t *testing.T) {
+	e := rateKeyed(t, "1000000", nil, n64(6000)) // 100 tokens a second
+	lim := ratelimit.Limits{Tokens: 6000}
+	s := e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r1", true))
+	s.roundTrip(requestBody(`{"model":"gpt","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	s.roundTrip(sseHeaders())
+	admitted := e.srv.sh.Rates.Peek("key:key_valid", lim).Tokens.Remaining
+	long := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("word ", 1000) + "\"}}]}\n\n"
+	time.Sleep(1100 * time.Millisecond) // past the first second: the next chunk is charged
+	s.roundTrip(bodyChunk(long, false))
+	s.roundTrip(bodyChunk(long, false))
+	mid := e.srv.sh.Rates.Peek("key:key_valid", lim).Tokens.Remaining
+	if admitted-mid < 800 {
+		t.Fatalf("remaining tokens %d at admission, %d after 2000 words streamed: the stream is not counted as it goes", admitted, mid)
+	}
+	s.roundTrip(bodyChunk("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":10}}\n\ndata: [DONE]\n\n", true))
+	s.close()
+	if end := e.srv.sh.Rates.Peek("key:key_valid", lim).Tokens.Remaining; end < 6000-20 {
+		t.Fatalf("after usage of 15 tokens: %d remaining, want about 5985", end)
+	}
+}
+
+// TestRateLimitMediaCreate: a media create is admitted by its key's rates like a chat request
+// (the shared key-admission step): over them it is 429 rate_limit_exceeded and no provider is
+// called.
+func TestRateLimitMediaCreate(t *testing.T) {
+	k := keyRecord("key_valid", validSecret, false)
+	k.RateLimits = &store.RateLimits{RequestsPerMinute: n64(1)}
+	e, calls := busyTasks(t, k)
+	if g, _, _ := e.srv.sh.Rates.Admit("key:key_valid", ratelimit.Limits{Requests: 1}, 0); g == nil { // the key's one request this minute
+		t.Fatal("the key's first request was refused")
+	}
+	s := e.open()
+	s.roundTrip(requestHeaders(false, hdr(":method", "POST", true), hdr(":path", "/v1/videos", true),
+		hdr("authorization", "Bearer "+validSecret, true), hdr("content-type", "application/json", true)))
+	out, _ := s.answers(1, requestBody(`{"model":"hailuo-02","prompt":"a cat"}`))
+	im := out[0].GetImmediateResponse()
+	if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), `"code":"rate_limit_exceeded"`) || setHeaders(t, im.Headers)["retry-after"] == "" {
+		t.Fatalf("a media create over its key's rate: %v", out[0])
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the provider was called %d times", n)
+	}
+}

@@ -1,0 +1,270 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollway/tollway/test/fakeupstream"
+)
+
+// TestRateLimitsThroughEnvoy: a key's rate_limits (keys create --rpm/--tpm) hold through the
+// real Envoy: every answer to the key, a stream's too, carries OpenAI's x-ratelimit headers;
+// the request past its requests per minute is 429 rate_limit_exceeded with an integer
+// Retry-After and the same headers, reaches no provider and is not billed; GET /v1/key shows the
+// rates; /metrics counts the 429 by its code; the default of keys.rate_limits applies to a key
+// that sets none.
+func TestRateLimitsThroughEnvoy(t *testing.T) {
+	t.Parallel()
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, catalog(fake.URL(), sdkPricing)+"keys: {rate_limits: {tokens_per_minute: 500000}}\n", "FAKE_PROVIDER_KEY="+providerKey)
+	ctx := context.Background()
+	if err := g.NewAccount(ctx, "acme", "5"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme", "--rpm", "2", "--tpm", "100000")
+	const plain = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there"}]}`
+
+	resp := g.chat(ctx, key, plain)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	h := resp.Header
+	if resp.StatusCode != 200 || h.Get("x-ratelimit-limit-requests") != "2" || h.Get("x-ratelimit-remaining-requests") != "1" ||
+		h.Get("x-ratelimit-reset-requests") != "30s" || h.Get("x-ratelimit-limit-tokens") != "100000" || h.Get("x-ratelimit-reset-tokens") == "" {
+		t.Fatalf("first answer: %d %v", resp.StatusCode, h)
+	}
+	if rem, err := strconv.Atoi(h.Get("x-ratelimit-remaining-tokens")); err != nil || rem >= 100000 || rem < 99000 {
+		t.Fatalf("remaining tokens %q: want the prompt's estimate taken from 100000", h.Get("x-ratelimit-remaining-tokens"))
+	}
+	served := fake.RequestCount()
+
+	resp = g.chat(ctx, key, plain)
+	h = resp.Header
+	e := wantError(t, resp, http.StatusTooManyRequests, "rate_limit_exceeded")
+	ra, err := strconv.Atoi(h.Get("retry-after"))
+	if err != nil || ra < 1 || ra > 15 || !strings.Contains(e.Error.Message, "on requests per minute: limit 2;") {
+		t.Fatalf("429: retry-after %q, message %q", h.Get("retry-after"), e.Error.Message)
+	}
+	if h.Get("x-ratelimit-limit-requests") != "2" || h.Get("x-ratelimit-remaining-requests") != "1" || h.Get("x-ratelimit-reset-requests") == "" ||
+		h.Get("x-ratelimit-limit-tokens") != "100000" {
+		t.Fatalf("429 headers: %v", h)
+	}
+	if fake.RequestCount() != served {
+		t.Fatal("a refused request reached the provider")
+	}
+	g.waitRecords("acme", 1)
+	time.Sleep(300 * time.Millisecond)
+	if recs := g.waitRecords("acme", 1); len(recs) != 1 {
+		t.Fatalf("the refused request was billed: %d records", len(recs))
+	}
+
+	v, raw := g.keyView(key)
+	if v.RateLimits == nil || string(*v.RateLimits) != `{"requests_per_minute":2,"tokens_per_minute":100000}` {
+		t.Fatalf("GET /v1/key: %s", raw)
+	}
+
+	// A key with no rates of its own: the configured default (tokens only), on a stream too.
+	other := g.newKey("acme")
+	if v, raw := g.keyView(other); v.RateLimits == nil || string(*v.RateLimits) != `{"requests_per_minute":null,"tokens_per_minute":500000}` {
+		t.Fatalf("GET /v1/key of a key on the default: %s", raw)
+	}
+	resp = g.chat(ctx, other, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hello there"}]}`)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	h = resp.Header
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "[DONE]") || h.Get("x-ratelimit-limit-tokens") != "500000" ||
+		h.Get("x-ratelimit-remaining-tokens") == "" || h.Get("x-ratelimit-limit-requests") != "" {
+		t.Fatalf("stream answer: %d %v", resp.StatusCode, h)
+	}
+
+	_, metrics := g.adminRaw("GET", "/metrics", "", nil)
+	if !strings.Contains(metrics, `code="rate_limit_exceeded"`) || !strings.Contains(metrics, `status="429"`) {
+		t.Fatalf("/metrics does not count the 429:\n%s", metrics)
+	}
+}
+
+// TestRateLimitSDKRetry: the official OpenAI SDKs, Python and Node, retry a 429
+// rate_limit_exceeded after its Retry-After (not sooner) and the retry succeeds: a key at 60
+// requests per minute, two calls in a row, seen on the wire as 200, 429, 200.
+func TestRateLimitSDKRetry(t *testing.T) {
+	t.Parallel()
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, catalog(fake.URL(), sdkPricing), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "5"); err != nil {
+		t.Fatal(err)
+	}
+	runPython(t, g, map[string]string{"KEY": g.newKey("acme", "--rpm", "60")}, `
+import os, time, openai
+seen = []
+def hook(r):
+    seen.append((time.monotonic(), r.status_code, r.headers.get("retry-after"), r.headers.get("x-ratelimit-limit-requests")))
+c = openai.OpenAI(base_url=os.environ["BASE"], api_key=os.environ["KEY"], max_retries=2,
+                  http_client=openai.DefaultHttpxClient(event_hooks={"response": [hook]}))
+for _ in range(2):
+    r = c.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content, r
+assert [s[1] for s in seen] == [200, 429, 200], seen
+assert int(seen[1][2]) >= 1 and seen[2][0] - seen[1][0] >= 0.9 * int(seen[1][2]), seen
+assert all(s[3] == "60" for s in seen), seen
+print("ok")
+`)
+
+	dir := os.Getenv("TOLLWAY_NODE_DIR")
+	if dir == "" {
+		dir = filepath.Join(repoRoot, "test", "clients", "node")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--input-type=module", "-e", `
+import OpenAI from 'openai';
+const seen = [];
+const c = new OpenAI({ baseURL: process.env.BASE, apiKey: process.env.KEY, maxRetries: 2,
+  fetch: async (url, init) => {
+    const r = await fetch(url, init);
+    seen.push([performance.now(), r.status, r.headers.get('retry-after'), r.headers.get('x-ratelimit-limit-requests')]);
+    return r;
+  } });
+for (let i = 0; i < 2; i++) {
+  const r = await c.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
+  if (!r.choices[0].message.content) throw new Error('no content');
+}
+const codes = seen.map((s) => s[1]).join(',');
+if (codes !== '200,429,200') throw new Error('statuses ' + JSON.stringify(seen));
+const ra = Number(seen[1][2]);
+if (!(ra >= 1) || seen[2][0] - seen[1][0] < 900 * ra) throw new Error('retried before Retry-After: ' + JSON.stringify(seen));
+if (!seen.every((s) => s[3] === '60')) throw new Error('headers ' + JSON.stringify(seen));
+console.log('ok');
+`)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "BASE="+g.BaseURL, "KEY="+g.newKey("acme", "--rpm", "60"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("OpenAI Node SDK: %v\n%s", err, out)
+	}
+}
+
+// TestX402PayerRateLimit: a paid endpoint's rate_limits count each payer's address: the
+// request past them is 429 rate_limit_exceeded with Retry-After before its payment is verified
+// (the facilitator hears nothing of it, nothing moves on chain, nothing is recorded); another
+// endpoint is not limited by it.
+func TestX402PayerRateLimit(t *testing.T) {
+	t.Parallel()
+	p := startPaid(t)
+	r := p.payNode("chat-limited", paidChat)
+	if r.Status != 200 || r.PaymentResponse["success"] != true || r.Headers["x-ratelimit-limit-requests"] != "1" || r.Headers["x-ratelimit-remaining-requests"] != "0" {
+		t.Fatalf("first paid request: %+v", r)
+	}
+	p.waitRecords("x402.chat-limited", 1)
+	verify, settle := p.facilitatorCalls()
+	balance := p.tokenBalance(p.bed.PayerAddress)
+
+	r = p.payNode("chat-limited", paidChat)
+	e := r.wantError(t, http.StatusTooManyRequests, "rate_limit_exceeded")
+	if ra, err := strconv.Atoi(r.Headers["retry-after"]); err != nil || ra < 1 || ra > 30 || !strings.Contains(e.Error.Message, "on requests per minute: limit 1;") {
+		t.Fatalf("429: retry-after %q, %q", r.Headers["retry-after"], e.Error.Message)
+	}
+	if v, s := p.facilitatorCalls(); v != verify || s != settle {
+		t.Fatalf("the refused request reached the facilitator: verify %d -> %d, settle %d -> %d", verify, v, settle, s)
+	}
+	if b := p.tokenBalance(p.bed.PayerAddress); b.Cmp(balance) != 0 {
+		t.Fatalf("the refused request moved %s -> %s", balance, b)
+	}
+	if r := p.payNode("chat-mini", paidChat, "--scheme", "exact"); r.Status != 200 || r.Headers["x-ratelimit-limit-requests"] != "" {
+		t.Fatalf("another endpoint: %+v", r)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if recs := p.waitRecords("x402.chat-limited", 1); len(recs) != 1 {
+		t.Fatalf("the refused request was recorded: %d records", len(recs))
+	}
+}
+
+// TestRateLimitFastLane: on the fast lane (routing.fast_lane) a stream's answer carries the
+// x-ratelimit headers too, and its tokens are corrected at its end, from the access log: the
+// next request finds the stream's usage (prompt and completion, as its record says) counted,
+// not the prompt's bound it was admitted with.
+func TestRateLimitFastLane(t *testing.T) {
+	t.Parallel()
+	g, _ := startFastLane(t, fakeupstream.Options{})
+	ctx := context.Background()
+	if err := g.NewAccount(ctx, "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	const tpm = 600 // 10 tokens a second
+	key := g.newKey("acme", "--tpm", strconv.Itoa(tpm))
+	body := `{"model":"priced","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 60) + `"}]}`
+	resp := g.chat(ctx, key, body)
+	events := readStream(t, resp)
+	estimate, err := strconv.Atoi(resp.Header.Get("x-ratelimit-remaining-tokens"))
+	if resp.StatusCode != 200 || err != nil || resp.Header.Get("x-ratelimit-limit-tokens") != strconv.Itoa(tpm) {
+		t.Fatalf("stream: %d %v", resp.StatusCode, resp.Header)
+	}
+	estimate = tpm - estimate
+	rec := g.waitRecords("acme", 1)[0] // settled from its answer log entry
+	used := int(rec.PromptTokens + rec.CompletionTokens)
+	if used > estimate-50 && used < estimate+50 {
+		t.Fatalf("the stream used %d tokens, admitted at %d: the test needs them far apart (%d events)", used, estimate, len(events))
+	}
+	resp = g.chat(ctx, key, body)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	left, err := strconv.Atoi(resp.Header.Get("x-ratelimit-remaining-tokens"))
+	if resp.StatusCode != http.StatusTooManyRequests || err != nil {
+		t.Fatalf("the next request: %d %v", resp.StatusCode, resp.Header)
+	}
+	if counted := tpm - left; counted < used-20 || counted > used {
+		t.Fatalf("the next request finds %d tokens counted; the stream used %d (admitted at %d)", counted, used, estimate)
+	}
+}
+
+// TestClusterRateLimit: a key's rate limit holds across three replicas on one database (each
+// with its own Envoy): sent twice its requests per minute round-robin across them, together
+// they let through at most the limit's share of the time plus one per replica, and about that
+// once their shares settle (each replica's a third); every answer says the key's limit.
+func TestClusterRateLimit(t *testing.T) {
+	t.Parallel()
+	gs := startCluster(t, pgDSN(t), 3, demoCatalog)
+	if err := gs[0].NewAccount(context.Background(), "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	const rpm = 60
+	key := gs[0].newKey("acme", "--rpm", strconv.Itoa(rpm))
+	knowsKey(t, gs, key)
+	const hello = `{"model":"demo-chat","messages":[{"role":"user","content":"Hello"}]}`
+	const span = 20 * time.Second
+	start := time.Now()
+	passed, refused := 0, 0
+	var seq []string
+	for i := 0; time.Since(start) < span; i++ {
+		resp := gs[i%3].chat(context.Background(), key, hello)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Header.Get("x-ratelimit-limit-requests") != strconv.Itoa(rpm) {
+			t.Fatalf("replica %d: %d without the key's limit: %v", i%3+1, resp.StatusCode, resp.Header)
+		}
+		seq = append(seq, fmt.Sprintf("%.1f:%c%d", time.Since(start).Seconds(), 'a'+i%3, resp.StatusCode))
+		switch resp.StatusCode {
+		case 200:
+			passed++
+		case http.StatusTooManyRequests:
+			refused++
+		default:
+			t.Fatalf("replica %d: %d", i%3+1, resp.StatusCode)
+		}
+		time.Sleep(time.Until(start.Add(time.Duration(i+1) * time.Minute / (2 * rpm))))
+	}
+	allowed := int(span*rpm/time.Minute) + len(gs)
+	t.Logf("%v", seq)
+	t.Logf("%d let through, %d refused in %v at twice %d a minute across %d replicas (at most %d)", passed, refused, span, rpm, len(gs), allowed)
+	if passed > allowed || passed < (allowed-len(gs))*2/3 { // the shares settle within two renewals
+
+		t.Fatalf("%d let through in %v, want at most %d and about %d", passed, span, allowed, allowed-len(gs))
+	}
+}
