@@ -18,6 +18,12 @@ import (
 // model of its chain (an embedding has no output tokens).
 func (p *Processor) admit() *core.APIError {
 	x := p.x
+	bound := min(p.req.bound, store.MaxTokens)
+	// Rate limits first, with the input's bound (corrected to the tokens billed at settle): a
+	// refused request holds nothing.
+	if e := x.AdmitRate(bound); e != nil {
+		return e
+	}
 	b := x.Books
 	if b == nil {
 		return nil
@@ -25,7 +31,6 @@ func (p *Processor) admit() *core.APIError {
 	if e := x.StoreRefusal(); e != nil {
 		return e // nothing could be billed: refused before any hold
 	}
-	bound := min(p.req.bound, store.MaxTokens)
 	worst := decimal.Zero
 	for _, m := range p.plan.models {
 		worst = decimal.Max(worst, m.Pricing.WorstCase(bound, 0))
@@ -58,11 +63,14 @@ func (p *Processor) countTokens() int64 {
 // settle bills the answer's input tokens at the answering model's prices (at most the hold;
 // what the provider reported beyond it is the record's overage).
 func (p *Processor) settle(tokens int64, estimated bool) {
+	x := p.x
+	u := ir.Usage{PromptTokens: min(max(tokens, 0), store.MaxTokens)}
+	if x.RateCountsTokens() {
+		x.SettleRate(u.PromptTokens)
+	}
 	if p.hold == nil {
 		return
 	}
-	x := p.x
-	u := ir.Usage{PromptTokens: min(max(tokens, 0), store.MaxTokens)}
 	metered, held := p.plan.model.Pricing.Cost(u), p.hold.Amount()
 	if metered.GreaterThan(held) {
 		billing.WarnOverage(x.Log, x.Provider, p.plan.model.ID, store.ShortID(x.RequestID), metered, held)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -421,4 +422,33 @@ func float32Bytes(v []float32) []byte {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
 	}
 	return b
+}
+
+// TestEmbeddingsRateLimits: embeddings requests count against their key's rates like chat: the
+// x-ratelimit headers on the answer, the input's token bound counted at admission, and 429
+// rate_limit_exceeded with Retry-After once over, reaching no provider.
+func TestEmbeddingsRateLimits(t *testing.T) {
+	t.Parallel()
+	g, fake := startEmbeddings(t, "")
+	if err := g.NewAccount(context.Background(), "acme", "5"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme", "--rpm", "1", "--tpm", "100000")
+	_, h := g.embedOK(key, `{"model":"emb-small","input":"the sea at night"}`)
+	if h.Get("x-ratelimit-limit-requests") != "1" || h.Get("x-ratelimit-remaining-requests") != "0" || h.Get("x-ratelimit-limit-tokens") != "100000" {
+		t.Fatalf("answer's rate headers: %v", h)
+	}
+	// Admitted at the input's bound: a token is at least a byte, 16 of them.
+	if rem := h.Get("x-ratelimit-remaining-tokens"); rem != "99984" {
+		t.Fatalf("remaining tokens %q: want the input's 16-byte bound taken from 100000", rem)
+	}
+	served := fake.RequestCount()
+	resp := g.embed(key, `{"model":"emb-small","input":"again"}`)
+	e := wantError(t, resp, http.StatusTooManyRequests, "rate_limit_exceeded")
+	if ra, err := strconv.Atoi(resp.Header.Get("retry-after")); err != nil || ra < 1 || ra > 60 {
+		t.Fatalf("429 retry-after %q (%s)", resp.Header.Get("retry-after"), e.Error.Message)
+	}
+	if fake.RequestCount() != served {
+		t.Fatal("a refused embeddings request reached the provider")
+	}
 }
