@@ -245,9 +245,11 @@ func TestKill9MidStreamBillsEstimates(t *testing.T) {
 // checkpoint the stream's progress as the chunk lane's chunks do.
 func TestFastLaneKill9MidStreamBillsEstimates(t *testing.T) {
 	t.Parallel()
-	// Three periodic entries a second (ir.MeterReportEvery): a checkpoint is due by 1.5 s. The
-	// estimate counts 3 characters a token (billing.TokensFromChars): up to 2 a word of the fake's.
-	kill9MidStream(t, 20, cutStreams{wait: 30, perChunk: 2}, "TOLLWAY_ROUTING_FAST_LANE=true")
+	// A periodic entry every 0.5 s (ir.MeterReportEvery) checkpoints at most every second: by 4 s
+	// (40 chunks) a loaded machine has checkpointed each stream past its first 64 characters
+	// at least twice. The estimate counts 3 characters a token (billing.TokensFromChars): up to
+	// 2 a word of the fake's.
+	kill9MidStream(t, 20, cutStreams{wait: 40, perChunk: 2}, "TOLLWAY_ROUTING_FAST_LANE=true")
 }
 
 // cutStreams is how far kill9MidStream lets its streams run (wait chunks each) and how many
