@@ -114,11 +114,11 @@ func (l *Limiter) Admit(id string, limits Limits, tokens int64) (g *Grant, wait 
 		share = l.shareOf(o, id, limits, tokens, now)
 	}
 	o.advance(now)
-	if share <= 0 {
-		return nil, o.shared.sooner(renewEvery, now), status(o, limits, share, now) // none of the rate here yet
-	}
 	if limits.Tokens > 0 && tokens > limits.Tokens {
 		return nil, TooLarge, status(o, limits, share, now)
+	}
+	if share <= 0 {
+		return nil, o.shared.sooner(renewEvery, now), status(o, limits, share, now) // none of the rate here yet
 	}
 	if wait = o.wait(limits, share, tokens, now); wait > 0 {
 		if l.sharer != nil {
@@ -236,6 +236,9 @@ func (g *Grant) charge(o *owner, used int64, now time.Time) {
 		if n := len(g.charged); n > 0 && g.charged[n-1].sec == sec {
 			g.charged[n-1].n += extra
 		} else {
+			for len(g.charged) > 0 && !o.tokens.holds(g.charged[0].sec) {
+				g.charged = g.charged[1:] // left the window: past correcting (a long stream's stay few)
+			}
 			g.charged = append(g.charged, charge{sec, extra})
 		}
 	} else {

@@ -108,6 +108,9 @@ func (s *shareState) usable(now time.Time) int64 {
 // sooner is wait, or sooner the time the usable share may grow (the last of its least
 // shares leaving the 61 s), for a request refused at now.
 func (s *shareState) sooner(wait time.Duration, now time.Time) time.Duration {
+	if s == nil || len(s.held) == 0 {
+		return max(wait, time.Millisecond)
+	}
 	least, n := s.usable(now), len(s.held)
 	for i := n - 2; i >= 0 && s.held[n-1].share > least; i-- {
 		if s.held[i].share == least { // the last of the least: gone 61 s after the next
