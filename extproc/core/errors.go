@@ -122,21 +122,28 @@ func clipBody(body []byte) string { return provider.Clip(string(body), 512) }
 // Retry-After. SDKs retry it after that wait, and it then succeeds.
 const CodeRateLimited = "rate_limit_exceeded"
 
-// rateRefusal is the 429 of a request that came wait too early.
-func rateRefusal(o RateOwner, wait time.Duration, st ratelimit.Status) *APIError {
-	which := "requests"
-	if o.Limits.Tokens > 0 && st.Tokens.Remaining == 0 && (o.Limits.Requests == 0 || st.Requests.Remaining > 0) {
-		which = "tokens"
+// rateRefusal is the 429 of a request that came wait too early, or (wait ratelimit.TooLarge
+// with its tokens over the whole limit) of one that can never pass.
+func rateRefusal(o RateOwner, tokens int64, wait time.Duration, st ratelimit.Status) *APIError {
+	secs := max(int64(math.Ceil(wait.Seconds())), 1)
+	var e *APIError
+	if wait == ratelimit.TooLarge && o.Limits.Tokens > 0 && tokens > o.Limits.Tokens {
+		e = Errorf(http.StatusTooManyRequests, CodeRateLimited,
+			"this request alone is over the rate limit on tokens per minute: about %d tokens, limit %d; shorten the prompt or lower max_tokens, or ask the gateway's operator for a higher limit", tokens, o.Limits.Tokens)
+	} else {
+		which := "requests"
+		if o.Limits.Tokens > 0 && st.Tokens.Remaining == 0 && (o.Limits.Requests == 0 || st.Requests.Remaining > 0) {
+			which = "tokens"
+		}
+		limit := o.Limits.Requests
+		if which == "tokens" {
+			limit = o.Limits.Tokens
+		}
+		e = Errorf(http.StatusTooManyRequests, CodeRateLimited,
+			"rate limit reached on %s per minute: limit %d; retry after %d s (the Retry-After header; the x-ratelimit-* headers say what is left), or ask the gateway's operator for a higher limit", which, limit, secs)
 	}
-	limit := o.Limits.Requests
-	if which == "tokens" {
-		limit = o.Limits.Tokens
-	}
-	secs := int64(math.Ceil(wait.Seconds()))
-	e := Errorf(http.StatusTooManyRequests, CodeRateLimited,
-		"rate limit reached on %s per minute: limit %d; retry after %d s (the Retry-After header; the x-ratelimit-* headers say what is left), or ask the gateway's operator for a higher limit", which, limit, max(secs, 1))
 	e.Headers = rateHeaders(st)
-	e.Headers["retry-after"] = strconv.FormatInt(max(secs, 1), 10)
+	e.Headers["retry-after"] = strconv.FormatInt(secs, 10)
 	return e
 }
 

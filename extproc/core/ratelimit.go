@@ -54,7 +54,7 @@ func (x *Exchange) AdmitRateAs(o RateOwner) *APIError {
 	}
 	g, wait, st := x.Rates.Admit(o.ID, o.Limits, x.rateTokens)
 	if g == nil {
-		return rateRefusal(o, wait, st)
+		return rateRefusal(o, x.rateTokens, wait, st)
 	}
 	x.rateGrants = append(x.rateGrants, rateGrant{g, o.Limits})
 	return nil

@@ -571,14 +571,7 @@ func TestGeminiImageChat(t *testing.T) {
 // Node SDKs: the image parts in the message, the usage, and the stream refusal as an SDK error.
 func TestGeminiImageChatSDKs(t *testing.T) {
 	t.Parallel()
-	python := os.Getenv("TOLLWAY_PYTHON")
-	if python == "" {
-		python = filepath.Join(repoRoot, "tools", "venv", "bin", "python")
-	}
-	dir := os.Getenv("TOLLWAY_NODE_DIR")
-	if dir == "" {
-		dir = filepath.Join(repoRoot, "test", "clients", "node")
-	}
+	python, dir := sdkClients()
 	for _, p := range []string{python, filepath.Join(dir, "node_modules", "openai")} {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("an SDK client is not installed (%v): run `make clients`", err)

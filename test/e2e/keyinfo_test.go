@@ -166,6 +166,18 @@ print("ok")
 
 // runPython runs script with the official OpenAI Python SDK against g (BASE set, env added);
 // it must print ok.
+// sdkClients are the Python with the OpenAI SDK and the directory of the Node one
+// (TOLLWAY_PYTHON, TOLLWAY_NODE_DIR; else the repository's own).
+func sdkClients() (python, nodeDir string) {
+	if python = os.Getenv("TOLLWAY_PYTHON"); python == "" {
+		python = filepath.Join(repoRoot, "tools", "venv", "bin", "python")
+	}
+	if nodeDir = os.Getenv("TOLLWAY_NODE_DIR"); nodeDir == "" {
+		nodeDir = filepath.Join(repoRoot, "test", "clients", "node")
+	}
+	return python, nodeDir
+}
+
 func runPython(t *testing.T, g *gateway, env map[string]string, script string) {
 	t.Helper()
 	python := os.Getenv("TOLLWAY_PYTHON")
