@@ -165,7 +165,7 @@ const rateProgressEvery = time.Second
 
 // rateProgress charges the tokens a stream has passed so far to its rates, at most once a
 // rateProgressEvery, so a long stream counts while it runs and not only at its end.
-func (c *Processor) rateProgress() {
+func (c *Processor) rateProgress(progress func() ir.Usage) {
 	if !c.x.RateCountsTokens() {
 		return
 	}
@@ -174,7 +174,7 @@ func (c *Processor) rateProgress() {
 		return
 	}
 	c.rateProgressed = now
-	u := c.meter.progress(c.promptTokens)
+	u := progress()
 	c.x.ProgressRate(u.PromptTokens + u.CompletionTokens)
 }
 
@@ -233,7 +233,7 @@ func (c *Processor) release() {
 // counted and the completion passed so far (or the provider's usage, once sent), what a restart
 // bills if the stream is cut with the gateway.
 func (c *Processor) checkpoint() {
-	c.rateProgress()
+	c.rateProgress(func() ir.Usage { return c.meter.progress(c.promptTokens) })
 	if !c.hold.Due() {
 		return
 	}

@@ -93,18 +93,20 @@ func (c *Processor) SettleFromLog(m MeterReport) {
 
 // CheckpointFromLog records a fast-lane stream's progress from a periodic entry of its answer
 // log (ir.MeterReportEvery), as the chunk lane's checkpoint does from its chunks: what a
-// restart bills if the stream is cut with the gateway.
+// restart bills if the stream is cut with the gateway, and its tokens charged to its key's
+// rates as it goes.
 func (c *Processor) CheckpointFromLog(m MeterReport) {
+	progress := func() ir.Usage {
+		if p := m.usage(); p != nil {
+			return usageBill(p)
+		}
+		return c.estimate(m)
+	}
+	c.rateProgress(progress)
 	if !c.hold.Due() {
 		return
 	}
-	var u ir.Usage
-	if p := m.usage(); p != nil {
-		u = usageBill(p)
-	} else {
-		u = c.estimate(m)
-	}
-	u = storable(u)
+	u := storable(progress())
 	c.hold.Progress(c.metered(u, c.plan.model.Pricing.Cost(u), true))
 }
 

@@ -285,6 +285,48 @@ func TestRateLimitFastLane(t *testing.T) {
 	}
 }
 
+// TestRateLimitFastLaneCountsAsItGoes: a fast-lane stream's tokens are charged to its key's
+// tokens per minute while it runs, from the stream meter's counts in the answer log's periodic
+// entries, not only at its end: a request answered mid-stream finds them counted.
+func TestRateLimitFastLaneCountsAsItGoes(t *testing.T) {
+	t.Parallel()
+	// The fake's name opens its answer: 3,000 characters the meter counts, for a short prompt
+	// (about 1,000 tokens by the estimate, far past the prompt's bound admitted).
+	g, _ := startFastLane(t, fakeupstream.Options{Name: strings.Repeat("n", 3000), ChunkDelay: 300 * time.Millisecond})
+	ctx := context.Background()
+	if err := g.NewAccount(ctx, "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	const tpm = 6000 // 100 tokens a second
+	key := g.newKey("acme", "--tpm", strconv.Itoa(tpm))
+	// About 20 chunks 300 ms apart: open for 6 s.
+	stream := g.chat(ctx, key, `{"model":"priced","stream":true,"messages":[{"role":"user","content":"`+strings.Repeat("word ", 16)+`"}]}`)
+	defer stream.Body.Close()
+	if stream.StatusCode != 200 {
+		t.Fatalf("stream: %d", stream.StatusCode)
+	}
+	// Requests mid-stream find the stream's tokens counted once its name's chunk has passed
+	// and a periodic entry has come (every 0.5 s).
+	start, counted := time.Now(), 0
+	for counted < 800 && time.Since(start) < 4*time.Second {
+		time.Sleep(300 * time.Millisecond)
+		resp := g.chat(ctx, key, `{"model":"priced","messages":[{"role":"user","content":"hi"}]}`)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		left, err := strconv.Atoi(resp.Header.Get("x-ratelimit-remaining-tokens"))
+		if resp.StatusCode != 200 || err != nil {
+			t.Fatalf("a request mid-stream: %d %v", resp.StatusCode, resp.Header)
+		}
+		counted = tpm - left
+	}
+	if counted < 800 {
+		t.Fatalf("mid-stream, %d tokens counted after %v: the stream's 3,000 characters (about 1,000 tokens) are not charged as it goes", counted, time.Since(start).Round(time.Millisecond))
+	}
+	if _, err := io.Copy(io.Discard, stream.Body); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestClusterRateLimit: a key's rate limit holds across three replicas on one database (each
 // with its own Envoy): sent twice its requests per minute round-robin across them for 75 s,
 // together they let through at most the limit plus one per replica in any 60 s window; the
