@@ -2,6 +2,8 @@ package extproc
 
 import (
 	"strconv"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/ratelimit"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // rateKeyed serves key_valid with the rates given and credits.
@@ -158,5 +161,48 @@ func TestRateLimitMediaCreate(t *testing.T) {
 	}
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("the provider was called %d times", n)
+	}
+}
+
+// TestRouteRateLimit: a route's rates count every request made through it, all keys together,
+// on top of each key's own: two keys without limits share a route of 2 requests a minute, so
+// the third request through it, from either key, is 429 rate_limit_exceeded naming the route
+// (with the route's headers, the keys having none); the same keys naming the model directly
+// are not limited by the route.
+func TestRouteRateLimit(t *testing.T) {
+	g := pricedGateway(t)
+	g.Routes = append(g.Routes, ir.Route{Name: "bot", ID: "route:bot", Rule: ir.RulePriorityFallback, Models: []string{"gpt"},
+		Status: ir.RouteActive, RateLimits: ir.RateLimits{RequestsPerMinute: 2}})
+	other := testSecret(9)
+	e := startServer(t, core.Compile(g, []store.Key{keyRecord("key_valid", validSecret, false), keyRecord("key_other", other, false)}))
+	const viaRoute = `{"model":"route:bot","messages":[{"role":"user","content":"hi"}]}`
+	send := func(secret, body string) *extprocv3.ProcessingResponse {
+		s := e.open()
+		defer s.close()
+		s.roundTrip(chatHeaders("Bearer "+secret, "r", true))
+		return s.roundTrip(requestBody(body))
+	}
+	for i, secret := range []string{validSecret, other} {
+		if im := send(secret, viaRoute).GetImmediateResponse(); im != nil {
+			t.Fatalf("request %d through the route: %d %s", i+1, im.Status.Code, im.Body)
+		}
+	}
+	for _, secret := range []string{validSecret, other} {
+		im := send(secret, viaRoute).GetImmediateResponse()
+		if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), `"code":"rate_limit_exceeded"`) ||
+			!strings.Contains(string(im.Body), "on requests per minute of route route:bot") || !strings.Contains(string(im.Body), "a higher limit on route route:bot") {
+			t.Fatalf("third request through the route: want 429 naming the route, got %v", im)
+		}
+		h := setHeaders(t, im.Headers)
+		if ra, err := strconv.Atoi(h["retry-after"]); err != nil || ra < 59 || ra > 61 || h["x-ratelimit-limit-requests"] != "2" || h["x-ratelimit-remaining-requests"] != "0" {
+			t.Fatalf("429 headers %v", h)
+		}
+	}
+	for i := range 5 {
+		for _, secret := range []string{validSecret, other} {
+			if im := send(secret, shortPrompt).GetImmediateResponse(); im != nil {
+				t.Fatalf("direct request %d: %d %s", i, im.Status.Code, im.Body)
+			}
+		}
 	}
 }
