@@ -206,3 +206,51 @@ func TestRouteRateLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteAndKeyRates: a key with rates of its own through a route with rates: the answer's
+// x-ratelimit headers are the key's (OpenAI sends one set); a request the route refuses gives
+// the key's count back; a prompt over the route's whole tokens per minute is told so, naming
+// the route.
+func TestRouteAndKeyRates(t *testing.T) {
+	g := pricedGateway(t)
+	g.Routes = append(g.Routes, ir.Route{Name: "bot", ID: "route:bot", Rule: ir.RulePriorityFallback, Models: []string{"gpt"},
+		Status: ir.RouteActive, RateLimits: ir.RateLimits{RequestsPerMinute: 1}},
+		ir.Route{Name: "tiny", ID: "route:tiny", Rule: ir.RulePriorityFallback, Models: []string{"gpt"},
+			Status: ir.RouteActive, RateLimits: ir.RateLimits{TokensPerMinute: 5}})
+	k := keyRecord("key_valid", validSecret, false)
+	k.RateLimits = &store.RateLimits{RequestsPerMinute: n64(10)}
+	e := startServer(t, core.Compile(g, []store.Key{k}))
+	send := func(body string) *extprocv3.ProcessingResponse {
+		s := e.open()
+		defer s.close()
+		s.roundTrip(chatHeaders("Bearer "+validSecret, "r", true))
+		return s.roundTrip(requestBody(body))
+	}
+	const viaBot = `{"model":"route:bot","messages":[{"role":"user","content":"hi"}]}`
+	if im := send(viaBot).GetImmediateResponse(); im != nil {
+		t.Fatalf("first through route:bot: %v", im)
+	}
+	im := send(viaBot).GetImmediateResponse()
+	if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), "route route:bot") {
+		t.Fatalf("second through route:bot (1 a minute): %v", im)
+	}
+	if h := setHeaders(t, im.Headers); h["x-ratelimit-limit-requests"] != "1" { // the route's state refused it
+		t.Fatalf("429 headers %v", h)
+	}
+	s := e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r", true))
+	resp := s.roundTrip(requestBody(shortPrompt))
+	if resp.GetImmediateResponse() != nil {
+		t.Fatalf("a direct request: %v", resp)
+	}
+	resp = s.roundTrip(servedHeaders("200", "application/json", "openai/gpt"))
+	h := setHeaders(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())
+	s.close()
+	if h["x-ratelimit-limit-requests"] != "10" || h["x-ratelimit-remaining-requests"] != "8" { // 2 admitted by the key: the refused one was given back
+		t.Fatalf("the key's headers after the route's refusal: %v", h)
+	}
+	im = send(`{"model":"route:tiny","messages":[{"role":"user","content":"` + strings.Repeat("many words here ", 5) + `"}]}`).GetImmediateResponse()
+	if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), "over the rate limit on tokens per minute of route route:tiny") {
+		t.Fatalf("a prompt over route:tiny's whole tokens per minute: %v", im)
+	}
+}

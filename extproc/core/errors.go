@@ -118,8 +118,8 @@ func ReadProviderError(raw json.RawMessage, e *APIError) {
 // clipBody is a provider's answer quoted in a message: at most 512 bytes of it.
 func clipBody(body []byte) string { return provider.Clip(string(body), 512) }
 
-// CodeRateLimited is the code of a request over its key's (or payer's) rate limits: 429, with
-// Retry-After. SDKs retry it after that wait, and it then succeeds.
+// CodeRateLimited is the code of a request over its key's (or route's, or payer's) rate
+// limits: 429, with Retry-After. SDKs retry it after that wait, and it then succeeds.
 const CodeRateLimited = "rate_limit_exceeded"
 
 // rateRefusal is the 429 of a request that came wait too early, or (wait ratelimit.TooLarge
