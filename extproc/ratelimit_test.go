@@ -2,6 +2,8 @@ package extproc
 
 import (
 	"strconv"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/extproc/ratelimit"
 	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // rateKeyed serves key_valid with the rates given and credits.
@@ -158,5 +161,96 @@ func TestRateLimitMediaCreate(t *testing.T) {
 	}
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("the provider was called %d times", n)
+	}
+}
+
+// TestRouteRateLimit: a route's rates count every request made through it, all keys together,
+// on top of each key's own: two keys without limits share a route of 2 requests a minute, so
+// the third request through it, from either key, is 429 rate_limit_exceeded naming the route
+// (with the route's headers, the keys having none); the same keys naming the model directly
+// are not limited by the route.
+func TestRouteRateLimit(t *testing.T) {
+	g := pricedGateway(t)
+	g.Routes = append(g.Routes, ir.Route{Name: "bot", ID: "route:bot", Rule: ir.RulePriorityFallback, Models: []string{"gpt"},
+		Status: ir.RouteActive, RateLimits: ir.RateLimits{RequestsPerMinute: 2}})
+	other := testSecret(9)
+	e := startServer(t, core.Compile(g, []store.Key{keyRecord("key_valid", validSecret, false), keyRecord("key_other", other, false)}))
+	const viaRoute = `{"model":"route:bot","messages":[{"role":"user","content":"hi"}]}`
+	send := func(secret, body string) *extprocv3.ProcessingResponse {
+		s := e.open()
+		defer s.close()
+		s.roundTrip(chatHeaders("Bearer "+secret, "r", true))
+		return s.roundTrip(requestBody(body))
+	}
+	for i, secret := range []string{validSecret, other} {
+		if im := send(secret, viaRoute).GetImmediateResponse(); im != nil {
+			t.Fatalf("request %d through the route: %d %s", i+1, im.Status.Code, im.Body)
+		}
+	}
+	for _, secret := range []string{validSecret, other} {
+		im := send(secret, viaRoute).GetImmediateResponse()
+		if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), `"code":"rate_limit_exceeded"`) ||
+			!strings.Contains(string(im.Body), "on requests per minute of route route:bot") || !strings.Contains(string(im.Body), "a higher limit on route route:bot") {
+			t.Fatalf("third request through the route: want 429 naming the route, got %v", im)
+		}
+		h := setHeaders(t, im.Headers)
+		if ra, err := strconv.Atoi(h["retry-after"]); err != nil || ra < 59 || ra > 61 || h["x-ratelimit-limit-requests"] != "2" || h["x-ratelimit-remaining-requests"] != "0" {
+			t.Fatalf("429 headers %v", h)
+		}
+	}
+	for i := range 5 {
+		for _, secret := range []string{validSecret, other} {
+			if im := send(secret, shortPrompt).GetImmediateResponse(); im != nil {
+				t.Fatalf("direct request %d: %d %s", i, im.Status.Code, im.Body)
+			}
+		}
+	}
+}
+
+// TestRouteAndKeyRates: a key with rates of its own through a route with rates: the answer's
+// x-ratelimit headers are the key's (OpenAI sends one set); a request the route refuses gives
+// the key's count back; a prompt over the route's whole tokens per minute is told so, naming
+// the route.
+func TestRouteAndKeyRates(t *testing.T) {
+	g := pricedGateway(t)
+	g.Routes = append(g.Routes, ir.Route{Name: "bot", ID: "route:bot", Rule: ir.RulePriorityFallback, Models: []string{"gpt"},
+		Status: ir.RouteActive, RateLimits: ir.RateLimits{RequestsPerMinute: 1}},
+		ir.Route{Name: "tiny", ID: "route:tiny", Rule: ir.RulePriorityFallback, Models: []string{"gpt"},
+			Status: ir.RouteActive, RateLimits: ir.RateLimits{TokensPerMinute: 5}})
+	k := keyRecord("key_valid", validSecret, false)
+	k.RateLimits = &store.RateLimits{RequestsPerMinute: n64(10)}
+	e := startServer(t, core.Compile(g, []store.Key{k}))
+	send := func(body string) *extprocv3.ProcessingResponse {
+		s := e.open()
+		defer s.close()
+		s.roundTrip(chatHeaders("Bearer "+validSecret, "r", true))
+		return s.roundTrip(requestBody(body))
+	}
+	const viaBot = `{"model":"route:bot","messages":[{"role":"user","content":"hi"}]}`
+	if im := send(viaBot).GetImmediateResponse(); im != nil {
+		t.Fatalf("first through route:bot: %v", im)
+	}
+	im := send(viaBot).GetImmediateResponse()
+	if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), "route route:bot") {
+		t.Fatalf("second through route:bot (1 a minute): %v", im)
+	}
+	if h := setHeaders(t, im.Headers); h["x-ratelimit-limit-requests"] != "1" { // the route's state refused it
+		t.Fatalf("429 headers %v", h)
+	}
+	s := e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r", true))
+	resp := s.roundTrip(requestBody(shortPrompt))
+	if resp.GetImmediateResponse() != nil {
+		t.Fatalf("a direct request: %v", resp)
+	}
+	resp = s.roundTrip(servedHeaders("200", "application/json", "openai/gpt"))
+	h := setHeaders(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())
+	s.close()
+	if h["x-ratelimit-limit-requests"] != "10" || h["x-ratelimit-remaining-requests"] != "8" { // 2 admitted by the key: the refused one was given back
+		t.Fatalf("the key's headers after the route's refusal: %v", h)
+	}
+	im = send(`{"model":"route:tiny","messages":[{"role":"user","content":"` + strings.Repeat("many words here ", 5) + `"}]}`).GetImmediateResponse()
+	if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), "over the rate limit on tokens per minute of route route:tiny") {
+		t.Fatalf("a prompt over route:tiny's whole tokens per minute: %v", im)
 	}
 }

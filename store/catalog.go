@@ -61,14 +61,17 @@ type Model struct {
 // Route is a model route (docs/api.md#routes). ID is route:<slug of the name at creation> and never
 // changes; the config file and the admin API both write routes.
 type Route struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name"`
-	Rule      string            `json:"rule"`
-	Models    []string          `json:"models,omitempty"`
-	Modes     map[string]string `json:"modes,omitempty"`
-	Status    string            `json:"status"`
-	Source    Source            `json:"source"`
-	CreatedAt time.Time         `json:"created_at"`
+	ID     string            `json:"id"`
+	Name   string            `json:"name"`
+	Rule   string            `json:"rule"`
+	Models []string          `json:"models,omitempty"`
+	Modes  map[string]string `json:"modes,omitempty"`
+	Status string            `json:"status"`
+	// RateLimits caps every request made through the route, all keys together, on top of each
+	// key's own rates; nil, or a rate left unset: no limit.
+	RateLimits *RateLimits `json:"rate_limits,omitempty"`
+	Source     Source      `json:"source"`
+	CreatedAt  time.Time   `json:"created_at"`
 }
 
 // Catalog is the set of providers, models and routes, read at one point in time; each list is

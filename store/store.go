@@ -38,6 +38,9 @@ type Routes interface {
 	PutRoute(r Route) error
 	// SetRouteStatus pauses or resumes a route (ErrNotFound if absent).
 	SetRouteStatus(id, status string) (Route, error)
+	// SetRouteRateLimits sets a route's rate limits (nil: none; ErrNotFound if absent,
+	// ErrInvalid for a rate out of range).
+	SetRouteRateLimits(id string, r *RateLimits) (Route, error)
 }
 
 // Keys are the API keys, stored by the hash of their secret.

@@ -47,7 +47,7 @@ func (c *Processor) admit(body []byte) *core.APIError {
 	x := c.x
 	b := x.Books
 	// Rate limits first: a refused request holds nothing and reaches no facilitator.
-	if e := x.AdmitRate(c.plan.promptBound); e != nil {
+	if e := x.AdmitRates(c.plan.promptBound, c.plan.route); e != nil {
 		return e
 	}
 	if b != nil || c.plan.clientUsage || c.pay != nil || x.RateCountsTokens() {

@@ -118,18 +118,23 @@ func ReadProviderError(raw json.RawMessage, e *APIError) {
 // clipBody is a provider's answer quoted in a message: at most 512 bytes of it.
 func clipBody(body []byte) string { return provider.Clip(string(body), 512) }
 
-// CodeRateLimited is the code of a request over its key's (or payer's) rate limits: 429, with
-// Retry-After. SDKs retry it after that wait, and it then succeeds.
+// CodeRateLimited is the code of a request over its key's (or route's, or payer's) rate
+// limits: 429, with Retry-After. SDKs retry it after that wait, and it then succeeds.
 const CodeRateLimited = "rate_limit_exceeded"
 
 // rateRefusal is the 429 of a request that came wait too early, or (wait ratelimit.TooLarge
 // with its tokens over the whole limit) of one that can never pass.
 func rateRefusal(o RateOwner, tokens int64, wait time.Duration, st ratelimit.Status) *APIError {
 	secs := max(int64(math.Ceil(wait.Seconds())), 1)
+	// A route's limit is every caller's together: the message names it, and whose limit to raise.
+	of, higher := "", "a higher limit"
+	if o.Route != "" {
+		of, higher = " of route "+o.Route+" (every request through it, all keys together)", "a higher limit on route "+o.Route
+	}
 	var e *APIError
 	if wait == ratelimit.TooLarge && o.Limits.Tokens > 0 && tokens > o.Limits.Tokens {
 		e = Errorf(http.StatusTooManyRequests, CodeRateLimited,
-			"this request alone is over the rate limit on tokens per minute: about %d tokens, limit %d; shorten the prompt or lower max_tokens, or ask the gateway's operator for a higher limit", tokens, o.Limits.Tokens)
+			"this request alone is over the rate limit on tokens per minute%s: about %d tokens, limit %d; shorten the prompt or lower max_tokens, or ask the gateway's operator for %s", of, tokens, o.Limits.Tokens, higher)
 	} else {
 		which := "requests"
 		if o.Limits.Tokens > 0 && st.Tokens.Remaining == 0 && (o.Limits.Requests == 0 || st.Requests.Remaining > 0) {
@@ -140,7 +145,7 @@ func rateRefusal(o RateOwner, tokens int64, wait time.Duration, st ratelimit.Sta
 			limit = o.Limits.Tokens
 		}
 		e = Errorf(http.StatusTooManyRequests, CodeRateLimited,
-			"rate limit reached on %s per minute: limit %d; retry after %d s (the Retry-After header; the x-ratelimit-* headers say what is left), or ask the gateway's operator for a higher limit", which, limit, secs)
+			"rate limit reached on %s per minute%s: limit %d; retry after %d s (the Retry-After header; the x-ratelimit-* headers say what is left), or ask the gateway's operator for %s", which, of, limit, secs, higher)
 	}
 	e.Headers = rateHeaders(st)
 	e.Headers["retry-after"] = strconv.FormatInt(secs, 10)

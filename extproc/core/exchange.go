@@ -78,10 +78,11 @@ type Exchange struct {
 	OnRefusal func()
 	Given     func()
 
-	// rateGrants are the request's admitted rate charges (its key's, a payer's) and rateTokens
-	// the tokens each counted (ratelimit.go).
+	// rateGrants are the request's admitted rate charges (its key's, its route's, a payer's),
+	// rateTokens the tokens each counted and rateRoute its route's owner (ratelimit.go).
 	rateGrants []rateGrant
 	rateTokens int64
+	rateRoute  RateOwner
 
 	billID string
 }

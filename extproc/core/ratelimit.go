@@ -1,9 +1,9 @@
 package core
 
-// A keyed request's rate limits (its key's requests and tokens per minute, extproc/ratelimit):
-// admitted with its prompt estimate before any hold is taken, refused with 429
-// rate_limit_exceeded and Retry-After, and the x-ratelimit-* headers on every answer to a key
-// with limits, as OpenAI sends them.
+// A keyed request's rate limits (its key's requests and tokens per minute, extproc/ratelimit,
+// and its route's, all keys together): admitted with its prompt estimate before any hold is
+// taken, refused with 429 rate_limit_exceeded and Retry-After, and the x-ratelimit-* headers on
+// every answer to a key with limits (or through a route with limits), as OpenAI sends them.
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollway/tollway/extproc/ratelimit"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // The x-ratelimit headers, OpenAI's names.
@@ -23,11 +24,20 @@ const (
 	hdrResetTokens       = "x-ratelimit-reset-tokens"
 )
 
-// RateOwner is whom a request's rates are counted for and under which limits: its key, or a
-// paid endpoint's payer (x402/paid). Limits of zero limit nothing.
+// RateOwner is whom a request's rates are counted for and under which limits: its key, its
+// route, or a paid endpoint's payer (x402/paid). Limits of zero limit nothing.
 type RateOwner struct {
 	ID     string
 	Limits ratelimit.Limits
+	// Route is the route's id when the owner is a route (every request through it, all keys
+	// together): its refusal names it, and its headers show only when the key has none.
+	Route string
+}
+
+// RouteOwner is route r as a rate owner: every request made through it.
+func RouteOwner(r *ir.Route) RateOwner {
+	return RateOwner{ID: "route:" + r.ID, Route: r.ID,
+		Limits: ratelimit.Limits{Requests: r.RateLimits.RequestsPerMinute, Tokens: r.RateLimits.TokensPerMinute}}
 }
 
 // keyOwner is the request's key as a rate owner (zero without a key).
@@ -46,6 +56,20 @@ func (x *Exchange) AdmitRate(tokens int64) *APIError {
 	return x.AdmitRateAs(x.keyOwner())
 }
 
+// AdmitRates is AdmitRate, then, for a request made through route r (nil: a model named
+// directly), the same count against the route's rates: the request must pass both (a route's
+// refusal gives the key's count back, as every refusal does).
+func (x *Exchange) AdmitRates(tokens int64, r *ir.Route) *APIError {
+	if e := x.AdmitRate(tokens); e != nil {
+		return e
+	}
+	if r == nil {
+		return nil
+	}
+	x.rateRoute = RouteOwner(r)
+	return x.AdmitRateAs(x.rateRoute)
+}
+
 // AdmitRateAs counts the request against o's rates too (a paid endpoint's payer), with the
 // tokens its key's step counted.
 func (x *Exchange) AdmitRateAs(o RateOwner) *APIError {
@@ -56,7 +80,7 @@ func (x *Exchange) AdmitRateAs(o RateOwner) *APIError {
 	if g == nil {
 		return rateRefusal(o, x.rateTokens, wait, st)
 	}
-	x.rateGrants = append(x.rateGrants, rateGrant{g, o.Limits})
+	x.rateGrants = append(x.rateGrants, rateGrant{g, o.Limits, o.Route != ""})
 	return nil
 }
 
@@ -64,6 +88,7 @@ func (x *Exchange) AdmitRateAs(o RateOwner) *APIError {
 type rateGrant struct {
 	*ratelimit.Grant
 	limits ratelimit.Limits
+	route  bool // the route's, all keys together
 }
 
 // RateCountsTokens reports whether the request was admitted under a tokens rate: its usage is
@@ -104,12 +129,24 @@ func (x *Exchange) refundRate() {
 }
 
 // RateHeaders are the x-ratelimit headers of the request's answer; nil for a request no rate
-// limits (no key, a key without limits).
+// limits (no key, a key without limits through no route with limits). OpenAI sends one set:
+// a payer's, else its key's, else its route's when the key has none.
 func (x *Exchange) RateHeaders() map[string]string {
-	if n := len(x.rateGrants); n > 0 {
-		return rateHeaders(x.rateGrants[n-1].Status) // a payer's, admitted after its key
+	var route *rateGrant
+	for i := len(x.rateGrants) - 1; i >= 0; i-- {
+		g := &x.rateGrants[i]
+		if !g.route {
+			return rateHeaders(g.Status) // a payer's, admitted after its key
+		}
+		route = g
+	}
+	if route != nil {
+		return rateHeaders(route.Status)
 	}
 	o := x.keyOwner()
+	if !o.Limits.Any() {
+		o = x.rateRoute
+	}
 	if !o.Limits.Any() || x.Shared == nil || x.Rates == nil {
 		return nil
 	}

@@ -28,7 +28,7 @@ type Shared struct {
 	Hints             Hints  // operators' hints logged for refusals (hints.go)
 	// Spans makes ext_proc's spans (tracing:); nil: off.
 	Spans *spans.Tracer
-	// Rates are the keys' and payers' rate limits (ratelimit.go); nil: none are enforced.
+	// Rates are the keys', routes' and payers' rate limits (ratelimit.go); nil: none are enforced.
 	Rates *ratelimit.Limiter
 	// storeCheck reports the store's outage (nil: none): see SetStoreCheck; sharedCheck the
 	// shared database's: see SetSharedStoreCheck.

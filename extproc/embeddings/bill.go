@@ -21,7 +21,7 @@ func (p *Processor) admit() *core.APIError {
 	bound := min(p.req.bound, store.MaxTokens)
 	// Rate limits first, with the input's bound (corrected to the tokens billed at settle): a
 	// refused request holds nothing.
-	if e := x.AdmitRate(bound); e != nil {
+	if e := x.AdmitRates(bound, p.plan.route); e != nil {
 		return e
 	}
 	b := x.Books

@@ -1,9 +1,10 @@
-// Package ratelimit owns the per-key rate limits (requests and tokens per minute) in one
-// gateway's memory: a sliding window of per-second counts (window.go) over the last minute, so a
-// key may spend its whole minute's allowance at once (a burst, as OpenAI's limits allow) and
-// still at most the limit passes in any 60-second window (a fixed minute would let 2x through at
-// its boundary). Refused requests cost nothing. Tokens are charged at admission from the
-// request's prompt estimate and corrected at settlement (Grant.Settle) by what was used.
+// Package ratelimit owns the rate limits of keys, routes and payers (requests and tokens per
+// minute) in one gateway's memory: a sliding window of per-second counts (window.go) over the
+// last minute, so an owner may spend its whole minute's allowance at once (a burst, as OpenAI's
+// limits allow) and still at most the limit passes in any 60-second window (a fixed minute would
+// let 2x through at its boundary). Refused requests cost nothing. Tokens are charged at
+// admission from the request's prompt estimate and corrected at settlement (Grant.Settle) by
+// what was used.
 package ratelimit
 
 import (

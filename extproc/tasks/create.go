@@ -159,7 +159,7 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 	if refused := x.SharedStoreRefusal(); refused != nil {
 		return x.Fail(refused)
 	}
-	hold, refused := md.hold(worst)
+	hold, refused := md.hold(worst, route)
 	if refused != nil {
 		return x.Fail(refused)
 	}
@@ -215,13 +215,13 @@ func (md *Media) settle(t *store.Task) {
 	span.End()
 }
 
-// hold takes the hold of a create whose worst case is worst: a paid one's payment is
-// admitted instead (it covers the task, never the account's credits). Nil without billing.
-func (md *Media) hold(worst decimal.Decimal) (*billing.Hold, *core.APIError) {
+// hold takes the hold of a create whose worst case is worst, made through route (nil: none),
+// after its rates: a paid one's payment is admitted instead (it covers the task, never the account's credits). Nil without billing.
+func (md *Media) hold(worst decimal.Decimal, route *ir.Route) (*billing.Hold, *core.APIError) {
 	x := md.x
 	// Rate limits first (requests per minute; a task's tokens are not counted): a refused
 	// create holds nothing and reaches no facilitator.
-	if e := x.AdmitRate(0); e != nil {
+	if e := x.AdmitRates(0, route); e != nil {
 		return nil, e
 	}
 	if md.pay != nil {

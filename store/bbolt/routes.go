@@ -40,6 +40,20 @@ func (s *Store) PutRoute(r store.Route) error {
 
 // SetRouteStatus pauses or resumes a route.
 func (s *Store) SetRouteStatus(id, status string) (store.Route, error) {
+	return s.changeRoute(id, func(r *store.Route) { r.Status = status })
+}
+
+// SetRouteRateLimits sets a route's rate limits (nil: none; ErrNotFound if absent, ErrInvalid
+// for a rate out of range).
+func (s *Store) SetRouteRateLimits(id string, rates *store.RateLimits) (store.Route, error) {
+	if err := rates.Check(); err != nil {
+		return store.Route{}, err
+	}
+	return s.changeRoute(id, func(r *store.Route) { r.RateLimits = rates.Norm() })
+}
+
+// changeRoute changes the stored route id in one transaction.
+func (s *Store) changeRoute(id string, change func(*store.Route)) (store.Route, error) {
 	var r store.Route
 	err := s.catalogUpdate(id, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketRoutes)
@@ -50,7 +64,7 @@ func (s *Store) SetRouteStatus(id, status string) (store.Route, error) {
 		if err := jsonUnmarshal(v, &r); err != nil {
 			return err
 		}
-		r.Status = status
+		change(&r)
 		return putJSON(b, id, r)
 	})
 	return r, err

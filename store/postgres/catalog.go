@@ -233,6 +233,20 @@ func (s *Store) PutRoute(r store.Route) error {
 
 // SetRouteStatus pauses or resumes a route (ErrNotFound if absent).
 func (s *Store) SetRouteStatus(id, status string) (store.Route, error) {
+	return s.changeRoute(id, func(r *store.Route) { r.Status = status })
+}
+
+// SetRouteRateLimits sets a route's rate limits (nil: none; ErrNotFound if absent, ErrInvalid
+// for a rate out of range).
+func (s *Store) SetRouteRateLimits(id string, rates *store.RateLimits) (store.Route, error) {
+	if err := rates.Check(); err != nil {
+		return store.Route{}, err
+	}
+	return s.changeRoute(id, func(r *store.Route) { r.RateLimits = rates.Norm() })
+}
+
+// changeRoute changes the stored route id in one transaction, its row locked.
+func (s *Store) changeRoute(id string, change func(*store.Route)) (store.Route, error) {
 	var r store.Route
 	err := s.catalogTx(id, func(ctx context.Context, tx pgx.Tx) error {
 		var found bool
@@ -243,7 +257,7 @@ func (s *Store) SetRouteStatus(id, status string) (store.Route, error) {
 		if !found {
 			return fmt.Errorf("route %q: %w", id, store.ErrNotFound)
 		}
-		r.Status = status
+		change(&r)
 		return upsert(ctx, tx, "routes", "id", r.ID, r.Source, r)
 	})
 	return r, err

@@ -105,6 +105,39 @@ var catalogCases = []conformance{
 			t.Fatalf("SetRouteStatus of an absent route: %v", err)
 		}
 	}},
+	{"routes/rate-limits", func(t *testing.T, e *env) {
+		s := e.s
+		two, five := int64(2), int64(5000)
+		if err := s.PutRoute(store.Route{ID: "route:r", Name: "r", Rule: "priority_fallback", Status: "active", CreatedAt: day0,
+			RateLimits: &store.RateLimits{RequestsPerMinute: &two}}); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := s.Routes()
+		if err != nil || len(rs) != 1 || rs[0].RateLimits == nil || *rs[0].RateLimits.RequestsPerMinute != 2 || rs[0].RateLimits.TokensPerMinute != nil {
+			t.Fatalf("Routes after PutRoute: %+v %v", rs, err)
+		}
+		r, err := s.SetRouteRateLimits("route:r", &store.RateLimits{TokensPerMinute: &five})
+		if err != nil || r.RateLimits == nil || r.RateLimits.RequestsPerMinute != nil || *r.RateLimits.TokensPerMinute != 5000 || !r.CreatedAt.Equal(day0) {
+			t.Fatalf("SetRouteRateLimits: %+v %v", r, err)
+		}
+		if r, err = s.SetRouteStatus("route:r", "paused"); err != nil || r.RateLimits == nil || *r.RateLimits.TokensPerMinute != 5000 {
+			t.Fatalf("SetRouteStatus keeps the rates: %+v %v", r, err)
+		}
+		cat, err := s.Catalog()
+		if err != nil || len(cat.Routes) != 1 || cat.Routes[0].RateLimits == nil || *cat.Routes[0].RateLimits.TokensPerMinute != 5000 {
+			t.Fatalf("Catalog: %+v %v", cat.Routes, err)
+		}
+		zero := int64(0)
+		if _, err := s.SetRouteRateLimits("route:r", &store.RateLimits{RequestsPerMinute: &zero}); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("a rate of 0: %v", err)
+		}
+		if r, err = s.SetRouteRateLimits("route:r", nil); err != nil || r.RateLimits != nil {
+			t.Fatalf("SetRouteRateLimits(nil): %+v %v", r, err)
+		}
+		if _, err := s.SetRouteRateLimits("route:nope", nil); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("SetRouteRateLimits of an absent route: %v", err)
+		}
+	}},
 }
 
 func names(ps []store.Provider) string {

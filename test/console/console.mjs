@@ -228,6 +228,7 @@ try {
     await page.locator('#route-pick').selectOption('gpt-4o-mini');
     await page.getByRole('button', { name: 'Add model' }).click();
     await page.locator('#route-order').getByText('gpt-4o-mini').waitFor();
+    await page.locator('#route-rpm').fill('100');
     await shot('route-new');
     await page.getByRole('button', { name: 'Save route' }).click();
     await page.getByRole('heading', { level: 1, name: 'Routes' }).waitFor();
@@ -235,6 +236,8 @@ try {
     const routeRow = page.locator('tr[data-route="route:console-route-1"]');
     await routeRow.getByText('Active').waitFor();
     check(true, 'the route is listed, Active');
+    await routeRow.getByText('100 / none').waitFor();
+    check(true, 'the route was created with 100 requests per minute, tokens not limited');
 
     // A mode-mapping route through the same form.
     await page.getByRole('link', { name: 'Create route' }).click();
@@ -270,6 +273,21 @@ try {
     await page.locator('#route-metric').selectOption('cost');
     await page.locator('#route-chart').waitFor();
     await shot('route');
+
+    // The route's rates: shown on its page, changed in its dialog (PATCH), no limit when empty.
+    await page.locator('#route-rates-value').getByText('100 / none').waitFor();
+    await page.getByRole('button', { name: 'Change rates' }).click();
+    check((await dialog.getByLabel('Requests per minute').inputValue()) === '100', 'the rates dialog shows the route\'s requests per minute');
+    await dialog.getByLabel('Requests per minute').fill('0');
+    await dialog.getByRole('button', { name: 'Save rates' }).click();
+    await dialog.getByText('out of range', { exact: false }).waitFor();
+    check(await dialog.isVisible(), 'a rate of 0 keeps the dialog open with the API message');
+    await dialog.getByLabel('Requests per minute').fill('');
+    await dialog.getByLabel('Tokens per minute').fill('1000000');
+    await dialog.getByRole('button', { name: 'Save rates' }).click();
+    await dialog.waitFor({ state: 'hidden' });
+    await page.locator('#route-rates-value').getByText('none / 1000000').waitFor();
+    check(true, 'the dialog sets 1000000 tokens per minute and no requests limit on the route');
 
     // Pause: the next request is refused with 409 route_paused.
     await page.getByRole('button', { name: 'Pause' }).click();

@@ -385,3 +385,85 @@ func TestClusterRateLimit(t *testing.T) {
 		t.Fatalf("after 65 s only replicas %v let requests through: the shares did not become usable", late)
 	}
 }
+
+// TestRouteRateLimitThroughEnvoy: a route's rate_limits (the config file's routes: entry) count
+// every request made through it, all keys together, through the real Envoy: two keys without
+// limits of their own send 2 through route:shared (a minute's allowance), the third, from
+// either key, is 429 rate_limit_exceeded with an integer Retry-After and the route's headers,
+// its message naming the route, and reaches no provider; the same keys naming the model
+// directly still pass.
+func TestRouteRateLimitThroughEnvoy(t *testing.T) {
+	t.Parallel()
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, catalog(fake.URL(), sdkPricing)+`routes:
+  - {name: shared, rule: priority_fallback, models: [gpt-4o-mini], rate_limits: {requests_per_minute: 2}}
+`, "FAKE_PROVIDER_KEY="+providerKey)
+	ctx := context.Background()
+	if err := g.NewAccount(ctx, "acme", "5"); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{g.newKey("acme"), g.newKey("acme")}
+	const viaRoute = `{"model":"route:shared","messages":[{"role":"user","content":"hello there"}]}`
+	for i, key := range keys {
+		resp := g.chat(ctx, key, viaRoute)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("x-ratelimit-limit-requests") != "2" || resp.Header.Get("x-ratelimit-remaining-requests") != fmt.Sprint(1-i) {
+			t.Fatalf("request %d through the route: %d %v", i+1, resp.StatusCode, resp.Header)
+		}
+	}
+	served := fake.RequestCount()
+	for _, key := range keys {
+		resp := g.chat(ctx, key, viaRoute)
+		h := resp.Header
+		e := wantError(t, resp, http.StatusTooManyRequests, "rate_limit_exceeded")
+		ra, err := strconv.Atoi(h.Get("retry-after"))
+		if err != nil || ra < 55 || ra > 61 || !strings.Contains(e.Error.Message, "route route:shared") ||
+			!strings.Contains(e.Error.Message, "a higher limit on route route:shared") {
+			t.Fatalf("429: retry-after %q, message %q", h.Get("retry-after"), e.Error.Message)
+		}
+		if h.Get("x-ratelimit-limit-requests") != "2" || h.Get("x-ratelimit-remaining-requests") != "0" {
+			t.Fatalf("429 headers: %v", h)
+		}
+	}
+	if fake.RequestCount() != served {
+		t.Fatal("a refused request reached the provider")
+	}
+	const direct = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there"}]}`
+	for _, key := range keys {
+		resp := g.chat(ctx, key, direct)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("x-ratelimit-limit-requests") != "" {
+			t.Fatalf("a direct request: %d %v", resp.StatusCode, resp.Header)
+		}
+	}
+
+	// A route made with the CLI takes --rpm; routes list shows it; routes set-limit changes it
+	// (PATCH /admin/v1/routes/{id}) and the next request is admitted under the new rates.
+	if out, err := g.cli("routes", "create", "cli bot", "--rule", "priority_fallback", "--models", "gpt-4o-mini", "--rpm", "1"); err != nil {
+		t.Fatalf("routes create --rpm: %v %s", err, out)
+	}
+	const viaCLIRoute = `{"model":"route:cli-bot","messages":[{"role":"user","content":"hello there"}]}`
+	status := func() int {
+		resp := g.chat(ctx, keys[0], viaCLIRoute)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if a, b := status(), status(); a != 200 || b != 429 {
+		t.Fatalf("route:cli-bot at 1 a minute: %d then %d", a, b)
+	}
+	if out, err := g.cli("routes", "list"); err != nil || !strings.Contains(out, "1/none") || !strings.Contains(out, "2/none") {
+		t.Fatalf("routes list: %v\n%s", err, out)
+	}
+	if out, err := g.cli("routes", "set-limit", "route:cli-bot", "--rpm", "none", "--tpm", "100000"); err != nil || !strings.Contains(out, "none/100000") {
+		t.Fatalf("routes set-limit: %v %s", err, out)
+	}
+	if code := status(); code != 200 {
+		t.Fatalf("route:cli-bot after set-limit --rpm none: %d", code)
+	}
+	if out, err := g.cli("routes", "set-limit", "route:shared", "--rpm", "10"); err == nil || !strings.Contains(out+err.Error(), "config_route") {
+		t.Fatalf("routes set-limit of a config route: %v %s", err, out)
+	}
+}

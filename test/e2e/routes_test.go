@@ -230,7 +230,7 @@ func TestRoutesAdminAndLiveEdits(t *testing.T) {
 		}
 	}
 	// backup (first) is served by c, which is up: healthy; two requests recorded on the route.
-	if f := strings.Fields(line); len(f) < 8 || f[len(f)-4] != "active" || f[len(f)-3] != "healthy" || f[len(f)-2] != "2" {
+	if f := strings.Fields(line); len(f) < 9 || f[len(f)-5] != "active" || f[len(f)-4] != "none/none" || f[len(f)-3] != "healthy" || f[len(f)-2] != "2" {
 		t.Fatalf("routes list line %q in\n%s", line, out)
 	}
 	if !strings.Contains(out, "route:old") || !strings.Contains(out, "paused") {

@@ -106,7 +106,11 @@ func Build(public string, cat store.Catalog, env Env) (*ir.Gateway, error) {
 		g.Models = append(g.Models, m)
 	}
 	for _, sr := range cat.Routes {
-		g.Routes = append(g.Routes, ir.Route{Name: sr.Name, ID: sr.ID, Rule: sr.Rule, Models: sr.Models, Modes: sr.Modes, Status: sr.Status})
+		r := ir.Route{Name: sr.Name, ID: sr.ID, Rule: sr.Rule, Models: sr.Models, Modes: sr.Modes, Status: sr.Status}
+		if sr.RateLimits != nil {
+			r.RateLimits = ir.RateLimitsOf(sr.RateLimits.RequestsPerMinute, sr.RateLimits.TokensPerMinute)
+		}
+		g.Routes = append(g.Routes, r)
 	}
 	errs = append(errs, g.Validate())
 	if err := errors.Join(errs...); err != nil {

@@ -93,6 +93,9 @@ type RateLimits struct {
 	TokensPerMinute   int64 `json:"tokensPerMinute,omitempty"`
 }
 
+// Any reports whether r limits anything.
+func (r RateLimits) Any() bool { return r.RequestsPerMinute > 0 || r.TokensPerMinute > 0 }
+
 // RateLimitsOf is the rates a record keeps as pointers (nil: unset, 0 here).
 func RateLimitsOf(rpm, tpm *int64) RateLimits {
 	var r RateLimits

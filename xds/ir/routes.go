@@ -28,6 +28,9 @@ type Route struct {
 	Models []string          `json:"models,omitempty"` // priority order (priority_fallback)
 	Modes  map[string]string `json:"modes,omitempty"`  // mode -> model (mode_mapping)
 	Status string            `json:"status"`
+	// RateLimits caps every request through the route, all keys together (ext_proc enforces
+	// them on top of each key's own).
+	RateLimits RateLimits `json:"rateLimits,omitzero"`
 }
 
 var slugUnsafe = regexp.MustCompile(`[^a-z0-9]+`)

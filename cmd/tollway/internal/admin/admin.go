@@ -106,6 +106,7 @@ func Handler(o Options) http.Handler {
 	s.keyRoutes(mux)
 	s.accountRoutes(mux)
 	s.routeRoutes(mux)
+	s.routeLimitRoutes(mux)
 	s.catalogRoutes(mux)
 	s.consoleAPIRoutes(mux)
 	s.metricsRoutes(mux)

@@ -32,6 +32,7 @@ type testAdmin struct {
 	gw     *gateway.Gateway
 	store  store.Store
 	ledger *billing.Ledger
+	ext    *extproc.Server
 	h      http.Handler
 }
 
@@ -61,7 +62,7 @@ func newTestAdmin(tb testing.TB, token string) *testAdmin {
 	ledger.SetAccount("acme", decimal.RequireFromString("10"))
 	h := Handler(Options{Listen: testAdminAddr, Token: token, Log: log, Store: st, Apply: g, Runtime: g, XDS: ctrl, Ext: ext, Ledger: ledger,
 		Reload: func() error { return nil }})
-	return &testAdmin{gw: g, store: st, ledger: ledger, h: h}
+	return &testAdmin{gw: g, store: st, ledger: ledger, ext: ext, h: h}
 }
 
 // do sends one request as the CLI would (own Host, JSON) unless hdr says otherwise; a "host"

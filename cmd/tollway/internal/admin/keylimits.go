@@ -75,18 +75,25 @@ func decodeKeyLimitsPatch(raw []byte) (store.KeyLimitsChange, error) {
 // patchRates sets the rates a PATCH's rate_limits names (null: unset), as JSON merge patch
 // would: "rate_limits": null unsets both, a member left out is kept.
 func patchRates(c *store.KeyLimitsChange, raw json.RawMessage, r *store.RateLimits) {
-	var members map[string]json.RawMessage
-	_ = json.Unmarshal(raw, &members) // null or an object: decodeKeyLimits took it
 	if r == nil {
 		r = &store.RateLimits{}
 	}
-	_, rpm := members["requests_per_minute"]
-	_, tpm := members["tokens_per_minute"]
-	if members == nil { // "rate_limits": null
-		rpm, tpm = true, true
-	}
+	rpm, tpm := namedRates(raw)
 	c.SetRequestsPerMinute, c.RequestsPerMinute = rpm, r.RequestsPerMinute
 	c.SetTokensPerMinute, c.TokensPerMinute = tpm, r.TokensPerMinute
+}
+
+// namedRates reports which rates a PATCH's rate_limits (raw, null or an object its decoder
+// took) names: "rate_limits": null names both.
+func namedRates(raw json.RawMessage) (rpm, tpm bool) {
+	var members map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &members)
+	if members == nil {
+		return true, true
+	}
+	_, rpm = members["requests_per_minute"]
+	_, tpm = members["tokens_per_minute"]
+	return rpm, tpm
 }
 
 // keyLimitRoutes: PUT /admin/v1/keys/{id}/limits sets a key's monthly limit, model allow-list

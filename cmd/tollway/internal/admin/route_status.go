@@ -61,5 +61,5 @@ func (s *api) routeStatusRoutes(mux *http.ServeMux) {
 func configRouteRefusal(id string) error {
 	return &adminRefusal{http.StatusConflict, "config_route",
 		"route " + ir.QuoteShort(id) + " is defined in the config file (routes:), and the next config apply would undo a change made here: " +
-			"edit its entry there (status: paused or active, its models) and run `tollway reload`; routes created in the console or with `tollway routes create` can be changed here"}
+			"edit its entry there (status: paused or active, its models, its rate_limits) and run `tollway reload`; routes created in the console or with `tollway routes create` can be changed here"}
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/tollway/tollway/cmd/tollway/internal/adminapi"
@@ -37,7 +38,16 @@ func (s *api) routeHealth(r store.Route) string {
 	return "degraded"
 }
 
-const routeExample = `{"name": "support bot", "rule": "priority_fallback", "models": ["m1", "m2"]} or {"name": "tiers", "rule": "mode_mapping", "modes": {"fast": "m1", "balanced": "m2", "deep": "m3"}}`
+// routeView is rt as the admin API shows it: with its health and its usage (from usage).
+func (s *api) routeView(rt store.Route, usage map[string][]store.UsageRow) adminapi.RouteView {
+	u := usage[rt.ID]
+	if u == nil {
+		u = []store.UsageRow{}
+	}
+	return adminapi.RouteView{Route: rt, Health: s.routeHealth(rt), Usage: u}
+}
+
+const routeExample = `{"name": "support bot", "rule": "priority_fallback", "models": ["m1", "m2"], "rate_limits": {"requests_per_minute": 600}} or {"name": "tiers", "rule": "mode_mapping", "modes": {"fast": "m1", "balanced": "m2", "deep": "m3"}}`
 
 // decodeRouteRequest decodes the body of POST /admin/v1/routes; the IR checks the route
 // against the catalog.
@@ -49,7 +59,7 @@ func decodeRouteRequest(raw []byte) (adminapi.Route, error) {
 	if ir.Slug(req.Name) == "" {
 		return req, faultf("name", "%s: a route needs a name with letters or digits, e.s. %q (its id becomes route:support-bot)", ir.QuoteShort(req.Name), "support bot")
 	}
-	return req, nil
+	return req, errors.Join(rateFaults(req.RateLimits)...)
 }
 
 func (s *api) routeRoutes(mux *http.ServeMux) {
@@ -66,11 +76,7 @@ func (s *api) routeRoutes(mux *http.ServeMux) {
 		}
 		out := make([]adminapi.RouteView, 0, len(cat.Routes))
 		for _, rt := range cat.Routes {
-			u := usage[rt.ID]
-			if u == nil {
-				u = []store.UsageRow{}
-			}
-			out = append(out, adminapi.RouteView{Route: rt, Health: s.routeHealth(rt), Usage: u})
+			out = append(out, s.routeView(rt, usage))
 		}
 		writeJSON(w, http.StatusOK, adminapi.List[adminapi.RouteView]{Data: out})
 	})

@@ -104,6 +104,12 @@ type RouteView struct {
 	Usage  []store.UsageRow `json:"usage"`
 }
 
+// RoutePatch is the body of PATCH /admin/v1/routes/{id}: the rates it names change (null: no
+// limit; "rate_limits": null removes both), the others are kept.
+type RoutePatch struct {
+	RateLimits *store.RateLimits `json:"rate_limits"`
+}
+
 // RouteStatus is the body of PUT /admin/v1/routes/{id}/status.
 type RouteStatus struct {
 	Status string `json:"status"`

@@ -14,6 +14,8 @@ type Route struct {
 	Models []string          `json:"models" mapstructure:"models"`
 	Modes  map[string]string `json:"modes" mapstructure:"modes"`
 	Status string            `json:"status" mapstructure:"status"` // active when omitted
+	// RateLimits caps the requests and tokens per minute of every request through the route.
+	RateLimits *store.RateLimits `json:"rate_limits,omitempty" mapstructure:"rate_limits"`
 }
 
 // StoreRoute is the route as the store keeps it; its id comes from the name once.
@@ -22,5 +24,5 @@ func (r Route) StoreRoute() store.Route {
 	if status == "" {
 		status = ir.RouteActive
 	}
-	return store.Route{ID: ir.RoutePrefix + ir.Slug(r.Name), Name: r.Name, Rule: r.Rule, Models: r.Models, Modes: r.Modes, Status: status}
+	return store.Route{ID: ir.RoutePrefix + ir.Slug(r.Name), Name: r.Name, Rule: r.Rule, Models: r.Models, Modes: r.Modes, Status: status, RateLimits: r.RateLimits.Norm()}
 }

@@ -310,18 +310,31 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.checkX402()...)
-	for _, r := range []struct {
-		name string
-		v    *int64
-	}{{"requests_per_minute", c.Keys.RateLimits.RequestsPerMinute}, {"tokens_per_minute", c.Keys.RateLimits.TokensPerMinute}} {
-		if r.v != nil && (*r.v < 1 || *r.v > store.MaxRate) {
-			errs = append(errs, fmt.Errorf("keys.rate_limits.%s is %d: give a whole number from 1 to %d per minute, or leave it out for no default limit", r.name, *r.v, store.MaxRate))
-		}
+	errs = append(errs, rateFaults("keys.rate_limits", &c.Keys.RateLimits, "leave it out for no default limit")...)
+	for i, r := range c.Routes {
+		errs = append(errs, rateFaults(fmt.Sprintf("routes[%d].rate_limits", i), r.RateLimits, "leave it out for no limit on the route")...)
 	}
 	if _, err := c.catalogIR(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// rateFaults are r's rates out of range, each naming its field (under at) and the fix.
+func rateFaults(at string, r *store.RateLimits, unset string) []error {
+	if r == nil {
+		return nil
+	}
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"requests_per_minute", r.RequestsPerMinute}, {"tokens_per_minute", r.TokensPerMinute}} {
+		if f.v != nil && (*f.v < 1 || *f.v > store.MaxRate) {
+			errs = append(errs, fmt.Errorf("%s.%s is %d: give a whole number from 1 to %d per minute, or %s", at, f.name, *f.v, store.MaxRate, unset))
+		}
+	}
+	return errs
 }
 
 // adminListen checks listen.admin: a loopback address, or any address when admin.token (the

@@ -288,8 +288,8 @@
   };
 
   // ratesText is a key's own rates, "default" for one it leaves to the gateway's configuration.
-  function ratesText(r) {
-    const one = (v) => (v == null ? 'default' : String(v));
+  function ratesText(r, unset) {
+    const one = (v) => (v == null ? (unset || 'default') : String(v));
     return one((r || {}).requests_per_minute) + ' / ' + one((r || {}).tokens_per_minute);
   }
 
@@ -304,9 +304,10 @@
     }
   }
 
-  // rateInput is a requests or tokens per minute field; value null: empty.
-  function rateInput(id, value) {
-    const attrs = { type: 'text', inputMode: 'numeric', value: value == null ? '' : String(value), autocomplete: 'off', placeholder: 'default' };
+  // rateInput is a requests or tokens per minute field; value null: empty (shown as unset,
+  // 'default' unless said).
+  function rateInput(id, value, unset) {
+    const attrs = { type: 'text', inputMode: 'numeric', value: value == null ? '' : String(value), autocomplete: 'off', placeholder: unset || 'default' };
     if (id) attrs.id = id;
     return h('input', attrs);
   }
@@ -401,14 +402,14 @@
       return h('tr', { dataset: { route: r.id } },
         td(h('a', { href: routeHash(r.id) }, r.id), 'id'), td(r.name, 'text'),
         td(r.rule === 'mode_mapping' ? 'mode mapping' : 'priority fallback'), td(routeModels(r), 'list'),
-        td(statusBadge(r.status)), td(healthBadge(r.health)), num(u.requests), money(u.cost),
+        td(statusBadge(r.status)), td(ratesText(r.rate_limits, 'none'), 'nowrap'), td(healthBadge(r.health)), num(u.requests), money(u.cost),
         td(r.source === 'config' ? 'config file' : 'admin API'), td(statusButton(r)));
     });
     return [
       h('div', { class: 'header-row' }, h('h1', {}, 'Routes'), h('a', { class: 'button', href: '#/routes/new', id: 'new-route' }, 'Create route')),
       h('p', { class: 'muted' }, 'Clients send model "route:<name>"; the gateway picks the model. Routes from the config file change there (then tollway reload).'),
       table('Requests and cost are this month (UTC), from the usage records.',
-        ['Id', 'Name', 'Rule', 'Models or modes', 'Status', 'Health', { label: 'Requests', num: true }, { label: 'Cost', num: true }, 'Defined in', 'Actions'], rows),
+        ['Id', 'Name', 'Rule', 'Models or modes', 'Status', 'Rates (rpm / tpm)', 'Health', { label: 'Requests', num: true }, { label: 'Cost', num: true }, 'Defined in', 'Actions'], rows),
     ];
   };
 
@@ -458,6 +459,8 @@
     ruleModes.addEventListener('change', onRule);
 
     const status = h('select', { id: 'route-status' }, h('option', { value: 'active' }, 'Active'), h('option', { value: 'paused' }, 'Paused'));
+    const rpm = rateInput('route-rpm', null, 'none');
+    const tpm = rateInput('route-tpm', null, 'none');
 
     const form = h('form', { class: 'grid', id: 'route-create', onsubmit: async (ev) => {
       ev.preventDefault();
@@ -468,6 +471,8 @@
       } else {
         body.models = chosen.slice();
       }
+      const rates = rateLimits(rpm, tpm);
+      if (rates.requests_per_minute !== null || rates.tokens_per_minute !== null) body.rate_limits = rates;
       await busy(ev.submitter, async () => {
         await api('POST', '/admin/v1/routes', body);
         flash('Route route:' + slug(name.value) + ' created. Clients send model "route:' + slug(name.value) + '".');
@@ -480,6 +485,8 @@
       h('label', { for: 'rule-modes' }, ruleModes, 'Mode mapping (fast, balanced, deep)'))),
     fallbackBox, modesBox,
     field('Status', status, 'Active takes traffic at once.'),
+    field('Requests per minute', rpm, 'Every request through the route, all keys together, on top of each key\'s own rates. Empty: no limit.'),
+    field('Tokens per minute', tpm, 'Prompt and completion tokens through the route, all keys together. Empty: no limit.'),
     h('div', { class: 'span-all actions' }, h('button', { type: 'submit' }, 'Save route'), h('a', { class: 'button secondary', href: '#/routes' }, 'Cancel')));
     return [h('h1', {}, 'Create route'), h('section', { class: 'panel' }, form)];
   };
@@ -516,6 +523,8 @@
         h('dt', {}, 'Rule'), h('dd', {}, r.rule === 'mode_mapping' ? 'mode mapping' : 'priority fallback'),
         h('dt', {}, 'Models'), h('dd', {}, routeModels(r)),
         h('dt', {}, 'Status'), h('dd', { id: 'route-status-value' }, statusBadge(r.status)),
+        h('dt', {}, 'Rates (rpm / tpm)'), h('dd', { id: 'route-rates-value' }, ratesText(r.rate_limits, 'none'),
+          r.source === 'config' ? '' : [' ', h('button', { type: 'button', class: 'small secondary', id: 'route-rates-edit', onclick: () => editRouteRates(r) }, 'Change rates')]),
         h('dt', {}, 'Health'), h('dd', {}, healthBadge(r.health)),
         h('dt', {}, 'Defined in'), h('dd', {}, r.source === 'config' ? 'the config file (change it there, then tollway reload)' : 'the admin API'),
         h('dt', {}, 'Created'), h('dd', {}, when(r.created_at)))),
@@ -531,6 +540,21 @@
       table('By model, kept for good.', ['Model', { label: 'Requests', num: true }, { label: 'Prompt tokens', num: true }, { label: 'Completion tokens', num: true }, { label: 'Cost', num: true }], allTime),
     ];
   };
+
+  // editRouteRates changes a route's rates (PATCH /admin/v1/routes/{id}); empty: no limit.
+  function editRouteRates(r) {
+    const own = r.rate_limits || {};
+    const rpm = rateInput('edit-route-rpm', own.requests_per_minute, 'none');
+    const tpm = rateInput('edit-route-tpm', own.tokens_per_minute, 'none');
+    return openDialog('Rates of ' + r.id, [
+      field('Requests per minute', rpm, 'Every request through the route, all keys together. Empty: no limit.'),
+      field('Tokens per minute', tpm, 'Prompt and completion tokens through the route. Empty: no limit.'),
+    ], 'Save rates', async () => {
+      await api('PATCH', '/admin/v1/routes/' + enc(r.id), { rate_limits: rateLimits(rpm, tpm) });
+      flash('Rates of ' + r.id + ' saved.');
+      await render();
+    });
+  }
 
   function daysAgo(n) {
     const d = new Date();
