@@ -612,3 +612,39 @@ func TestTracingEmbeddings(t *testing.T) {
 	wantAttrs(t, tr.one(t, "translation"), map[string]string{"gen_ai.operation.name": "embeddings", "gen_ai.system": "gm", "gen_ai.request.model": "emb-gemini"})
 	noSecret(t, rc, key, providerKey)
 }
+
+// TestTracingPaidSettlement: a paid (x402) request's settlement, billed through its payment and
+// not from credits, has its settlement span in the request's trace, with the usage and the cost
+// its payment settled.
+func TestTracingPaidSettlement(t *testing.T) {
+	t.Parallel()
+	rc := otlp.Start(t, false)
+	bed, err := harness.StartBed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bed.Stop)
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGatewayIn(t, t.TempDir(), paidBody(bed, fake, "")+tracingSection(rc), "FAKE_PROVIDER_KEY="+providerKey)
+	setPayURL(t, g, "http://"+g.Public)
+	p := &paidGateway{gateway: g, bed: bed, fake: fake}
+	sig := p.capture("chat-mini", paidChat, "--scheme", "exact").Signature
+	resp := p.paidDo("POST", "/x402/chat-mini", paidChat, map[string]string{"payment-signature": sig})
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("paid chat: %d %s", resp.StatusCode, raw)
+	}
+	prompt, completion := chatUsage(t, raw)
+	tr := waitTrace(t, rc, traceOfRequest(t, rc, resp.Header.Get("x-request-id")), map[string]int{"admission": 1, "settlement": 1})
+	settlement := tr.one(t, "settlement")
+	wantChildOf(t, settlement, tr.byID(tr.one(t, "admission").ParentID))
+	wantAttrs(t, settlement, map[string]string{
+		"gen_ai.operation.name": "chat", "gen_ai.system": "fake", "gen_ai.response.model": "gpt-4o-mini",
+		"gen_ai.usage.input_tokens": fmt.Sprint(prompt), "gen_ai.usage.output_tokens": fmt.Sprint(completion),
+		"tollway.usage.estimated": "false",
+	})
+	if c, err := decimal.NewFromString(settlement.Attrs["tollway.cost"]); err != nil || !c.IsPositive() {
+		t.Errorf("settlement cost %q: want the paid request's cost", settlement.Attrs["tollway.cost"])
+	}
+}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/chat"
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/extproc/spans"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/shopspring/decimal"
@@ -161,6 +162,9 @@ func (p *Processor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Process
 	resp := p.headers(strings.TrimPrefix(hd.Path, core.PayPrefix), hd.Method, hd.Auth, hd.ContentType, hd.PaySig, h)
 	if p.inner == nil { // the business API is chat, or the request was refused before its API was known
 		p.inner = chat.New(x.Exchange, x.payment())
+		if resp.GetImmediateResponse() == nil {
+			x.StartAdmission(spans.OpChat) // its admission goes on at the body, in the chat processor
+		}
 	}
 	return resp, nil
 }
@@ -473,6 +477,7 @@ func (x *exchange) recordPaid(rec store.UsageRecord) {
 	}
 	p.recorded = true
 	rec.RequestID = x.payRecordID()
+	span := x.StartSpan(spans.Settlement)
 	// The access log line carries what the record holds (a paid request holds nothing to settle).
 	x.Bill = &core.Billed{Usage: ir.Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens, CachedTokens: rec.CachedTokens},
 		Estimated: rec.Estimated, Cost: rec.Cost}
@@ -480,6 +485,7 @@ func (x *exchange) recordPaid(rec store.UsageRecord) {
 		rec.Time = b.Now().UTC()
 		b.Record(x.payRecord(rec))
 	}
+	x.EndSettlement(span, rec.Model)
 	if p.outcome == SettlePending && p.settlements != nil {
 		p.settlements.Release(rec.RequestID)
 	}
