@@ -152,9 +152,9 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime { return core.Compile(g, 
 // reports the providers' refusals of the gateway's credential, and it charges accounts when
 // billing is on.
 func (s *Server) SetTasks(t *tasks.Endpoints) {
-	t.Books, t.Runtime, t.Refusals, t.Log = s.sh.Books, s.runtime.Load, taskRefusals{&s.refusals}, s.sh.Log
+	t.Books, t.Runtime, t.Refusals, t.Log, t.Spans = s.sh.Books, s.runtime.Load, taskRefusals{&s.refusals}, s.sh.Log, s.sh.Spans
 	t.Service.Price = t.Price
-	t.Service.Bill = t.Bill
+	t.Service.Bill = t.BillLater
 	// Task calls bypass the response path the chat's refusals are read on: the service says.
 	t.Service.Refused, t.Service.Answered = s.providerRefused, s.providerAnswered
 	t.Service.Charge = s.sh.Books != nil

@@ -50,8 +50,11 @@ type Task struct {
 	Settled bool            `json:"settled"`
 	// Paid: the task was paid through x402 when it was created; its cost is shown, never
 	// debited from credits.
-	Paid        bool      `json:"paid,omitempty"`
-	CallbackURL string    `json:"callback_url,omitempty"`
+	Paid        bool   `json:"paid,omitempty"`
+	CallbackURL string `json:"callback_url,omitempty"`
+	// Trace is the W3C traceparent of the create's request when it was traced: a task the poller
+	// bills later is settled in its create's trace.
+	Trace       string    `json:"trace,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 	CompletedAt time.Time `json:"completed_at"`
@@ -130,8 +133,8 @@ func (t *Task) Validate() error {
 		return fmt.Errorf("task id %q", t.ID)
 	case t.Account == "" || t.Model == "" || t.Provider == "" || t.ProviderTaskID == "" || len(t.ProviderTaskID) > 256:
 		return fmt.Errorf("task %s lacks its account, model, provider or provider task id", t.ID)
-	case len(t.CallbackURL) > maxTaskURL || len(t.Videos) > maxTaskVideos || len(t.Images) > maxTaskImages:
-		return fmt.Errorf("task %s: callback URL, video or image list too long", t.ID)
+	case len(t.CallbackURL) > maxTaskURL || len(t.Videos) > maxTaskVideos || len(t.Images) > maxTaskImages || len(t.Trace) > 128:
+		return fmt.Errorf("task %s: callback URL, trace, video or image list too long", t.ID)
 	case len(t.Text) > maxModelText:
 		return fmt.Errorf("task %s: the model's text is over %d bytes", t.ID, maxModelText)
 	case t.Error != nil && (len(t.Error.Message) > maxTaskText || len(t.Error.Code) > 128):

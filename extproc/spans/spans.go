@@ -169,3 +169,23 @@ func Inject(parent trace.SpanContext, h propagation.TextMapCarrier) {
 		h.Set(ir.ForceTraceHeader, parent.TraceID().String())
 	}
 }
+
+// Traceparent is a sampled span context as a W3C traceparent ("" otherwise), kept with what
+// outlives the request (a media task) so that what ends later is traced in the request's trace.
+func Traceparent(sc trace.SpanContext) string {
+	if !sc.IsSampled() {
+		return ""
+	}
+	h := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), h)
+	return h.Get("traceparent")
+}
+
+// FromTraceparent is the span context a Traceparent names (zero when it names none).
+func FromTraceparent(tp string) trace.SpanContext {
+	if tp == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
+	return trace.SpanContextFromContext(ctx)
+}

@@ -171,6 +171,7 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 	t, err := e.Service.Create(ctx, NewTask{
 		Kind: kind, Account: x.Key.Account, KeyID: x.Key.ID, RequestID: x.RequestID, Route: routeID(route),
 		Model: &m.Model, Attempts: attempts, Body: req, Request: tr, Hold: worst, Paid: md.pay != nil,
+		Trace: spans.Traceparent(x.Trace),
 	})
 	if err != nil {
 		if hold != nil {
@@ -200,17 +201,15 @@ func (md *Media) create(raw []byte) *extprocv3.ProcessingResponse {
 	return resp
 }
 
-// settle bills a task that ended with its create, under a settlement span (a task that ends
-// later, found by the poller, is billed outside its request's trace).
+// settle bills a task that ended with its create, under a settlement span (one that ends
+// later, found by the poller, is settled in its create's trace: Endpoints.BillLater).
 func (md *Media) settle(t *store.Task) {
 	x := md.x
 	span := x.StartSpan(spans.Settlement)
 	md.e.Bill(t)
 	if span.Recording() {
 		span.Set(x.SpanAttrs()...)
-		span.Set(spans.Provider(t.Provider)...)
-		span.Set(spans.ResponseModelKey.String(t.Model), spans.InputTokensKey.Int64(t.PromptTokens),
-			spans.OutputTokensKey.Int64(t.CompletionTokens), spans.Cost(t.Cost))
+		taskSettled(span, t)
 	}
 	span.End()
 }

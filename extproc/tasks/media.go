@@ -52,6 +52,8 @@ type Endpoints struct {
 	Runtime  func() *core.Runtime
 	Refusals Refusals
 	Log      *slog.Logger
+	// Spans makes the settlement span of a task the poller bills (nil: tracing off).
+	Spans *spans.Tracer
 
 	holds sync.Map // task id -> *billing.Hold, until the task is billed
 }
@@ -217,6 +219,32 @@ func (e *Endpoints) Bill(t *store.Task) {
 		return
 	}
 	hold.Charge(t.Cost)
+}
+
+// BillLater is Bill for a task the poller found ended, after its create's request: under a
+// settlement span in the create's trace, when it was traced (store.Task.Trace).
+func (e *Endpoints) BillLater(t *store.Task) {
+	if t.Paid || e.Books == nil { // nothing is billed here
+		e.Bill(t)
+		return
+	}
+	span := e.Spans.Start(spans.FromTraceparent(t.Trace), spans.Settlement)
+	e.Bill(t)
+	if span.Recording() {
+		span.Set(spans.OperationKey.String(spans.OpGenerate), spans.RequestIDKey.String(t.RequestID))
+		if t.Route != "" {
+			span.Set(spans.RouteKey.String(t.Route))
+		}
+		taskSettled(span, t)
+	}
+	span.End()
+}
+
+// taskSettled sets a task's settlement span's attributes: who ran it and what it cost.
+func taskSettled(span spans.Span, t *store.Task) {
+	span.Set(spans.Provider(t.Provider)...)
+	span.Set(spans.ResponseModelKey.String(t.Model), spans.InputTokensKey.Int64(t.PromptTokens),
+		spans.OutputTokensKey.Int64(t.CompletionTokens), spans.Cost(t.Cost))
 }
 
 // RestoreHolds holds again, after a start, what running tasks held before: their credits

@@ -113,7 +113,8 @@ type NewTask struct {
 	Body                                   provider.Request
 	Request                                task.Validated
 	Hold                                   decimal.Decimal
-	Paid                                   bool // paid through x402: never charged to credits
+	Paid                                   bool   // paid through x402: never charged to credits
+	Trace                                  string // the create's traceparent (spans.Traceparent)
 }
 
 // Create creates the task at the first provider that accepts it and records it durably
@@ -171,7 +172,7 @@ func (s *Service) Create(ctx context.Context, in NewTask) (*store.Task, error) {
 			Model: m.ID, Family: m.Family, Variant: m.Variant, Route: in.Route,
 			Provider: a.Provider.Name, ProviderTaskID: cmp.Or(created.TaskID, "-"), Status: string(task.Queued),
 			Hold: in.Hold, CallbackURL: req.CallbackURL, RequestedSeconds: req.MaxSeconds,
-			CreatedAt: now, UpdatedAt: now, Paid: in.Paid,
+			CreatedAt: now, UpdatedAt: now, Paid: in.Paid, Trace: in.Trace,
 		}
 		var ch store.TaskChange
 		if created.Done != nil { // the provider answered at once: the task is born finished

@@ -482,6 +482,50 @@ models:
 	noSecret(t, rc, key, providerKey)
 }
 
+// TestTracingTaskSettledLater: a video task the poller finds finished long after its create is
+// billed under a settlement span in the create's trace (the task keeps its create's
+// traceparent), with its provider, model and cost.
+func TestTracingTaskSettledLater(t *testing.T) {
+	t.Parallel()
+	rc := otlp.Start(t, false)
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, fmt.Sprintf(`providers:
+  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - id: hailuo-02
+    family: V1
+    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
+    pricing: {request: "0.05", duration: "0.045"}
+`, fake.MiniMaxURL())+tracingSection(rc), "FAKE_PROVIDER_KEY="+providerKey)
+	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	tp, traceID, _ := newTraceparent(t)
+	resp, raw := g.tracedPost(key, "/videos", `{"model":"hailuo-02","prompt":"a red fox in snow","duration":6}`, tp)
+	if resp.StatusCode != 200 || !strings.Contains(string(raw), `"status":"queued"`) {
+		t.Fatalf("create: %d %s", resp.StatusCode, raw)
+	}
+	var obj map[string]any
+	_ = json.Unmarshal(raw, &obj)
+	id, _ := obj["id"].(string)
+	var done map[string]any
+	waitFor(t, "the task to complete", 30*time.Second, func() bool {
+		_, done = g.do("GET", key, "/videos/"+id, "")
+		return done["status"] == "completed"
+	})
+	tr := waitTrace(t, rc, traceID, map[string]int{"admission": 1, "settlement": 1})
+	settlement, admission := tr.one(t, "settlement"), tr.one(t, "admission")
+	if settlement.ParentID != admission.ParentID {
+		t.Errorf("settlement under %s, admission under %s: want both under the create's ext_proc call", settlement.ParentID, admission.ParentID)
+	}
+	wantAttrs(t, settlement, map[string]string{
+		"gen_ai.operation.name": "generate_content", "gen_ai.system": "hailuo", "gen_ai.response.model": "hailuo-02",
+		"tollway.cost": fmt.Sprint(done["cost"]), "tollway.request_id": resp.Header.Get("x-request-id"),
+	})
+	noSecret(t, rc, key, providerKey)
+}
+
 // TestTracingSampledOut: Envoy samples by tracing.sample_rate, whatever the client's sampled
 // flag says (Envoy 1.40): at 0 nothing reaches the collector, from Envoy or ext_proc, and the
 // provider still gets the client's trace id, marked unsampled.
