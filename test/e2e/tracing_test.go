@@ -440,13 +440,7 @@ func TestTracingVideoCreate(t *testing.T) {
 	t.Parallel()
 	rc := otlp.Start(t, false)
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
-	g := startGateway(t, fmt.Sprintf(`providers:
-  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
-models:
-  - id: hailuo-02
-    family: V1
-    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
-`, fake.MiniMaxURL())+tracingSection(rc), "FAKE_PROVIDER_KEY="+providerKey)
+	g := startGateway(t, hailuoCatalog(fake, "")+tracingSection(rc), "FAKE_PROVIDER_KEY="+providerKey)
 	key := g.newKey("acme")
 	tp, traceID, clientSpan := newTraceparent(t)
 	resp, raw := g.tracedPost(key, "/videos", `{"model":"hailuo-02","prompt":"a red fox in snow"}`, tp)
@@ -489,14 +483,7 @@ func TestTracingTaskSettledLater(t *testing.T) {
 	t.Parallel()
 	rc := otlp.Start(t, false)
 	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
-	g := startGateway(t, fmt.Sprintf(`providers:
-  - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
-models:
-  - id: hailuo-02
-    family: V1
-    providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
-    pricing: {request: "0.05", duration: "0.045"}
-`, fake.MiniMaxURL())+tracingSection(rc), "FAKE_PROVIDER_KEY="+providerKey)
+	g := startGateway(t, hailuoCatalog(fake, `{request: "0.05", duration: "0.045"}`)+tracingSection(rc), "FAKE_PROVIDER_KEY="+providerKey)
 	if err := g.NewAccount(context.Background(), "acme", "10"); err != nil {
 		t.Fatal(err)
 	}

@@ -229,18 +229,28 @@ func checkSDKPromptReachedDashScope(t *testing.T, fake *fakeupstream.Server) {
 	}
 }
 
-// TestVideoCreateAsForm: videos.create sent as multipart/form-data (as OpenAI SDKs do when the
-// request carries a file) creates the same task as JSON.
-func TestVideoCreateAsForm(t *testing.T) {
-	t.Parallel()
-	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
-	g := startGateway(t, fmt.Sprintf(`providers:
+// hailuoCatalog is one video model, hailuo-02 on fake's MiniMax API, priced by pricing (a
+// pricing: value; "": unpriced).
+func hailuoCatalog(fake *fakeupstream.Server, pricing string) string {
+	c := fmt.Sprintf(`providers:
   - {name: hailuo, type: minimax, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
 models:
   - id: hailuo-02
     family: V1
     providers: [{provider: hailuo, model: MiniMax-Hailuo-02}]
-`, fake.MiniMaxURL()), "FAKE_PROVIDER_KEY="+providerKey)
+`, fake.MiniMaxURL())
+	if pricing != "" {
+		c += "    pricing: " + pricing + "\n"
+	}
+	return c
+}
+
+// TestVideoCreateAsForm: videos.create sent as multipart/form-data (as OpenAI SDKs do when the
+// request carries a file) creates the same task as JSON.
+func TestVideoCreateAsForm(t *testing.T) {
+	t.Parallel()
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey})
+	g := startGateway(t, hailuoCatalog(fake, ""), "FAKE_PROVIDER_KEY="+providerKey)
 	key := g.newKey("acme")
 	g.postForm(key, "/videos", map[string]string{"model": "hailuo-02", "prompt": "42", "duration": "10", "resolution": "768P", "prompt_optimizer": "false"})
 	var sent map[string]any
