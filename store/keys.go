@@ -91,18 +91,34 @@ type RateLimits struct {
 // MaxRate bounds a rate per minute: a billion a minute is past any provider's own.
 const MaxRate = 1_000_000_000
 
-// Check refuses a rate below 1 or above MaxRate (ErrInvalid), naming its field.
-func (r *RateLimits) Check() error {
+// RateOutOfRange is a rate set below 1 or above MaxRate: its field's name and its value.
+type RateOutOfRange struct {
+	Field string
+	Value int64
+}
+
+// OutOfRange lists r's rates set below 1 or above MaxRate (the one range check; each caller
+// words its own message).
+func (r *RateLimits) OutOfRange() []RateOutOfRange {
 	if r == nil {
 		return nil
 	}
+	var out []RateOutOfRange
 	for _, f := range []struct {
 		name string
 		v    *int64
 	}{{"requests_per_minute", r.RequestsPerMinute}, {"tokens_per_minute", r.TokensPerMinute}} {
 		if f.v != nil && (*f.v < 1 || *f.v > MaxRate) {
-			return Errorf(ErrInvalid, "rate_limits.%s %d: must be a whole number from 1 to %d, or null for no limit", f.name, *f.v, MaxRate)
+			out = append(out, RateOutOfRange{f.name, *f.v})
 		}
+	}
+	return out
+}
+
+// Check refuses a rate below 1 or above MaxRate (ErrInvalid), naming its field.
+func (r *RateLimits) Check() error {
+	if bad := r.OutOfRange(); len(bad) > 0 {
+		return Errorf(ErrInvalid, "rate_limits.%s %d: must be a whole number from 1 to %d, or null for no limit", bad[0].Field, bad[0].Value, MaxRate)
 	}
 	return nil
 }

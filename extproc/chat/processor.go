@@ -281,16 +281,7 @@ func (c *Processor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Proces
 			}
 		}
 		common.HeaderMutation = mut
-		// The answer's provider: a 401 (the chain ended on a refused credential) is recorded at
-		// once; any answer below 400 clears an earlier refusal. A 401 Envoy retried elsewhere
-		// arrives through the refusal log instead (RefusalLog).
-		switch {
-		case x.Provider == "":
-		case x.Status == http.StatusUnauthorized:
-			x.Refused(x.Provider)
-		case x.Status < 400:
-			x.Accepted(x.Provider)
-		}
+		x.NoteProviderAnswer()
 	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: common},

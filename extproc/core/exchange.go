@@ -148,6 +148,19 @@ func (x *Exchange) Answered(status int, code string) {
 	x.Out.Status, x.Out.Code = status, code
 }
 
+// NoteProviderAnswer records what the answer's provider (x.Provider) said of the gateway's
+// credential: a 401 (the chain ended on a refused credential) at once, any answer below 400
+// clears an earlier refusal. A 401 Envoy retried elsewhere arrives through the refusal log.
+func (x *Exchange) NoteProviderAnswer() {
+	switch {
+	case x.Provider == "":
+	case x.Status == http.StatusUnauthorized:
+		x.Refused(x.Provider)
+	case x.Status < 400:
+		x.Accepted(x.Provider)
+	}
+}
+
 // ReadAttempts reads Envoy's attempt count from the answer's header.
 func (x *Exchange) ReadAttempts(v string) {
 	if n, err := strconv.Atoi(v); err == nil && n >= 0 {

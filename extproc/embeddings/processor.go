@@ -170,13 +170,7 @@ func (p *Processor) ResponseHeaders(h *extprocv3.HttpHeaders) (*extprocv3.Proces
 			mut.SetHeaders = append(mut.SetHeaders, core.SetHeader(chat.UpstreamModelHeader, up))
 		}
 	}
-	switch {
-	case x.Provider == "":
-	case x.Status == http.StatusUnauthorized:
-		x.Refused(x.Provider)
-	case x.Status < 400:
-		x.Accepted(x.Provider)
-	}
+	x.NoteProviderAnswer()
 	if x.Status >= 400 {
 		p.release()
 	}

@@ -73,18 +73,28 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// readPost reads a POST's body (at most maxBody), or answers the method's 405 or the body's
+// 413 and reports false.
+func readPost(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		WriteError(w, http.StatusMethodNotAllowed, "Method "+r.Method+" not allowed; use POST "+r.URL.Path+".", "", "method_not_allowed")
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		WriteError(w, http.StatusRequestEntityTooLarge, "Request body too large or unreadable.", "", "request_too_large")
+		return nil, false
+	}
+	return body, true
+}
+
 // Handler answers POST /v1/chat/completions and POST /v1/embeddings; other paths are OpenAI-shaped 404s and 405s.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			WriteError(w, http.StatusMethodNotAllowed, "Method "+r.Method+" not allowed; use POST /v1/chat/completions.", "", "method_not_allowed")
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-		if err != nil {
-			WriteError(w, http.StatusRequestEntityTooLarge, "Request body too large or unreadable.", "", "request_too_large")
+		body, ok := readPost(w, r)
+		if !ok {
 			return
 		}
 		req, perr := ParseChat(body)
@@ -95,14 +105,8 @@ func (s *Server) Handler() http.Handler {
 		s.answer(w, r, req)
 	})
 	mux.HandleFunc("/v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			WriteError(w, http.StatusMethodNotAllowed, "Method "+r.Method+" not allowed; use POST /v1/embeddings.", "", "method_not_allowed")
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-		if err != nil {
-			WriteError(w, http.StatusRequestEntityTooLarge, "Request body too large or unreadable.", "", "request_too_large")
+		body, ok := readPost(w, r)
+		if !ok {
 			return
 		}
 		req, perr := ParseEmbeddings(body)

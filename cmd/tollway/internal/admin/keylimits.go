@@ -35,17 +35,9 @@ func decodeKeyLimits(raw []byte) (adminapi.KeyLimits, error) {
 
 // rateFaults are a request's rate_limits out of range, each naming its field and the fix.
 func rateFaults(r *store.RateLimits) []error {
-	if r == nil {
-		return nil
-	}
 	var errs []error
-	for _, f := range []struct {
-		name string
-		v    *int64
-	}{{"requests_per_minute", r.RequestsPerMinute}, {"tokens_per_minute", r.TokensPerMinute}} {
-		if f.v != nil && (*f.v < 1 || *f.v > store.MaxRate) {
-			errs = append(errs, faultf("rate_limits."+f.name, "%d is out of range; send a whole number from 1 to %d, or null for no limit", *f.v, store.MaxRate))
-		}
+	for _, b := range r.OutOfRange() {
+		errs = append(errs, faultf("rate_limits."+b.Field, "%d is out of range; send a whole number from 1 to %d, or null for no limit", b.Value, store.MaxRate))
 	}
 	return errs
 }

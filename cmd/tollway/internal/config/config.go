@@ -322,17 +322,9 @@ func (c *Config) Validate() error {
 
 // rateFaults are r's rates out of range, each naming its field (under at) and the fix.
 func rateFaults(at string, r *store.RateLimits, unset string) []error {
-	if r == nil {
-		return nil
-	}
 	var errs []error
-	for _, f := range []struct {
-		name string
-		v    *int64
-	}{{"requests_per_minute", r.RequestsPerMinute}, {"tokens_per_minute", r.TokensPerMinute}} {
-		if f.v != nil && (*f.v < 1 || *f.v > store.MaxRate) {
-			errs = append(errs, fmt.Errorf("%s.%s is %d: give a whole number from 1 to %d per minute, or %s", at, f.name, *f.v, store.MaxRate, unset))
-		}
+	for _, b := range r.OutOfRange() {
+		errs = append(errs, fmt.Errorf("%s.%s is %d: give a whole number from 1 to %d per minute, or %s", at, b.Field, b.Value, store.MaxRate, unset))
 	}
 	return errs
 }
