@@ -41,6 +41,13 @@ func Errorf(status int, code, format string, args ...any) *APIError {
 	return &APIError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// Noted is e with note added to its message (a copy: e may be one of the shared errors).
+func (e *APIError) Noted(note string) *APIError {
+	c := *e
+	c.Message += "; " + note
+	return &c
+}
+
 // ErrorBody is the spec's error shape: {"error": {"message", "code", "request_id"}}.
 type ErrorBody struct {
 	Error errorFields `json:"error"`

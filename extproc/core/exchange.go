@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -110,6 +111,13 @@ func (x *Exchange) Fail(e *APIError) *extprocv3.ProcessingResponse {
 	}
 	if x.OnRefusal != nil {
 		x.OnRefusal()
+	}
+	if b := x.Bill; b != nil { // billed on its refusal: the provider had served it
+		how := ""
+		if b.Estimated {
+			how = ", from the gateway's count of its tokens"
+		}
+		e = e.Noted(fmt.Sprintf("the provider served the request, so it was billed %s USD%s", b.Cost, how))
 	}
 	x.refundRate()
 	x.Answered(e.Status, e.Code)
