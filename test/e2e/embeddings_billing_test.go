@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -61,6 +62,51 @@ func TestEmbeddingsBilledOnce(t *testing.T) {
 			t.Fatalf("record %+v, want %d tokens at %s, estimated", r, tokens, want)
 		}
 		waitFor(t, "the debit", 10*time.Second, func() bool { return g.balance("big").Equal(decimal.NewFromInt(1).Sub(want)) })
+	})
+
+	// The provider has answered 200 and the client hangs up while the answer comes (a hostile
+	// client timing it, or a client's timeout under a big answer), or the provider drops the
+	// connection halfway through it: the provider did the work, so the request is billed once,
+	// from the gateway's count of its input, as chat bills a cut answer.
+	t.Run("answer cut", func(t *testing.T) {
+		key := account(t, "cut")
+		input := "the provider embedded all of this"
+		for _, f := range []fakeupstream.Fault{{Stall: true}, {Cut: true}} {
+			fake.Reset()
+			fake.Script(f)
+			ctx, cancel := context.WithCancel(ctx)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.BaseURL+"/embeddings",
+				strings.NewReader(`{"model":"emb-small","input":"`+input+`"}`))
+			req.Header.Set("content-type", "application/json")
+			req.Header.Set("authorization", "Bearer "+key)
+			done := make(chan error, 1)
+			go func() {
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					_, err = io.ReadAll(resp.Body)
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			if f.Stall {
+				waitFor(t, "the provider's answer", 10*time.Second, func() bool { return fake.RequestCount() == 1 })
+				time.Sleep(300 * time.Millisecond) // its headers and half its body reach the gateway
+				cancel()
+			}
+			if err := <-done; err == nil && f.Stall {
+				t.Fatal("the client was answered before it hung up")
+			}
+			cancel()
+		}
+		tokens := int64(billing.CountText(input))
+		want := embSmallPrice.Mul(decimal.NewFromInt(tokens))
+		recs := waitRecordsOf(t, g, "cut", 2)
+		for _, r := range recs {
+			if r.PromptTokens != tokens || !r.Cost.Equal(want) || !r.Estimated || r.Provider != "oa" {
+				t.Fatalf("record %+v, want %d tokens at %s, estimated", r, tokens, want)
+			}
+		}
+		waitFor(t, "the debit", 10*time.Second, func() bool { return g.balance("cut").Equal(decimal.NewFromInt(1).Sub(want.Mul(decimal.NewFromInt(2)))) })
 	})
 
 	// A 200 with fewer embeddings than inputs is no answer to the request (the client's inputs
