@@ -141,7 +141,7 @@ func rateRefusal(o RateOwner, tokens int64, wait time.Duration, st ratelimit.Sta
 	var e *APIError
 	if wait == ratelimit.TooLarge && o.Limits.Tokens > 0 && tokens > o.Limits.Tokens {
 		e = Errorf(http.StatusTooManyRequests, CodeRateLimited,
-			"this request alone is over the rate limit on tokens per minute%s: about %d tokens, limit %d; shorten the prompt or lower max_tokens, or ask the gateway's operator for %s", of, tokens, o.Limits.Tokens, higher)
+			"this request alone is over the rate limit on tokens per minute%s: about %d tokens, limit %d; send a shorter prompt (or fewer, shorter inputs to embed), or ask the gateway's operator for %s", of, tokens, o.Limits.Tokens, higher)
 	} else {
 		which := "requests"
 		if o.Limits.Tokens > 0 && st.Tokens.Remaining == 0 && (o.Limits.Requests == 0 || st.Requests.Remaining > 0) {

@@ -80,9 +80,11 @@ type Exchange struct {
 	Given     func()
 
 	// rateGrants are the request's admitted rate charges (its key's, its route's, a payer's),
-	// rateTokens the tokens each counted and rateRoute its route's owner (ratelimit.go).
+	// rateTokens the tokens each counted (rateCount counts them finer when the bound is over a
+	// limit) and rateRoute its route's owner (ratelimit.go).
 	rateGrants []rateGrant
 	rateTokens int64
+	rateCount  func() int64
 	rateRoute  RateOwner
 
 	billID string

@@ -445,4 +445,22 @@ func TestEmbeddingsRateLimits(t *testing.T) {
 	if fake.RequestCount() != served {
 		t.Fatal("a refused embeddings request reached the provider")
 	}
+
+	// The bound (a byte a token, and 8 an input) is about four times an English text's tokens:
+	// a request is refused as over the whole tokens per minute only when its tokens counted
+	// are, and the refusal names them and what to send instead.
+	small := g.newKey("acme", "--tpm", "100")
+	words := strings.Repeat("many words here ", 20) // 328 by the bound, 61 tokens
+	if _, h := g.embedOK(small, `{"model":"emb-small","input":"`+words+`"}`); h.Get("x-ratelimit-limit-tokens") != "100" {
+		t.Fatalf("headers %v", h)
+	}
+	served = fake.RequestCount()
+	e = wantError(t, g.embed(small, `{"model":"emb-small","input":["`+words+`","`+words+`","`+words+`"]}`), http.StatusTooManyRequests, "rate_limit_exceeded")
+	if !strings.Contains(e.Error.Message, "alone is over the rate limit on tokens per minute: about 183 tokens, limit 100") ||
+		!strings.Contains(e.Error.Message, "fewer, shorter inputs") || strings.Contains(e.Error.Message, "max_tokens") {
+		t.Fatalf("429 %q", e.Error.Message)
+	}
+	if fake.RequestCount() != served {
+		t.Fatal("a refused embeddings request reached the provider")
+	}
 }
