@@ -150,3 +150,46 @@ func TestEmbeddingsBilledOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestEmbeddingsRefusedBeforeTheProvider: what a model's providers cannot take is refused
+// before any provider is called, before the request is admitted (its rate count kept, nothing
+// held), with a message naming the limit and the fix: Gemini's batchEmbedContents takes at
+// most 100 inputs, and text only.
+func TestEmbeddingsRefusedBeforeTheProvider(t *testing.T) {
+	t.Parallel()
+	g, fake := startEmbeddings(t, "")
+	if err := g.NewAccount(context.Background(), "acme", "1"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme", "--rpm", "1")
+	many := make([]string, 101)
+	for i := range many {
+		many[i] = fmt.Sprintf(`"line %d"`, i)
+	}
+	for body, says := range map[string]string{
+		`{"model":"emb-gemini","input":[` + strings.Join(many, ",") + `]}`: `input has 101 items; model "emb-gemini" on its provider (Gemini) embeds at most 100 per request: split them over several requests`,
+		`{"model":"emb-gemini","input":[[1,2],[3]]}`:                       `input as token arrays cannot be sent to model "emb-gemini": its provider (Gemini) takes text only; send the text`,
+		`{"model":"emb-small","input":[[1,2]],"route":{"provider":"gm"}}`:  `input as token arrays cannot be sent to model "emb-small": provider gm (Gemini) takes text only`,
+	} {
+		fake.Reset()
+		e := wantError(t, g.embed(key, body), http.StatusBadRequest, "invalid_request")
+		if !strings.HasPrefix(e.Error.Message, says) {
+			t.Errorf("message %q, want it to start %q", e.Error.Message, says)
+		}
+		if n := fake.RequestCount(); n != 0 {
+			t.Errorf("the provider was asked %d times", n)
+		}
+	}
+	// A route whose first model is on another provider (down here) goes to its providers; its
+	// Gemini attempt refuses the same before Google is asked.
+	fake.Reset()
+	e := wantError(t, g.embed(g.newKey("acme"), `{"model":"route:emb-route","input":[`+strings.Join(many, ",")+`]}`), http.StatusBadRequest, "invalid_request")
+	if !strings.HasPrefix(e.Error.Message, "input has 101 items; provider gm (Gemini) embeds at most 100 per request") || fake.RequestCount() != 0 {
+		t.Fatalf("route: %q, %d requests to Gemini", e.Error.Message, fake.RequestCount())
+	}
+	// The refusals did not take the key's one request a minute.
+	g.embedOK(key, `{"model":"emb-gemini","input":"`+strings.Repeat("word ", 100)+`"}`)
+	if recs := waitRecordsOf(t, g, "acme", 1); len(recs) != 1 {
+		t.Fatalf("records %+v", recs)
+	}
+}

@@ -53,7 +53,7 @@ func (s *Server) writeEmbeddings(w http.ResponseWriter, r *http.Request, body []
 }
 
 // geminiEmbed answers batchEmbedContents for model, refusing what Gemini refuses: no
-// requests, a request for another model, a content without text.
+// requests or more than 100, a request for another model, a content without text.
 func (s *Server) geminiEmbed(w http.ResponseWriter, r *http.Request, body []byte, model string) {
 	replied, _ := s.applyFault(w, r, geminiFaultMessage, func(code int, msg string) { writeGeminiError(w, code, msg) })
 	if replied {
@@ -64,8 +64,12 @@ func (s *Server) geminiEmbed(w http.ResponseWriter, r *http.Request, body []byte
 		writeGeminiError(w, http.StatusBadRequest, "Invalid JSON payload received. "+err.Error())
 		return
 	}
-	if len(req.Requests) == 0 {
+	switch n := len(req.Requests); {
+	case n == 0:
 		writeGeminiError(w, http.StatusBadRequest, "* BatchEmbedContentsRequest.requests: requests is required.")
+		return
+	case n > gemini.MaxBatchEmbed:
+		writeGeminiError(w, http.StatusBadRequest, "* BatchEmbedContentsRequest.requests: at most 100 requests can be in one batch")
 		return
 	}
 	var out gemini.BatchEmbedResponse
