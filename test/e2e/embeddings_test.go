@@ -463,4 +463,12 @@ func TestEmbeddingsRateLimits(t *testing.T) {
 	if fake.RequestCount() != served {
 		t.Fatal("a refused embeddings request reached the provider")
 	}
+	// Chat on the same key counts against the same tokens per minute: it finds the
+	// embeddings' 60 tokens (the fake's usage, corrected at settlement) counted.
+	resp = g.chat(context.Background(), small, `{"model":"chatty","messages":[{"role":"user","content":"hi"}]}`)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if rem, err := strconv.Atoi(resp.Header.Get("x-ratelimit-remaining-tokens")); resp.StatusCode != 200 || err != nil || rem > 40 {
+		t.Fatalf("chat after embeddings: %d, remaining tokens %q of 100", resp.StatusCode, resp.Header.Get("x-ratelimit-remaining-tokens"))
+	}
 }
