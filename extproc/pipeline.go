@@ -75,7 +75,7 @@ func newPipeline(x *exchange) *pipeline {
 // errAnswerTooLarge refuses an answer the gateway would have to hold whole (an error body or a
 // JSON answer) that is over Envoy's buffer limit, as Envoy's buffered mode would.
 var errAnswerTooLarge = core.Errorf(http.StatusBadGateway, "upstream_error",
-	"the provider's answer is over the gateway's %d MiB buffer; ask for a shorter answer", ir.BufferLimitBytes>>20)
+	"the provider's answer is over the gateway's %d MiB buffer, so it cannot be passed on; ask for a shorter answer (embeddings: send fewer inputs per request, or ask for encoding_format base64, several times smaller than floats)", ir.BufferLimitBytes>>20)
 
 // The pipeline's framing (processor.go) answers each of Envoy's messages with the replies it is
 // owed now: none while a body is being collected, the held headers' reply and one per chunk

@@ -96,6 +96,31 @@ func TestRateRequestOverTheWholeLimit(t *testing.T) {
 	s.close()
 }
 
+// TestRateTooLargeCountsTokens: the prompt's bound (a byte a token) is about four times an
+// English prompt's tokens; a request is refused as over the whole tokens per minute only when
+// its tokens counted are, and the refusal names them, not the bound, and no max_tokens (which
+// the rate does not count).
+func TestRateTooLargeCountsTokens(t *testing.T) {
+	e := rateKeyed(t, "1000", nil, n64(100))
+	words := strings.Repeat("many words here ", 20) // 320 bytes, 61 tokens
+	s := e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r1", true))
+	resp := s.roundTrip(requestBody(`{"model":"gpt","max_tokens":5000,"messages":[{"role":"user","content":"` + words + `"}]}`))
+	if im := resp.GetImmediateResponse(); im != nil {
+		t.Fatalf("a prompt of about 70 tokens under 100 a minute: %d %s", im.Status.Code, im.Body)
+	}
+	s.close()
+	s = e.open()
+	s.roundTrip(chatHeaders("Bearer "+validSecret, "r2", true))
+	resp = s.roundTrip(requestBody(`{"model":"gpt","messages":[{"role":"user","content":"` + strings.Repeat(words, 3) + `"}]}`))
+	im := resp.GetImmediateResponse()
+	if im == nil || im.Status.Code != 429 || !strings.Contains(string(im.Body), "this request alone is over the rate limit on tokens per minute: about 18") ||
+		strings.Contains(string(im.Body), "max_tokens") {
+		t.Fatalf("want 429 naming about 18x tokens counted and no max_tokens, got %v", resp)
+	}
+	s.close()
+}
+
 // TestRateRefundedWhenHoldRefused: a request admitted by its rates and then refused by its hold
 // (402) gives its rate back: the next one is refused for credits again, not for its rate.
 func TestRateRefundedWhenHoldRefused(t *testing.T) {

@@ -36,6 +36,20 @@ func (c *Processor) promptTokens() int64 {
 	return c.promptCount
 }
 
+// rateCount is the prompt counted by the tokenizer, for a rate its bound alone is over; nil
+// for a body over maxRetainedBody (counting it would cost more than the refusal saves).
+func (c *Processor) rateCount(body []byte) func() int64 {
+	if len(body) > maxRetainedBody {
+		return nil
+	}
+	return func() int64 {
+		if n, err := billing.CountChatPrompt(body); err == nil {
+			return int64(n)
+		}
+		return c.plan.promptBound
+	}
+}
+
 // defaultOutputCap bounds the hold for a request with no max_tokens on a model whose catalog
 // gives neither max_output_length nor context_length.
 const defaultOutputCap = 4096
@@ -47,7 +61,7 @@ func (c *Processor) admit(body []byte) *core.APIError {
 	x := c.x
 	b := x.Books
 	// Rate limits first: a refused request holds nothing and reaches no facilitator.
-	if e := x.AdmitRates(c.plan.promptBound, c.plan.route); e != nil {
+	if e := x.AdmitRates(c.plan.promptBound, c.rateCount(body), c.plan.route); e != nil {
 		return e
 	}
 	if b != nil || c.plan.clientUsage || c.pay != nil || x.RateCountsTokens() {

@@ -41,6 +41,13 @@ func Errorf(status int, code, format string, args ...any) *APIError {
 	return &APIError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// Noted is e with note added to its message (a copy: e may be one of the shared errors).
+func (e *APIError) Noted(note string) *APIError {
+	c := *e
+	c.Message += "; " + note
+	return &c
+}
+
 // ErrorBody is the spec's error shape: {"error": {"message", "code", "request_id"}}.
 type ErrorBody struct {
 	Error errorFields `json:"error"`
@@ -134,7 +141,7 @@ func rateRefusal(o RateOwner, tokens int64, wait time.Duration, st ratelimit.Sta
 	var e *APIError
 	if wait == ratelimit.TooLarge && o.Limits.Tokens > 0 && tokens > o.Limits.Tokens {
 		e = Errorf(http.StatusTooManyRequests, CodeRateLimited,
-			"this request alone is over the rate limit on tokens per minute%s: about %d tokens, limit %d; shorten the prompt or lower max_tokens, or ask the gateway's operator for %s", of, tokens, o.Limits.Tokens, higher)
+			"this request alone is over the rate limit on tokens per minute%s: about %d tokens, limit %d; send a shorter prompt (or fewer, shorter inputs to embed), or ask the gateway's operator for %s", of, tokens, o.Limits.Tokens, higher)
 	} else {
 		which := "requests"
 		if o.Limits.Tokens > 0 && st.Tokens.Remaining == 0 && (o.Limits.Requests == 0 || st.Requests.Remaining > 0) {

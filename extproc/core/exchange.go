@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -79,9 +80,11 @@ type Exchange struct {
 	Given     func()
 
 	// rateGrants are the request's admitted rate charges (its key's, its route's, a payer's),
-	// rateTokens the tokens each counted and rateRoute its route's owner (ratelimit.go).
+	// rateTokens the tokens each counted (rateCount counts them finer when the bound is over a
+	// limit) and rateRoute its route's owner (ratelimit.go).
 	rateGrants []rateGrant
 	rateTokens int64
+	rateCount  func() int64
 	rateRoute  RateOwner
 
 	billID string
@@ -110,6 +113,13 @@ func (x *Exchange) Fail(e *APIError) *extprocv3.ProcessingResponse {
 	}
 	if x.OnRefusal != nil {
 		x.OnRefusal()
+	}
+	if b := x.Bill; b != nil { // billed on its refusal: the provider had served it
+		how := ""
+		if b.Estimated {
+			how = ", from the gateway's count of its tokens"
+		}
+		e = e.Noted(fmt.Sprintf("the provider served the request, so it was billed %s USD%s", b.Cost, how))
 	}
 	x.refundRate()
 	x.Answered(e.Status, e.Code)

@@ -48,19 +48,21 @@ func (x *Exchange) keyOwner() RateOwner {
 	return RateOwner{ID: "key:" + x.Key.ID, Limits: x.Key.Rates}
 }
 
-// AdmitRate counts the request, with tokens (its prompt estimate), against its key's rates, or
+// AdmitRate counts the request, with tokens (its prompt's bound), against its key's rates, or
 // refuses it with 429 rate_limit_exceeded: charged nothing, held nothing. The one step every
 // keyed request takes before its hold (chat, a media create, and what reuses their admission).
-func (x *Exchange) AdmitRate(tokens int64) *APIError {
-	x.rateTokens = tokens
+// count (nil: none) is the request's tokens counted by the tokenizer, taken instead of the
+// bound where the bound alone is over a tokens limit (AdmitRateAs).
+func (x *Exchange) AdmitRate(tokens int64, count func() int64) *APIError {
+	x.rateTokens, x.rateCount = tokens, count
 	return x.AdmitRateAs(x.keyOwner())
 }
 
 // AdmitRates is AdmitRate, then, for a request made through route r (nil: a model named
 // directly), the same count against the route's rates: the request must pass both (a route's
 // refusal gives the key's count back, as every refusal does).
-func (x *Exchange) AdmitRates(tokens int64, r *ir.Route) *APIError {
-	if e := x.AdmitRate(tokens); e != nil {
+func (x *Exchange) AdmitRates(tokens int64, count func() int64, r *ir.Route) *APIError {
+	if e := x.AdmitRate(tokens, count); e != nil {
 		return e
 	}
 	if r == nil {
@@ -75,6 +77,12 @@ func (x *Exchange) AdmitRates(tokens int64, r *ir.Route) *APIError {
 func (x *Exchange) AdmitRateAs(o RateOwner) *APIError {
 	if !o.Limits.Any() || x.Shared == nil || x.Rates == nil {
 		return nil
+	}
+	if l := o.Limits.Tokens; l > 0 && x.rateTokens > l && x.rateCount != nil {
+		// The bound (a byte a token) is about four times an English text's tokens: a request
+		// over the whole limit by it is counted (once) before it is refused as never fitting.
+		x.rateTokens = min(x.rateTokens, max(x.rateCount(), 0))
+		x.rateCount = nil
 	}
 	g, wait, st := x.Rates.Admit(o.ID, o.Limits, x.rateTokens)
 	if g == nil {

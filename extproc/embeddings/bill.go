@@ -19,9 +19,13 @@ import (
 func (p *Processor) admit() *core.APIError {
 	x := p.x
 	bound := min(p.req.bound, store.MaxTokens)
-	// Rate limits first, with the input's bound (corrected to the tokens billed at settle): a
-	// refused request holds nothing.
-	if e := x.AdmitRates(bound, p.plan.route); e != nil {
+	// Rate limits first, with the input's bound (corrected to the tokens billed at settle; its
+	// count where the bound alone is over a limit): a refused request holds nothing.
+	var count func() int64
+	if bound <= maxCounted {
+		count = p.countTokens
+	}
+	if e := x.AdmitRates(bound, count, p.plan.route); e != nil {
 		return e
 	}
 	b := x.Books
@@ -45,6 +49,10 @@ func (p *Processor) admit() *core.APIError {
 	p.hold = hold
 	return nil
 }
+
+// maxCounted is the largest input bound counted by the tokenizer for a rate the bound alone
+// is over (about 170 ms of it); a larger one is refused by its bound.
+const maxCounted = 1 << 20
 
 // countTokens counts the input's tokens when the provider reports none (Gemini): a token
 // array's length, a text's count with the tokenizer that estimates chat prompts

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollway/tollway/extproc/apischema/gemini"
 	"github.com/tollway/tollway/extproc/core"
 	"github.com/tollway/tollway/xds/ir"
 )
@@ -44,8 +45,18 @@ func (p *plan) routeID() string {
 }
 
 // planFor decides where a valid request goes: a route's chain (route:<name>, route_mode for a
-// mode route), a model's chain, or the provider route.provider pins a model to.
+// mode route), a model's chain, or the provider route.provider pins a model to; and refuses
+// what every provider it may go to cannot take (fits).
 func planFor(rt *core.Runtime, req *request) (*plan, *core.APIError) {
+	p, e := route(rt, req)
+	if e != nil {
+		return nil, e
+	}
+	return p, p.fits(rt, req)
+}
+
+// route is planFor's choice of where the request goes.
+func route(rt *core.Runtime, req *request) (*plan, *core.APIError) {
 	p := &plan{}
 	if strings.HasPrefix(req.model, ir.RoutePrefix) {
 		r, ids, e := rt.RouteModels(req.model, req.routeMode)
@@ -122,5 +133,36 @@ func (p *plan) pin(rt *core.Runtime, name string) *core.APIError {
 			"provider %q has no API key configured; remove route.provider or choose another provider", name)
 	}
 	p.pinned, p.cluster, p.attempts = name, ir.ClusterPrefix+name, 1
+	return nil
+}
+
+// fits refuses, before the request is admitted or any provider asked, what the plan's
+// providers cannot take when every attempt is on Gemini's API: token ids (Gemini takes text
+// only) and more than 100 inputs (batchEmbedContents takes at most 100). A chain with another
+// provider is left to its attempts (the Gemini adapter refuses the same at its own).
+func (p *plan) fits(rt *core.Runtime, req *request) *core.APIError {
+	names := []string{p.pinned}
+	if p.pinned == "" {
+		names = names[:0]
+		for _, a := range rt.Chains[p.cluster] {
+			names = append(names, a.Provider)
+		}
+	}
+	for _, n := range names {
+		if pr := rt.Providers[n]; pr == nil || pr.Type != ir.ProviderTypeGemini {
+			return nil
+		}
+	}
+	who := "its provider (Gemini)"
+	if p.pinned != "" {
+		who = "provider " + p.pinned + " (Gemini)"
+	}
+	switch {
+	case len(names) == 0:
+	case len(req.tokens) > 0:
+		return bad("invalid_request", "input as token arrays cannot be sent to %s: %s takes text only; send the text, or use a model on OpenAI's API", p.target(), who)
+	case req.inputs() > gemini.MaxBatchEmbed:
+		return bad("invalid_request", "input has %d items; %s on %s embeds at most %d per request: split them over several requests", req.inputs(), p.target(), who, gemini.MaxBatchEmbed)
+	}
 	return nil
 }

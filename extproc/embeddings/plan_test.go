@@ -56,12 +56,20 @@ func TestPlan(t *testing.T) {
 	if p, e := plan(`{"model":"emb","input":"x","route":{"provider":"gm"}}`); e != "" || p.cluster != "provider.gm" || p.pinned != "gm" || p.attempts != 1 {
 		t.Fatalf("pinned: %+v %s", p, e)
 	}
+	if _, e := plan(`{"model":"emb","input":[[1]]}`); e != "" {
+		t.Fatalf("token arrays to a chain with a provider on OpenAI's API: %s", e)
+	}
 	for body, want := range map[string]string{
 		`{"model":"nope","input":"x"}`:                             "model_not_found: model \"nope\" is not in the catalog",
 		`{"model":"chat","input":"x"}`:                             "model_not_found: model \"chat\" is a chat model, not an embeddings model: send it to POST /v1/chat/completions",
 		`{"model":"route:none","input":"x"}`:                       "route_not_found",
 		`{"model":"emb-gm","input":"x","route":{"provider":"oa"}}`: "provider_not_available: provider \"oa\" does not serve model \"emb-gm\" (it is served by gm)",
 		`{"model":"emb","input":"x","route":{"provider":"nokey"}}`: "provider_not_available: provider \"nokey\" has no API key configured",
+		// Every attempt on Gemini: what it cannot take is refused before any call.
+		`{"model":"emb-gm","input":[[1]]}`:                                    `invalid_request: input as token arrays cannot be sent to model "emb-gm": its provider (Gemini) takes text only`,
+		`{"model":"emb","input":[1],"route":{"provider":"gm"}}`:               `invalid_request: input as token arrays cannot be sent to model "emb": provider gm (Gemini) takes text only`,
+		`{"model":"route:m","input":[1],"route_mode":"fast"}`:                 `invalid_request: input as token arrays cannot be sent to route route:m: its provider (Gemini)`,
+		`{"model":"emb-gm","input":["a"` + strings.Repeat(`,"a"`, 100) + `]}`: `invalid_request: input has 101 items; model "emb-gm" on its provider (Gemini) embeds at most 100 per request`,
 	} {
 		if _, e := plan(body); !strings.HasPrefix(e, want) {
 			t.Errorf("%s: got %q, want %q", body, e, want)

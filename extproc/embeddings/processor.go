@@ -35,11 +35,26 @@ type Processor struct {
 	hold *billing.Hold // taken before forwarding, settled or released exactly once
 }
 
-// New is the processor of embeddings request x. A refusal of x releases its hold.
+// New is the processor of embeddings request x. A refusal of x releases its hold, or bills it
+// when the provider had served it (unanswered).
 func New(x *core.Exchange) *Processor {
 	p := &Processor{x: x}
-	x.OnRefusal = p.release
+	x.OnRefusal = p.unanswered
 	return p
+}
+
+// unanswered ends the hold of a request whose answer the client does not get: the gateway
+// refused it, or its answer was over the gateway's buffer, the client went away while it came
+// or the provider cut it. One the provider answered with success was served (and charged for)
+// all the same: it is billed once, from the gateway's count of the input (an estimate, as for
+// a provider that reports no usage), as chat bills a cut answer. Any other is released
+// unbilled.
+func (p *Processor) unanswered() {
+	if x := p.x; p.hold != nil && x.Responded && x.Status < 400 {
+		p.settle(p.countTokens(), true)
+		return
+	}
+	p.release()
 }
 
 func (p *Processor) RequestHeaders(h *extprocv3.HttpHeaders) (*extprocv3.ProcessingResponse, error) {
@@ -202,7 +217,7 @@ func (p *Processor) ResponseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingRe
 	out, err := p.answer(b.GetBody())
 	if err != nil {
 		p.release()
-		e := core.Errorf(http.StatusBadGateway, "upstream_error", "provider %s answered with no embeddings list: %v", x.Provider, err)
+		e := core.Errorf(http.StatusBadGateway, "upstream_error", "provider %s %v", x.Provider, err)
 		x.Answered(e.Status, e.Code)
 		body := e.Body(x.RequestID)
 		return bodyResponse(body, core.SetHeader(":status", strconv.Itoa(e.Status))), nil
@@ -223,5 +238,5 @@ func bodyResponse(body []byte, set ...*corev3.HeaderValueOption) *extprocv3.Proc
 }
 
 // Done runs when the ext_proc stream ends: a hold still open means the answer never reached
-// the client whole (it is buffered here), so nothing is billed.
-func (p *Processor) Done() { p.release() }
+// the client whole (it is buffered here).
+func (p *Processor) Done() { p.unanswered() }

@@ -23,6 +23,11 @@ const (
 	maxProviderName = 64
 	maxDimensions   = 65536 // far above any model's (OpenAI's largest is 3072)
 	maxTokenID      = 1<<31 - 1
+	// specialTokens bounds the tokens a provider adds to each input and counts in its usage:
+	// a BERT-style model's [CLS] and [SEP], a decoder's BOS and EOS, a server's own prefix
+	// (vLLM and TEI count them; OpenAI adds none). Without it three one-byte inputs held for 3
+	// tokens were billed 9 by such a server, the rest cut to the hold.
+	specialTokens = 8
 )
 
 // request is what the gateway reads from a valid embeddings request.
@@ -33,7 +38,8 @@ type request struct {
 	texts         []string  // the input as text, or
 	tokens        [][]int64 // as token arrays
 	// bound is a strict bound of the input's tokens: a text's UTF-8 length (every BPE token
-	// spans at least a byte), a token array's length (exact). The hold is sized with it.
+	// spans at least a byte), a token array's length (exact), each with the specialTokens a
+	// provider may add to it. The hold is sized with it.
 	bound int64
 }
 
@@ -95,7 +101,7 @@ func (r *request) readInput(v json.RawMessage) *core.APIError {
 		case !utf8.ValidString(t):
 			return bad("invalid_request", "%s is not valid UTF-8; send text encoded in UTF-8", at(i, single))
 		}
-		r.bound += int64(len(t))
+		r.bound += int64(len(t)) + specialTokens
 	}
 	for i, ids := range tokens {
 		if len(ids) == 0 {
@@ -106,7 +112,7 @@ func (r *request) readInput(v json.RawMessage) *core.APIError {
 				return bad("invalid_request", "%s[%d] is %d, not a token id; token ids are integers from 0 to %d", at(i, single), j, id, maxTokenID)
 			}
 		}
-		r.bound += int64(len(ids))
+		r.bound += int64(len(ids)) + specialTokens
 	}
 	r.texts, r.tokens = texts, tokens
 	return nil

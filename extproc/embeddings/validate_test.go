@@ -52,11 +52,13 @@ func TestParseShapes(t *testing.T) {
 		texts, tokens int
 		bound         int64
 	}{
-		{`{"model":"e","input":"héllo"}`, 1, 0, 6}, // a text's bound is its UTF-8 length
-		{`{"model":"e","input":["ab","cde"]}`, 2, 0, 5},
-		{`{"model":"e","input":[1,2,3]}`, 0, 1, 3}, // one token array: exact
-		{`{"model":"e","input":[[1,2],[3]],"dimensions":8,"encoding_format":"base64","user":"u1","route":{"provider":"p"},"route_mode":"fast"}`, 0, 2, 3},
-		{`{"model":"e","input":"x","dimensions":null,"encoding_format":null}`, 1, 0, 1},
+		// A text's bound is its UTF-8 length, a token array's its length, each with the
+		// special tokens a provider may add to an input.
+		{`{"model":"e","input":"héllo"}`, 1, 0, 6 + specialTokens},
+		{`{"model":"e","input":["ab","cde"]}`, 2, 0, 5 + 2*specialTokens},
+		{`{"model":"e","input":[1,2,3]}`, 0, 1, 3 + specialTokens},
+		{`{"model":"e","input":[[1,2],[3]],"dimensions":8,"encoding_format":"base64","user":"u1","route":{"provider":"p"},"route_mode":"fast"}`, 0, 2, 3 + 2*specialTokens},
+		{`{"model":"e","input":"x","dimensions":null,"encoding_format":null}`, 1, 0, 1 + specialTokens},
 	}
 	for i, c := range cases {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {

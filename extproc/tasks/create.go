@@ -220,7 +220,7 @@ func (md *Media) hold(worst decimal.Decimal, route *ir.Route) (*billing.Hold, *c
 	x := md.x
 	// Rate limits first (requests per minute; a task's tokens are not counted): a refused
 	// create holds nothing and reaches no facilitator.
-	if e := x.AdmitRates(0, route); e != nil {
+	if e := x.AdmitRates(0, nil, route); e != nil {
 		return nil, e
 	}
 	if md.pay != nil {

@@ -431,9 +431,10 @@ func TestEmbeddingsRateLimits(t *testing.T) {
 	if h.Get("x-ratelimit-limit-requests") != "1" || h.Get("x-ratelimit-remaining-requests") != "0" || h.Get("x-ratelimit-limit-tokens") != "100000" {
 		t.Fatalf("answer's rate headers: %v", h)
 	}
-	// Admitted at the input's bound: a token is at least a byte, 16 of them.
-	if rem := h.Get("x-ratelimit-remaining-tokens"); rem != "99984" {
-		t.Fatalf("remaining tokens %q: want the input's 16-byte bound taken from 100000", rem)
+	// Admitted at the input's bound: a token is at least a byte, 16 of them, and 8 for the
+	// special tokens a provider may add to an input.
+	if rem := h.Get("x-ratelimit-remaining-tokens"); rem != "99976" {
+		t.Fatalf("remaining tokens %q: want the input's bound of 16 bytes + 8 taken from 100000", rem)
 	}
 	served := fake.RequestCount()
 	resp := g.embed(key, `{"model":"emb-small","input":"again"}`)
@@ -443,5 +444,31 @@ func TestEmbeddingsRateLimits(t *testing.T) {
 	}
 	if fake.RequestCount() != served {
 		t.Fatal("a refused embeddings request reached the provider")
+	}
+
+	// The bound (a byte a token, and 8 an input) is about four times an English text's tokens:
+	// a request is refused as over the whole tokens per minute only when its tokens counted
+	// are, and the refusal names them and what to send instead.
+	small := g.newKey("acme", "--tpm", "100")
+	words := strings.Repeat("many words here ", 20) // 328 by the bound, 61 tokens
+	if _, h := g.embedOK(small, `{"model":"emb-small","input":"`+words+`"}`); h.Get("x-ratelimit-limit-tokens") != "100" {
+		t.Fatalf("headers %v", h)
+	}
+	served = fake.RequestCount()
+	e = wantError(t, g.embed(small, `{"model":"emb-small","input":["`+words+`","`+words+`","`+words+`"]}`), http.StatusTooManyRequests, "rate_limit_exceeded")
+	if !strings.Contains(e.Error.Message, "alone is over the rate limit on tokens per minute: about 183 tokens, limit 100") ||
+		!strings.Contains(e.Error.Message, "fewer, shorter inputs") || strings.Contains(e.Error.Message, "max_tokens") {
+		t.Fatalf("429 %q", e.Error.Message)
+	}
+	if fake.RequestCount() != served {
+		t.Fatal("a refused embeddings request reached the provider")
+	}
+	// Chat on the same key counts against the same tokens per minute: it finds the
+	// embeddings' 60 tokens (the fake's usage, corrected at settlement) counted.
+	resp = g.chat(context.Background(), small, `{"model":"chatty","messages":[{"role":"user","content":"hi"}]}`)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if rem, err := strconv.Atoi(resp.Header.Get("x-ratelimit-remaining-tokens")); resp.StatusCode != 200 || err != nil || rem > 40 {
+		t.Fatalf("chat after embeddings: %d, remaining tokens %q of 100", resp.StatusCode, resp.Header.Get("x-ratelimit-remaining-tokens"))
 	}
 }

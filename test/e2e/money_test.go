@@ -128,8 +128,14 @@ func (g *gateway) balance(account string) decimal.Decimal {
 // waitRecords waits for n durable usage records of account (settling is asynchronous).
 func (g *gateway) waitRecords(account string, n int) []usageRecord {
 	g.t.Helper()
+	return waitRecordsOf(g.t, g, account, n)
+}
+
+// waitRecordsOf is waitRecords failing t (a subtest's, which must not fail its parent).
+func waitRecordsOf(t testing.TB, g *gateway, account string, n int) []usageRecord {
+	t.Helper()
 	var recs []usageRecord
-	waitFor(g.t, fmt.Sprintf("%d usage records", n), 10*time.Second, func() bool {
+	waitFor(t, fmt.Sprintf("%d usage records", n), 10*time.Second, func() bool {
 		recs = g.records("account=" + account)
 		return len(recs) >= n
 	})

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/tollway/tollway/cmd/tollway/demo"
 	"github.com/tollway/tollway/extproc/apischema/gemini"
@@ -17,34 +18,42 @@ import (
 
 // openAIEmbeddings answers POST /v1/embeddings.
 func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request, body []byte) {
-	if fault, ok := s.peekFault(); ok && fault.ReportPrompt > 0 {
+	if fault, ok := s.peekFault(); ok && (fault.ReportPrompt > 0 || fault.Stall) {
 		s.nextFault()
-		s.writeEmbeddings(w, body, int64(fault.ReportPrompt))
+		s.writeEmbeddings(w, r, body, int64(fault.ReportPrompt), -1, fault.Stall)
 		return
 	}
-	replied, _ := s.applyFault(w, r, func(code int) string { m, _ := faultDefaults(code); return m }, func(code int, msg string) {
+	replied, cut := s.applyFault(w, r, func(code int) string { m, _ := faultDefaults(code); return m }, func(code int, msg string) {
 		_, c := faultDefaults(code)
 		demo.WriteError(w, code, msg, "", c)
 	})
 	if !replied {
-		s.writeEmbeddings(w, body, 0)
+		s.writeEmbeddings(w, r, body, 0, cut, false)
 	}
 }
 
-func (s *Server) writeEmbeddings(w http.ResponseWriter, body []byte, prompt int64) {
+// writeEmbeddings answers the embeddings request body, its usage prompt tokens (0: counted);
+// cut >= 0 drops the connection halfway through the body, stall waits there for the client.
+func (s *Server) writeEmbeddings(w http.ResponseWriter, r *http.Request, body []byte, prompt int64, cut int, stall bool) {
 	req, perr := demo.ParseEmbeddings(body)
 	if perr != nil {
 		perr.Write(w)
 		return
 	}
 	b := req.EmbeddingsAnswer(prompt, "")
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.Write(b)
+	if stall {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.Write(b[:len(b)/2])
+		http.NewResponseController(w).Flush()
+		sleep(r.Context(), 10*time.Second)
+		b = b[len(b)/2:]
+	}
+	writeWhole(w, b, cut)
 }
 
 // geminiEmbed answers batchEmbedContents for model, refusing what Gemini refuses: no
-// requests, a request for another model, a content without text.
+// requests or more than 100, a request for another model, a content without text.
 func (s *Server) geminiEmbed(w http.ResponseWriter, r *http.Request, body []byte, model string) {
 	replied, _ := s.applyFault(w, r, geminiFaultMessage, func(code int, msg string) { writeGeminiError(w, code, msg) })
 	if replied {
@@ -55,8 +64,12 @@ func (s *Server) geminiEmbed(w http.ResponseWriter, r *http.Request, body []byte
 		writeGeminiError(w, http.StatusBadRequest, "Invalid JSON payload received. "+err.Error())
 		return
 	}
-	if len(req.Requests) == 0 {
+	switch n := len(req.Requests); {
+	case n == 0:
 		writeGeminiError(w, http.StatusBadRequest, "* BatchEmbedContentsRequest.requests: requests is required.")
+		return
+	case n > gemini.MaxBatchEmbed:
+		writeGeminiError(w, http.StatusBadRequest, "* BatchEmbedContentsRequest.requests: at most 100 requests can be in one batch")
 		return
 	}
 	var out gemini.BatchEmbedResponse

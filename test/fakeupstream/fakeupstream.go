@@ -76,6 +76,9 @@ type Fault struct {
 	// (without [DONE]), a non-streamed reply halfway through its body.
 	Cut      bool
 	CutAfter int
+	// Stall, on a whole answer (embeddings), sends its headers and half its body, then waits
+	// for the client to go away (at most 10 s) before the rest: a big answer on a slow link.
+	Stall bool
 	// ReportPrompt and ReportCompletion, when > 0, are the token counts the answer's usage
 	// reports instead of the true ones: a provider over-reporting (a chat completion).
 	ReportPrompt, ReportCompletion int

@@ -6,6 +6,10 @@ type BatchEmbedRequest struct {
 	Requests []EmbedRequest `json:"requests"`
 }
 
+// MaxBatchEmbed is how many requests one batchEmbedContents takes: Google refuses more with
+// 400 INVALID_ARGUMENT "at most 100 requests can be in one batch".
+const MaxBatchEmbed = 100
+
 // EmbedRequest embeds one content; Model repeats the URL's model as "models/{model}".
 type EmbedRequest struct {
 	Model                string  `json:"model"`

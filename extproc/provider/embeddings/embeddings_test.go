@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tollway/tollway/extproc/apischema/openai"
@@ -70,6 +71,10 @@ func TestGeminiRefuses(t *testing.T) {
 	req, _ := provider.ParseRequest([]byte(`{"model":"emb","input":[[1,2,3]]}`))
 	if _, err := (toGemini{}).Embed(geminiP, "m", req); !errors.Is(err, provider.ErrBadRequest) {
 		t.Fatalf("token arrays to Gemini: %v, want a bad request", err)
+	}
+	req, _ = provider.ParseRequest([]byte(`{"model":"emb","input":["x"` + strings.Repeat(`,"x"`, 100) + `]}`))
+	if _, err := (toGemini{}).Embed(geminiP, "m", req); !errors.Is(err, provider.ErrBadRequest) || !strings.Contains(err.Error(), "101 items") {
+		t.Fatalf("101 inputs to Gemini (at most 100 a batch): %v, want a bad request", err)
 	}
 	up := embed(t, geminiP, "m", `{"model":"emb","input":["a","b"]}`)
 	if _, err := up.Response.Body([]byte(`{"embeddings":[{"values":[1]}]}`)); err == nil {

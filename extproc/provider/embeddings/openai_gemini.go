@@ -34,6 +34,8 @@ func (toGemini) Embed(p *ir.Provider, model string, req provider.Request) (*prov
 		return nil, fmt.Errorf("gemini: input is neither text nor token arrays: %w", provider.ErrBadRequest)
 	case tokens != nil:
 		return nil, fmt.Errorf("input as token arrays cannot be sent to provider %s (Gemini takes text only): send the text, or pin an OpenAI provider with route.provider: %w", p.Name, provider.ErrBadRequest)
+	case len(texts) > gemini.MaxBatchEmbed:
+		return nil, fmt.Errorf("input has %d items; provider %s (Gemini) embeds at most %d per request: split them over several requests: %w", len(texts), p.Name, gemini.MaxBatchEmbed, provider.ErrBadRequest)
 	}
 	name := strings.TrimPrefix(model, "models/")
 	out := gemini.BatchEmbedRequest{Requests: make([]gemini.EmbedRequest, len(texts))}
