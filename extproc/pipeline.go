@@ -75,7 +75,20 @@ func newPipeline(x *exchange) *pipeline {
 // errAnswerTooLarge refuses an answer the gateway would have to hold whole (an error body or a
 // JSON answer) that is over Envoy's buffer limit, as Envoy's buffered mode would.
 var errAnswerTooLarge = core.Errorf(http.StatusBadGateway, "upstream_error",
-	"the provider's answer is over the gateway's %d MiB buffer, so it cannot be passed on; ask for a shorter answer (embeddings: send fewer inputs per request, or ask for encoding_format base64, several times smaller than floats)", ir.BufferLimitBytes>>20)
+	"the provider's answer is over the gateway's %d MiB buffer, so it cannot be passed on; ask for a shorter answer", ir.BufferLimitBytes>>20)
+
+// errEmbeddingsTooLarge is errAnswerTooLarge for embeddings, whose answers grow with the inputs
+// and their encoding rather than with max_tokens.
+var errEmbeddingsTooLarge = core.Errorf(http.StatusBadGateway, "upstream_error",
+	"the provider's answer is over the gateway's %d MiB buffer, so it cannot be passed on; send fewer inputs per request, or ask for encoding_format base64, several times smaller than floats", ir.BufferLimitBytes>>20)
+
+// answerTooLarge is the refusal of an answer over the buffer, worded for the request's endpoint.
+func (x *exchange) answerTooLarge() *core.APIError {
+	if x.Head.Path == core.EmbeddingsPath {
+		return errEmbeddingsTooLarge
+	}
+	return errAnswerTooLarge
+}
 
 // The pipeline's framing (processor.go) answers each of Envoy's messages with the replies it is
 // owed now: none while a body is being collected, the held headers' reply and one per chunk
@@ -148,7 +161,7 @@ func (p *pipeline) responseBody(req *extprocv3.ProcessingRequest, b *extprocv3.H
 		x.heard(b.GetEndOfStream())
 		return p.logged(streamedReply(x.responseBody(b), b), req), nil
 	case p.resp.state == collecting:
-		return p.body(&p.resp, b, responseBodyReply, x.responseBody, errAnswerTooLarge), nil
+		return p.body(&p.resp, b, responseBodyReply, x.responseBody, x.answerTooLarge()), nil
 	}
 	return []*extprocv3.ProcessingResponse{streamedBody(b.GetBody(), b.GetEndOfStream())}, nil // passing
 }
