@@ -77,7 +77,7 @@ func newPipeline(x *exchange) *pipeline {
 var errAnswerTooLarge = core.Errorf(http.StatusBadGateway, "upstream_error",
 	"the provider's answer is over the gateway's %d MiB buffer; ask for a shorter answer", ir.BufferLimitBytes>>20)
 
-// The pipeline's framing (processor.go) answers each of Envoy's messages with the replies it is
+// The pipeline's framing (stream.go) answers each of Envoy's messages with the replies it is
 // owed now: none while a body is being collected, the held headers' reply and one per chunk
 // once it is whole.
 
