@@ -1,11 +1,12 @@
 // Package chat is the chat completions request (POST /v1/chat/completions, and a paid
 // endpoint's chat) at the gateway: the router-level processor (processor.go) plans the request
-// (validation in validate.go, validate_messages.go, walker.go), holds its worst case
-// (hold.go, through extproc/billing's Books), routes it, rewrites its answer for the client
-// (answer.go) and meters it (meter.go) to settle the bill; a paid request's payment is reached
-// through Payment (payment.go). The upstream attempt filter's processor (attempt.go) rewrites
-// each attempt for its provider (AttemptRequest, with the adapters of extproc/provider/chat)
-// and translates the answer back. It stands on extproc/core and imports nothing of extproc itself.
+// (validation in validate.go, validate_messages.go, walker.go), holds its worst case (hold.go,
+// through extproc/billing's Books), routes it, rewrites its answer for the client and meters it
+// (answer.go) to settle the bill; a paid request's payment is reached through Payment
+// (payment.go). The upstream attempt filter's processor (attempt.go) rewrites each attempt for
+// its provider (AttemptRequest, with the adapters of extproc/provider/chat) and translates the
+// answer back. It stands on extproc/core and imports
+// nothing of extproc itself.
 package chat
 
 import (
@@ -30,8 +31,8 @@ import (
 )
 
 // Processor is the processor of a chat request: its headers admitted, its body planned
-// (chatPlan, validate*.go), held (hold.go) and routed, and its answer shaped, rewritten
-// (answer.go), metered (meter.go) and billed.
+// (chatPlan, validate*.go), held (hold.go) and routed, and its answer shaped, rewritten and
+// metered (answer.go) and billed.
 type Processor struct {
 	x   *core.Exchange
 	pay Payment // nil: a keyed request
