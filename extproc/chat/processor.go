@@ -4,9 +4,9 @@
 // through extproc/billing's Books), routes it, rewrites its answer for the client and meters it
 // (answer.go) to settle the bill; a paid request's payment is reached through Payment
 // (payment.go). The upstream attempt filter's processor (attempt.go) rewrites each attempt for
-// its provider (AttemptRequest, with the adapters of extproc/provider/chat) and translates the
-// answer back. It stands on extproc/core and imports
-// nothing of extproc itself.
+// its provider (AttemptRequest, through the adapter of extproc/provider/chat the runtime chose
+// for that provider, core.Model.Adapters) and translates the answer back. It stands on
+// extproc/core and imports nothing of extproc itself.
 package chat
 
 import (
