@@ -145,9 +145,16 @@ func report(w io.Writer, sc *scenario, r result, verbose bool) {
 	}
 	fmt.Fprintf(w, "\nFiles, in the order the walk first enters them:\n")
 	for i, f := range r.Files {
-		fmt.Fprintf(w, "  %2d. %s: entered %d times, %d by a call or a stream's start\n", i+1, f, r.Entered[f], r.Called[f])
+		fmt.Fprintf(w, "  %2d. %s: entered %s, %d by a call or a stream's start\n", i+1, f, times(r.Entered[f]), r.Called[f])
 	}
 	printHops(w, sc, r.Hops)
+}
+
+func times(n int) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
 }
 
 // printHops lists the hops phase by phase.
