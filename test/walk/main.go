@@ -59,22 +59,9 @@ func run(dlv, traceFile, bin, root string, verbose bool, jsonOut string) error {
 	} else if bin == "" {
 		return errors.New("walk: -trace needs -bin, the test binary that ran it")
 	}
-	funcs, err := funcFiles(bin, module, strings.TrimSuffix(root, "/")+"/")
+	r, err := countTrace(sc, bin, traceFile, root)
 	if err != nil {
 		return err
-	}
-	f, err := os.Open(traceFile)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	events, err := parseTrace(f, funcs)
-	if err != nil {
-		return err
-	}
-	r := newWalker(sc, funcs).run(events).count()
-	if len(r.Calls) == 0 {
-		return fmt.Errorf("walk: the trace %s holds no call of the walk (did the scenario run?)", traceFile)
 	}
 	report(os.Stdout, sc, r, verbose)
 	if jsonOut != "" {
@@ -85,6 +72,28 @@ func run(dlv, traceFile, bin, root string, verbose bool, jsonOut string) error {
 		return os.WriteFile(jsonOut, b, 0o644)
 	}
 	return nil
+}
+
+// countTrace applies the rules to the trace traceFile of the test binary bin, built from root.
+func countTrace(sc *scenario, bin, traceFile, root string) (result, error) {
+	funcs, err := funcFiles(bin, module, strings.TrimSuffix(root, "/")+"/")
+	if err != nil {
+		return result{}, err
+	}
+	f, err := os.Open(traceFile)
+	if err != nil {
+		return result{}, err
+	}
+	defer f.Close()
+	events, err := parseTrace(f, funcs)
+	if err != nil {
+		return result{}, err
+	}
+	r := newWalker(sc, funcs).run(events).count()
+	if len(r.Calls) == 0 {
+		return result{}, fmt.Errorf("walk: the trace %s holds no call of the walk (did the scenario run?)", traceFile)
+	}
+	return r, nil
 }
 
 // moduleRoot is the directory of this module's go.mod.

@@ -156,7 +156,7 @@ func (w *walker) seam(st []frame, name, file string) {
 		return
 	}
 	var chain []string
-	for _, f := range append(st, frame{file: file}) {
+	for _, f := range append(slices.Clip(st), frame{file: file}) {
 		if !placed(f) || f.stub {
 			continue
 		}
