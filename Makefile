@@ -157,6 +157,18 @@ $(LITELLM_VENV)/.installed-$(LITELLM_VERSION):
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(LITELLM_VENV)/bin/litellm --version
 	@touch $@
 
+# Delve, pinned, from the Go module proxy into tools/: only `make walk` uses it (never deps or
+# test); a new version installs beside the old.
+DLV_VERSION   := v1.27.2
+DLV           := $(TOOLS)/dlv-$(DLV_VERSION)/dlv
+
+$(DLV):
+	GOBIN=$(dir $(DLV)) $(GO) install github.com/go-delve/delve/cmd/dlv@$(DLV_VERSION)
+
+.PHONY: walk
+walk: $(DLV) ## Count the walk of one streamed chat to Anthropic through extproc (traced with Delve): files, packages, hops, the seams; not part of make test (WALK_FLAGS=-v lists every hop)
+	$(GO) run ./test/walk -dlv $(DLV) $(WALK_FLAGS)
+
 .PHONY: run
 run: envoy build ## Run the gateway on the embedded default config (CONFIG=file.yaml for another)
 	$(BIN)/tollway run $(if $(CONFIG),--config $(CONFIG))

@@ -90,7 +90,7 @@ func (x *exchange) answerTooLarge() *core.APIError {
 	return errAnswerTooLarge
 }
 
-// The pipeline's framing (processor.go) answers each of Envoy's messages with the replies it is
+// The pipeline's framing (stream.go) answers each of Envoy's messages with the replies it is
 // owed now: none while a body is being collected, the held headers' reply and one per chunk
 // once it is whole.
 

@@ -1,13 +1,14 @@
 // Package extproc is Tollway's Envoy external processor. It owns the server (server.go: the
-// Runtime swapped atomically on each configuration, provider health), the gRPC stream loop
-// (stream.go), how Envoy's messages reach a processor (pipeline.go: the pipelined protocol of
-// Tollway's own Envoys and the buffered one), the silence watchdog (silence.go), the access
-// log's metadata (accesslog.go) and the observer (observe.go). Each stream gets one Processor
-// (processor.go), chosen once: the upstream attempt filter's (extproc/chat Attempt: rewrite for
-// the chosen provider, translate its answer), or, at the router, the one the request's path
-// names: chat (extproc/chat), the catalog (catalog.go), GET /v1/key (keyinfo.go), media task
-// create and read (extproc/tasks Media), or a paid x402 endpoint wrapping chat or media (extproc/x402/paid). What every
-// processor shares is extproc/core; the ledger and holds are extproc/billing.
+// Runtime swapped atomically on each configuration, provider health), the gRPC stream loop and
+// the processor seam (stream.go), how Envoy's messages reach a processor (pipeline.go: the
+// pipelined protocol of Tollway's own Envoys and the buffered one), the silence watchdog
+// (silence.go), the access log's metadata (accesslog.go) and the observer (observe.go). Each
+// stream gets one Processor (stream.go), chosen once: the upstream attempt filter's
+// (extproc/chat Attempt: rewrite for the chosen provider, translate its answer), or, at the
+// router, the one the request's path names: chat (extproc/chat), the catalog (catalog.go),
+// GET /v1/key (keyinfo.go), media task create and read (extproc/tasks Media), or a paid x402
+// endpoint wrapping chat or media (extproc/x402/paid). What every processor shares is
+// extproc/core; the ledger and holds are extproc/billing.
 package extproc
 
 import (

@@ -278,9 +278,11 @@ func AttemptRequest(rt *core.Runtime, body []byte, m *core.Model, p *ir.Provider
 			return nil, nil, errors.New(e.Message)
 		}
 	}
-	adapter, err := adapters.For(p.Type, m.Family)
-	if err != nil {
-		return nil, nil, err
+	adapter, ok := m.Adapters[p.Name] // chosen when the runtime was compiled
+	if !ok {
+		if adapter, err = adapters.For(p.Type, m.Family); err != nil { // its type has none
+			return nil, nil, err
+		}
 	}
 	up, err := adapter.Chat(p, &m.Model, target, req)
 	return up, removed, err

@@ -41,6 +41,10 @@ type Model struct {
 	Sampling []string
 	// Demo: a provider of type Demo may answer, so the catalog labels the model.
 	Demo bool
+	// Adapters are the chat adapters of the model's providers, by provider name, chosen once
+	// here (chat.For) so that an attempt goes straight to its provider's; a provider whose type
+	// has none is not listed.
+	Adapters map[string]chat.Adapter
 }
 
 // paramRule is the set of request fields one provider carries for one model: its adapter's
@@ -64,16 +68,27 @@ func (m *Model) Carries(p, f string) bool {
 // parameters of it.
 var alwaysCarried = map[string]bool{"model": true, "messages": true, "stream": true, "stream_options": true}
 
-// paramsFor works out the rule for provider p serving a model of media family family ("" for a
-// chat model), whose own list is list (the provider entry's, else the model's). A list narrows
-// what the adapter carries; user, an end-user id rather than a sampling parameter, is carried
-// whenever the adapter can, list or not.
-func paramsFor(p *ir.Provider, family string, list []string) paramRule {
+// adapterFor is the chat adapter of provider p for a model of media family family ("" for a
+// chat model); nil when p is unknown or its type has none.
+func adapterFor(p *ir.Provider, family string) chat.Adapter {
+	if p == nil {
+		return nil
+	}
+	a, err := chat.For(p.Type, family)
+	if err != nil {
+		return nil
+	}
+	return a
+}
+
+// paramsFor works out the rule for a provider whose chat adapter is a (nil: none), for a model
+// whose own list is list (the provider entry's, else the model's). A list narrows what the
+// adapter carries; user, an end-user id rather than a sampling parameter, is carried whenever
+// the adapter can, list or not.
+func paramsFor(a chat.Adapter, list []string) paramRule {
 	params := chat.Parameters{PassUnknown: true} // an unknown type never gets an attempt
-	if p != nil {
-		if a, err := chat.For(p.Type, family); err == nil {
-			params = a.Parameters()
-		}
+	if a != nil {
+		params = a.Parameters()
 	}
 	known := set(params.Known)
 	if len(list) == 0 {
@@ -205,7 +220,7 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 		rt.Providers[g.Providers[i].Name] = &g.Providers[i]
 	}
 	for _, m := range g.Models {
-		cm := &Model{Model: m, Params: map[string]paramRule{}}
+		cm := &Model{Model: m, Params: map[string]paramRule{}, Adapters: map[string]chat.Adapter{}}
 		var rules []paramRule
 		for _, t := range m.Targets {
 			if p := rt.Providers[t.Provider]; p != nil && p.Type == ir.ProviderTypeDemo {
@@ -215,7 +230,11 @@ func Compile(g *ir.Gateway, keys []store.Key) *Runtime {
 			if len(t.SupportedParameters) > 0 {
 				list = t.SupportedParameters
 			}
-			r := paramsFor(rt.Providers[t.Provider], m.Family, list)
+			a := adapterFor(rt.Providers[t.Provider], m.Family)
+			if a != nil {
+				cm.Adapters[t.Provider] = a
+			}
+			r := paramsFor(a, list)
 			cm.Params[t.Provider] = r
 			rules = append(rules, r)
 		}

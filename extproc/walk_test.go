@@ -1,0 +1,134 @@
+package extproc
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/extproc/billing"
+	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/store"
+	"github.com/tollway/tollway/xds/ir"
+)
+
+// This file is the scenario `make walk` traces (test/walk): one streamed chat completion in
+// OpenAI's chat API, answered by Anthropic, through the router-level stream and the attempt's,
+// as Tollway's own Envoy sends it. The trace is cut at each WalkMark; test/walk maps the stubs
+// below to the production code they stand for (cmd/tollway/internal/metrics, store/settle).
+
+// walkObserver stands in for cmd/tollway/internal/metrics.Metrics (the server's observer and the
+// ledger's).
+type walkObserver struct{}
+
+func (walkObserver) StreamStarted(string)              {}
+func (walkObserver) StreamEnded(string, time.Duration) {}
+func (walkObserver) RequestDone(*Outcome)              {}
+func (walkObserver) Held(error)                        {}
+func (walkObserver) Ended(bool)                        {}
+
+// walkRecord, walkHold and walkEnd stand in for the wiring of cmd/tollway/internal/server
+// (observe.go's bill.Record wrapper and store/settle's Settler).
+func walkRecord(store.UsageRecord)                       {}
+func walkHold(store.UsageRecord, func() decimal.Decimal) {}
+func walkEnd(string)                                     {}
+
+const walkBody = `{"model":"claude","messages":[{"role":"user","content":"Hello"}],"stream":true,"max_tokens":256}`
+
+// Anthropic's SSE: the first chunk (not walked), a typical chunk, the last chunk.
+const (
+	walkFirst = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"
+	walkTypical = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" there\"}}\n\n"
+	walkLast    = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":3}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+)
+
+// WalkMark is called between the scenario's phases so that a trace can be cut there.
+//
+//go:noinline
+func WalkMark(phase string) { _ = phase }
+
+// TestWalkScenario: a streamed chat to Anthropic is translated chunk by chunk on the attempt's
+// stream, passed to the client on the router's, and billed its exact cost at the last chunk
+// (9 prompt tokens at 0.000003, 3 completion tokens at 0.000015).
+func TestWalkScenario(t *testing.T) {
+	g := testGateway()
+	g.Providers = append(g.Providers, ir.Provider{Name: "anthropic", Type: ir.ProviderTypeAnthropic, Host: "api.anthropic.com", Port: 443, TLS: true, BasePath: "/v1", NeedsKey: true, APIKey: "sk-ant"})
+	p, err := ir.ParsePricing(map[string]any{"prompt": "0.000003", "completion": "0.000015"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Models = append(g.Models, ir.Model{ID: "claude", MaxOutputLength: 8192, Pricing: p, Targets: []ir.Target{{Provider: "anthropic", Model: "claude-sonnet-4-5"}}})
+	rt := core.Compile(g, []store.Key{keyRecord("key_valid", validSecret, false)})
+	ledger := billing.NewLedger(map[string]decimal.Decimal{"acct-key_valid": decimal.RequireFromString("100")}, nil, "2026-11")
+	ledger.SetObserver(walkObserver{})
+	// The books' clock stands still: a chunk never falls due for a checkpoint however slowly
+	// the tracer lets it pass (billing.CheckpointEvery), so that every trace walks the same.
+	now := func() time.Time { return time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC) }
+	b := &Billing{Ledger: ledger, Record: walkRecord, Hold: walkHold, End: walkEnd, Now: now}
+	e := startServerWith(t, rt, b)
+	e.srv.SetObserver(walkObserver{})
+
+	WalkMark("router-request")
+	r := e.openPhase(ir.PhaseRouter)
+	out := r.pipelined(2, withLength(chatHeaders("Bearer "+validSecret, "req-walk", true), len(walkBody)), chunk(true, walkBody, true))
+	if out[1].GetRequestBody() == nil {
+		t.Fatalf("router body: %v", out[1])
+	}
+
+	WalkMark("attempt-request")
+	a := e.openAttempt("anthropic", "claude")
+	h := chatHeaders("Bearer "+validSecret, "req-walk", true)
+	hs := h.GetRequestHeaders().GetHeaders()
+	hs.Headers = append(hs.Headers, hdr("x-envoy-expected-rq-timeout-ms", "60000", true), hdr("x-envoy-internal", "true", true))
+	if resp := a.roundTrip(h); resp.GetRequestHeaders() == nil {
+		t.Fatalf("attempt headers: %v", resp)
+	}
+	resp := a.roundTrip(requestBody(walkBody))
+	if got := string(resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody()); !strings.Contains(got, `"claude-sonnet-4-5"`) {
+		t.Fatalf("attempt body not rewritten for Anthropic: %s", got)
+	}
+
+	WalkMark("attempt-response-headers")
+	if resp := a.roundTrip(answerWith("200", "text/event-stream")); resp.GetResponseHeaders() == nil {
+		t.Fatalf("attempt response headers: %v", resp)
+	}
+	WalkMark("router-response-headers")
+	rh := answerWith("200", "text/event-stream", hdr(ir.ServedHeader, "anthropic/claude", true), hdr(ir.AttemptsHeader, "1", true))
+	if out := r.pipelined(1, rh); out[0].GetResponseHeaders() == nil {
+		t.Fatalf("router response headers: %v", out[0])
+	}
+
+	var client strings.Builder
+	both := func(name, body string, eos bool) {
+		WalkMark("attempt-" + name)
+		translated := a.roundTrip(chunk(false, body, eos)).GetResponseBody().GetResponse().GetBodyMutation().GetBody()
+		WalkMark("router-" + name)
+		out := r.pipelined(1, chunk(false, string(translated), eos))
+		client.Write(out[0].GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody())
+	}
+	both("first", walkFirst, false)
+	both("typical", walkTypical, false)
+	both("last", walkLast, true)
+
+	WalkMark("attempt-close")
+	a.close()
+	WalkMark("router-close")
+	r.close()
+	WalkMark("end")
+
+	got := client.String()
+	for _, want := range []string{`"content":" there"`, `"model":"claude"`, "data: [DONE]"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the client's stream lacks %s:\n%s", want, got)
+		}
+	}
+	available, _ := ledger.Snapshot("acct-key_valid", "key_valid", now())
+	if want := decimal.RequireFromString("99.999928"); !available.Equal(want) {
+		t.Errorf("balance after the answer = %s, want %s (100 less 0.000072)", available, want)
+	}
+}
