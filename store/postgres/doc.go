@@ -51,11 +51,13 @@
 //
 // A settling transaction (settle.go) locks the accounts and month-spend rows its batch debits,
 // each set in sorted order (batches of different replicas queue rather than deadlock), then
-// reads which request ids are settled (after the lock, so none is being settled elsewhere),
-// caps each debit at the balance and the key's monthly limit as they stand under the lock
-// (store.CapDebit), and inserts records with ON CONFLICT (request_id) DO NOTHING: only a
-// record inserted now is debited and counted, so a request is billed once whichever replica
-// settles it and however often. Aggregates are added with INSERT ... ON CONFLICT DO UPDATE,
+// inserts the records with ON CONFLICT (request_id) DO NOTHING RETURNING (after the lock, so
+// none is being settled elsewhere): only a record inserted now is debited and counted, so a
+// request is billed once whichever replica settles it and however often. Each debit is capped
+// at the balance and the key's monthly limit as they stand under the lock (store.CapDebit),
+// the record corrected in the same transaction. No statement looks records up by a list of
+// ids: a prepared statement's generic plan made while the table was small can keep scanning
+// all of it (TestShipmentsNeverScanTheRecords). Aggregates are added with INSERT ... ON CONFLICT DO UPDATE,
 // in sorted order. A credential claim is INSERT ... ON CONFLICT DO NOTHING RETURNING: the one
 // session that gets its row back won, on every replica. A task update locks its row (SELECT
 // ... FOR UPDATE) and writes its callbacks and bill in the same transaction.

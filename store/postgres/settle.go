@@ -5,11 +5,11 @@ package postgres
 //
 // A batch locks the rows it debits first, in one order every batch shares (accounts, then
 // month spends, each sorted), so batches of several replicas wait for each other instead of
-// deadlocking (a deadlock the server still finds is retried: tx). Whether a request id is
-// settled is read after its account is locked, when no other transaction can be settling it;
-// the record's primary key (INSERT ... ON CONFLICT DO NOTHING) is the last word, and only a
-// record inserted now is debited and counted. What a balance or a limit cannot take is the
-// record's overage (store.CapDebit), read under those locks, so replicas never overspend.
+// deadlocking (a deadlock the server still finds is retried: tx). The records are inserted
+// after their accounts are locked, when no other transaction can be settling them, with ON
+// CONFLICT (request_id) DO NOTHING RETURNING: the record's primary key says which are new, and
+// only a record inserted now is debited and counted. What a balance or a limit cannot take is
+// the record's overage (store.CapDebit), read under those locks, so replicas never overspend.
 
 import (
 	"context"
@@ -57,19 +57,14 @@ func (s *Store) SettleWith(recs []store.UsageRecord, hc settle.HoldChanges) (err
 		return errs, nil
 	}
 	var out []error
-	for try := 0; ; try++ {
-		err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
-			out = slices.Clone(errs) // fn may run again
-			recs := slices.Clone(norm)
-			if err := settleTx(ctx, tx, recs, todo, out, hc.Held, s.settler()); err != nil {
-				return err
-			}
-			return putHolds(ctx, tx, hc)
-		})
-		if !errors.Is(err, errRaced) || try >= 3 {
-			break
+	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		out = slices.Clone(errs) // fn may run again
+		recs := slices.Clone(norm)
+		if err := settleTx(ctx, tx, recs, todo, out, hc.Held, s.settler()); err != nil {
+			return err
 		}
-	}
+		return putHolds(ctx, tx, hc)
+	})
 	if err != nil {
 		for _, i := range todo {
 			errs[i] = err
@@ -84,93 +79,93 @@ type books struct {
 	balance map[string]*pgtype.Numeric
 	spent   map[[2]string]*pgtype.Numeric
 	limit   map[string]pgtype.Numeric
-	done    map[string]bool // request ids settled before
 }
-
-// errRaced: a record the batch counted on inserting was inserted by another transaction
-// meanwhile (only a paid record, whose settling locks no account, can be): the transaction is
-// rolled back and run again, when the record reads as settled.
-var errRaced = errors.New("postgres: a usage record of the batch was settled concurrently")
 
 // settleTx settles recs[todo] in tx; errs gets each record's own failure. It is two round
 // trips whatever the batch's size (the shipper's transactions wait for the server, and under
-// load for the CPU, at each): the books locked and read with the ids settled before, then
-// the records inserted with every row they add to, in one pipeline.
+// load for the CPU, at each): the books locked and read, then the records inserted in one
+// pipeline; then every row they add to, with the corrections of the few records the books
+// could not take whole.
+//
+// The insert's primary key says which records are new: ON CONFLICT (request_id) DO NOTHING
+// RETURNING, after the accounts' locks (any transaction settling an unpaid record takes its
+// account's first), and waiting for a transaction inserting the same id to end (a paid record,
+// whose settling locks no account). No query looks the ids up: a prepared lookup planned while
+// usage_records was small keeps a sequential scan of the whole table for the connection's
+// life (a generic plan, until the table is next analyzed), which cost the server milliseconds
+// a batch and grew with every record (docs/performance.md).
 func settleTx(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []int, errs []error, held func(string) bool, replica string) error {
 	if len(todo) == 0 {
 		return nil
 	}
-	b, err := lockBooks(ctx, tx, recs, todo)
+	var rows recordRows
+	first := make(map[string]bool, len(todo))
+	for _, i := range todo { // a request id twice in a batch: its first record is the one inserted
+		if id := recs[i].RequestID; !first[id] {
+			first[id] = true
+			rows.add(&recs[i])
+		}
+	}
+	b, inserted, err := lockAndInsert(ctx, tx, recs, todo, &rows)
 	if err != nil {
 		return err
 	}
-	var settled, drop []string
-	var fresh recordRows
-	var inserting []int
+	batch := &pgx.Batch{}
+	var fold []int
+	var drop []string
+	settled := make(map[string]bool, len(inserted))
 	for _, i := range todo {
 		rec := &recs[i]
-		if b.done[rec.RequestID] {
-			if held != nil && held(rec.RequestID) {
-				drop = append(drop, rec.RequestID)
+		id := rec.RequestID
+		if !inserted[id] || settled[id] { // settled before, or by its first record in this batch
+			if held != nil && held(id) {
+				drop = append(drop, id)
 			}
 			continue
 		}
-		paid := rec.Payment != nil
-		if !paid {
+		if rec.Payment == nil {
 			bal, ok := b.balance[rec.Account]
 			if !ok {
 				errs[i] = store.Errorf(store.ErrNotFound, "settle %q: account %q: not found", store.ShortID(rec.RequestID), rec.Account)
+				batch.Queue("delete from usage_records where request_id = $1", id) // inserted above: taken back
 				continue
 			}
 			sp := b.spent[spendKey(rec)]
-			limit := decPtr(b.limit[rec.KeyID])
-			rec.CapDebit(dec(*bal), dec(*sp), limit)
+			if rec.CapDebit(dec(*bal), dec(*sp), decPtr(b.limit[rec.KeyID])) {
+				batch.Queue("update usage_records set cost = $2, overage = $3 where request_id = $1", id, num(rec.Cost), num(rec.Overage))
+			}
 			*bal, *sp = num(dec(*bal).Sub(rec.Cost)), num(dec(*sp).Add(rec.Cost))
 		}
-		b.done[rec.RequestID] = true
-		fresh.add(rec)
-		inserting = append(inserting, i)
-		if held != nil && held(rec.RequestID) {
-			settled = append(settled, rec.RequestID)
+		settled[id] = true
+		fold = append(fold, i)
+		if held != nil && held(id) {
+			drop = append(drop, id)
 		}
 	}
-	// The records go in with the rows they add to, as if every one inserts: an unpaid record
-	// does (its id read as unsettled under its account's lock, which any transaction settling
-	// it takes first), and a paid one that does not (errRaced) undoes the whole transaction.
-	batch := &pgx.Batch{}
-	inserted := queueInsert(batch, &fresh)
-	writeBooks(batch, recs, inserting, replica)
-	if drop = append(drop, settled...); len(drop) > 0 {
+	writeBooks(batch, recs, fold, replica)
+	if len(drop) > 0 {
 		batch.Queue("delete from holds where request_id = any($1)", drop)
 	}
 	if batch.Len() == 0 {
 		return nil
 	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return err
-	}
-	if len(*inserted) != len(inserting) {
-		return errRaced
-	}
-	return nil
+	return tx.SendBatch(ctx, batch).Close()
 }
 
 func spendKey(rec *store.UsageRecord) [2]string {
 	return [2]string{rec.Time.Format(store.MonthLayout), rec.KeyID}
 }
 
-// lockBooks locks the accounts and month spends recs[todo] debit (paid records debit none),
-// each set in sorted order, reads the keys' limits and which request ids are settled, in one
-// round trip (the statements run in order: the ids are read under the accounts' locks).
-func lockBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []int) (*books, error) {
-	b := &books{balance: map[string]*pgtype.Numeric{}, spent: map[[2]string]*pgtype.Numeric{}, limit: map[string]pgtype.Numeric{}, done: map[string]bool{}}
+// lockAndInsert locks the accounts and month spends recs[todo] debit (paid records debit
+// none), each set in sorted order, reads the keys' limits, then inserts rows (the batch's
+// records, as they came), in one round trip: the statements run in order, so the insert runs
+// under the accounts' locks. It returns the books and the request ids inserted now.
+func lockAndInsert(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []int, rows *recordRows) (*books, map[string]bool, error) {
+	b := &books{balance: map[string]*pgtype.Numeric{}, spent: map[[2]string]*pgtype.Numeric{}, limit: map[string]pgtype.Numeric{}}
 	var accts, keyIDs []string
-	ids := make([]string, len(todo))
 	spends := map[[2]string]bool{}
-	for j, i := range todo {
-		r := &recs[i]
-		ids[j] = r.RequestID
-		if r.Payment == nil {
+	for _, i := range todo {
+		if r := &recs[i]; r.Payment == nil {
 			accts, keyIDs = append(accts, r.Account), append(keyIDs, r.KeyID)
 			spends[spendKey(r)] = true
 		}
@@ -179,15 +174,11 @@ func lockBooks(ctx context.Context, tx pgx.Tx, recs []store.UsageRecord, todo []
 	if len(accts) > 0 {
 		queueLocks(batch, b, accts, keyIDs, spends)
 	}
-	batch.Queue("select request_id from usage_records where request_id = any($1)", ids).Query(func(rows pgx.Rows) error {
-		var id string
-		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { b.done[id] = true; return nil })
-		return err
-	})
+	inserted := queueInsert(batch, rows)
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return b, nil
+	return b, *inserted, nil
 }
 
 // queueLocks queues the statements that lock and read the accounts, the keys' limits and the

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +51,16 @@ var ledgerCases = []conformance{
 			t.Fatalf("errors %v", errs)
 		}
 		wantDec(t, "balance", balance(t, s, "acme"), "0.9")
+		wantRecords(t, e.s, "good")
+	}},
+	{"ledger/a-request-id-twice-in-a-batch-settles-once", func(t *testing.T, e *env) {
+		account(t, e.s, "acme", "1")
+		a := usage("a", key(t, e.s, "acme", nil), "0.1", 0)
+		b := a
+		b.RequestID, b.Cost, b.Time = "b", dec("0.2"), b.Time.Add(time.Second)
+		settle(t, e.s, a, a, b, a)
+		wantDec(t, "balance", balance(t, e.s, "acme"), "0.7")
+		wantRecords(t, e.s, "b", "a")
 	}},
 	{"ledger/debits-are-capped-at-balance-and-limit", func(t *testing.T, e *env) {
 		s := e.s
@@ -182,4 +193,17 @@ var usageCases = []conformance{
 			t.Fatalf("KeysLastUsed: %+v %v", last, err)
 		}
 	}},
+}
+
+// wantRecords: the store holds exactly the records ids, newest first.
+func wantRecords(t *testing.T, s store.Store, ids ...string) {
+	t.Helper()
+	recs, err := s.UsageRecords(store.UsageFilter{}, 0)
+	got := make([]string, len(recs))
+	for i, r := range recs {
+		got[i] = r.RequestID
+	}
+	if err != nil || !slices.Equal(got, ids) {
+		t.Fatalf("records %v (%v), want %v", got, err, ids)
+	}
 }

@@ -10,6 +10,8 @@ package main
 // rounds, one replica alone taking the whole rate (postgres x1), splits a gap between the two
 // into the store's cost (postgres x1 - bbolt: one Envoy+Tollway pair each) and the cost of
 // spreading the load over three Envoy+Tollway pairs on the same cores (postgres - postgres x1).
+// Every process's CPU is read over each path's turns (clustercpu.go): CPU time holds up where
+// latency on a shared host does not, and names the process a gap comes from.
 // Then every record served
 // must reach the database (shipped), the database's transactions over the load show there is
 // no write per request, and the money path alone (ext_proc, no Envoy) of one replica gives its
@@ -44,7 +46,8 @@ const (
 	pathPGOne = "postgres x1"
 )
 
-// clusterPaths are the paths the cluster's rounds take turns in, by label.
+// clusterPaths are the paths the cluster's rounds take turns in, by label (-cluster-paths
+// picks some: a longer look at two of them).
 var clusterPaths = []string{pathDirect, "bbolt", pathPG, pathPGOne}
 
 // clusterRun is what the cluster scenario measured.
@@ -58,6 +61,7 @@ type clusterRun struct {
 	idleCommits       int64         // its transactions over clusterIdle without load
 	money             *settleResult // one replica's money path alone
 	bboltCheck        *recordCheck
+	cpu               *cpuMeter // CPU of every process over each path's turns
 	err               error
 }
 
@@ -141,14 +145,14 @@ func runCluster(ctx context.Context, o *options, dir string, stdout, stderr io.W
 		}
 		t.served++
 	}
-	cr := measureCluster(ctx, o, dsn, replicas, bb, direct, stderr)
+	cr := measureCluster(ctx, o, dsn, replicas, bb, direct, clusterProcs(replicas, bb, srv.PID()), stderr)
 	reportCluster(stdout, o, cr)
 	return cr.err
 }
 
 // measureCluster runs the rounds, then the shipping check and the money path.
-func measureCluster(ctx context.Context, o *options, dsn string, replicas []*target, bb, direct *target, stderr io.Writer) *clusterRun {
-	cr := &clusterRun{res: map[string]*result{}}
+func measureCluster(ctx context.Context, o *options, dsn string, replicas []*target, bb, direct *target, procs []kindProc, stderr io.Writer) *clusterRun {
+	cr := &clusterRun{res: map[string]*result{}, cpu: newCPUMeter(procs)}
 	pgServed := func() (s, f int64) {
 		for _, r := range replicas {
 			s, f = s+r.served, f+r.failed
@@ -175,7 +179,7 @@ func measureCluster(ctx context.Context, o *options, dsn string, replicas []*tar
 		return r
 	}
 	seg := o.clusterDuration / time.Duration(o.rounds)
-	for _, p := range clusterPaths {
+	for _, p := range o.clusterPaths {
 		if o.warmup > 0 {
 			load(p, o.warmup)
 		}
@@ -188,13 +192,13 @@ func measureCluster(ctx context.Context, o *options, dsn string, replicas []*tar
 		return cr
 	}
 	for round := range o.rounds {
-		for _, p := range clusterPaths {
+		for _, p := range o.clusterPaths {
 			if ctx.Err() != nil {
 				cr.err = ctx.Err()
 				return cr
 			}
 			fmt.Fprintf(stderr, "bench: cluster %s, round %d/%d ...\n", p, round+1, o.rounds)
-			cr.res[p] = cr.res[p].merge(load(p, seg))
+			cr.cpu.turn(p, func() { cr.res[p] = cr.res[p].merge(load(p, seg)) })
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
@@ -252,7 +256,7 @@ func reportCluster(w io.Writer, o *options, cr *clusterRun) {
 	fmt.Fprintf(w, "\n== cluster: %d billing-on replicas on one PostgreSQL database (round-robin) vs billing-on Tollway on bbolt, %d req/s, %s per path in %d rounds ==\n",
 		clusterReplicas, o.clusterRate, o.clusterDuration, o.rounds)
 	fmt.Fprintf(w, "%-22s %8s %8s %9s %9s %9s %9s  %s\n", "path", "sent/s", "ok/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors")
-	for _, p := range clusterPaths {
+	for _, p := range o.clusterPaths {
 		if r := cr.res[p]; r != nil {
 			fmt.Fprintf(w, "%-22s %8.1f %8.1f %9s %9s %9s %9s  %s\n", p, r.sentRate, r.throughput,
 				ms(pct(r.lat, .5)), ms(pct(r.lat, .9)), ms(pct(r.lat, .99)), ms(pct(r.lat, 1)), errCell(r))
@@ -260,25 +264,31 @@ func reportCluster(w io.Writer, o *options, cr *clusterRun) {
 	}
 	fmt.Fprintf(w, "(%s: the first replica alone taking the whole %d req/s, the other two idle, in the same rounds)\n", pathPGOne, o.clusterRate)
 	d, bb, pg, one := cr.res[pathDirect], cr.res["bbolt"], cr.res[pathPG], cr.res[pathPGOne]
-	if d != nil && bb != nil && pg != nil && len(d.lat) > 0 && len(bb.lat) > 0 && len(pg.lat) > 0 {
+	has := func(r *result) bool { return r != nil && len(r.lat) > 0 }
+	if has(d) && has(bb) {
 		add := func(r *result, q float64) time.Duration { return pct(r.lat, q) - pct(d.lat, q) }
-		fmt.Fprintf(w, "added over direct:  bbolt p50 %s p99 %s ms;  postgres p50 %s p99 %s ms\n",
-			plusMS(add(bb, .5)), plusMS(add(bb, .99)), plusMS(add(pg, .5)), plusMS(add(pg, .99)))
-		diff := add(pg, .5) - add(bb, .5)
-		fmt.Fprintf(w, "postgres - bbolt: p50 %s ms (ratio of added %s), p99 %s ms (ratio %s)\n",
-			plusMS(diff), ratio(add(pg, .5), add(bb, .5)), plusMS(add(pg, .99)-add(bb, .99)), ratio(add(pg, .99), add(bb, .99)))
-		hasOne := one != nil && len(one.lat) > 0
-		if hasOne {
+		if has(pg) {
+			fmt.Fprintf(w, "added over direct:  bbolt p50 %s p99 %s ms;  postgres p50 %s p99 %s ms\n",
+				plusMS(add(bb, .5)), plusMS(add(bb, .99)), plusMS(add(pg, .5)), plusMS(add(pg, .99)))
+			diff := add(pg, .5) - add(bb, .5)
+			fmt.Fprintf(w, "postgres - bbolt: p50 %s ms (ratio of added %s), p99 %s ms (ratio %s)\n",
+				plusMS(diff), ratio(add(pg, .5), add(bb, .5)), plusMS(add(pg, .99)-add(bb, .99)), ratio(add(pg, .99), add(bb, .99)))
+		}
+		if has(one) {
 			fmt.Fprintf(w, "postgres x1 - bbolt: p50 %s ms (ratio of added %s), p99 %s ms (ratio %s)  [added over direct: p50 %s p99 %s ms]\n",
 				plusMS(add(one, .5)-add(bb, .5)), ratio(add(one, .5), add(bb, .5)), plusMS(add(one, .99)-add(bb, .99)), ratio(add(one, .99), add(bb, .99)),
 				plusMS(add(one, .5)), plusMS(add(one, .99)))
 		}
-		fmt.Fprintf(w, "target: postgres p50 within +%s ms of bbolt: %s\n", ms(targetClusterP50),
-			verdict(diff <= targetClusterP50 && pg.errRate() <= maxErrRate && bb.errRate() <= maxErrRate))
-		if hasOne {
-			fmt.Fprintln(w, gapSource(diff, add(one, .5)-add(bb, .5)))
+		if has(pg) {
+			diff := add(pg, .5) - add(bb, .5)
+			fmt.Fprintf(w, "target: postgres p50 within +%s ms of bbolt: %s\n", ms(targetClusterP50),
+				verdict(diff <= targetClusterP50 && pg.errRate() <= maxErrRate && bb.errRate() <= maxErrRate))
+			if has(one) {
+				fmt.Fprintln(w, gapSource(diff, add(one, .5)-add(bb, .5)))
+			}
 		}
 	}
+	reportClusterCPU(w, o, cr)
 	fmt.Fprintf(w, "records shipped to the database: %d for %d requests served by the replicas (%d failed), all shipped %s after the load: %s\n",
 		cr.shipped, cr.served, cr.failed, cr.shipAfter.Round(time.Millisecond), verdict(cr.shipped >= cr.served && cr.shipped <= cr.served+cr.failed))
 	if cr.loadReqs > 0 && cr.span > 0 {

@@ -174,6 +174,7 @@ type options struct {
 	// cluster: the rate round-robin across the replicas (and at bbolt, and direct), the measured
 	// time per path, the directory of PostgreSQL's initdb and pg_ctl.
 	clusterRate     int
+	clusterPaths    []string
 	clusterDuration time.Duration
 	pgBin           string
 
@@ -238,6 +239,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.rate, "rate", 500, "latency: requests per second, fixed (open model)")
 	fs.IntVar(&o.clusterRate, "cluster-rate", 500, "cluster: requests per second, fixed (open model), round-robin across the replicas; the same at the bbolt gateway and direct")
 	fs.DurationVar(&o.clusterDuration, "cluster-duration", 8*time.Second, "cluster: measured time per path (direct, bbolt, postgres), split into -rounds")
+	clusterPathsFlag := fs.String("cluster-paths", strings.Join(clusterPaths, ","), "cluster: comma-separated paths the rounds take turns in: "+strings.Join(clusterPaths, ", ")+" (a longer look at two: -cluster-paths 'bbolt,postgres x1' -cluster-duration 40s)")
 	fs.StringVar(&o.pgBin, "pg-bin", os.Getenv("TOLLWAY_PG_BIN"), "cluster: the directory of PostgreSQL's initdb and pg_ctl (default $TOLLWAY_PG_BIN, else the newest /usr/lib/postgresql/N/bin)")
 	fs.IntVar(&o.openTasks, "tasks", 10000, "tasks: open media tasks one poll round goes over")
 	fs.IntVar(&o.callbacks, "callbacks", 5000, "tasks: callbacks delivered from the outbox")
@@ -271,6 +273,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	o.paths, o.modes, o.scenarios = strings.Split(*only, ","), strings.Split(*modes, ","), strings.Split(*scenarios, ",")
 	o.peerPaths = strings.Split(*peerPathsFlag, ",")
+	o.clusterPaths = strings.Split(*clusterPathsFlag, ",")
+	for _, p := range o.clusterPaths {
+		if !slices.Contains(clusterPaths, p) {
+			return nil, fmt.Errorf("-cluster-paths: unknown path %q (want %s)", p, strings.Join(clusterPaths, ", "))
+		}
+	}
 	for _, p := range o.peerPaths {
 		if err := o.knownPath(p, peerPaths); err != nil {
 			return nil, fmt.Errorf("-peer-paths: %w", err)

@@ -76,20 +76,46 @@ func memKB(pid int) (m mem, err error) {
 const clockTick = 10 * time.Millisecond
 
 // cpuTime is the user+system CPU a whole process (all threads) has used so far.
-func cpuTime(pid int) time.Duration {
+func cpuTime(pid int) time.Duration { return ticks(statFields(pid), 11) } // utime, stime
+
+// ticks is the sum of the two clock-tick fields of a stat line from f[i] on.
+func ticks(f []string, i int) time.Duration {
+	if len(f) < i+2 {
+		return 0
+	}
+	a, _ := strconv.ParseInt(f[i], 10, 64)
+	b, _ := strconv.ParseInt(f[i+1], 10, 64)
+	return time.Duration(a+b) * clockTick
+}
+
+// statFields are /proc/PID/stat's fields after the parenthesised command name (state first:
+// field 3 of proc(5) is [0]); nil when the process is gone.
+func statFields(pid int) []string {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return nil
 	}
-	// Fields after the parenthesised command name; utime and stime are fields 14 and 15.
 	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+}
+
+// treeCPU is a process's CPU with its children's: the live ones' and what the children it
+// reaped used (cutime, cstime): a PostgreSQL server and its backends, whose sessions of their
+// own put each in a process group of its own.
+func treeCPU(pid int) time.Duration {
+	f := statFields(pid)
+	sum := ticks(f, 11) + ticks(f, 13) // its own, its reaped children's (cutime, cstime)
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cf := statFields(child); len(cf) > 1 && cf[1] == strconv.Itoa(pid) {
+			sum += cpuTime(child)
+		}
 	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+st) * clockTick
+	return sum
 }
 
 // proc is a process whose CPU use is charged per request.

@@ -283,6 +283,21 @@ func (s *Server) Down() error {
 	return nil
 }
 
+// PID is the server's postmaster, whose children are its backends (each in a session of its
+// own); 0 when the server is not this process's or not running.
+func (s *Server) PID() int {
+	if s.dir == "" {
+		return 0
+	}
+	raw, err := os.ReadFile(filepath.Join(s.dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(raw), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(first))
+	return pid
+}
+
 // Up starts again a server Down stopped, on the same port.
 func (s *Server) Up() error {
 	if s.dir == "" {
