@@ -6,10 +6,13 @@ package main
 // on bbolt; the same fixed-rate load goes round-robin across the replicas, at the bbolt gateway
 // and straight to the provider, the paths taking turns in rounds. The replicas admit against
 // their leased slices and spool records locally, so the request path never waits on the
-// database: their added latency is held to bbolt's (+0.10 ms at p50). A fourth path in the same
-// rounds, one replica alone taking the whole rate (postgres x1), splits a gap between the two
-// into the store's cost (postgres x1 - bbolt: one Envoy+Tollway pair each) and the cost of
-// spreading the load over three Envoy+Tollway pairs on the same cores (postgres - postgres x1).
+// database: their added latency is held to bbolt's (+0.10 ms at p50). Both stores are measured
+// in both topologies, in the same rounds: three bbolt gateways (the bbolt path's and two more,
+// each its own file and Envoy) taking the whole rate round-robin (bbolt x3) as the replicas do,
+// and one replica alone taking it (postgres x1) as the bbolt gateway does. So the store's cost
+// is read at the issue's topology, three pairs each side (postgres - bbolt x3: the target), and
+// at one pair each side (postgres x1 - bbolt), apart from the cost of spreading the load over
+// three Envoy+Tollway pairs on the same cores (bbolt x3 - bbolt), which postgres - bbolt mixes in.
 // Every process's CPU is read over each path's turns (clustercpu.go): CPU time holds up where
 // latency on a shared host does not, and names the process a gap comes from.
 // Then every record served
@@ -23,6 +26,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,28 +44,31 @@ const (
 	clusterIdle     = 3 * time.Second // the database's idle transactions are counted this long
 )
 
-// The cluster's paths: the three replicas round-robin, and the first of them alone.
+// The cluster's paths: the three replicas round-robin, the first of them alone, and three bbolt
+// gateways round-robin (the "bbolt" path's first).
 const (
+	pathBB    = "bbolt"
+	pathBBx3  = "bbolt x3"
 	pathPG    = "postgres"
 	pathPGOne = "postgres x1"
 )
 
 // clusterPaths are the paths the cluster's rounds take turns in, by label (-cluster-paths
 // picks some: a longer look at two of them).
-var clusterPaths = []string{pathDirect, "bbolt", pathPG, pathPGOne}
+var clusterPaths = []string{pathDirect, pathBB, pathBBx3, pathPG, pathPGOne}
 
 // clusterRun is what the cluster scenario measured.
 type clusterRun struct {
 	res               map[string]*result
-	served, failed    int64         // by the replicas, whole run (probes, warm-ups, load)
-	shipped           int64         // records in the database once shipped
-	shipAfter         time.Duration // from the load's end until every served record was in the database
-	commits, loadReqs int64         // the database's transactions from the first round until all was shipped, and the replicas' requests
-	span              time.Duration // what commits spans
-	idleCommits       int64         // its transactions over clusterIdle without load
-	money             *settleResult // one replica's money path alone
-	bboltCheck        *recordCheck
-	cpu               *cpuMeter // CPU of every process over each path's turns
+	served, failed    int64          // by the replicas, whole run (probes, warm-ups, load)
+	shipped           int64          // records in the database once shipped
+	shipAfter         time.Duration  // from the load's end until every served record was in the database
+	commits, loadReqs int64          // the database's transactions from the first round until all was shipped, and the replicas' requests
+	span              time.Duration  // what commits spans
+	idleCommits       int64          // its transactions over clusterIdle without load
+	money             *settleResult  // one replica's money path alone
+	bboltChecks       []*recordCheck // each bbolt gateway's records (its own file)
+	cpu               *cpuMeter      // CPU of every process over each path's turns
 	err               error
 }
 
@@ -97,7 +104,11 @@ func xactCommits(ctx context.Context, dsn string) (int64, error) {
 }
 
 func runCluster(ctx context.Context, o *options, dir string, stdout, stderr io.Writer) error {
-	fmt.Fprintf(stderr, "bench: cluster: starting PostgreSQL, %d replicas and a bbolt gateway ...\n", clusterReplicas)
+	bbN := 1
+	if slices.Contains(o.clusterPaths, pathBBx3) {
+		bbN = clusterReplicas
+	}
+	fmt.Fprintf(stderr, "bench: cluster: starting PostgreSQL, %d replicas and %d bbolt gateway(s) ...\n", clusterReplicas, bbN)
 	srv, dsn, err := startPostgres(o.pgBin)
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
@@ -132,26 +143,40 @@ func runCluster(ctx context.Context, o *options, dir string, stdout, stderr io.W
 		}
 		r.served++
 	}
-	bbTw, bb, err := startTollwayTarget(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, "cluster", "bbolt"), fake.URL(), true, o.tollwayEnv, "bbolt")
-	if err != nil {
-		return fmt.Errorf("cluster: bbolt gateway: %w", err)
+	// The bbolt gateways: the bbolt path's, and for bbolt x3 two more, each its own file, Envoy
+	// and funded key, the same config; all sent through the first one's client, as the replicas.
+	var bbs []*target
+	for i := range bbN {
+		name := pathBB
+		if i > 0 {
+			name = fmt.Sprintf("bbolt-%c", 'a'+i)
+		}
+		tw, t, err := startTollwayTarget(ctx, o.tollwayBin, o.envoyBin, filepath.Join(dir, "cluster", name), fake.URL(), true, o.tollwayEnv, name)
+		if err != nil {
+			return fmt.Errorf("cluster: bbolt gateway %s: %w", name, err)
+		}
+		defer tw.stop()
+		bbs = append(bbs, t)
 	}
-	defer bbTw.stop()
 	direct := &target{name: pathDirect, baseURL: fake.URL(), auth: providerKey}
-	for _, t := range []*target{bb, direct} {
-		t.client = newClient(o.timeout)
+	direct.client, bbs[0].client = newClient(o.timeout), newClient(o.timeout)
+	for _, t := range bbs[1:] {
+		t.client = bbs[0].client
+	}
+	for _, t := range append([]*target{direct}, bbs...) {
 		if err := probe(ctx, t, chatBody); err != nil {
 			return fmt.Errorf("cluster: %w", err)
 		}
 		t.served++
 	}
-	cr := measureCluster(ctx, o, dsn, replicas, bb, direct, clusterProcs(replicas, bb, srv.PID()), stderr)
+	cr := measureCluster(ctx, o, dsn, replicas, bbs, direct, clusterProcs(replicas, bbs, srv.PID()), stderr)
 	reportCluster(stdout, o, cr)
 	return cr.err
 }
 
 // measureCluster runs the rounds, then the shipping check and the money path.
-func measureCluster(ctx context.Context, o *options, dsn string, replicas []*target, bb, direct *target, procs []kindProc, stderr io.Writer) *clusterRun {
+func measureCluster(ctx context.Context, o *options, dsn string, replicas, bbs []*target, direct *target, procs []kindProc, stderr io.Writer) *clusterRun {
+	bb := bbs[0]
 	cr := &clusterRun{res: map[string]*result{}, cpu: newCPUMeter(procs)}
 	pgServed := func() (s, f int64) {
 		for _, r := range replicas {
@@ -165,9 +190,13 @@ func measureCluster(ctx context.Context, o *options, dsn string, replicas []*tar
 			r := attackChat(ctx, direct, chatBody, o.clusterRate, d)
 			direct.tally(r)
 			return r
-		case "bbolt":
+		case pathBB:
 			r := attackChat(ctx, bb, chatBody, o.clusterRate, d)
 			bb.tally(r)
+			return r
+		case pathBBx3: // each gateway's records are its own: each counts its part
+			r := attackAcross(ctx, bbs, "/chat/completions", chatBody, `"chat.completion"`, o.clusterRate, d)
+			tallyEach(bbs, r)
 			return r
 		case pathPGOne: // the first replica alone, the other two idle
 			r := attackChat(ctx, replicas[0], chatBody, o.clusterRate, d)
@@ -231,9 +260,12 @@ func measureCluster(ctx context.Context, o *options, dsn string, replicas []*tar
 	if err1 == nil && err2 == nil {
 		cr.commits, cr.idleCommits = c1-c0, c2-c1
 	}
-	cr.bboltCheck = checkRecords(ctx, bb, o.settleWait)
-	if cr.err == nil && cr.bboltCheck.err != nil {
-		cr.err = cr.bboltCheck.err
+	for _, t := range bbs {
+		c := checkRecords(ctx, t, o.settleWait)
+		cr.bboltChecks = append(cr.bboltChecks, c)
+		if cr.err == nil && c.err != nil {
+			cr.err = c.err
+		}
 	}
 
 	// The money path of one replica: settled here, spooled, shipped to the database.
@@ -253,8 +285,8 @@ func measureCluster(ctx context.Context, o *options, dsn string, replicas []*tar
 }
 
 func reportCluster(w io.Writer, o *options, cr *clusterRun) {
-	fmt.Fprintf(w, "\n== cluster: %d billing-on replicas on one PostgreSQL database (round-robin) vs billing-on Tollway on bbolt, %d req/s, %s per path in %d rounds ==\n",
-		clusterReplicas, o.clusterRate, o.clusterDuration, o.rounds)
+	fmt.Fprintf(w, "\n== cluster: %d billing-on replicas on one PostgreSQL database (round-robin) vs billing-on Tollway on bbolt (one gateway, and %d round-robin), %d req/s, %s per path in %d rounds ==\n",
+		clusterReplicas, clusterReplicas, o.clusterRate, o.clusterDuration, o.rounds)
 	fmt.Fprintf(w, "%-22s %8s %8s %9s %9s %9s %9s  %s\n", "path", "sent/s", "ok/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors")
 	for _, p := range o.clusterPaths {
 		if r := cr.res[p]; r != nil {
@@ -262,32 +294,9 @@ func reportCluster(w io.Writer, o *options, cr *clusterRun) {
 				ms(pct(r.lat, .5)), ms(pct(r.lat, .9)), ms(pct(r.lat, .99)), ms(pct(r.lat, 1)), errCell(r))
 		}
 	}
-	fmt.Fprintf(w, "(%s: the first replica alone taking the whole %d req/s, the other two idle, in the same rounds)\n", pathPGOne, o.clusterRate)
-	d, bb, pg, one := cr.res[pathDirect], cr.res["bbolt"], cr.res[pathPG], cr.res[pathPGOne]
-	has := func(r *result) bool { return r != nil && len(r.lat) > 0 }
-	if has(d) && has(bb) {
-		add := func(r *result, q float64) time.Duration { return pct(r.lat, q) - pct(d.lat, q) }
-		if has(pg) {
-			fmt.Fprintf(w, "added over direct:  bbolt p50 %s p99 %s ms;  postgres p50 %s p99 %s ms\n",
-				plusMS(add(bb, .5)), plusMS(add(bb, .99)), plusMS(add(pg, .5)), plusMS(add(pg, .99)))
-			diff := add(pg, .5) - add(bb, .5)
-			fmt.Fprintf(w, "postgres - bbolt: p50 %s ms (ratio of added %s), p99 %s ms (ratio %s)\n",
-				plusMS(diff), ratio(add(pg, .5), add(bb, .5)), plusMS(add(pg, .99)-add(bb, .99)), ratio(add(pg, .99), add(bb, .99)))
-		}
-		if has(one) {
-			fmt.Fprintf(w, "postgres x1 - bbolt: p50 %s ms (ratio of added %s), p99 %s ms (ratio %s)  [added over direct: p50 %s p99 %s ms]\n",
-				plusMS(add(one, .5)-add(bb, .5)), ratio(add(one, .5), add(bb, .5)), plusMS(add(one, .99)-add(bb, .99)), ratio(add(one, .99), add(bb, .99)),
-				plusMS(add(one, .5)), plusMS(add(one, .99)))
-		}
-		if has(pg) {
-			diff := add(pg, .5) - add(bb, .5)
-			fmt.Fprintf(w, "target: postgres p50 within +%s ms of bbolt: %s\n", ms(targetClusterP50),
-				verdict(diff <= targetClusterP50 && pg.errRate() <= maxErrRate && bb.errRate() <= maxErrRate))
-			if has(one) {
-				fmt.Fprintln(w, gapSource(diff, add(one, .5)-add(bb, .5)))
-			}
-		}
-	}
+	fmt.Fprintf(w, "(%s: the first replica alone taking the whole %d req/s, the other two idle; %s: the bbolt gateway and two more, each its own file and Envoy, taking it round-robin as the replicas do; all in the same rounds)\n",
+		pathPGOne, o.clusterRate, pathBBx3)
+	reportClusterGaps(w, cr)
 	reportClusterCPU(w, o, cr)
 	fmt.Fprintf(w, "records shipped to the database: %d for %d requests served by the replicas (%d failed), all shipped %s after the load: %s\n",
 		cr.shipped, cr.served, cr.failed, cr.shipAfter.Round(time.Millisecond), verdict(cr.shipped >= cr.served && cr.shipped <= cr.served+cr.failed))
@@ -297,8 +306,8 @@ func reportCluster(w io.Writer, o *options, cr *clusterRun) {
 		fmt.Fprintf(w, "database transactions (pg_stat_database xact_commit): %d over the rounds and the shipping (%s, %.0f/s) for %d requests sent to the replicas; idle %.0f/s; beyond idle %.3f per request\n",
 			cr.commits, cr.span.Round(time.Millisecond), perSec(cr.commits, cr.span), cr.loadReqs, idleRate, extra/float64(cr.loadReqs))
 	}
-	if c := cr.bboltCheck; c != nil {
-		reportRecords(w, []*recordCheck{c})
+	if len(cr.bboltChecks) > 0 {
+		reportRecords(w, cr.bboltChecks)
 	}
 	if cr.money != nil {
 		reportSettle(w, o, cr.money)
@@ -308,10 +317,57 @@ func reportCluster(w io.Writer, o *options, cr *clusterRun) {
 	}
 }
 
-// gapSource splits postgres - bbolt at p50 (gap) into the store's part (postgres x1 - bbolt,
-// one Envoy+Tollway pair on each side) and the rest (postgres - postgres x1: the same store, the
-// load spread over three Envoy+Tollway pairs on the same cores), and names the larger.
-func gapSource(gap, store time.Duration) string {
+// reportClusterGaps prints what each path adds over direct, the differences that tell the
+// store's cost from the topology's, the target and where a gap comes from.
+func reportClusterGaps(w io.Writer, cr *clusterRun) {
+	has := func(p string) bool { r := cr.res[p]; return r != nil && len(r.lat) > 0 }
+	if !has(pathDirect) || !has(pathBB) {
+		return
+	}
+	d := cr.res[pathDirect]
+	add := func(p string, q float64) time.Duration { return pct(cr.res[p].lat, q) - pct(d.lat, q) }
+	fmt.Fprint(w, "added over direct:")
+	for _, p := range []string{pathBB, pathBBx3, pathPG, pathPGOne} {
+		if has(p) {
+			fmt.Fprintf(w, "  %s p50 %s p99 %s ms;", p, plusMS(add(p, .5)), plusMS(add(p, .99)))
+		}
+	}
+	fmt.Fprintln(w)
+	diff := func(a, b, what string) {
+		if has(a) && has(b) {
+			fmt.Fprintf(w, "%s - %s: p50 %s ms (ratio of added %s), p99 %s ms (ratio %s)  [%s]\n", a, b,
+				plusMS(add(a, .5)-add(b, .5)), ratio(add(a, .5), add(b, .5)), plusMS(add(a, .99)-add(b, .99)), ratio(add(a, .99), add(b, .99)), what)
+		}
+	}
+	diff(pathPG, pathBB, "three replicas against one gateway: the store and the topology mixed")
+	diff(pathPGOne, pathBB, "the store, one Envoy+Tollway pair each side")
+	diff(pathBBx3, pathBB, fmt.Sprintf("the spreading: the same store over %d pairs", clusterReplicas))
+	diff(pathPG, pathBBx3, fmt.Sprintf("the store at the issue's topology: %d pairs each side", clusterReplicas))
+	if !has(pathPG) {
+		return
+	}
+	// The target is set against bbolt x3: the same topology, so the store's cost alone. Without
+	// it (-cluster-paths) the one gateway stands in, the topology mixed in.
+	base, on := pathBBx3, fmt.Sprintf("%d gateways round-robin each side", clusterReplicas)
+	if !has(base) {
+		base, on = pathBB, "one bbolt gateway: bbolt x3 not run, the topology mixed in"
+	}
+	gap := add(pathPG, .5) - add(base, .5)
+	fmt.Fprintf(w, "target: postgres p50 within +%s ms of %s (%s): %s\n", ms(targetClusterP50), base, on,
+		verdict(gap <= targetClusterP50 && cr.res[pathPG].errRate() <= maxErrRate && cr.res[base].errRate() <= maxErrRate))
+	whole := add(pathPG, .5) - add(pathBB, .5)
+	switch {
+	case has(pathBBx3):
+		fmt.Fprintln(w, gapSource(whole, add(pathPG, .5)-add(pathBBx3, .5), "postgres - bbolt x3", "bbolt x3 - bbolt"))
+	case has(pathPGOne):
+		fmt.Fprintln(w, gapSource(whole, add(pathPGOne, .5)-add(pathBB, .5), "postgres x1 - bbolt", "postgres - postgres x1"))
+	}
+}
+
+// gapSource splits postgres - bbolt at p50 (gap) into the store's part (storeBy: the same
+// topology each side) and the rest (spreadBy: the same store, the load spread over three
+// Envoy+Tollway pairs on the same cores), and names the larger.
+func gapSource(gap, store time.Duration, storeBy, spreadBy string) string {
 	spread := gap - store
 	from := "the store"
 	switch {
@@ -320,6 +376,6 @@ func gapSource(gap, store time.Duration) string {
 	case spread > store:
 		from = fmt.Sprintf("spreading the load over %d Envoy+Tollway pairs", clusterReplicas)
 	}
-	return fmt.Sprintf("gap at p50: postgres - bbolt %s ms = store (postgres x1 - bbolt) %s ms + spreading over %d Envoy+Tollway pairs (postgres - postgres x1) %s ms: it comes from %s (the store's part within +%s ms: %s)",
-		plusMS(gap), plusMS(store), clusterReplicas, plusMS(spread), from, ms(targetClusterP50), verdict(store <= targetClusterP50))
+	return fmt.Sprintf("gap at p50: postgres - bbolt %s ms = store (%s) %s ms + spreading over %d Envoy+Tollway pairs (%s) %s ms: it comes from %s (the store's part within +%s ms: %s)",
+		plusMS(gap), storeBy, plusMS(store), clusterReplicas, spreadBy, plusMS(spread), from, ms(targetClusterP50), verdict(store <= targetClusterP50))
 }

@@ -1,8 +1,9 @@
 package main
 
 // The cluster's CPU per request, by process kind: every process of the run (the bbolt gateway's
-// Tollway and Envoy, the first replica's, the other two replicas', the PostgreSQL server with
-// its backends, the bench with the fake provider) is read over each path's turns, so a path's
+// Tollway and Envoy, bbolt x3's other two gateways', the first replica's, the other two
+// replicas', the PostgreSQL server with its backends, the bench with the fake provider) is read
+// over each path's turns, so a path's
 // row shows what serving it costs the processes that serve it and what the idle ones burn
 // meanwhile (background work: shipping, leases, renewals, LISTEN). CPU time, unlike latency,
 // holds up on a busy host: it is what tells the store's cost apart from the machine's noise.
@@ -18,6 +19,8 @@ import (
 const (
 	kindBBTollway  = "bbolt tollway"
 	kindBBEnvoy    = "bbolt envoy"
+	kindBBxTollway = "bbolt b+c tollway" // bbolt x3's other two gateways
+	kindBBxEnvoy   = "bbolt b+c envoy"
 	kindATollway   = "replica-a tollway"
 	kindAEnvoy     = "replica-a envoy"
 	kindBCTollway  = "replicas b+c tollway"
@@ -26,7 +29,7 @@ const (
 	kindBenchProcs = "bench + provider"
 )
 
-var clusterKinds = []string{kindBBTollway, kindBBEnvoy, kindATollway, kindAEnvoy, kindBCTollway, kindBCEnvoy, kindPostgres, kindBenchProcs}
+var clusterKinds = []string{kindBBTollway, kindBBEnvoy, kindBBxTollway, kindBBxEnvoy, kindATollway, kindAEnvoy, kindBCTollway, kindBCEnvoy, kindPostgres, kindBenchProcs}
 
 // kindProc is one process read for a kind (several add up: replicas b and c); tree: with its
 // children (treeCPU).
@@ -43,20 +46,22 @@ func (k kindProc) cpu() time.Duration {
 	return procCPU(k.p)
 }
 
-// clusterProcs lists the processes of the run by kind; pgPID is the postmaster (0: a server
-// not started here, left out), whose children are its backends.
-func clusterProcs(replicas []*target, bb *target, pgPID int) []kindProc {
-	ps := []kindProc{
-		{kind: kindBBTollway, p: proc{tollwayProc, bb.tw.Pid()}}, {kind: kindBBEnvoy, p: proc{"envoy", bb.tw.EnvoyPID}},
-		{kind: kindBenchProcs, p: proc{selfProc, os.Getpid()}},
-	}
-	for i, r := range replicas {
-		tk, ek := kindATollway, kindAEnvoy
-		if i > 0 {
-			tk, ek = kindBCTollway, kindBCEnvoy
+// clusterProcs lists the processes of the run by kind: the bbolt gateways (bbs, the first the
+// bbolt path's), the replicas; pgPID is the postmaster (0: a server not started here, left
+// out), whose children are its backends.
+func clusterProcs(replicas, bbs []*target, pgPID int) []kindProc {
+	ps := []kindProc{{kind: kindBenchProcs, p: proc{selfProc, os.Getpid()}}}
+	pairs := func(ts []*target, first, firstEnvoy, rest, restEnvoy string) {
+		for i, t := range ts {
+			tk, ek := first, firstEnvoy
+			if i > 0 {
+				tk, ek = rest, restEnvoy
+			}
+			ps = append(ps, kindProc{kind: tk, p: proc{tollwayProc, t.tw.Pid()}}, kindProc{kind: ek, p: proc{"envoy", t.tw.EnvoyPID}})
 		}
-		ps = append(ps, kindProc{kind: tk, p: proc{tollwayProc, r.tw.Pid()}}, kindProc{kind: ek, p: proc{"envoy", r.tw.EnvoyPID}})
 	}
+	pairs(bbs, kindBBTollway, kindBBEnvoy, kindBBxTollway, kindBBxEnvoy)
+	pairs(replicas, kindATollway, kindAEnvoy, kindBCTollway, kindBCEnvoy)
 	if pgPID > 0 {
 		ps = append(ps, kindProc{kind: kindPostgres, p: proc{"postgres", pgPID}, tree: true})
 	}
@@ -100,7 +105,7 @@ func (m *cpuMeter) snapshot() []time.Duration {
 }
 
 // reportClusterCPU prints the table (us of CPU per request sent on the path, every process of
-// the run) and splits postgres x1 - bbolt (the store's part) by process kind.
+// the run) and splits the paths' differences (the store's part, the spreading) by process kind.
 func reportClusterCPU(w io.Writer, o *options, cr *clusterRun) {
 	m := cr.cpu
 	if m == nil || len(m.byPath) == 0 {
@@ -133,7 +138,7 @@ func reportClusterCPU(w io.Writer, o *options, cr *clusterRun) {
 		fmt.Fprintf(w, " %8.1f %8.1f\n", gw, all)
 	}
 	fmt.Fprintln(w, "(gateway: every column but the bench's: what the gateways and the database cost a request; columns: "+kindLegend()+")")
-	bb := perReq["bbolt"]
+	bb := perReq[pathBB]
 	if bb == nil {
 		return
 	}
@@ -151,9 +156,42 @@ func reportClusterCPU(w io.Writer, o *options, cr *clusterRun) {
 		fmt.Fprintf(w, "postgres (%d replicas) vs bbolt: their Tollways %.1f vs %.1f us/req (%+.1f), their Envoys %.1f vs %.1f (%+.1f), postgres server %+.1f us/req over its idle rate\n",
 			clusterReplicas, tw, bb[kindBBTollway], tw-bb[kindBBTollway], env, bb[kindBBEnvoy], env-bb[kindBBEnvoy], over(pg, kindPostgres))
 	}
+	perSecond := func(us float64) float64 {
+		return us * float64(cr.res[pathBB].requests) / m.took[pathBB].Seconds() / 1e3
+	}
 	bg := bb[kindATollway] + bb[kindAEnvoy] + bb[kindBCTollway] + bb[kindBCEnvoy] + bb[kindPostgres]
-	fmt.Fprintf(w, "background while bbolt serves: the %d replicas and the server burn %.1f us per bbolt request (%.1f ms of CPU a second)\n",
-		clusterReplicas, bg, bg*float64(cr.res["bbolt"].requests)/m.took["bbolt"].Seconds()/1e3)
+	bgx := bb[kindBBxTollway] + bb[kindBBxEnvoy]
+	fmt.Fprintf(w, "background while bbolt serves: the %d replicas and the server burn %.1f us per bbolt request (%.1f ms of CPU a second), bbolt x3's other two gateways %.1f (%.1f ms a second)\n",
+		clusterReplicas, bg, perSecond(bg), bgx, perSecond(bgx))
+	reportSameTopologyCPU(w, perReq)
+}
+
+// reportSameTopologyCPU sets bbolt x3's serving processes against the bbolt pair's (the
+// spreading) and the replicas' against bbolt x3's (the store, three pairs each side). A
+// process's serving cost is its CPU on a path less what it burns in the direct path's turns,
+// when every gateway idles.
+func reportSameTopologyCPU(w io.Writer, perReq map[string]map[string]float64) {
+	idle, bb, x3, pg := perReq[pathDirect], perReq[pathBB], perReq[pathBBx3], perReq[pathPG]
+	if idle == nil || bb == nil || x3 == nil {
+		return
+	}
+	serving := func(p map[string]float64, kinds ...string) (v float64) {
+		for _, k := range kinds {
+			v += p[k] - idle[k]
+		}
+		return v
+	}
+	x3Tw, x3Env := serving(x3, kindBBTollway, kindBBxTollway), serving(x3, kindBBEnvoy, kindBBxEnvoy)
+	tw, env := serving(bb, kindBBTollway), serving(bb, kindBBEnvoy)
+	fmt.Fprintf(w, "bbolt x3 vs bbolt (the spreading, the same store; over the direct turns' idle): their Tollways %.1f vs %.1f us/req (%+.1f), their Envoys %.1f vs %.1f (%+.1f)\n",
+		x3Tw, tw, x3Tw-tw, x3Env, env, x3Env-env)
+	if pg == nil {
+		return
+	}
+	pgTw, pgEnv := serving(pg, kindATollway, kindBCTollway), serving(pg, kindAEnvoy, kindBCEnvoy)
+	srv, srvX3 := serving(pg, kindPostgres), serving(x3, kindPostgres)
+	fmt.Fprintf(w, "postgres vs bbolt x3 (the store, %d pairs each side; over the direct turns' idle): their Tollways %.1f vs %.1f us/req (%+.1f), their Envoys %.1f vs %.1f (%+.1f), postgres server %.1f vs %.1f (%+.1f); in all %+.1f us/req\n",
+		clusterReplicas, pgTw, x3Tw, pgTw-x3Tw, pgEnv, x3Env, pgEnv-x3Env, srv, srvX3, srv-srvX3, (pgTw+pgEnv+srv)-(x3Tw+x3Env+srvX3))
 }
 
 func shortKind(k string) string {
@@ -162,6 +200,10 @@ func shortKind(k string) string {
 		return "bb-tw"
 	case kindBBEnvoy:
 		return "bb-envoy"
+	case kindBBxTollway:
+		return "bb-bc-tw"
+	case kindBBxEnvoy:
+		return "bb-bc-envoy"
 	case kindATollway:
 		return "a-tw"
 	case kindAEnvoy:

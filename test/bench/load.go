@@ -35,6 +35,15 @@ func (t *target) tally(r *result) {
 	t.failed += int64(r.errors)
 }
 
+// tallyEach counts each target's part of a load sent across ts (attackAcross) toward its own
+// records: gateways that keep their records apart (bbolt, a file each).
+func tallyEach(ts []*target, r *result) {
+	for i, t := range ts {
+		t.served += r.across[i].ok
+		t.failed += r.across[i].failed
+	}
+}
+
 func newClient(timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{
 		DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
@@ -58,7 +67,11 @@ type result struct {
 	ttfb       []time.Duration // streaming: first SSE data line
 	sentRate   float64         // requests sent per second (shed ones are not)
 	throughput float64         // successful requests per second
+	across     []tallied       // attackAcross: each target's part, in its order
 }
+
+// tallied is one target's part of a load sent across several.
+type tallied struct{ ok, failed int64 }
 
 func (r *result) fail(msg string) {
 	r.errors++
@@ -146,21 +159,24 @@ func attackPost(ctx context.Context, t *target, path string, body []byte, want s
 }
 
 // attackAcross is attackPost whose requests go round-robin to ts (the replicas of one
-// gateway), through the first one's client.
+// gateway), through the first one's client; r.across says how many each served and failed.
 func attackAcross(ctx context.Context, ts []*target, path string, body []byte, want string, rate int, dur time.Duration, opts ...func(*vegeta.Attacker)) *result {
 	t := ts[0]
 	atk := vegeta.NewAttacker(append([]func(*vegeta.Attacker){vegeta.Client(t.client), vegeta.MaxBody(1 << 20)}, opts...)...)
 	defer context.AfterFunc(ctx, func() { atk.Stop() })()
 	vts := make([]vegeta.Target, len(ts))
+	which := make(map[string]int, len(ts)) // a result's URL -> its target
 	for i, x := range ts {
 		vts[i] = vegeta.Target{Method: http.MethodPost, URL: x.baseURL + path, Body: body, Header: x.header()}
+		which[vts[i].URL] = i
 	}
 	tr := vegeta.NewStaticTargeter(vts...)
-	r := &result{lat: make([]time.Duration, 0, rate*int(dur.Seconds()+1))}
+	r := &result{lat: make([]time.Duration, 0, rate*int(dur.Seconds()+1)), across: make([]tallied, len(ts))}
 	var m vegeta.Metrics
 	for res := range atk.Attack(tr, vegeta.Rate{Freq: rate, Per: time.Second}, dur, t.name) {
 		m.Add(res)
 		r.requests++
+		part := &r.across[which[res.URL]]
 		switch {
 		case res.Code/100 != 2:
 			r.fail(cmpStr(res.Error, fmt.Sprintf("status %d", res.Code)))
@@ -170,7 +186,10 @@ func attackAcross(ctx context.Context, ts []*target, path string, body []byte, w
 			r.fail("2xx without " + want + " in its body")
 		default:
 			r.lat = append(r.lat, res.Latency)
+			part.ok++
+			continue
 		}
+		part.failed++
 	}
 	m.Close()
 	r.sentRate = m.Rate

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -49,8 +52,40 @@ func TestGapSourceNamesTheLargerPart(t *testing.T) {
 		{640 * time.Microsecond, 500 * time.Microsecond, "comes from the store (the store's part within +0.100 ms: FAIL)"},
 		{-20 * time.Microsecond, 10 * time.Microsecond, "comes from neither"},
 	} {
-		if got := gapSource(c.gap, c.store); !strings.Contains(got, c.want) {
+		if got := gapSource(c.gap, c.store, "postgres - bbolt x3", "bbolt x3 - bbolt"); !strings.Contains(got, c.want) {
 			t.Errorf("gapSource(%s, %s) = %q, want it to say %q", c.gap, c.store, got, c.want)
 		}
+	}
+}
+
+// A load sent across gateways that keep their records apart (bbolt x3) is counted toward each
+// gateway's own record check: each target's served and failed, not the first one's.
+func TestAttackAcrossTalliesEachTarget(t *testing.T) {
+	var ts []*target
+	for i := range 3 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if i == 1 {
+				http.Error(w, "down", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = io.WriteString(w, `{"object":"chat.completion"}`)
+		}))
+		defer srv.Close()
+		ts = append(ts, &target{name: "bbolt x3", baseURL: srv.URL, client: newClient(5 * time.Second)})
+	}
+	r := attackAcross(context.Background(), ts, "/chat/completions", []byte(`{}`), `"chat.completion"`, 300, 300*time.Millisecond)
+	tallyEach(ts, r)
+	if r.requests < 30 || len(r.lat) == 0 || r.errors == 0 {
+		t.Fatalf("requests %d ok %d errors %d: want some of each", r.requests, len(r.lat), r.errors)
+	}
+	if ts[1].served != 0 || ts[1].failed != int64(r.errors) {
+		t.Errorf("the failing gateway: served %d failed %d, want 0 and every error (%d)", ts[1].served, ts[1].failed, r.errors)
+	}
+	if ts[0].served == 0 || ts[2].served == 0 || ts[0].served+ts[2].served != int64(len(r.lat)) || ts[0].failed+ts[2].failed != 0 {
+		t.Errorf("the serving gateways: %d + %d served (%d+%d failed), want %d in all, none failed",
+			ts[0].served, ts[2].served, ts[0].failed, ts[2].failed, len(r.lat))
+	}
+	if d := ts[0].served - ts[2].served; d < -1 || d > 1 {
+		t.Errorf("round-robin: %d vs %d served", ts[0].served, ts[2].served)
 	}
 }

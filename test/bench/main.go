@@ -24,12 +24,13 @@
 // goroutines can, made durable in grouped transactions (durable settles per second; target >= 5,000/s).
 //
 // Cluster (-scenarios cluster, cluster.go): a private PostgreSQL (store/postgres/pgtest;
-// -pg-bin), three billing-on replicas on one database each with its own Envoy, and a billing-on
-// Tollway on bbolt, all in this run; the same fixed-rate load (-cluster-rate, 500/s) round-robin
-// across the replicas, at the bbolt gateway, at one replica alone (postgres x1) and direct, in
-// turns: added p50/p99, postgres - bbolt (target <= +0.10 ms at p50) and the ratio, and how much
-// of it is the store (postgres x1 - bbolt) and how much the spreading over three Envoy+Tollway
-// pairs (postgres - postgres x1); records shipped to the database vs served;
+// -pg-bin), three billing-on replicas on one database each with its own Envoy, and three
+// billing-on Tollways on bbolt (a file and an Envoy each), all in this run; the same fixed-rate
+// load (-cluster-rate, 500/s) round-robin across the replicas, at one bbolt gateway, round-robin
+// across the three (bbolt x3), at one replica alone (postgres x1) and direct, in turns: added
+// p50/p99, postgres - bbolt x3 (the store at the same topology: target <= +0.10 ms at p50),
+// postgres x1 - bbolt (the store, one pair each) and bbolt x3 - bbolt (the spreading over three
+// Envoy+Tollway pairs), postgres - bbolt (both mixed); records shipped to the database vs served;
 // the database's transactions per request beyond idle (pg_stat_database); one replica's money
 // path alone, settled, spooled and shipped (target >= 5,000/s).
 //
@@ -213,7 +214,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenarios := fs.String("scenarios", strings.Join(defaultScenarios, ","),
-		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), cluster (three replicas on one PostgreSQL vs bbolt at -cluster-rate: added latency, shipping, database transactions, one replica's money path), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off), tracing (the cost of OpenTelemetry tracing: off vs sampled at 1.0 and 0.01, to an OTLP receiver on loopback), streams (CPU per chunk, open streams' memory), saturation (the offered rate stepped up until Envoy alone and Tollway stop keeping added p99 under +5 ms: plain and streamed, CPU per request), peers (LiteLLM's proxy beside Tollway at -peer-rates and -low-rates, idle CPU, profiles), soak (a steady load for -soak-duration: heap, goroutines, fds, RSS, store size); saturation and soak are not in the default set")
+		"comma-separated scenarios: latency (paths x modes at -rate), settle (billing-on Tollway at -settle-rate, durable records/s), store (the gateway's settler alone, in process), cluster (three replicas on one PostgreSQL vs one and three bbolt gateways at -cluster-rate: added latency, shipping, database transactions, one replica's money path), fallback, tasks (media task poller and callbacks, in process), x402, observe (the cost of metrics + access log: on vs off), tracing (the cost of OpenTelemetry tracing: off vs sampled at 1.0 and 0.01, to an OTLP receiver on loopback), streams (CPU per chunk, open streams' memory), saturation (the offered rate stepped up until Envoy alone and Tollway stop keeping added p99 under +5 ms: plain and streamed, CPU per request), peers (LiteLLM's proxy beside Tollway at -peer-rates and -low-rates, idle CPU, profiles), soak (a steady load for -soak-duration: heap, goroutines, fds, RSS, store size); saturation and soak are not in the default set")
 	peerPathsFlag := fs.String("peer-paths", strings.Join(peerPaths, ","), "peers: comma-separated paths: "+strings.Join(peerPaths, ", ")+" (tollway = billing on), and compare with -compare")
 	peerRates := fs.String("peer-rates", "200,500,1000", "peers: comma-separated rates, req/s")
 	satRates := fs.String("saturation-rates", "100,250,500,1000,1500,2000,3000,4000,5000", "saturation: plain chat's offered rates, req/s, stepped up until both gateways saturate")
@@ -238,7 +239,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.profileDir, "profile-dir", "", "peers: where the profiles go (default a new directory under $TMPDIR)")
 	fs.IntVar(&o.rate, "rate", 500, "latency: requests per second, fixed (open model)")
 	fs.IntVar(&o.clusterRate, "cluster-rate", 500, "cluster: requests per second, fixed (open model), round-robin across the replicas; the same at the bbolt gateway and direct")
-	fs.DurationVar(&o.clusterDuration, "cluster-duration", 8*time.Second, "cluster: measured time per path (direct, bbolt, postgres), split into -rounds")
+	fs.DurationVar(&o.clusterDuration, "cluster-duration", 8*time.Second, "cluster: measured time per path (direct, bbolt, bbolt x3, postgres, postgres x1), split into -rounds")
 	clusterPathsFlag := fs.String("cluster-paths", strings.Join(clusterPaths, ","), "cluster: comma-separated paths the rounds take turns in: "+strings.Join(clusterPaths, ", ")+" (a longer look at two: -cluster-paths 'bbolt,postgres x1' -cluster-duration 40s)")
 	fs.StringVar(&o.pgBin, "pg-bin", os.Getenv("TOLLWAY_PG_BIN"), "cluster: the directory of PostgreSQL's initdb and pg_ctl (default $TOLLWAY_PG_BIN, else the newest /usr/lib/postgresql/N/bin)")
 	fs.IntVar(&o.openTasks, "tasks", 10000, "tasks: open media tasks one poll round goes over")
