@@ -38,8 +38,10 @@ type Budget interface {
 // GiveBackWait bounds how long a request the store is short for waits for other replicas to
 // give back their slices before it is refused. A replica answers an ask within milliseconds
 // when it has the CPU; 300 ms refused one request of 60 too many once, on a machine that ran
-// the whole test suite beside three replicas (TestClusterSliceBurst). Only a request at the
-// edge of a budget waits.
+// the whole test suite beside three replicas (TestClusterSliceBurst); that refusal was more
+// likely a remainder a replica got after the one ask a request then made (asks now repeat:
+// reserveSliced), but the wait was left as it is. Only a request at the edge of a budget
+// waits.
 const GiveBackWait = time.Second
 
 // giveBackPauses are the pauses between leases after an ask, GiveBackWait in all.
