@@ -22,6 +22,14 @@ type pool struct {
 	ledgers map[string]*Ledger
 	down    bool
 	leases  int
+	lag     time.Duration // up to this before a lease or a return and before a give-back (a database's round trip, a NOTIFY's delivery)
+}
+
+// delay sleeps up to p.lag.
+func (p *pool) delay() {
+	if p.lag > 0 {
+		time.Sleep(rand.N(p.lag))
+	}
 }
 
 func newPool(total map[store.BudgetRef]string) *pool {
@@ -62,6 +70,7 @@ var errDown = fmt.Errorf("postgres at db:5432/tollway: %w: connection refused", 
 
 func (b *poolBudget) Lease(ref store.BudgetRef, need decimal.Decimal) (granted, left decimal.Decimal, err error) {
 	p := b.p
+	p.delay()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.down {
@@ -79,6 +88,7 @@ func (b *poolBudget) Lease(ref store.BudgetRef, need decimal.Decimal) (granted, 
 
 func (b *poolBudget) Return(ref store.BudgetRef, amount decimal.Decimal) error {
 	p := b.p
+	p.delay()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.down {
@@ -94,7 +104,10 @@ func (b *poolBudget) AskBack(ref store.BudgetRef) error {
 	defer b.p.mu.Unlock()
 	for name, l := range b.p.ledgers {
 		if name != b.name {
-			go func() { _ = l.GiveBack(ref) }()
+			go func() {
+				b.p.delay()
+				_ = l.GiveBack(ref)
+			}()
 		}
 	}
 	return nil
@@ -142,14 +155,7 @@ func TestSlicesBurstNeverOverspends(t *testing.T) {
 		want         error
 	}{{"key limit", "1", "100", ErrSpendLimit}, {"account balance", "", "1", ErrInsufficientCredits}} {
 		t.Run(c.name, func(t *testing.T) {
-			refs := map[store.BudgetRef]string{store.AccountBudget("acme"): c.funds}
-			var limit *decimal.Decimal
-			if c.limit != "" {
-				refs[store.KeyBudget("key1", "2026-11")] = c.limit
-				limit = ptr(dec(c.limit))
-			}
-			p := newPool(refs)
-			ls := []*Ledger{p.replica("a", "acme"), p.replica("b", "acme"), p.replica("c", "acme")}
+			p, ls, limit := threeReplicas(c.limit, c.funds)
 			hold := dec("0.03") // 33 fit in $1
 			var mu sync.Mutex
 			billed, served := decimal.Zero, 0
@@ -303,4 +309,86 @@ func TestSlicesDroppedWhenTheRegistrationLapses(t *testing.T) {
 	if bill := l.Settle(r, dec("1")); !bill.Equal(dec("1")) { // the hold in flight is kept
 		t.Fatalf("the hold in flight billed %s, want 1", bill)
 	}
+}
+
+// threeReplicas are the ledgers of replicas a, b and c over one pool holding account acme's
+// funds and, unless limit is "", key1's limit in November 2026 (returned for Reserve).
+func threeReplicas(limit, funds string) (*pool, []*Ledger, *decimal.Decimal) {
+	refs := map[store.BudgetRef]string{store.AccountBudget("acme"): funds}
+	var lim *decimal.Decimal
+	if limit != "" {
+		refs[store.KeyBudget("key1", "2026-11")] = limit
+		lim = ptr(dec(limit))
+	}
+	p := newPool(refs)
+	return p, []*Ledger{p.replica("a", "acme"), p.replica("b", "acme"), p.replica("c", "acme")}, lim
+}
+
+// TestSlicesBurstAtTheEdge is TestClusterSliceBurst at unit level: 60 requests at once over
+// three replicas, each billed its $0.01 hold, against a key limited to $0.25 on a rich account
+// and against an account of $0.25: exactly 25 served and 35 refused, each with the budget's
+// own refusal, in every one of many rounds (the store's and NOTIFY's latency stood in by up
+// to 2 ms).
+func TestSlicesBurstAtTheEdge(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		limit, funds string
+		want         error
+	}{{"key limit", "0.25", "100", ErrSpendLimit}, {"account balance", "", "0.25", ErrInsufficientCredits}} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := 0
+			const rounds = 15
+			for round := range rounds {
+				p, ls, limit := threeReplicas(c.limit, c.funds)
+				p.lag = 2 * time.Millisecond
+				var mu sync.Mutex
+				served, refused := 0, 0
+				var other []error
+				var wg sync.WaitGroup
+				for g := range 60 {
+					wg.Go(func() {
+						l := ls[g%3]
+						res, err := l.Reserve("acme", "key1", limit, dec("0.01"), nov)
+						if err == nil {
+							time.Sleep(rand.N(3 * time.Millisecond))
+							l.Settle(res, dec("0.01"))
+						}
+						mu.Lock()
+						defer mu.Unlock()
+						switch {
+						case err == nil:
+							served++
+						case errors.Is(err, c.want):
+							refused++
+						default:
+							other = append(other, err)
+						}
+					})
+				}
+				wg.Wait()
+				if served != 25 || refused != 35 {
+					bad++
+					t.Errorf("round %d: %d served, %d refused with %v, others %v; want 25 and 35", round+1, served, refused, c.want, other)
+					for r := range p.total {
+						t.Logf("round %d: %v: %s unleased; unheld on the replicas: a %s, b %s, c %s", round+1, r, p.left(r),
+							remainder(ls[0], r), remainder(ls[1], r), remainder(ls[2], r))
+					}
+				}
+			}
+			if bad > 0 {
+				t.Errorf("%d of %d rounds wrong", bad, rounds)
+			}
+		})
+	}
+}
+
+// remainder is what l's slice of ref holds beyond its requests in flight.
+func remainder(l *Ledger, ref store.BudgetRef) decimal.Decimal {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ref.IsKey() {
+		km := keyMonth{ref.KeyID, ref.Month}
+		return l.keySlice[km].Sub(l.keyHeld[km])
+	}
+	return l.balances[ref.Account].Sub(l.accountHeld[ref.Account])
 }
