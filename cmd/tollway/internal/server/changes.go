@@ -57,7 +57,7 @@ func (b *burst) add(c store.Change) {
 
 // followChanges applies the changes other replicas commit until ctx ends.
 func (p *process) followChanges(ctx context.Context) {
-	f := &follower{log: p.log.With("component", "changes"), p: p}
+	f := &follower{log: p.log.With("component", "changes"), p: p, gw: p.gw}
 	for {
 		b, ok := gather(ctx, p.changes)
 		if !ok {
@@ -98,26 +98,36 @@ func gather(ctx context.Context, ch <-chan store.Change) (b burst, ok bool) {
 type follower struct {
 	log *slog.Logger
 	p   *process
+	gw  applier // p.gw; a seam for tests
+}
+
+// applier is what the follower asks of the gateway: re-read the catalog (keys with it), or the
+// keys alone.
+type applier interface {
+	Apply(context.Context) error
+	KeysChanged() error
 }
 
 // apply re-reads what b names and applies it.
 func (f *follower) apply(ctx context.Context, b burst) {
 	start := time.Now()
 	var what []string
+	// Accounts first: a key another replica created with its account must not be served here
+	// before the ledger holds that account (a request in between would be refused 402).
+	if f.accounts(b) {
+		what = append(what, "accounts")
+	}
 	switch {
 	case b.catalog:
-		if err := f.p.gw.Apply(ctx); err != nil {
+		if err := f.gw.Apply(ctx); err != nil {
 			f.log.Error("another replica's catalog change could not be applied here; this replica keeps its configuration", "error", err)
 		}
 		what = append(what, "catalog", "keys")
 	case b.keys:
-		if err := f.p.gw.KeysChanged(); err != nil {
+		if err := f.gw.KeysChanged(); err != nil {
 			f.log.Error("another replica's key change could not be applied here", "error", err)
 		}
 		what = append(what, "keys")
-	}
-	if f.accounts(b) {
-		what = append(what, "accounts")
 	}
 	if len(what) > 0 {
 		f.log.Debug("changes from other replicas applied", "what", what, "took", time.Since(start).String())
