@@ -72,6 +72,9 @@ func TestFullDiskOutageAndReserve(t *testing.T) {
 	if !s.ReserveHeld() {
 		t.Fatal("the outage ended without the reserve")
 	}
+	// The watcher tells Changed after it has cleared the outage (outside its lock): wait for it.
+	heard := func() int { mu.Lock(); defer mu.Unlock(); return len(changes) }
+	waitUntil(t, "the end of the outage heard", 5*time.Second, func() bool { return heard() >= 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(changes) != 2 || changes[0] != "down: disk full" || changes[1] != "up after disk full" {
