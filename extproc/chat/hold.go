@@ -36,20 +36,6 @@ func (c *Processor) promptTokens() int64 {
 	return c.promptCount
 }
 
-// rateCount is the prompt counted by the tokenizer, for a rate its bound alone is over; nil
-// for a body over maxRetainedBody (counting it would cost more than the refusal saves).
-func (c *Processor) rateCount(body []byte) func() int64 {
-	if len(body) > maxRetainedBody {
-		return nil
-	}
-	return func() int64 {
-		if n, err := billing.CountChatPrompt(body); err == nil {
-			return int64(n)
-		}
-		return c.plan.promptBound
-	}
-}
-
 // defaultOutputCap bounds the hold for a request with no max_tokens on a model whose catalog
 // gives neither max_output_length nor context_length.
 const defaultOutputCap = 4096
@@ -60,18 +46,21 @@ const defaultOutputCap = 4096
 func (c *Processor) admit(body []byte) *core.APIError {
 	x := c.x
 	b := x.Books
+	// A cheap strict bound of the prompt, added up while the request was validated; the
+	// tokenizer only runs when usage has to be estimated (promptTokens, once): for a rate the
+	// bound alone is over, for a bill, or for a client that asked for usage from a provider
+	// that reported none.
+	c.promptEstimate = c.plan.promptBound
+	var count func() int64
+	if len(body) <= maxRetainedBody {
+		c.body, count = body, c.promptTokens
+	}
 	// Rate limits first: a refused request holds nothing and reaches no facilitator.
-	if e := x.AdmitRates(c.plan.promptBound, c.rateCount(body), c.plan.route); e != nil {
+	if e := x.AdmitRates(c.plan.promptBound, count, c.plan.route); e != nil {
 		return e
 	}
-	if b != nil || c.plan.clientUsage || c.pay != nil || x.RateCountsTokens() {
-		// A cheap strict bound of the prompt, added up while the request was validated; the
-		// tokenizer only runs when usage has to be estimated (see promptTokens): for a bill, or
-		// for a client that asked for usage from a provider that reported none.
-		c.promptEstimate = c.plan.promptBound
-		if len(body) <= maxRetainedBody {
-			c.body = body
-		}
+	if b == nil && !c.plan.clientUsage && c.pay == nil && !x.RateCountsTokens() {
+		c.promptEstimate, c.body = 0, nil // nothing will estimate usage: the body is not kept
 	}
 	if b == nil && c.pay == nil {
 		return nil
