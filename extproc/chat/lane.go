@@ -96,6 +96,7 @@ func (c *Processor) SettleFromLog(m MeterReport) {
 // restart bills if the stream is cut with the gateway, and its tokens charged to its key's
 // rates as it goes.
 func (c *Processor) CheckpointFromLog(m MeterReport) {
+	c.progress = &m
 	progress := func() ir.Usage {
 		if p := m.usage(); p != nil {
 			return usageBill(p)
@@ -108,6 +109,15 @@ func (c *Processor) CheckpointFromLog(m MeterReport) {
 	}
 	u := storable(progress())
 	c.hold.Progress(c.metered(u, c.plan.model.Pricing.Cost(u), true))
+}
+
+// Progress is what the latest periodic entry of the stream's answer log said (false: none
+// came yet): what a stream whose last entry never comes (its Envoy died) is known to have sent.
+func (c *Processor) Progress() (MeterReport, bool) {
+	if c.progress == nil {
+		return MeterReport{}, false
+	}
+	return *c.progress, true
 }
 
 // usage is the provider's usage the stream meter read, nil when none came.
