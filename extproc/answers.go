@@ -184,10 +184,10 @@ func (b *answerBook) close(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry, w
 			m, known = meterReport(e), true
 		}
 		if known && !m.Ended {
-			// Cut short: the meter publishes its count every ir.MeterLagChars characters, so
+			// Cut short: the meter publishes its count every ir.MeterLagBytes bytes, so
 			// up to that many more passed than it says. A cut stream is billed at least what
 			// was sent.
-			m.TextChars += ir.MeterLagChars
+			m.TextBytes += ir.MeterLagBytes
 		}
 		if !known {
 			x.s.sh.Log.Error("FAST-LANE STREAM BILLED ITS PROMPT ONLY: what its answer sent is unknown", "request_id", x.RequestID, "why", why)
@@ -216,7 +216,7 @@ func (x *exchange) byLog() bool {
 }
 
 // meterReport reads the stream meter's counts (ir.MeterMetadata) from an answer log entry, as
-// the meter published them (its text_chars up to ir.MeterLagChars behind).
+// the meter published them (its text_bytes up to ir.MeterLagBytes behind).
 func meterReport(e *accesslogdatav3.HTTPAccessLogEntry) chat.MeterReport {
 	c := e.GetCommonProperties()
 	f := c.GetMetadata().GetFilterMetadata()[ir.MeterMetadata].GetFields()
@@ -225,7 +225,7 @@ func meterReport(e *accesslogdatav3.HTTPAccessLogEntry) chat.MeterReport {
 	flags := c.GetResponseFlags()
 	return chat.MeterReport{
 		Usage: yes("usage"), PromptTokens: n("prompt_tokens"), CompletionTokens: n("completion_tokens"),
-		CachedTokens: n("cached_tokens"), ImageTokens: n("image_tokens"), TextChars: n("text_chars"),
+		CachedTokens: n("cached_tokens"), ImageTokens: n("image_tokens"), TextBytes: n("text_bytes"),
 		Finished: yes("finished"), Done: yes("done"), Error: yes("error"), Ended: yes("ended"),
 		ClientReset: flags.GetDownstreamConnectionTermination() || flags.GetDownstreamProtocolError(),
 	}

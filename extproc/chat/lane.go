@@ -74,13 +74,13 @@ type MeterReport struct {
 	Usage                                     bool
 	PromptTokens, CompletionTokens            int64
 	CachedTokens, ImageTokens                 int64
-	TextChars                                 int64
+	TextBytes                                 int64
 	Finished, Done, Error, Ended, ClientReset bool
 }
 
 // SettleFromLog bills a fast-lane stream at its end from what the stream meter read: the
 // provider's usage when it came (exact, as on the chunk lane), else an estimate from the text
-// characters that passed (billing.TokensFromChars) and the prompt counted by the tokenizer.
+// bytes of text that passed (billing.TokensFromBytes) and the prompt counted by the tokenizer.
 func (c *Processor) SettleFromLog(m MeterReport) {
 	if u := m.usage(); u != nil {
 		c.meter.usage = u
@@ -131,7 +131,7 @@ func (m MeterReport) usage() *openai.Usage {
 }
 
 // estimate is the usage of a stream without the provider's: its prompt counted, its
-// completion estimated from the characters the meter saw pass.
+// completion estimated from the bytes of text the meter saw pass.
 func (c *Processor) estimate(m MeterReport) ir.Usage {
-	return ir.Usage{PromptTokens: c.promptTokens(), CompletionTokens: billing.TokensFromChars(m.TextChars)}
+	return ir.Usage{PromptTokens: c.promptTokens(), CompletionTokens: billing.TokensFromBytes(m.TextBytes)}
 }
