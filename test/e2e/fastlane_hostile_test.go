@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +31,23 @@ func startLane(t *testing.T, fast bool, opts fakeupstream.Options) (*gateway, *f
 	fake := fakeupstream.Start(t, opts)
 	g := startGateway(t, pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1")+"routing: {fast_lane: false}\n", "FAKE_PROVIDER_KEY="+providerKey)
 	return g, fake
+}
+
+// send posts body to path with the client's headers hdr.
+func (g *gateway) send(ctx context.Context, key, path, body string, hdr http.Header) *http.Response {
+	g.t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.BaseURL+path, strings.NewReader(body))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req.Header = hdr.Clone()
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return resp
 }
 
 // TestFastLaneCutStreamEstimateBound: a client that asks for text in a script of many tokens a
@@ -102,5 +121,103 @@ func TestFastLaneEnvoyRestartBillsWhatPassed(t *testing.T) {
 	// 40 events of "word " (5 characters): 200 characters, at least 66 tokens however counted.
 	if r.CompletionTokens < 60 || !r.Estimated {
 		t.Fatalf("a fast-lane stream cut with its Envoy after %d events was billed %+v: want an estimate of what passed", passed, r)
+	}
+}
+
+// TestFastLaneClientCannotChooseTheLane: a client's own x-tollway-lane (fast or deferred, any
+// case, repeated) and other internal headers are removed before the route is chosen: a request
+// that must not take the fast lane (the client asked for the usage chunk, a chain with a
+// translated provider, a whole answer, embeddings) gets the chunk lane's answer and exact bill,
+// and one that takes it (a chain of two OpenAI-shaped models) is billed to its true provider.
+func TestFastLaneClientCannotChooseTheLane(t *testing.T) {
+	t.Parallel()
+	// A pause between chunks, so that Envoy reads them one by one: the chunk lane's messages show.
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, ChunkDelay: 5 * time.Millisecond})
+	g := startGateway(t, fmt.Sprintf(`providers:
+  - {name: fake, type: openai, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+  - {name: claude, type: anthropic, base_url: %s, api_key: "${FAKE_PROVIDER_KEY}"}
+models:
+  - {id: priced, providers: [{provider: fake, model: fake-priced}], pricing: {prompt: "0.000001", completion: "0.000002"}}
+  - {id: twin, providers: [{provider: fake, model: fake-twin}], pricing: {prompt: "0.000001", completion: "0.000002"}}
+  - {id: haiku, providers: [{provider: claude, model: claude-haiku}], pricing: {prompt: "0.000001", completion: "0.000005"}}
+  - {id: emb, output_modalities: [embeddings], providers: [{provider: fake, model: text-embedding-3-small}], pricing: {prompt: "0.00000002"}}
+routes:
+  - {name: mixed, rule: priority_fallback, models: [haiku, priced]}
+  - {name: openai, rule: priority_fallback, models: [twin, priced]}
+routing: {fast_lane: true}
+`, fake.URL(), fake.AnthropicURL()), "FAKE_PROVIDER_KEY="+providerKey)
+	ctx := context.Background()
+	if err := g.NewAccount(ctx, "acme", "25"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme")
+	hostile := []http.Header{
+		{"X-Tollway-Lane": {"fast"}},
+		{"X-Tollway-Lane": {"FAST", "fast"}, "X-Tollway-Served": {"claude/haiku"}, "X-Tollway-Attempts": {"9"}},
+		{"X-Tollway-Lane": {"deferred"}, "X-Tollway-Cluster": {"priced"}},
+	}
+	hi := `"messages":[{"role":"user","content":"one two three four five six"}]`
+	cases := []struct {
+		name, path, body string
+		model, provider  string
+		chunkLane        bool // the answer must go through ext_proc chunk by chunk
+		check            func(t *testing.T, raw string)
+	}{
+		{"usage asked", "/chat/completions", `{"model":"priced","stream":true,"stream_options":{"include_usage":true},` + hi + `}`, "priced", "fake", true,
+			func(t *testing.T, raw string) {
+				if !strings.Contains(raw, `"choices":[],"usage":{"prompt_tokens"`) {
+					t.Errorf("the client asked for the usage chunk and got none: %s", raw)
+				}
+			}},
+		{"translated chain", "/chat/completions", `{"model":"route:mixed","stream":true,` + hi + `}`, "haiku", "claude", true,
+			func(t *testing.T, raw string) {
+				if !strings.Contains(raw, `"object":"chat.completion.chunk"`) || !strings.Contains(raw, `"model":"haiku"`) || !strings.Contains(raw, "[DONE]") {
+					t.Errorf("a translated stream came untranslated: %s", raw)
+				}
+			}},
+		{"whole answer", "/chat/completions", `{"model":"priced",` + hi + `}`, "priced", "fake", false,
+			func(t *testing.T, raw string) {
+				if !strings.Contains(raw, `"object":"chat.completion"`) || !strings.Contains(raw, `"model":"priced"`) {
+					t.Errorf("whole answer: %s", raw)
+				}
+			}},
+		{"embeddings", "/embeddings", `{"model":"emb","input":"one two three"}`, "emb", "fake", false,
+			func(t *testing.T, raw string) {
+				if !strings.Contains(raw, `"embedding"`) || !strings.Contains(raw, `"model":"emb"`) {
+					t.Errorf("embeddings: %s", raw)
+				}
+			}},
+		{"fast chain", "/chat/completions", `{"model":"route:openai","stream":true,` + hi + `}`, "twin", "fake", false,
+			func(t *testing.T, raw string) {
+				if strings.Contains(raw, `"usage":{`) || !strings.Contains(raw, `"model":"twin"`) {
+					t.Errorf("fast-lane stream: %s", raw)
+				}
+			}},
+	}
+	n := 0
+	for _, c := range cases {
+		for i, h := range hostile {
+			before := g.extProcMessages()
+			resp := g.send(ctx, key, c.path, c.body, h)
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			msgs := g.extProcMessages() - before
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s, headers %d: %d %s", c.name, i, resp.StatusCode, raw)
+			}
+			if p := resp.Header.Get("x-tollway-provider"); p != c.provider {
+				t.Errorf("%s, headers %d: answered by %q, want %q", c.name, i, p, c.provider)
+			}
+			if c.chunkLane && msgs < 8 || !c.chunkLane && strings.Contains(c.body, `"stream":true`) && msgs > 6 {
+				t.Errorf("%s, headers %d: %v ext_proc messages: the answer took the wrong lane", c.name, i, msgs)
+			}
+			c.check(t, string(raw))
+			n++
+			recs := g.waitRecords("acme", n)
+			r := recs[0] // the newest first
+			if r.Estimated || r.Model != c.model || r.Provider != c.provider || !r.Cost.IsPositive() {
+				t.Errorf("%s, headers %d: record %+v, want %s by %s, exact", c.name, i, r, c.model, c.provider)
+			}
+		}
 	}
 }
