@@ -221,3 +221,63 @@ routing: {fast_lane: true}
 		}
 	}
 }
+
+// TestFastLaneOddProviderAnswersMatchTheChunkLane: a provider answering a stream with a whole
+// JSON body, with no event at all, with an error event mid-stream, with its usage chunk after
+// [DONE], or with usage counts no int64 holds gives the client the same bytes and the account
+// the same bill on both lanes (an estimate by each lane's rule). A count no int64 holds was read
+// by the stream meter as a double: the usage chunk was dropped and its prompt billed 0 as exact,
+// where the chunk lane's decoder refuses the usage, passes the chunk and estimates.
+func TestFastLaneOddProviderAnswersMatchTheChunkLane(t *testing.T) {
+	t.Parallel()
+	chunk := func(delta, finish string) string {
+		return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"fake-priced","choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + finish + `}]}` + "\n\n"
+	}
+	usage := func(p, c string) string {
+		return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"fake-priced","choices":[],"usage":{"prompt_tokens":` + p + `,"completion_tokens":` + c + `}}` + "\n\n"
+	}
+	const done = "data: [DONE]\n\n"
+	answers := []struct{ name, ctype, body string }{
+		{"whole JSON", "application/json", `{"id":"c1","object":"chat.completion","created":1,"model":"fake-priced","choices":[{"index":0,"message":{"role":"assistant","content":"a whole answer"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}`},
+		{"no event", "text/event-stream", ""},
+		{"error mid-stream", "text/event-stream", chunk(`{"role":"assistant","content":"Hel"}`, "null") + `data: {"error":{"message":"overloaded","type":"server_error"}}` + "\n\n"},
+		{"usage after done", "text/event-stream", chunk(`{"content":"Hello there"}`, "null") + chunk(`{}`, `"stop"`) + done + usage("12", "4")},
+		{"usage too large", "text/event-stream", chunk(`{"content":"Hello there"}`, "null") + chunk(`{}`, `"stop"`) + usage("100000000000000000000", "4") + done},
+	}
+	type result struct {
+		client string
+		rec    usageRecord
+	}
+	got := map[bool][]result{}
+	for _, fast := range []bool{true, false} {
+		g, fake := startLane(t, fast, fakeupstream.Options{})
+		ctx := context.Background()
+		if err := g.NewAccount(ctx, "acme", "25"); err != nil {
+			t.Fatal(err)
+		}
+		key := g.newKey("acme")
+		for i, a := range answers {
+			fake.Script(fakeupstream.Fault{ContentType: a.ctype, Replay: []byte(a.body)})
+			resp := g.chat(ctx, key, `{"model":"priced","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			client := strings.ReplaceAll(string(raw), resp.Header.Get("x-request-id"), "<id>")
+			got[fast] = append(got[fast], result{client, g.waitRecords("acme", i+1)[0]})
+		}
+	}
+	for i, a := range answers {
+		f, c := got[true][i], got[false][i]
+		if f.client != c.client {
+			t.Errorf("%s: the client got\n%s\non the fast lane, and\n%s\non the chunk lane", a.name, f.client, c.client)
+		}
+		// An exact bill is the same to the digit; an estimate is the prompt counted and the
+		// completion estimated by each lane's rule (bytes on the fast lane, at least a third).
+		same := f.rec.Cost.Equal(c.rec.Cost) && f.rec.CompletionTokens == c.rec.CompletionTokens
+		if c.rec.Estimated {
+			same = 3*f.rec.CompletionTokens >= c.rec.CompletionTokens
+		}
+		if !same || f.rec.Estimated != c.rec.Estimated || f.rec.PromptTokens != c.rec.PromptTokens {
+			t.Errorf("%s: billed %+v on the fast lane, %+v on the chunk lane", a.name, f.rec, c.rec)
+		}
+	}
+}

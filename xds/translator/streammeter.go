@@ -15,7 +15,7 @@ package translator
 //   - the model member is the first top-level "model" string spelled so (Go also matches an
 //     escaped name), rewritten without checking that the JSON before it is valid;
 //   - usage is read from the usage object alone (Go drops it when any other member of the event
-//     fails to decode); counts must be integers, as in Go;
+//     fails to decode); counts must be integers an int64 holds, as in Go;
 //   - text_bytes counts every string member named content, and name and arguments when the
 //     event has tool_calls, wherever they are (Go: those of choices' deltas and messages); a
 //     stray invalid UTF-8 byte counts as one byte (Go decodes it as U+FFFD, three);

@@ -359,8 +359,11 @@ local function value_end(s, i)
   end
 end
 
+-- INT64_MAX and INT64_MIN's digits: a count beyond them is no int64 (a double would take it).
+local INT64_MAX, INT64_MIN = "9223372036854775807", "9223372036854775808"
+
 -- count_int reads the integer member name of the object s: 0 when absent or null, nil when it
--- is not an integer (Go's decoder then rejects the whole usage).
+-- is not an integer an int64 holds (Go's decoder then rejects the whole usage).
 local function count_int(s, name)
   local i = 1
   while true do
@@ -371,6 +374,9 @@ local function count_int(s, name)
       if sub(s, c + 1, c + 4) == "null" then return 0 end
       local _, d = find(s, "^-?%d+", c + 1)
       if not d or find(s, "^[%.eE]", d + 1) then return nil end
+      local neg = byte(s, c + 1) == 45
+      local digits = sub(s, neg and c + 2 or c + 1, d)
+      if #digits > 19 or (#digits == 19 and digits > (neg and INT64_MIN or INT64_MAX)) then return nil end
       return tonumber(sub(s, c + 1, d))
     end
     i = e + 1

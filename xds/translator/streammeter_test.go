@@ -301,9 +301,14 @@ func meterCases(t *testing.T) []meterCase {
 		{name: "usage events that are not usage", lane: "drop", pieces: []string{
 			event(`{"model":"` + providerModel + `","choices":[],"usage":{"prompt_tokens":0,"completion_tokens":0}}`),
 			event(`{"model":"` + providerModel + `","choices":[],"usage":{"prompt_tokens":5.0,"completion_tokens":1}}`),
+			// counts no int64 holds: Go's decoder refuses the usage whole
+			event(`{"model":"` + providerModel + `","choices":[],"usage":{"prompt_tokens":100000000000000000000,"completion_tokens":1}}`),
+			event(`{"model":"` + providerModel + `","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":-9223372036854775809}}`),
 			event(`{"model":"` + providerModel + `","usage":{"prompt_tokens":4,"completion_tokens":2}}`), done},
 			want: event(`{"model":"`+catalogModel+`","choices":[],"usage":{"prompt_tokens":0,"completion_tokens":0}}`) +
-				event(`{"model":"`+catalogModel+`","choices":[],"usage":{"prompt_tokens":5.0,"completion_tokens":1}}`) + done,
+				event(`{"model":"`+catalogModel+`","choices":[],"usage":{"prompt_tokens":5.0,"completion_tokens":1}}`) +
+				event(`{"model":"`+catalogModel+`","choices":[],"usage":{"prompt_tokens":100000000000000000000,"completion_tokens":1}}`) +
+				event(`{"model":"`+catalogModel+`","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":-9223372036854775809}}`) + done,
 			meter: map[string]any{"text_bytes": 0.0, "done": true, "ended": true, "usage": true, "prompt_tokens": 4.0, "completion_tokens": 2.0, "cached_tokens": 0.0, "image_tokens": 0.0}},
 		{name: "an event over the bound", lane: "drop", pieces: append(bytesPieces(huge, 64<<10), answer(providerModel, true)...), delay: time.Millisecond,
 			want: huge + dropped, meter: map[string]any{"text_bytes": 11.0, "finished": true, "done": true, "ended": true, "usage": true, "oversized": true,
