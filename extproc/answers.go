@@ -39,7 +39,8 @@ type answerBook struct {
 
 // What ends an exchange whose end never came (its Envoy died, or the entry of the answer log
 // was lost): a routed request no answer reached after unanswered, a fast-lane stream after
-// unlogged, both billed as a cut request would be (the hold released, or the prompt estimated).
+// unlogged, both billed as a cut request would be (the hold released, or an estimate of what
+// the stream's latest periodic entry said passed).
 const (
 	sweepEvery = 30 * time.Second
 	unanswered = 15 * time.Minute // beyond every chain's attempts at their idle timeouts
@@ -164,8 +165,8 @@ func (b *answerBook) progress(id string, e *accesslogdatav3.HTTPAccessLogEntry) 
 
 // close ends parked x unless its answer filter's stream ends it: the request is over (e, its
 // answer log entry), or its end will never come (e nil: why). A fast-lane stream is billed
-// from e's meter counts, or without e as an estimate of its prompt (nothing else of it is
-// known); any other ends as its processor ends a cut request.
+// from e's meter counts, or without e from its latest periodic entry's as a cut stream (its
+// prompt alone when none came); any other ends as its processor ends a cut request.
 func (b *answerBook) close(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry, why string) {
 	x.mu.Lock() // the answer filter's stream is past the answer's headers
 	byLog := x.byLog()
@@ -177,18 +178,21 @@ func (b *answerBook) close(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry, w
 	b.mu.Unlock()
 	var line []byte
 	if mine && byLog {
-		var m chat.MeterReport
+		c := x.kind.(*chat.Processor)
+		m, known := c.Progress() // without e: what its latest periodic entry said passed
 		if e != nil {
-			if m = meterReport(e); !m.Ended {
-				// Cut short: the meter publishes its count every ir.MeterLagChars characters, so
-				// up to that many more passed than it says. A cut stream is billed at least what
-				// was sent.
-				m.TextChars += ir.MeterLagChars
-			}
-		} else {
+			m, known = meterReport(e), true
+		}
+		if known && !m.Ended {
+			// Cut short: the meter publishes its count every ir.MeterLagBytes bytes, so
+			// up to that many more passed than it says. A cut stream is billed at least what
+			// was sent.
+			m.TextBytes += ir.MeterLagBytes
+		}
+		if !known {
 			x.s.sh.Log.Error("FAST-LANE STREAM BILLED ITS PROMPT ONLY: what its answer sent is unknown", "request_id", x.RequestID, "why", why)
 		}
-		x.kind.(*chat.Processor).SettleFromLog(m)
+		c.SettleFromLog(m)
 		if d := e.GetCommonProperties().GetTimeToFirstDownstreamTxByte(); d != nil && x.Observed {
 			x.Out.FirstByte = x.Out.Start.Add(d.AsDuration()) // the stream's first byte, as Envoy saw it
 		}
@@ -212,7 +216,7 @@ func (x *exchange) byLog() bool {
 }
 
 // meterReport reads the stream meter's counts (ir.MeterMetadata) from an answer log entry, as
-// the meter published them (its text_chars up to ir.MeterLagChars behind).
+// the meter published them (its text_bytes up to ir.MeterLagBytes behind).
 func meterReport(e *accesslogdatav3.HTTPAccessLogEntry) chat.MeterReport {
 	c := e.GetCommonProperties()
 	f := c.GetMetadata().GetFilterMetadata()[ir.MeterMetadata].GetFields()
@@ -221,7 +225,7 @@ func meterReport(e *accesslogdatav3.HTTPAccessLogEntry) chat.MeterReport {
 	flags := c.GetResponseFlags()
 	return chat.MeterReport{
 		Usage: yes("usage"), PromptTokens: n("prompt_tokens"), CompletionTokens: n("completion_tokens"),
-		CachedTokens: n("cached_tokens"), ImageTokens: n("image_tokens"), TextChars: n("text_chars"),
+		CachedTokens: n("cached_tokens"), ImageTokens: n("image_tokens"), TextBytes: n("text_bytes"),
 		Finished: yes("finished"), Done: yes("done"), Error: yes("error"), Ended: yes("ended"),
 		ClientReset: flags.GetDownstreamConnectionTermination() || flags.GetDownstreamProtocolError(),
 	}

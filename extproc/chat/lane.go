@@ -74,13 +74,13 @@ type MeterReport struct {
 	Usage                                     bool
 	PromptTokens, CompletionTokens            int64
 	CachedTokens, ImageTokens                 int64
-	TextChars                                 int64
+	TextBytes                                 int64
 	Finished, Done, Error, Ended, ClientReset bool
 }
 
 // SettleFromLog bills a fast-lane stream at its end from what the stream meter read: the
 // provider's usage when it came (exact, as on the chunk lane), else an estimate from the text
-// characters that passed (billing.TokensFromChars) and the prompt counted by the tokenizer.
+// bytes of text that passed (billing.TokensFromBytes) and the prompt counted by the tokenizer.
 func (c *Processor) SettleFromLog(m MeterReport) {
 	if u := m.usage(); u != nil {
 		c.meter.usage = u
@@ -96,6 +96,7 @@ func (c *Processor) SettleFromLog(m MeterReport) {
 // restart bills if the stream is cut with the gateway, and its tokens charged to its key's
 // rates as it goes.
 func (c *Processor) CheckpointFromLog(m MeterReport) {
+	c.progress = &m
 	progress := func() ir.Usage {
 		if p := m.usage(); p != nil {
 			return usageBill(p)
@@ -110,6 +111,15 @@ func (c *Processor) CheckpointFromLog(m MeterReport) {
 	c.hold.Progress(c.metered(u, c.plan.model.Pricing.Cost(u), true))
 }
 
+// Progress is what the latest periodic entry of the stream's answer log said (false: none
+// came yet): what a stream whose last entry never comes (its Envoy died) is known to have sent.
+func (c *Processor) Progress() (MeterReport, bool) {
+	if c.progress == nil {
+		return MeterReport{}, false
+	}
+	return *c.progress, true
+}
+
 // usage is the provider's usage the stream meter read, nil when none came.
 func (m MeterReport) usage() *openai.Usage {
 	if !m.Usage || (m.PromptTokens == 0 && m.CompletionTokens == 0) {
@@ -121,7 +131,7 @@ func (m MeterReport) usage() *openai.Usage {
 }
 
 // estimate is the usage of a stream without the provider's: its prompt counted, its
-// completion estimated from the characters the meter saw pass.
+// completion estimated from the bytes of text the meter saw pass.
 func (c *Processor) estimate(m MeterReport) ir.Usage {
-	return ir.Usage{PromptTokens: c.promptTokens(), CompletionTokens: billing.TokensFromChars(m.TextChars)}
+	return ir.Usage{PromptTokens: c.promptTokens(), CompletionTokens: billing.TokensFromBytes(m.TextBytes)}
 }

@@ -51,6 +51,9 @@ type Processor struct {
 	// fast: on a split gateway, the answer takes the fast lane (lane.go); byLog: it is a
 	// stream metered in Envoy, billed when its answer log entry arrives (SettleFromLog).
 	fast, byLog bool
+	// progress is what the latest periodic entry of a fast-lane stream's answer log said the
+	// stream meter read (nil before one came): the bill if the stream's last entry never comes.
+	progress *MeterReport
 	// rateProgressed is when a stream's tokens were last charged to its rates (rateProgress).
 	rateProgressed time.Time
 }

@@ -246,8 +246,8 @@ func TestKill9MidStreamBillsEstimates(t *testing.T) {
 func TestFastLaneKill9MidStreamBillsEstimates(t *testing.T) {
 	t.Parallel()
 	// A periodic entry every 0.5 s (ir.MeterReportEvery) checkpoints at most every second: by 4 s
-	// (40 chunks) a loaded machine has checkpointed each stream past its first 64 characters
-	// at least twice. The estimate counts 3 characters a token (billing.TokensFromChars): up to
+	// (40 chunks) a loaded machine has checkpointed each stream past its first 64 bytes
+	// at least twice. The estimate counts 3 bytes a token (billing.TokensFromBytes): up to
 	// 2 a word of the fake's.
 	kill9MidStream(t, 20, cutStreams{wait: 40, perChunk: 2}, "TOLLWAY_ROUTING_FAST_LANE=true")
 }

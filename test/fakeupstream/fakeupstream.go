@@ -85,14 +85,14 @@ type Fault struct {
 	// Reset drops the connection before any reply (after Delay): what a crashing provider or
 	// a proxy in between does.
 	Reset bool
-	// Replay, on the Anthropic and Gemini routes, answers with these bytes verbatim (a recorded
-	// answer), with Status (0: 200) and ContentType. An event stream goes out one event at a
+	// Replay, on the Anthropic, Gemini and OpenAI chat routes, answers with these bytes verbatim
+	// (a recorded answer, or an odd one), with Status (0: 200) and ContentType. An event stream goes out one event at a
 	// time, flushed, with the server's ChunkDelay between events, line ends as recorded.
 	Replay      []byte
 	ContentType string
 }
 
-// Replay makes the next Anthropic or Gemini request get a recorded answer verbatim.
+// Replay makes the next Anthropic, Gemini or OpenAI chat request get a recorded answer verbatim.
 func (s *Server) Replay(status int, contentType string, body []byte) {
 	s.Script(Fault{Status: status, ContentType: contentType, Replay: body})
 }

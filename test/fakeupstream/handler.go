@@ -157,6 +157,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		for k, v := range fault.Header {
 			w.Header()[k] = v
 		}
+		if fault.Replay != nil {
+			s.replay(w, r, fault) // a provider's odd answer, verbatim
+			return
+		}
 		if fault.Status > 0 {
 			if fault.Body != "" {
 				w.Header().Set("Content-Type", "application/json")

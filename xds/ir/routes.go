@@ -261,9 +261,9 @@ const (
 	LaneMetadata  = "tollway.lane"
 	// MeterMetadata is what the stream meter (Envoy's Lua) read of a fast-lane answer.
 	MeterMetadata = "tollway.meter"
-	// MeterLagChars bounds how far the stream meter's text_chars may lag behind a stream: a
-	// stream its client cut may have passed up to MeterLagChars-1 characters more.
-	MeterLagChars = 64
+	// MeterLagBytes bounds how far the stream meter's text_bytes may lag behind a stream: a
+	// stream its client cut may have passed up to MeterLagBytes-1 bytes of text more.
+	MeterLagBytes = 64
 	// AnswerLogName names the access log stream on which each split request's end arrives.
 	AnswerLogName = "tollway_answers"
 )

@@ -15,10 +15,10 @@ package translator
 //   - the model member is the first top-level "model" string spelled so (Go also matches an
 //     escaped name), rewritten without checking that the JSON before it is valid;
 //   - usage is read from the usage object alone (Go drops it when any other member of the event
-//     fails to decode); counts must be integers, as in Go;
-//   - text_chars counts every string member named content, and name and arguments when the
+//     fails to decode); counts must be integers an int64 holds, as in Go;
+//   - text_bytes counts every string member named content, and name and arguments when the
 //     event has tool_calls, wherever they are (Go: those of choices' deltas and messages); a
-//     stray UTF-8 continuation byte is not a character (Go counts it as U+FFFD);
+//     stray invalid UTF-8 byte counts as one byte (Go decodes it as U+FFFD, three);
 //   - error members' names are folded ASCII-only, the status lower-cased ASCII-only;
 //   - an event mixing lone-CR line ends with LF ones is one line (Go's framer splits it).
 //
@@ -49,8 +49,8 @@ const (
 	// events).
 	StreamMeterLaneNamespace = ir.LaneMetadata
 	// StreamMeterNamespace is the filter's output, kept current chunk by chunk so that a stream
-	// the client cut still leaves its counts: text_chars (number, from the first chunk on: the
-	// characters of content, tool-call names and arguments passed); prompt_tokens,
+	// the client cut still leaves its counts: text_bytes (number, from the first chunk on: the
+	// UTF-8 bytes of content, tool-call names and arguments passed, as decoded); prompt_tokens,
 	// completion_tokens, cached_tokens, image_tokens (numbers, once the provider's usage was
 	// seen); usage, finished, done, error, ended (the body reached its end through the filter),
 	// oversized (an event still incomplete past 1 MiB went through unread), failed (the script
@@ -58,14 +58,14 @@ const (
 	StreamMeterNamespace = ir.MeterMetadata
 )
 
-// StreamMeterLagChars bounds how far text_chars may lag behind the stream (the script's
-// LAG_CHARS): it is published once that many characters went unpublished, and whenever
-// anything else is. A stream cut by its client may have passed up to StreamMeterLagChars-1
-// characters more than the access log says. Publishing at every chunk instead cost 2.7 us more
+// StreamMeterLagBytes bounds how far text_bytes may lag behind the stream (the script's
+// LAG_BYTES): it is published once that many bytes of text went unpublished, and whenever
+// anything else is. A stream cut by its client may have passed up to StreamMeterLagBytes-1
+// bytes more than the access log says. Publishing at every chunk instead cost 2.7 us more
 // per chunk (8.4 over Envoy alone instead of 5.7, BenchmarkStreamMeter): each publication is
 // two wrappers and a protobuf merge, as much as the rest of a chunk's work, and every 64
-// characters (about 16 tokens) is once in 10-16 chunks.
-const StreamMeterLagChars = ir.MeterLagChars
+// bytes (about 16 tokens of English) is once in 10-16 chunks.
+const StreamMeterLagBytes = ir.MeterLagBytes
 
 // streamMeterScript is the filter's code. A 2xx text/event-stream answer whose lane says fast
 // is read; any other answer costs one metadata lookup and is not iterated.

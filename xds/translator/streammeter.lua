@@ -4,7 +4,7 @@
 -- extproc/chat/answer.go does, and keeps what it read in dynamic metadata for the access log.
 --
 -- Input  tollway.lane:  fast (bool), model, drop_usage (bool), request_id.
--- Output tollway.meter: text_chars (from the first chunk on, lagging by under LAG_CHARS);
+-- Output tollway.meter: text_bytes (from the first chunk on, lagging by under LAG_BYTES);
 --   finished, done, error, usage, ended, oversized, failed (bools, set when they become true:
 --   absent means false); prompt_tokens, completion_tokens, cached_tokens, image_tokens (once
 --   usage was seen).
@@ -24,13 +24,13 @@ local LANE, METER = "tollway.lane", "tollway.meter"
 -- the events after it are read again.
 local MAX_HELD = 1048576
 
--- LAG_CHARS bounds how far text_chars in the metadata may lag behind the stream: it is
--- published once this many characters went unpublished (and with every other change). Envoy
+-- LAG_BYTES bounds how far text_bytes in the metadata may lag behind the stream: it is
+-- published once this many bytes of text went unpublished (and with every other change). Envoy
 -- does not resume the script once the client reset the stream, so only what was published by
 -- then reaches the access log. Publishing at every chunk cost 2.7 us of Envoy's CPU more per
--- chunk (two wrappers and a protobuf merge), half the rest of a chunk's work: 64 characters,
--- about 16 tokens, is once every 10-16 chunks (streammeter.go, StreamMeterLagChars).
-local LAG_CHARS = 64
+-- chunk (two wrappers and a protobuf merge), half the rest of a chunk's work: 64 bytes, about
+-- 16 tokens of English, is once every 10-16 chunks (streammeter.go, StreamMeterLagBytes).
+local LAG_BYTES = 64
 
 -- Go's encoding/json escapes, so that rewritten bytes equal what extproc writes.
 local ESC = {}
@@ -359,8 +359,11 @@ local function value_end(s, i)
   end
 end
 
+-- INT64_MAX and INT64_MIN's digits: a count beyond them is no int64 (a double would take it).
+local INT64_MAX, INT64_MIN = "9223372036854775807", "9223372036854775808"
+
 -- count_int reads the integer member name of the object s: 0 when absent or null, nil when it
--- is not an integer (Go's decoder then rejects the whole usage).
+-- is not an integer an int64 holds (Go's decoder then rejects the whole usage).
 local function count_int(s, name)
   local i = 1
   while true do
@@ -371,6 +374,9 @@ local function count_int(s, name)
       if sub(s, c + 1, c + 4) == "null" then return 0 end
       local _, d = find(s, "^-?%d+", c + 1)
       if not d or find(s, "^[%.eE]", d + 1) then return nil end
+      local neg = byte(s, c + 1) == 45
+      local digits = sub(s, neg and c + 2 or c + 1, d)
+      if #digits > 19 or (#digits == 19 and digits > (neg and INT64_MIN or INT64_MAX)) then return nil end
       return tonumber(sub(s, c + 1, d))
     end
     i = e + 1
@@ -399,8 +405,11 @@ local function read_usage(st, s, o, p)
   return c == nil or find(s, "^%[[ \t\r\n]*%]", c) ~= nil
 end
 
--- count_strings adds up the characters of the string values of the members named name: code
--- points, an escape counted as the one character it stands for (a surrogate pair as one).
+-- count_strings adds up the UTF-8 bytes of the string values of the members named name, as
+-- decoded: an escape counted as the bytes of the character it stands for (a surrogate pair as
+-- one 4-byte character, a lone surrogate as U+FFFD's 3). Bytes, not characters: a token is never
+-- less than a byte, so an estimate from them (billing.TokensFromBytes) bounds what it misses in
+-- any script, where characters let a text of many tokens a character pass for a few.
 local function count_strings(s, name, i)
   local n = 0
   while true do
@@ -408,18 +417,19 @@ local function count_strings(s, name, i)
     if not v then return n end
     local e = string_end(s, v + 1)
     if not e then return n end
-    for p = v + 1, e - 1 do -- UTF-8 continuation bytes are not characters
-      local c = byte(s, p)
-      if c < 0x80 or c >= 0xC0 then n = n + 1 end
-    end
+    n = n + (e - v - 1)
     local b = find(s, "\\", v + 1, true)
-    while b and b < e do -- an escape's bytes but its first are not characters either
+    while b and b < e do -- an escape's bytes are the bytes of what it stands for
       if byte(s, b + 1) ~= 117 then
         n, b = n - 1, b + 2
       else
         local h = hex4(s, b + 2) or 0
         local low = h >= 0xD800 and h <= 0xDBFF and sub(s, b + 6, b + 7) == "\\u" and hex4(s, b + 8)
-        if low and low >= 0xDC00 and low <= 0xDFFF then n, b = n - 11, b + 12 else n, b = n - 5, b + 6 end
+        if low and low >= 0xDC00 and low <= 0xDFFF then
+          n, b = n - 8, b + 12
+        else
+          n, b = n - 6 + (h < 0x80 and 1 or h < 0x800 and 2 or 3), b + 6
+        end
       end
       b = find(s, "\\", b, true)
     end
@@ -427,14 +437,14 @@ local function count_strings(s, name, i)
   end
 end
 
--- count_text adds the text a tokenizer would count for an estimate (answer.go's meter): content,
--- and tool calls' names and arguments.
+-- count_text adds the bytes of the text a tokenizer would count for an estimate (answer.go's
+-- meter): content, and tool calls' names and arguments.
 local function count_text(st, s, o)
   local n = count_strings(s, 'content"', o)
   if find(s, 'tool_calls"', o, true) then
     n = n + count_strings(s, 'name"', o) + count_strings(s, 'arguments"', o)
   end
-  st.chars = st.chars + n
+  st.bytes = st.bytes + n
 end
 
 -- replace_model is answer.go's replaceModel: the first top-level "model" string becomes model
@@ -636,16 +646,16 @@ end
 local FLAGS = { "finished", "done", "error", "usage", "prompt_tokens", "completion_tokens",
   "cached_tokens", "image_tokens", "oversized", "failed", "ended" }
 
--- publish writes what changed to tollway.meter: text_chars once LAG_CHARS went unpublished or
+-- publish writes what changed to tollway.meter: text_bytes once LAG_BYTES went unpublished or
 -- with anything else. The metadata object is fetched anew each time: Envoy invalidates it
 -- whenever the script yields for the next chunk.
 local function publish(handle, st)
-  local lag = st.chars - st.pub_chars
-  if lag < LAG_CHARS and not st.changed then return end
+  local lag = st.bytes - st.pub_bytes
+  if lag < LAG_BYTES and not st.changed then return end
   local dm = handle:streamInfo():dynamicMetadata()
   if lag > 0 then
-    dm:set(METER, "text_chars", st.chars)
-    st.pub_chars = st.chars
+    dm:set(METER, "text_bytes", st.bytes)
+    st.pub_bytes = st.bytes
   end
   if st.changed then
     local pub = st.pub
@@ -674,9 +684,9 @@ function envoy_on_response(handle)
     model = type(lane.model) == "string" and lane.model ~= "" and json_string(lane.model) or nil,
     drop_usage = lane.drop_usage == true,
     request_id = type(lane.request_id) == "string" and lane.request_id or "",
-    held = "", scan = 1, tail = "", out = {}, chars = 0, pub_chars = 0, pub = {}, changed = false,
+    held = "", scan = 1, tail = "", out = {}, bytes = 0, pub_bytes = 0, pub = {}, changed = false,
   }
-  handle:streamInfo():dynamicMetadata():set(METER, "text_chars", 0)
+  handle:streamInfo():dynamicMetadata():set(METER, "text_bytes", 0)
   local last, last_out
   for chunk in handle:bodyChunks() do
     local len = chunk:length()

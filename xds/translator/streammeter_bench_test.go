@@ -19,8 +19,8 @@ import (
 
 // BenchmarkStreamMeter is the CPU the stream meter adds to Envoy per streamed chunk. One Envoy
 // (one worker) serves the same answers on four listeners: Envoy alone (router only); the filter
-// in the chain for an answer not in the fast lane (other); the fast lane as shipped (text_chars
-// published every StreamMeterLagChars characters); and the fast lane publishing it at every
+// in the chain for an answer not in the fast lane (other); the fast lane as shipped (text_bytes
+// published every StreamMeterLagBytes bytes); and the fast lane publishing it at every
 // chunk (every). Each streams answers of two lengths, a content chunk a millisecond (each chunk
 // its own read); the slope between the lengths is the CPU of one more chunk, whatever a request
 // costs on its own. The host is shared, so the listeners take turns in small batches (each sees
@@ -30,9 +30,9 @@ import (
 // rounds; the median round is reported.
 func BenchmarkStreamMeter(b *testing.B) {
 	script := translator.StreamMeter().GetDefaultSourceCode().GetInlineString()
-	every := strings.Replace(script, "local LAG_CHARS = 64\n", "local LAG_CHARS = 1\n", 1)
+	every := strings.Replace(script, "local LAG_BYTES = 64\n", "local LAG_BYTES = 1\n", 1)
 	if every == script {
-		b.Fatal("the script has no LAG_CHARS = 64 to vary")
+		b.Fatal("the script has no LAG_BYTES = 64 to vary")
 	}
 	fast := map[string]any{"fast": true, "model": catalogModel, "drop_usage": true, "request_id": requestID}
 	lanes := []meterLane{{name: "alone"}, {name: "other", lua: "-"}, {name: "fast", lane: fast, lua: "-"}, {name: "every", lane: fast, lua: every}}
@@ -101,7 +101,7 @@ func BenchmarkStreamMeter(b *testing.B) {
 	for _, l := range lanes {
 		fmt.Fprintf(os.Stdout, "%-8s %16.1f %16.1f %14.2f %+14.2f\n", l.name, median(perStream[l.name][0]), median(perStream[l.name][1]), slope[l.name], extra[l.name])
 	}
-	fmt.Fprintf(os.Stdout, "fast lane: %+.2f us per chunk over Envoy alone (%.2fx); publishing text_chars at every chunk instead: %+.2f us\n",
+	fmt.Fprintf(os.Stdout, "fast lane: %+.2f us per chunk over Envoy alone (%.2fx); publishing text_bytes at every chunk instead: %+.2f us\n",
 		extra["fast"], slope["fast"]/slope["alone"], extra["every"]-extra["fast"])
 	b.ReportMetric(slope["alone"], "us-alone/chunk")
 	b.ReportMetric(extra["fast"], "us-extra/chunk")

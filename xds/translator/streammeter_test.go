@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -84,7 +83,7 @@ func answer(model string, usage bool) []string {
 	return append(out, done)
 }
 
-var usageMeter = map[string]any{"text_chars": 11.0, "finished": true, "done": true, "ended": true, "usage": true,
+var usageMeter = map[string]any{"text_bytes": 11.0, "finished": true, "done": true, "ended": true, "usage": true,
 	"prompt_tokens": 9.0, "completion_tokens": 2.0, "cached_tokens": 3.0, "image_tokens": 1.0}
 
 // errorEventWant is what answer.go makes of a stream event, by extproc's own functions: the
@@ -194,9 +193,9 @@ var toolAnswer = []string{
 	done,
 }
 
-// textChars is what the meter must count of events: the code points of their content and tool
+// textBytes is what the meter must count of events: the UTF-8 bytes of their content and tool
 // calls' names and arguments, decoded by Go.
-func textChars(t *testing.T, events []string) int {
+func textBytes(t *testing.T, events []string) int {
 	n := 0
 	for _, ev := range events {
 		data, ok := strings.CutPrefix(strings.TrimSpace(ev), "data: ")
@@ -218,10 +217,10 @@ func textChars(t *testing.T, events []string) int {
 		}
 		for _, ch := range c.Choices {
 			if ch.Delta.Content != nil {
-				n += utf8.RuneCountInString(*ch.Delta.Content)
+				n += len(*ch.Delta.Content)
 			}
 			for _, tc := range ch.Delta.ToolCalls {
-				n += utf8.RuneCountInString(tc.Function.Name) + utf8.RuneCountInString(tc.Function.Arguments)
+				n += len(tc.Function.Name) + len(tc.Function.Arguments)
 			}
 		}
 	}
@@ -270,55 +269,60 @@ func meterCases(t *testing.T) []meterCase {
 		{name: "CRLF line ends", lane: "drop", pieces: randomCuts(crlf, 30, 3), delay: 2 * time.Millisecond,
 			want: strings.ReplaceAll(dropped, "\n", "\r\n"), meter: usageMeter},
 		{name: "error events rewritten", lane: "drop", pieces: []string{errIn.String()}, want: errOut.String(),
-			meter: map[string]any{"text_chars": 0.0, "error": true, "done": true, "ended": true}},
+			meter: map[string]any{"text_bytes": 0.0, "error": true, "done": true, "ended": true}},
 		{name: "error event without request id", lane: "noid", pieces: []string{event(errorData[0])},
-			want: event(string(errorEventWant(errorData[0], ""))), meter: map[string]any{"text_chars": 0.0, "error": true, "ended": true}},
+			want: event(string(errorEventWant(errorData[0], ""))), meter: map[string]any{"text_bytes": 0.0, "error": true, "ended": true}},
 		{name: "ended before finishing", lane: "drop", pieces: cut, delay: 5 * time.Millisecond,
 			want:  chunk(catalogModel, `{"content":"Hel"}`, "null") + chunk(catalogModel, `{"content":"lo"}`, "null") + cutWant(requestID),
-			meter: map[string]any{"text_chars": 5.0, "error": true, "ended": true}},
+			meter: map[string]any{"text_bytes": 5.0, "error": true, "ended": true}},
 		{name: "ended inside an event", lane: "drop", pieces: append(append([]string{}, cut...), cutTail), delay: 5 * time.Millisecond,
 			want: chunk(catalogModel, `{"content":"Hel"}`, "null") + chunk(catalogModel, `{"content":"lo"}`, "null") +
 				strings.TrimSuffix(chunk(catalogModel, `{"content":"!"}`, "null"), "\n\n") + cutWant(requestID),
-			meter: map[string]any{"text_chars": 6.0, "error": true, "ended": true}},
+			meter: map[string]any{"text_bytes": 6.0, "error": true, "ended": true}},
 		{name: "not in the fast lane", lane: "off", pieces: append(answer(providerModel, true), event(errorData[0])), want: in + event(errorData[0])},
 		{name: "no lane", lane: "absent", pieces: append(cut, event(errorData[0])), want: joined(cut) + event(errorData[0])},
 		{name: "model member nested and after the choices", lane: "drop",
 			pieces: []string{event(`{"id":"x","meta":{"model":"inner","n":[1,{"model":"deep"}]},"choices":[{"delta":{"content":"say \"model\": \"x\" {["}}],"model":"` + providerModel + `"}`), done},
 			want:   event(`{"id":"x","meta":{"model":"inner","n":[1,{"model":"deep"}]},"choices":[{"delta":{"content":"say \"model\": \"x\" {["}}],"model":"`+catalogModel+`"}`) + done,
-			meter:  map[string]any{"text_chars": 19.0, "done": true, "ended": true}}, // say "model": "x" {[
-		{name: "characters counted as decoded", lane: "drop", pieces: randomCuts(joined(unicodeAnswer), 25, 11), delay: 2 * time.Millisecond,
-			want: joined(unicodeAnswer), meter: map[string]any{"text_chars": float64(textChars(t, unicodeAnswer)), "finished": true, "ended": true}},
+			meter:  map[string]any{"text_bytes": 19.0, "done": true, "ended": true}}, // say "model": "x" {[
+		{name: "bytes of text counted as decoded", lane: "drop", pieces: randomCuts(joined(unicodeAnswer), 25, 11), delay: 2 * time.Millisecond,
+			want: joined(unicodeAnswer), meter: map[string]any{"text_bytes": float64(textBytes(t, unicodeAnswer)), "finished": true, "ended": true}},
 		{name: "tool call names and arguments counted", lane: "drop", pieces: toolAnswer, delay: 2 * time.Millisecond,
-			want: joined(toolAnswer), meter: map[string]any{"text_chars": float64(textChars(t, toolAnswer)), "finished": true, "done": true, "ended": true}},
+			want: joined(toolAnswer), meter: map[string]any{"text_bytes": float64(textBytes(t, toolAnswer)), "finished": true, "done": true, "ended": true}},
 		{name: "other SSE lines", lane: "drop",
 			pieces: []string{": keep-alive\n\n", "event: message\nid: 7\n" + strings.TrimPrefix(chunk(providerModel, `{"content":"a"}`, "null"), ""),
 				"\n\n\ndata:" + strings.TrimPrefix(chunk(providerModel, `{"content":"b"}`, "null"), "data: "),
 				"data: {\"error\":\ndata: {\"message\":\"two lines\"}}\nid: 8\n\n"},
 			want: ": keep-alive\n\n" + "event: message\nid: 7\n" + chunk(catalogModel, `{"content":"a"}`, "null") + "\n\n\n" + chunk(catalogModel, `{"content":"b"}`, "null") +
 				"data: " + string(errorEventWant("{\"error\":\n{\"message\":\"two lines\"}}", requestID)) + "\nid: 8\n\n",
-			meter: map[string]any{"text_chars": 2.0, "error": true, "ended": true}},
+			meter: map[string]any{"text_bytes": 2.0, "error": true, "ended": true}},
 		{name: "done without a finish reason", lane: "drop", pieces: []string{cut[0], done}, want: chunk(catalogModel, `{"content":"Hel"}`, "null") + done,
-			meter: map[string]any{"text_chars": 3.0, "done": true, "ended": true}},
+			meter: map[string]any{"text_bytes": 3.0, "done": true, "ended": true}},
 		{name: "usage events that are not usage", lane: "drop", pieces: []string{
 			event(`{"model":"` + providerModel + `","choices":[],"usage":{"prompt_tokens":0,"completion_tokens":0}}`),
 			event(`{"model":"` + providerModel + `","choices":[],"usage":{"prompt_tokens":5.0,"completion_tokens":1}}`),
+			// counts no int64 holds: Go's decoder refuses the usage whole
+			event(`{"model":"` + providerModel + `","choices":[],"usage":{"prompt_tokens":100000000000000000000,"completion_tokens":1}}`),
+			event(`{"model":"` + providerModel + `","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":-9223372036854775809}}`),
 			event(`{"model":"` + providerModel + `","usage":{"prompt_tokens":4,"completion_tokens":2}}`), done},
 			want: event(`{"model":"`+catalogModel+`","choices":[],"usage":{"prompt_tokens":0,"completion_tokens":0}}`) +
-				event(`{"model":"`+catalogModel+`","choices":[],"usage":{"prompt_tokens":5.0,"completion_tokens":1}}`) + done,
-			meter: map[string]any{"text_chars": 0.0, "done": true, "ended": true, "usage": true, "prompt_tokens": 4.0, "completion_tokens": 2.0, "cached_tokens": 0.0, "image_tokens": 0.0}},
+				event(`{"model":"`+catalogModel+`","choices":[],"usage":{"prompt_tokens":5.0,"completion_tokens":1}}`) +
+				event(`{"model":"`+catalogModel+`","choices":[],"usage":{"prompt_tokens":100000000000000000000,"completion_tokens":1}}`) +
+				event(`{"model":"`+catalogModel+`","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":-9223372036854775809}}`) + done,
+			meter: map[string]any{"text_bytes": 0.0, "done": true, "ended": true, "usage": true, "prompt_tokens": 4.0, "completion_tokens": 2.0, "cached_tokens": 0.0, "image_tokens": 0.0}},
 		{name: "an event over the bound", lane: "drop", pieces: append(bytesPieces(huge, 64<<10), answer(providerModel, true)...), delay: time.Millisecond,
-			want: huge + dropped, meter: map[string]any{"text_chars": 11.0, "finished": true, "done": true, "ended": true, "usage": true, "oversized": true,
+			want: huge + dropped, meter: map[string]any{"text_bytes": 11.0, "finished": true, "done": true, "ended": true, "usage": true, "oversized": true,
 				"prompt_tokens": 9.0, "completion_tokens": 2.0, "cached_tokens": 3.0, "image_tokens": 1.0}},
 		// Lua cannot add a body once the provider's trailers came: the held tail and the error
 		// event are not sent (the filter logs it), the metadata still says what happened.
 		{name: "ended with trailers", lane: "drop", trailer: true, pieces: append(append([]string{}, cut...), cutTail), delay: 5 * time.Millisecond,
 			want:  chunk(catalogModel, `{"content":"Hel"}`, "null") + chunk(catalogModel, `{"content":"lo"}`, "null"),
-			meter: map[string]any{"text_chars": 6.0, "error": true, "ended": true}},
+			meter: map[string]any{"text_bytes": 6.0, "error": true, "ended": true}},
 		{name: "the script failing", lane: "faulty", pieces: []string{cut[0], cut[1][:20], cut[1][20:] + event(`{"x":"BOOM"}`) + cut[1], usageChunk(providerModel)},
 			delay: 5 * time.Millisecond,
 			want:  chunk(catalogModel, `{"content":"Hel"}`, "null") + cut[1] + event(`{"x":"BOOM"}`) + cut[1] + usageChunk(providerModel),
 			// "lo" was counted before BOOM failed the chunk, which then went on as it came.
-			meter: map[string]any{"text_chars": 5.0, "failed": true, "ended": true}},
+			meter: map[string]any{"text_bytes": 5.0, "failed": true, "ended": true}},
 		{name: "an error answer", lane: "drop", status: http.StatusTooManyRequests, ctype: "application/json",
 			pieces: []string{errorData[0]}, want: errorData[0]},
 		{name: "a whole JSON answer", lane: "drop", ctype: "application/json",
@@ -363,8 +367,8 @@ func TestStreamMeter(t *testing.T) {
 }
 
 // A client that goes away mid-stream: Envoy does not resume the script after the reset, so the
-// access log has what the filter published by then: the characters that reached the client but
-// fewer than StreamMeterLagChars.
+// access log has what the filter published by then: the bytes of text that reached the client
+// but fewer than StreamMeterLagBytes.
 func TestStreamMeterClientGone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the real Envoy (make test runs it)")
@@ -374,7 +378,7 @@ func TestStreamMeterClientGone(t *testing.T) {
 	for _, text := range []string{strings.Repeat("abcdefghij", 3), strings.Repeat("d\u00e9f", 10), strings.Repeat("x", 30), "0123456789"} {
 		sent = append(sent, chunk(providerModel, `{"content":"`+text+`"}`, "null"))
 	}
-	const total = 100 // characters sent
+	const total = 110 // bytes of text sent (é is two)
 	hold := make(chan struct{})
 	a := &sseAnswer{pieces: append(sent, chunk(providerModel, `{"content":"never"}`, "null"), chunk(providerModel, `{}`, `"stop"`), done),
 		delay: 5 * time.Millisecond, holdAt: len(sent), hold: hold}
@@ -402,13 +406,13 @@ func TestStreamMeterClientGone(t *testing.T) {
 	res.Body.Close()
 	l := e.logLine(t, "gone")
 	close(hold)
-	chars, _ := l.Meter["text_chars"].(float64)
-	if len(l.Meter) != 1 || chars > total || chars <= total-translator.StreamMeterLagChars || !strings.Contains(l.Flags, "DC") {
-		t.Errorf("access log after the client left: meter %v flags %q; want text_chars in (%d, %d] alone and DC (the client got %q)",
-			l.Meter, l.Flags, total-translator.StreamMeterLagChars, total, got.String())
+	n, _ := l.Meter["text_bytes"].(float64)
+	if len(l.Meter) != 1 || n > total || n <= total-translator.StreamMeterLagBytes || !strings.Contains(l.Flags, "DC") {
+		t.Errorf("access log after the client left: meter %v flags %q; want text_bytes in (%d, %d] alone and DC (the client got %q)",
+			l.Meter, l.Flags, total-translator.StreamMeterLagBytes, total, got.String())
 	}
-	if textChars(t, sent) != total {
-		t.Fatalf("the test sends %d characters, not %d", textChars(t, sent), total)
+	if textBytes(t, sent) != total {
+		t.Fatalf("the test sends %d bytes of text, not %d", textBytes(t, sent), total)
 	}
 	select {
 	case <-a.stopped:
@@ -421,7 +425,7 @@ func TestStreamMeterClientGone(t *testing.T) {
 func TestStreamMeterConstants(t *testing.T) {
 	script := translator.StreamMeter().GetDefaultSourceCode().GetInlineString()
 	for _, want := range []string{
-		fmt.Sprintf("local LAG_CHARS = %d\n", translator.StreamMeterLagChars),
+		fmt.Sprintf("local LAG_BYTES = %d\n", translator.StreamMeterLagBytes),
 		fmt.Sprintf("local LANE, METER = %q, %q\n", translator.StreamMeterLaneNamespace, translator.StreamMeterNamespace),
 	} {
 		if !strings.Contains(script, want) {
