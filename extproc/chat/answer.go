@@ -239,8 +239,8 @@ func usageBill(u *openai.Usage) ir.Usage {
 }
 
 // completionText is a whole answer or a stream event as the meter reads it: its usage, and
-// what a tokenizer can count when the provider reports none (text and tool-call names and
-// arguments). A message (a whole answer) and a delta (a chunk) are both read, so an answer
+// what a tokenizer can count when the provider reports none (text, reasoning text, and
+// tool-call names and arguments). A message (a whole answer) and a delta (a chunk) are both read, so an answer
 // that mixes the two forms is still counted.
 type completionText struct {
 	Choices []struct {
@@ -253,13 +253,15 @@ type completionText struct {
 func (c *completionText) appendText(b *bytes.Buffer) {
 	for _, ch := range c.Choices {
 		if m := ch.Message; m != nil {
-			b.WriteString(m.Content.String()) // an image's data URL is not text
+			b.WriteString(m.ReasoningFields.Text()) // billed as output, whether or not an answer follows
+			b.WriteString(m.Content.String())       // an image's data URL is not text
 			for _, tc := range m.ToolCalls {
 				b.WriteString(tc.Function.Name)
 				b.WriteString(tc.Function.Arguments)
 			}
 		}
 		if d := ch.Delta; d != nil {
+			b.WriteString(d.ReasoningFields.Text())
 			if d.Content != nil {
 				b.WriteString(*d.Content)
 			}

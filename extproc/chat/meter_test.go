@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -161,5 +162,45 @@ func BenchmarkMeterLongStream(b *testing.B) {
 		for i, c := range chunks {
 			a.chunk(c, i == len(chunks)-1)
 		}
+	}
+}
+
+// TestMeterCountsReasoning: a reasoning model's stream cut before its answer's text started is
+// estimated from the reasoning that passed (reasoning_content: DeepSeek, vLLM; reasoning:
+// OpenRouter, Ollama), counted once when a server sends it under both names; a whole answer's
+// message reasoning too; and the provider's usage, when it comes, is still the bill.
+func TestMeterCountsReasoning(t *testing.T) {
+	thought := strings.Repeat("Let me weigh the options carefully. ", 20)
+	want := int64(billing.CountText(thought))
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	for name, delta := range map[string]func(string) string{
+		"reasoning_content": func(p string) string { return `{"content":null,"reasoning_content":` + q(p) + `}` },
+		"reasoning": func(p string) string {
+			return `{"content":"","reasoning":` + q(p) + `,"reasoning_details":[{"type":"reasoning.text","text":` + q(p) + `,"index":0}]}`
+		},
+		"both names": func(p string) string { return `{"reasoning_content":` + q(p) + `,"reasoning":` + q(p) + `}` },
+	} {
+		var stream strings.Builder
+		for _, p := range strings.SplitAfter(thought, " ") {
+			if p != "" {
+				fmt.Fprintf(&stream, "data: {\"choices\":[{\"index\":0,\"delta\":%s,\"finish_reason\":null}]}\n\n", delta(p))
+			}
+		}
+		m := &meter{}
+		feed(m, stream.String(), 37, false) // cut before the answer's text: no usage, no [DONE]
+		u, est := m.result(func() int64 { return 9 })
+		if !est || u.CompletionTokens != want {
+			t.Errorf("%s: a stream cut during reasoning was estimated %+v (estimated %v), want %d completion tokens", name, u, est, want)
+		}
+		m = &meter{}
+		feed(m, stream.String()+sseStream, 64, false)
+		if u, est := m.result(func() int64 { return 9 }); est || u.CompletionTokens != 7 {
+			t.Errorf("%s: with the provider's usage the bill is %+v (estimated %v), want its 7 completion tokens", name, u, est)
+		}
+	}
+	m := &meter{}
+	m.body([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"","reasoning_content":` + q(thought) + `}}]}`))
+	if u, est := m.result(func() int64 { return 5 }); !est || u.CompletionTokens != want {
+		t.Errorf("a whole answer's reasoning without usage was estimated %+v, want %d completion tokens", u, want)
 	}
 }

@@ -82,6 +82,12 @@ type Fault struct {
 	// ReportPrompt and ReportCompletion, when > 0, are the token counts the answer's usage
 	// reports instead of the true ones: a provider over-reporting (a chat completion).
 	ReportPrompt, ReportCompletion int
+	// Reasoning makes the answer a reasoning model's: this text, in word pieces, streamed (one
+	// chunk a piece) before the answer under ReasoningField, "reasoning_content" (DeepSeek,
+	// vLLM; the default) or "reasoning" (OpenRouter, Ollama), and billed in the usage as
+	// completion tokens (completion_tokens_details.reasoning_tokens), a token a piece. A cut
+	// (CutAfter) counts its chunks too.
+	Reasoning, ReasoningField string
 	// Reset drops the connection before any reply (after Delay): what a crashing provider or
 	// a proxy in between does.
 	Reset bool

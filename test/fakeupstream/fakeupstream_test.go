@@ -611,3 +611,59 @@ func TestDashScopeCancel(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamReasoning: a reasoning model's answer streams its thinking first, under the name its
+// server uses, and bills it as completion tokens; a whole answer carries it in the message.
+func TestStreamReasoning(t *testing.T) {
+	s := Start(t, Options{Name: "up"})
+	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"one two"}]}`
+	for _, field := range []string{"", "reasoning_content", "reasoning"} {
+		s.Script(Fault{Reasoning: "Hmm, let me see.", ReasoningField: field})
+		events, err := readSSE(t, post(t, s, "", body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var thought, text strings.Builder
+		var usage *openai.Usage
+		for _, e := range events[:len(events)-1] {
+			var c struct {
+				Choices []struct{ Delta openai.Delta }
+				Usage   *openai.Usage
+			}
+			if err := json.Unmarshal([]byte(e), &c); err != nil {
+				t.Fatal(err)
+			}
+			if c.Usage != nil {
+				usage = c.Usage
+			}
+			for _, ch := range c.Choices {
+				if ch.Delta.Content != nil {
+					if *ch.Delta.Content != "" && thought.Len() < len("Hmm, let me see.") {
+						t.Fatalf("%q: the answer's text came before its reasoning ended: %s", field, e)
+					}
+					text.WriteString(*ch.Delta.Content)
+				}
+				if (ch.Delta.ReasoningContent != nil) == (field == "reasoning") && ch.Delta.ReasoningFields.Text() != "" {
+					t.Errorf("%q: reasoning under the other name: %s", field, e)
+				}
+				thought.WriteString(ch.Delta.ReasoningFields.Text())
+				if field == "reasoning" && ch.Delta.Reasoning != nil && !strings.Contains(e, `"reasoning_details":[{"type":"reasoning.text","text":`) {
+					t.Errorf("OpenRouter repeats the reasoning in reasoning_details: %s", e)
+				}
+			}
+		}
+		if thought.String() != "Hmm, let me see." || text.String() != "Hello from up/m: one two" {
+			t.Errorf("%q: reasoning %q, answer %q", field, thought.String(), text.String())
+		}
+		if usage == nil || usage.CompletionTokens != 4+5 || usage.CompletionTokensDetails == nil || usage.CompletionTokensDetails.ReasoningTokens != 4 {
+			t.Errorf("%q: usage %+v: want 4 reasoning tokens in 9 completion tokens", field, usage)
+		}
+	}
+	s.Script(Fault{Reasoning: "Hmm."})
+	c := decode[struct {
+		Choices []struct{ Message openai.ResponseMessage }
+	}](t, post(t, s, "", strings.Replace(body, `"stream":true`, `"stream":false`, 1)))
+	if len(c.Choices) != 1 || c.Choices[0].Message.ReasoningContent == nil || *c.Choices[0].Message.ReasoningContent != "Hmm." {
+		t.Errorf("whole answer %+v: want reasoning_content Hmm.", c)
+	}
+}

@@ -190,7 +190,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 			a.Pieces, a.Finish = a.Pieces[:max], "length"
 		}
 	}
-	a.Usage = openai.Usage{PromptTokens: int64(req.PromptTokens()), CompletionTokens: int64(len(a.Pieces))}
+	if faulted && fault.Reasoning != "" {
+		a.Reasoning, a.ReasoningField = demo.Pieces(fault.Reasoning), fault.ReasoningField
+	}
+	a.Usage = openai.Usage{PromptTokens: int64(req.PromptTokens()), CompletionTokens: int64(len(a.Reasoning) + len(a.Pieces))}
+	if len(a.Reasoning) > 0 {
+		a.Usage.CompletionTokensDetails = &openai.CompletionTokensDetails{ReasoningTokens: int64(len(a.Reasoning))}
+	}
 	if faulted {
 		a.Usage.PromptTokens = cmp.Or(int64(fault.ReportPrompt), a.Usage.PromptTokens)
 		a.Usage.CompletionTokens = cmp.Or(int64(fault.ReportCompletion), a.Usage.CompletionTokens)

@@ -4,7 +4,8 @@
 -- extproc/chat/answer.go does, and keeps what it read in dynamic metadata for the access log.
 --
 -- Input  tollway.lane:  fast (bool), model, drop_usage (bool), request_id.
--- Output tollway.meter: text_bytes (from the first chunk on, lagging by under LAG_BYTES);
+-- Output tollway.meter: text_bytes (content, reasoning and tool calls' UTF-8 bytes, from the
+--   first chunk on, lagging by under LAG_BYTES);
 --   finished, done, error, usage, ended, oversized, failed (bools, set when they become true:
 --   absent means false); prompt_tokens, completion_tokens, cached_tokens, image_tokens (once
 --   usage was seen).
@@ -438,11 +439,19 @@ local function count_strings(s, name, i)
 end
 
 -- count_text adds the bytes of the text a tokenizer would count for an estimate (answer.go's
--- meter): content, and tool calls' names and arguments.
+-- meter): content, reasoning (billed as output: a stream cut while the model thinks is not
+-- free), and tool calls' names and arguments. Reasoning comes as reasoning_content (DeepSeek,
+-- vLLM) or reasoning (OpenRouter, Ollama); a server sending both names sends the text twice,
+-- so the longer counts (openai.ReasoningFields). OpenRouter's reasoning_details repeats it too
+-- and is not counted.
 local function count_text(st, s, o)
   local n = count_strings(s, 'content"', o)
   if find(s, 'tool_calls"', o, true) then
     n = n + count_strings(s, 'name"', o) + count_strings(s, 'arguments"', o)
+  end
+  if find(s, 'reasoning', o, true) then
+    local r, rc = count_strings(s, 'reasoning"', o), count_strings(s, 'reasoning_content"', o)
+    n = n + (r > rc and r or rc)
   end
   st.bytes = st.bytes + n
 end

@@ -193,8 +193,21 @@ var toolAnswer = []string{
 	done,
 }
 
-// textBytes is what the meter must count of events: the UTF-8 bytes of their content and tool
-// calls' names and arguments, decoded by Go.
+// reasoningAnswer is a reasoning model's stream cut before its answer finished, its reasoning
+// under each name OpenAI-compatible servers use: reasoning_content (DeepSeek, vLLM), reasoning
+// (OpenRouter, with the same text again in reasoning_details, and Ollama), both at once (a
+// server sending the old name beside the new: the text once). Escapes and multi-byte UTF-8.
+var reasoningAnswer = []string{
+	chunk(catalogModel, `{"role":"assistant","content":null,"reasoning_content":""}`, "null"),
+	chunk(catalogModel, `{"content":null,"reasoning_content":"Let me think: \u00e9t\u00e9 \"quoted\" \ud83d\ude00"}`, "null"),
+	chunk(catalogModel, `{"content":null,"reasoning_content":"日本語 then more"}`, "null"),
+	chunk(catalogModel, `{"content":"","reasoning":"OpenRouter's \\ way","reasoning_details":[{"type":"reasoning.text","text":"OpenRouter's \\ way","format":"unknown","index":0}]}`, "null"),
+	chunk(catalogModel, `{"reasoning_content":"twice over","reasoning":"twice over"}`, "null"),
+	chunk(catalogModel, `{"reasoning":null,"reasoning_content":null,"content":"The answer"}`, "null"),
+}
+
+// textBytes is what the meter must count of events: the UTF-8 bytes of their content, their
+// reasoning (the longer of its two names) and tool calls' names and arguments, decoded by Go.
 func textBytes(t *testing.T, events []string) int {
 	n := 0
 	for _, ev := range events {
@@ -205,8 +218,10 @@ func textBytes(t *testing.T, events []string) int {
 		var c struct {
 			Choices []struct {
 				Delta struct {
-					Content   *string
-					ToolCalls []struct {
+					Content          *string
+					ReasoningContent string `json:"reasoning_content"`
+					Reasoning        string
+					ToolCalls        []struct {
 						Function struct{ Name, Arguments string }
 					} `json:"tool_calls"`
 				}
@@ -219,6 +234,7 @@ func textBytes(t *testing.T, events []string) int {
 			if ch.Delta.Content != nil {
 				n += len(*ch.Delta.Content)
 			}
+			n += max(len(ch.Delta.ReasoningContent), len(ch.Delta.Reasoning))
 			for _, tc := range ch.Delta.ToolCalls {
 				n += len(tc.Function.Name) + len(tc.Function.Arguments)
 			}
@@ -289,6 +305,8 @@ func meterCases(t *testing.T) []meterCase {
 			want: joined(unicodeAnswer), meter: map[string]any{"text_bytes": float64(textBytes(t, unicodeAnswer)), "finished": true, "ended": true}},
 		{name: "tool call names and arguments counted", lane: "drop", pieces: toolAnswer, delay: 2 * time.Millisecond,
 			want: joined(toolAnswer), meter: map[string]any{"text_bytes": float64(textBytes(t, toolAnswer)), "finished": true, "done": true, "ended": true}},
+		{name: "reasoning counted as text", lane: "drop", pieces: randomCuts(joined(reasoningAnswer), 30, 5), delay: 2 * time.Millisecond,
+			want: joined(reasoningAnswer) + cutWant(requestID), meter: map[string]any{"text_bytes": float64(textBytes(t, reasoningAnswer)), "error": true, "ended": true}},
 		{name: "other SSE lines", lane: "drop",
 			pieces: []string{": keep-alive\n\n", "event: message\nid: 7\n" + strings.TrimPrefix(chunk(providerModel, `{"content":"a"}`, "null"), ""),
 				"\n\n\ndata:" + strings.TrimPrefix(chunk(providerModel, `{"content":"b"}`, "null"), "data: "),

@@ -165,6 +165,35 @@ type Answer struct {
 	Usage       openai.Usage
 	ToolName    string // set for a tool-call answer
 	ToolID      string
+	// Reasoning, when set, is a reasoning model's thinking, streamed in these pieces before the
+	// answer (and in the message, whole) under ReasoningField: "reasoning_content" (DeepSeek,
+	// vLLM; the default) or "reasoning" (OpenRouter, which repeats it in reasoning_details).
+	Reasoning      []string
+	ReasoningField string
+}
+
+// reasoningField is the member the answer's reasoning goes in.
+func (a *Answer) reasoningField() string {
+	if a.ReasoningField == "" {
+		return "reasoning_content"
+	}
+	return a.ReasoningField
+}
+
+// reasoningDelta is the delta of one piece of reasoning, as the server named by its field
+// writes it: DeepSeek's content null beside it, OpenRouter's empty content and the piece again
+// in reasoning_details.
+func (a *Answer) reasoningDelta(b []byte, piece string) []byte {
+	if a.reasoningField() == "reasoning" {
+		b = append(b, `{"content":"","reasoning":`...)
+		b = appendQuoted(b, piece)
+		b = append(b, `,"reasoning_details":[{"type":"reasoning.text","text":`...)
+		b = appendQuoted(b, piece)
+		return append(b, `,"format":"unknown","index":0}]}`...)
+	}
+	b = append(b, `{"content":null,"reasoning_content":`...)
+	b = appendQuoted(b, piece)
+	return append(b, '}')
 }
 
 // Completion is the answer as a chat.completion object, newline-terminated.
@@ -175,6 +204,14 @@ func (a *Answer) Completion() []byte {
 		msg.ToolCalls = []openai.ToolCall{{ID: a.ToolID, Type: "function", Function: openai.FunctionCall{Name: a.ToolName, Arguments: text}}}
 	} else {
 		msg.Content = openai.TextContent(text)
+	}
+	if len(a.Reasoning) > 0 {
+		r := strings.Join(a.Reasoning, "")
+		if a.reasoningField() == "reasoning" {
+			msg.Reasoning = &r
+		} else {
+			msg.ReasoningContent = &r
+		}
 	}
 	usage := a.Usage
 	b, _ := json.Marshal(openai.ChatCompletion{
@@ -187,7 +224,7 @@ func (a *Answer) Completion() []byte {
 }
 
 // Events is the answer as server-sent chat.completion.chunk events, OpenAI's way: a role chunk
-// (carrying the tool call's id and name), one chunk per piece, an empty-delta chunk with
+// (carrying the tool call's id and name), one chunk per piece of reasoning then of the answer, an empty-delta chunk with
 // finish_reason, the usage chunk (choices: []) when includeUsage, then "data: [DONE]". Each
 // event ends with a blank line.
 func (a *Answer) Events(includeUsage bool) [][]byte {
@@ -226,6 +263,9 @@ func (a *Answer) Events(includeUsage bool) [][]byte {
 		delta = append(delta, `{"role":"assistant","content":"","refusal":null}`...)
 	}
 	chunk(delta, "")
+	for _, p := range a.Reasoning {
+		chunk(a.reasoningDelta(delta[:0], p), "")
+	}
 	for _, p := range a.Pieces {
 		if a.ToolName != "" {
 			delta = append(delta[:0], `{"tool_calls":[{"index":0,"function":{"arguments":`...)

@@ -49,6 +49,32 @@ type ResponseMessage struct {
 	Refusal     json.RawMessage `json:"refusal,omitempty"` // nil: left out; JSON null: null
 	ToolCalls   []ToolCall      `json:"tool_calls,omitempty"`
 	Annotations []struct{}      `json:"annotations,omitzero"` // nil: left out; empty: []
+	ReasoningFields
+}
+
+// ReasoningFields are not OpenAI's: the reasoning text OpenAI-compatible servers send beside the
+// answer, in a message or a delta, as reasoning_content (DeepSeek, vLLM) or reasoning
+// (OpenRouter, Ollama). The gateway passes it on as it came, and counts it as completion text
+// when it estimates a cut answer: providers bill reasoning as output.
+type ReasoningFields struct {
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	Reasoning        *string `json:"reasoning,omitempty"`
+}
+
+// Text is the reasoning's text, counted once: a server that sends both names (the old one
+// beside the new) sends the same text twice, so the longer is the text.
+func (r ReasoningFields) Text() string {
+	var a, b string
+	if r.ReasoningContent != nil {
+		a = *r.ReasoningContent
+	}
+	if r.Reasoning != nil {
+		b = *r.Reasoning
+	}
+	if len(b) > len(a) {
+		return b
+	}
+	return a
 }
 
 // Content is an answer message's content: text, or (an image model's answer) an array of text
@@ -169,6 +195,7 @@ type Delta struct {
 	Role      string          `json:"role,omitempty"`
 	Content   *string         `json:"content,omitempty"`
 	ToolCalls []ToolCallDelta `json:"tool_calls,omitempty"`
+	ReasoningFields
 }
 
 // ToolCallDelta is a fragment of the tool call at Index: its id, type and name come first, its
