@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -176,12 +177,16 @@ func (b *answerBook) close(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry, w
 		delete(b.parked, x.park.id)
 	}
 	b.mu.Unlock()
+	if mine && !byLog && !x.park.adopted && e != nil {
+		x.answerFromLog(e)
+	}
 	var line []byte
 	if mine && byLog {
 		c := x.kind.(*chat.Processor)
 		m, known := c.Progress() // without e: what its latest periodic entry said passed
 		if e != nil {
 			m, known = meterReport(e), true
+			x.cutIfSilent(e)
 		}
 		if known && !m.Ended {
 			// Cut short: the meter publishes its count every ir.MeterLagBytes bytes, so
@@ -207,6 +212,26 @@ func (b *answerBook) close(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry, w
 	if mine {
 		x.Done()
 	}
+}
+
+// answerFromLog hands x's processor the answer's headers Envoy copied into its log entry
+// (translator.AnswerHeaders) when no answer filter read them: the provider answered and dropped
+// its connection right behind its headers, before the answer filter's stream had them. The
+// processor then ends the request as it ends any answer cut after its headers. Nothing when no
+// provider answered (the client went away first).
+func (x *exchange) answerFromLog(e *accesslogdatav3.HTTPAccessLogEntry) {
+	f := e.GetCommonProperties().GetMetadata().GetFilterMetadata()[ir.AnswerHeadersMetadata].GetFields()
+	status := f[ir.AnswerStatusKey].GetStringValue()
+	if status == "" || x.Responded {
+		return
+	}
+	h := []*corev3.HeaderValue{{Key: ":status", RawValue: []byte(status)}}
+	for key, name := range map[string]string{ir.AnswerServedKey: ir.ServedHeader, ir.AnswerAttemptsKey: ir.AttemptsHeader} {
+		if v := f[key].GetStringValue(); v != "" {
+			h = append(h, &corev3.HeaderValue{Key: name, RawValue: []byte(v)})
+		}
+	}
+	x.responseHeaders(&extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: h}})
 }
 
 // byLog reports whether x's answer is billed from its log entry (a fast-lane stream).
@@ -378,6 +403,9 @@ func accessLine(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry) []byte {
 		if k != ir.ExchangeKey {
 			f[k] = v.AsInterface()
 		}
+	}
+	if x.Out.Code != "" {
+		f["code"] = x.Out.Code // known only at the end: a provider silent mid-answer (cutIfSilent)
 	}
 	if b := x.Bill; b != nil {
 		f["prompt_tokens"], f["completion_tokens"] = b.Usage.PromptTokens, b.Usage.CompletionTokens

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollway/tollway/extproc/core"
 
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollway/tollway/store"
@@ -89,6 +90,20 @@ func (x *exchange) silent() {
 	x.logMetadata(resp, answerStarts)
 	_ = x.Envoy.Send(resp) // Envoy gone: nothing left to tell
 	x.finish()
+}
+
+// cutIfSilent reads a fast-lane stream's answer log entry: Envoy cut the stream because its
+// provider went silent (the per-try idle timeout at routing.attempt_timeout, or the route's idle
+// timeout). Lua has no timer, so no error event reached the client; the access log, the metrics
+// and the WARN still name it upstream_timeout, as the watchdog's end does on the chunk lane.
+func (x *exchange) cutIfSilent(e *accesslogdatav3.HTTPAccessLogEntry) {
+	f := e.GetCommonProperties().GetResponseFlags()
+	if !f.GetUpstreamRequestTimeout() && !f.GetStreamIdleTimeout() {
+		return
+	}
+	x.Answered(x.Status, "upstream_timeout")
+	x.Log.Warn("a provider went silent mid-answer; Envoy cut the fast-lane stream (no error event: routing.fast_lane: false sends one)",
+		"provider", x.Provider, "model", x.Model, "request_id", store.ShortID(x.RequestID), "silent_for", x.RT.Silence.String())
 }
 
 // answerStarts stands for an answer's headers, whose access-log metadata (provider, code) the

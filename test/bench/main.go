@@ -86,17 +86,36 @@ const (
 	selfProc    = "bench (client+fake)"
 )
 
-// The paths a request can take. tollway is billing on, the default configuration.
+// The paths a request can take. tollway is billing on, the default configuration (its
+// OpenAI-shaped streams on the fast lane).
 const (
 	pathDirect     = "direct"
 	pathEnvoy      = "envoy"
 	pathTollwayOff = "tollway-off"
 	pathTollway    = "tollway"
 	pathCompare    = "compare" // billing on, as tollway, but started from the -compare binary
-	// pathTollwayFast is billing-on Tollway with routing.fast_lane: an OpenAI-shaped stream is
-	// metered in Envoy, no ext_proc message per chunk (the streams scenario).
-	pathTollwayFast = "tollway-fast"
+	// pathTollwayChunk is billing-on Tollway with routing.fast_lane: false: every stream on the
+	// chunk lane, through ext_proc chunk by chunk (the streams scenario, beside the default fast
+	// lane of pathTollway).
+	pathTollwayChunk = "tollway-chunk"
 )
+
+// fastLaneEnv is the environment that sets routing.fast_lane (true by default).
+const fastLaneEnv = "TOLLWAY_ROUTING_FAST_LANE"
+
+// streamLane says which lane the tollway processes' streams take: the default fast lane, unless
+// -tollway-env turned it off.
+func (o *options) streamLane() string {
+	for _, kv := range slices.Backward(o.tollwayEnv) {
+		if v, ok := strings.CutPrefix(kv, fastLaneEnv+"="); ok {
+			if on, err := strconv.ParseBool(v); err == nil && !on {
+				return "the chunk lane (" + fastLaneEnv + "=false)"
+			}
+			break
+		}
+	}
+	return "the fast lane (the default)"
+}
 
 var allPaths = []string{pathDirect, pathEnvoy, pathTollwayOff, pathTollway}
 
@@ -109,8 +128,8 @@ func label(path string) string {
 		return "tollway (billing off)"
 	case pathCompare:
 		return "compare (billing on)"
-	case pathTollwayFast:
-		return "tollway (fast lane)"
+	case pathTollwayChunk:
+		return "tollway (chunk lane)"
 	}
 	return path
 }

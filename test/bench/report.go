@@ -62,7 +62,7 @@ func report(w io.Writer, o *options, all []*scenario) {
 			fmt.Fprintf(w, "\n== non-streaming chat completions, %d req/s ==\n", o.rate)
 			fmt.Fprintf(w, "%-22s %8s %8s %9s %9s %9s %9s  %s\n", "path", "sent/s", "ok/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors")
 		} else {
-			fmt.Fprintf(w, "\n== streaming chat completions, %d req/s (first = first SSE data line; total = through [DONE]) ==\n", o.rate)
+			fmt.Fprintf(w, "\n== streaming chat completions, %d req/s (first = first SSE data line; total = through [DONE]); tollway's streams on %s ==\n", o.rate, o.streamLane())
 			fmt.Fprintf(w, "%-22s %8s %8s %10s %10s %10s %10s  %s\n", "path", "sent/s", "ok/s", "first p50", "first p99", "total p50", "total p99", "errors")
 		}
 		for _, s := range all {

@@ -351,7 +351,7 @@ func gatewayCPU(path string) []string {
 func reportCurve(w io.Writer, o *options, c *satCurve) {
 	what, metric := "plain chat", "p99"
 	if c.mode == "streams" {
-		what, metric = fmt.Sprintf("streams of %d-event answers (fake: %s between chunks)", c.events, o.chunkDelay), "first p99"
+		what, metric = fmt.Sprintf("streams of %d-event answers (fake: %s between chunks; tollway's on %s)", c.events, o.chunkDelay, o.streamLane()), "first p99"
 	}
 	fmt.Fprintf(w, "\n== saturation, %s: offered rate stepped up; direct, envoy alone and billing-on tollway in turns, %s each (longer at low rates, up to 3x, for %d requests) after a %s warm-up; saturated at the first step with added %s >= +%s ms over direct, achieved < %.0f%% of offered, or > %.1f%% errors ==\n",
 		what, o.satStep, satSamples, satWarmup, metric, ms(satAddedP99), 100*satAchieved, 100*maxErrRate)

@@ -234,15 +234,17 @@ func TestFullDiskFailsClosed(t *testing.T) {
 
 // TestKill9MidStreamBillsEstimates: 100 streams cut by kill -9 each leave a record at the next
 // start: an estimate (estimated, estimate_reason gateway_restart) of the prompt and the
-// completion checkpointed while they streamed, debited like any record.
+// completion checkpointed while they streamed, debited like any record. On the chunk lane
+// (routing.fast_lane: false), which checkpoints from the chunks themselves: its 2 s cut comes
+// before a fast-lane checkpoint is sure to be due (TestFastLaneKill9MidStreamBillsEstimates).
 func TestKill9MidStreamBillsEstimates(t *testing.T) {
 	t.Parallel()
-	kill9MidStream(t, 100, cutStreams{wait: 20, perChunk: 1})
+	kill9MidStream(t, 100, cutStreams{wait: 20, perChunk: 1}, "TOLLWAY_ROUTING_FAST_LANE=false")
 }
 
-// TestFastLaneKill9MidStreamBillsEstimates: the same on the fast lane, where ext_proc sees no
-// chunk: the stream meter's counts reach Tollway in the answer log's periodic entries, which
-// checkpoint the stream's progress as the chunk lane's chunks do.
+// TestFastLaneKill9MidStreamBillsEstimates: the same on the fast lane (the default, set here all
+// the same), where ext_proc sees no chunk: the stream meter's counts reach Tollway in the answer
+// log's periodic entries, which checkpoint the stream's progress as the chunk lane's chunks do.
 func TestFastLaneKill9MidStreamBillsEstimates(t *testing.T) {
 	t.Parallel()
 	// A periodic entry every 0.5 s (ir.MeterReportEvery) checkpoints at most every second: by 4 s

@@ -125,6 +125,59 @@ func TestFastLaneStreamsSkipExtProcPerChunk(t *testing.T) {
 	t.Logf("ext_proc messages for a stream of %d events: fast lane %v, chunk lane %v", len(events), fast, chunk)
 }
 
+// TestFastLaneIsTheDefault: with no routing section at all, an OpenAI-shaped stream takes the
+// fast lane (a few ext_proc messages for a many-chunk answer) and is billed to the digit what
+// the same request costs whole; a gateway set to routing.fast_lane: false streams the same
+// answer through ext_proc chunk by chunk, billed the same.
+func TestFastLaneIsTheDefault(t *testing.T) {
+	t.Parallel()
+	// A pause between chunks, so that Envoy reads them one by one whatever the machine's load.
+	fake := fakeupstream.Start(t, fakeupstream.Options{APIKey: providerKey, ChunkDelay: 5 * time.Millisecond})
+	catalog := pricedCatalog(fake.URL(), "http://"+deadAddr+"/v1")
+	if strings.Contains(catalog, "routing") {
+		t.Fatal("the catalog sets routing: the test needs a configuration without it")
+	}
+	def := startGateway(t, catalog, "FAKE_PROVIDER_KEY="+providerKey)
+	chunky := startGateway(t, catalog+"routing: {fast_lane: false}\n", "FAKE_PROVIDER_KEY="+providerKey)
+	ctx := context.Background()
+	body := `{"model":"priced","messages":[{"role":"user","content":"` + strings.Repeat("word ", 60) + `"}]`
+	stream := func(g *gateway) (events int, msgs float64) {
+		t.Helper()
+		before := g.extProcMessages()
+		n := len(readStream(t, g.chat(ctx, g.newKey("acme"), body+`,"stream":true}`)))
+		return n, g.extProcMessages() - before
+	}
+	for _, g := range []*gateway{def, chunky} {
+		if err := g.NewAccount(ctx, "acme", "25"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp := def.chat(ctx, def.newKey("acme"), body+`}`)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("plain: %d %s", resp.StatusCode, raw)
+	}
+	events, fast := stream(def)
+	if events < 30 {
+		t.Fatalf("the stream had %d events; the test needs a long one", events)
+	}
+	if fast > 8 {
+		t.Errorf("with no routing config a stream of %d events cost %v ext_proc messages: want the fast lane's few, none per chunk", events, fast)
+	}
+	chunkEvents, chunk := stream(chunky)
+	if chunk < float64(chunkEvents)/4 { // a loaded Envoy may still read two events at once
+		t.Errorf("routing.fast_lane: false streamed %d events for %v ext_proc messages: want the chunk lane's, about one per chunk", chunkEvents, chunk)
+	}
+	recs := append(def.waitRecords("acme", 2), chunky.waitRecords("acme", 1)...)
+	for _, r := range recs {
+		if r.Estimated || !r.Cost.Equal(recs[0].Cost) || r.PromptTokens != recs[0].PromptTokens || r.CompletionTokens != recs[0].CompletionTokens {
+			t.Fatalf("plain, default stream and chunk-lane stream billed differently: %+v", recs)
+		}
+	}
+	t.Logf("ext_proc messages for a stream of %d events: default %v, fast_lane false %v", events, fast, chunk)
+}
+
 // TestFastLaneCutStreamsAreEstimated: a stream the provider drops and one the client hangs up
 // on are billed as estimates of what passed, never free.
 func TestFastLaneCutStreamsAreEstimated(t *testing.T) {

@@ -19,7 +19,8 @@ import (
 // TestGomaxprocsFollowsLoad: a quiet gateway runs its Go code on one P (a sidecar's usual
 // state: no second thread woken to spin on every ext_proc message); a burst of streamed
 // answers (one ext_proc message per chunk) gives it every core back, and quiet again returns
-// it to one. Read from Go's own go_sched_gomaxprocs_threads on /metrics. An explicit
+// it to one. The streams ask for the usage chunk, which keeps them on the chunk lane on the
+// default gateway (a fast-lane stream costs ext_proc no message per chunk: no load to follow). Read from Go's own go_sched_gomaxprocs_threads on /metrics. An explicit
 // GOMAXPROCS in the environment pins it instead.
 func TestGomaxprocsFollowsLoad(t *testing.T) {
 	// Runs alone (no t.Parallel): it reads the CPUs the gateway uses.
@@ -39,7 +40,7 @@ func TestGomaxprocsFollowsLoad(t *testing.T) {
 	waitFor(t, fmt.Sprintf("GOMAXPROCS %d while idle", quiet), 10*time.Second, func() bool { return procs() == quiet })
 
 	// A 300-word prompt comes back as about 300 chunks, each an ext_proc message.
-	body := `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 300) + `"}]}`
+	body := `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"` + strings.Repeat("word ", 300) + `"}]}`
 	ctx, stop := context.WithCancel(context.Background())
 	var load sync.WaitGroup
 	for range 4 {

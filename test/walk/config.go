@@ -82,8 +82,10 @@ func metric(name string, calls ...stubCall) []stubCall {
 }
 
 // chatToAnthropic is one streamed chat completion in OpenAI's chat API answered by Anthropic
-// (extproc/walk_test.go), as Tollway's defaults serve it: billing on, metrics on, the access log
-// on, tracing off, store.driver bbolt (its settler), no rate limits, no fast lane.
+// (extproc/walk_test.go), as Tollway's defaults serve it but unsplit (routing.fast_lane: false):
+// billing on, metrics on, the access log on, tracing off, store.driver bbolt (its settler), no
+// rate limits. (On the default split gateway a translated stream takes the chunk lane, the same
+// answer half on the answer filter's ext_proc stream instead of the router-level one.)
 var chatToAnthropic = &scenario{
 	Package: "./extproc",
 	Test:    "TestWalkScenario",

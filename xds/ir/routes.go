@@ -266,6 +266,13 @@ const (
 	MeterLagBytes = 64
 	// AnswerLogName names the access log stream on which each split request's end arrives.
 	AnswerLogName = "tollway_answers"
+	// AnswerHeadersMetadata is what Envoy copied of the provider's answer headers (keys
+	// AnswerStatusKey, AnswerServedKey, AnswerAttemptsKey) before any answer filter read them:
+	// the answer log names the answer a provider cut before its answer filter had its headers.
+	AnswerHeadersMetadata = "tollway.answer_headers"
+	AnswerStatusKey       = "status"
+	AnswerServedKey       = "served"
+	AnswerAttemptsKey     = "attempts"
 )
 
 // MeterReportEvery is how often the answer log reports a fast-lane stream still open (Envoy's

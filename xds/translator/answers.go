@@ -26,6 +26,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	headertometadatav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_to_metadata/v3"
 	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
@@ -128,7 +129,27 @@ func answerFilters() []namedFilter {
 		{StreamMeterFilterName, streamMeterFilter()},
 		{answerFilterName, AnswerExtProc()},
 		{fastFilterName, FastExtProc()},
+		{answerHeadersFilterName, AnswerHeaders()},
 	}
+}
+
+// answerHeadersFilterName copies the provider's answer headers into dynamic metadata
+// (ir.AnswerHeadersMetadata), last before the router so it runs first on the way back.
+const answerHeadersFilterName = "tollway.filters.http.answer_headers"
+
+// AnswerHeaders is that filter. An answer filter's ext_proc stream opens at the answer's
+// headers; a provider that drops its connection right behind them has Envoy reset that stream
+// before ext_proc reads them, and the exchange then ends by its answer log entry alone, which
+// must still say that the provider answered (and who), or the request goes unbilled.
+func AnswerHeaders() *headertometadatav3.Config {
+	rule := func(header, key string) *headertometadatav3.Config_Rule {
+		return &headertometadatav3.Config_Rule{Header: header, OnHeaderPresent: &headertometadatav3.Config_KeyValuePair{
+			MetadataNamespace: ir.AnswerHeadersMetadata, Key: key, Type: headertometadatav3.Config_STRING,
+		}}
+	}
+	return &headertometadatav3.Config{ResponseRules: []*headertometadatav3.Config_Rule{
+		rule(":status", ir.AnswerStatusKey), rule(ir.ServedHeader, ir.AnswerServedKey), rule(ir.AttemptsHeader, ir.AnswerAttemptsKey),
+	}}
 }
 
 // streamMeterFilter is the stream meter with its script named, for the fast lane's routes to

@@ -83,8 +83,10 @@ type Config struct {
 	Routing struct {
 		// AttemptTimeout: an attempt silent this long gives way to the next of its chain.
 		AttemptTimeout time.Duration `mapstructure:"attempt_timeout"`
-		// FastLane meters OpenAI-shaped streams in Envoy and bills them from its access log,
-		// with no ext_proc message per chunk (docs/performance.md#fast-lane).
+		// FastLane (default true) meters OpenAI-shaped streams in Envoy and bills them from its
+		// access log, with no ext_proc message per chunk (docs/performance.md#fast-lane); false
+		// puts every answer on the chunk lane, which alone ends a stream whose provider went
+		// silent with an error event.
 		FastLane bool `mapstructure:"fast_lane"`
 	} `mapstructure:"routing"`
 	Admin struct {
@@ -189,7 +191,7 @@ var defaults = map[string]any{
 	"metrics.enabled":                true,
 	"admin.token":                    "", // known to viper, so TOLLWAY_ADMIN_TOKEN alone sets it
 	"routing.attempt_timeout":        "60s",
-	"routing.fast_lane":              false,
+	"routing.fast_lane":              true,
 	"x402.facilitator_timeout":       "60s",
 	"limits.max_concurrent_requests": ir.DefaultMaxConcurrentRequests,
 	"listen.xff_num_trusted_hops":    0,

@@ -481,3 +481,34 @@ models:
 		t.Fatalf("per-provider list = %v", got)
 	}
 }
+
+// TestFastLaneIsTheDefault: routing.fast_lane is on unless a file (or the environment) turns it
+// off; false stays a setting of its own, the chunk lane for every answer.
+func TestFastLaneIsTheDefault(t *testing.T) {
+	configtest.ClearEnv(t)
+	for _, tc := range []struct {
+		name, body string
+		want       bool
+	}{
+		{"embedded default", "", true},
+		{"a file without routing", fullConfig, true},
+		{"routing without fast_lane", fullConfig + "routing: {attempt_timeout: 5s}\n", true},
+		{"fast_lane false", fullConfig + "routing: {fast_lane: false}\n", false},
+	} {
+		path := ""
+		if tc.body != "" {
+			path = configtest.Write(t, tc.body)
+		}
+		c, err := Load(path)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if c.Routing.FastLane != tc.want {
+			t.Errorf("%s: routing.fast_lane = %v, want %v", tc.name, c.Routing.FastLane, tc.want)
+		}
+	}
+	t.Setenv("TOLLWAY_ROUTING_FAST_LANE", "false")
+	if c, err := Load(""); err != nil || c.Routing.FastLane {
+		t.Errorf("TOLLWAY_ROUTING_FAST_LANE=false: fast_lane %v, err %v; want off", c != nil && c.Routing.FastLane, err)
+	}
+}
