@@ -166,7 +166,7 @@ $(DLV):
 	GOBIN=$(dir $(DLV)) $(GO) install github.com/go-delve/delve/cmd/dlv@$(DLV_VERSION)
 
 .PHONY: walk
-walk: $(DLV) ## Count the walk of one streamed chat to Anthropic through extproc (traced with Delve): files, packages, hops, the seams; not part of make test (WALK_FLAGS=-v lists every hop)
+walk: $(DLV) ## Count the walk of one streamed chat to Anthropic through extproc on the default, split gateway (traced with Delve): files, packages, hops, the seams; not part of make test (WALK_FLAGS=-v lists every hop, -unsplit walks a routing.fast_lane: false gateway)
 	$(GO) run ./test/walk -dlv $(DLV) $(WALK_FLAGS)
 
 .PHONY: run

@@ -4,9 +4,13 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/xds/ir"
 )
 
 // doneCounter is a processor that counts its ends.
@@ -83,4 +87,53 @@ func TestParkedExchangesEndOnce(t *testing.T) {
 	if len(s.answers.parked) != 1 {
 		t.Fatalf("%d exchanges left parked, want 1", len(s.answers.parked))
 	}
+}
+
+// openSplit starts a split gateway's router-level stream (translator.SplitExtProc): the
+// router's phase and ir.SplitMetadata in its initial metadata.
+func (e *envoy) openSplit() *stream {
+	e.t.Helper()
+	return e.openWith(ir.PhaseMetadata, ir.PhaseRouter, ir.SplitMetadata, "1")
+}
+
+// parkedAs is the exchange id a split router-level stream's replies to the request set in the
+// dynamic metadata (its exchange parked for the answer's filter; in the pipelined protocol it
+// rides on the held headers' reply).
+func parkedAs(t *testing.T, replies ...*extprocv3.ProcessingResponse) string {
+	t.Helper()
+	for _, resp := range replies {
+		ns := resp.GetDynamicMetadata().GetFields()[ir.MetadataNamespace].GetStructValue()
+		if id := ns.GetFields()[ir.ExchangeKey].GetStringValue(); id != "" {
+			return id
+		}
+	}
+	t.Fatalf("the router-level replies parked no exchange: %v", replies)
+	return ""
+}
+
+// answerFilter is an answer filter's stream (translator.AnswerExtProc): Envoy forwards the
+// request's MetadataNamespace, the exchange id in it, with each of its messages.
+type answerFilter struct {
+	stream
+	md *corev3.Metadata
+}
+
+// openAnswer starts the answer filter's stream of the request whose exchange was parked as id.
+func (e *envoy) openAnswer(id string) *answerFilter {
+	e.t.Helper()
+	s := e.openWith(ir.PhaseMetadata, ir.PhaseAnswer)
+	ns, err := structpb.NewStruct(map[string]any{ir.ExchangeKey: id})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return &answerFilter{stream: *s, md: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{ir.MetadataNamespace: ns}}}
+}
+
+// pipelined is stream.pipelined with the forwarded metadata on each message.
+func (a *answerFilter) pipelined(want int, msgs ...*extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+	a.t.Helper()
+	for _, m := range msgs {
+		m.MetadataContext = a.md
+	}
+	return a.stream.pipelined(want, msgs...)
 }

@@ -191,10 +191,20 @@ func (e *envoy) open() *stream {
 // openPhase starts a stream with the phase metadata ("": an Istio sidecar's filter, MeshExtProc).
 func (e *envoy) openPhase(phase string) *stream {
 	e.t.Helper()
+	if phase == "" {
+		return e.openWith()
+	}
+	return e.openWith(ir.PhaseMetadata, phase)
+}
+
+// openWith starts a stream with the gRPC initial metadata kv (key, value pairs), as a filter's
+// grpc_service.initial_metadata sends it.
+func (e *envoy) openWith(kv ...string) *stream {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	e.t.Cleanup(cancel)
-	if phase != "" {
-		ctx = grpcmd.AppendToOutgoingContext(ctx, ir.PhaseMetadata, phase)
+	if len(kv) > 0 {
+		ctx = grpcmd.AppendToOutgoingContext(ctx, kv...)
 	}
 	s, err := e.client.Process(ctx)
 	if err != nil {
@@ -503,15 +513,9 @@ func TestProcessChatFlow(t *testing.T) {
 // the endpoint metadata as Envoy 1.40 sends it (protobuf text).
 func (e *envoy) openAttempt(providerName, model string) *attemptStream {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	e.t.Cleanup(cancel)
-	ctx = grpcmd.AppendToOutgoingContext(ctx, ir.PhaseMetadata, ir.PhaseUpstream)
-	s, err := e.client.Process(ctx)
-	if err != nil {
-		e.t.Fatalf("Process: %v", err)
-	}
+	s := e.openWith(ir.PhaseMetadata, ir.PhaseUpstream)
 	md := fmt.Sprintf(`filter_metadata { key: "tollway" value { fields { key: "provider" value { string_value: %q } } fields { key: "model" value { string_value: %q } } } }`, providerName, model)
-	return &attemptStream{stream: stream{t: e.t, s: s}, attrs: map[string]*structpb.Struct{
+	return &attemptStream{stream: *s, attrs: map[string]*structpb.Struct{
 		"envoy.filters.http.ext_proc": {Fields: map[string]*structpb.Value{"xds.upstream_host_metadata": structpb.NewStringValue(md)}},
 	}}
 }

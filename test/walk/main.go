@@ -1,5 +1,6 @@
 // Command walk counts the walk of one streamed chat completion to Anthropic through extproc
-// (`make walk`; docs/architecture.md, "The walk, counted"). It builds the extproc test binary
+// (`make walk`; docs/architecture.md, "The walk, counted"), on the default, split gateway or,
+// with -unsplit, on a routing.fast_lane: false one. It builds the extproc test binary
 // unoptimized (nothing inlined away), runs its scenario test (extproc/walk_test.go) under
 // `dlv trace` with a tracepoint on every function of the module, maps each function to its
 // source file from the binary's line table, and applies the counting rules (walk.go) to the
@@ -28,15 +29,19 @@ func main() {
 	root := flag.String("root", "", "the source root the binary was built from (default: this module's)")
 	verbose := flag.Bool("v", false, "also list every file with its visits and every hop")
 	jsonOut := flag.String("json", "", "write the whole count (files, calls, hops, seams) to this file")
+	unsplit := flag.Bool("unsplit", false, "walk the unsplit gateway (routing.fast_lane: false) instead of the default, split one")
 	flag.Parse()
-	if err := run(*dlv, *traceFile, *bin, *root, *verbose, *jsonOut); err != nil {
+	sc := chatToAnthropic
+	if *unsplit {
+		sc = chatUnsplit
+	}
+	if err := run(sc, *dlv, *traceFile, *bin, *root, *verbose, *jsonOut); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(dlv, traceFile, bin, root string, verbose bool, jsonOut string) error {
-	sc := chatToAnthropic
+func run(sc *scenario, dlv, traceFile, bin, root string, verbose bool, jsonOut string) error {
 	mod, err := moduleRoot()
 	if err != nil {
 		return err
@@ -138,7 +143,11 @@ func trace(sc *scenario, dlv, root, dir string) (bin, out string, err error) {
 
 // report prints the two counts, and with verbose every file's visits and every hop.
 func report(w io.Writer, sc *scenario, r result, verbose bool) {
-	fmt.Fprintf(w, "The walk: one streamed chat completion in OpenAI's chat API, answered by Anthropic, through extproc\n")
+	gateway := "split (routing.fast_lane: true, the default)"
+	if sc == chatUnsplit {
+		gateway = "unsplit (routing.fast_lane: false)"
+	}
+	fmt.Fprintf(w, "The walk: one streamed chat completion in OpenAI's chat API, answered by Anthropic, through extproc; the gateway %s\n", gateway)
 	fmt.Fprintf(w, "(%s %s traced with dlv; the rules: docs/architecture.md, \"The walk, counted\")\n\n", sc.Package, sc.Test)
 	fmt.Fprintf(w, "Following every call: %d files, %d packages, %d hops (%d back); calls only: %d (%d back)\n",
 		len(r.Files), len(r.Packages), len(r.Hops), r.HopsBack, len(r.Calls), r.CallsBack)
