@@ -229,10 +229,38 @@ type KeyLimitsChange struct {
 	MonthlyLimit    *decimal.Decimal // nil: no limit
 	SetModels       bool
 	Models          []string // empty: every model
-	// SetRequestsPerMinute and SetTokensPerMinute change one rate each (nil: unset, the
-	// configuration's default then applies).
+	// RatesChange changes the key's rates (a rate unset: the configuration's default then
+	// applies).
+	RatesChange
+}
+
+// RatesChange says which rates of a key or a route change, as a JSON merge patch of its
+// rate_limits would: a rate whose Set flag is false is kept, one set to nil is unset. The
+// store applies it inside its own transaction, so two changes of different rates made at the
+// same moment (on different replicas, say) both take effect.
+type RatesChange struct {
 	SetRequestsPerMinute, SetTokensPerMinute bool
 	RequestsPerMinute, TokensPerMinute       *int64
+}
+
+// Check refuses a rate out of range (ErrInvalid).
+func (c RatesChange) Check() error {
+	return (&RateLimits{RequestsPerMinute: c.RequestsPerMinute, TokensPerMinute: c.TokensPerMinute}).Check()
+}
+
+// Apply is r with c's changes (nil: no rate set), never sharing r's values.
+func (c RatesChange) Apply(r *RateLimits) *RateLimits {
+	out := r.Norm()
+	if out == nil {
+		out = &RateLimits{}
+	}
+	if c.SetRequestsPerMinute {
+		out.RequestsPerMinute = c.RequestsPerMinute
+	}
+	if c.SetTokensPerMinute {
+		out.TokensPerMinute = c.TokensPerMinute
+	}
+	return out.Norm()
 }
 
 // Check refuses a change no key may take (ErrInvalid), before any key is read.
@@ -243,7 +271,7 @@ func (c KeyLimitsChange) Check() error {
 	if _, err := modelList(c.Models); err != nil {
 		return err
 	}
-	return (&RateLimits{RequestsPerMinute: c.RequestsPerMinute, TokensPerMinute: c.TokensPerMinute}).Check()
+	return c.RatesChange.Check()
 }
 
 // Apply changes k's limits as c says. A revoked key's limits cannot change (ErrInvalid).
@@ -268,18 +296,6 @@ func (c KeyLimitsChange) Apply(k *Key) error {
 	if c.SetModels {
 		k.Models = list
 	}
-	if c.SetRequestsPerMinute || c.SetTokensPerMinute {
-		r := k.RateLimits.Norm()
-		if r == nil {
-			r = &RateLimits{}
-		}
-		if c.SetRequestsPerMinute {
-			r.RequestsPerMinute = c.RequestsPerMinute
-		}
-		if c.SetTokensPerMinute {
-			r.TokensPerMinute = c.TokensPerMinute
-		}
-		k.RateLimits = r.Norm()
-	}
+	k.RateLimits = c.RatesChange.Apply(k.RateLimits)
 	return nil
 }

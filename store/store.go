@@ -41,6 +41,10 @@ type Routes interface {
 	// SetRouteRateLimits sets a route's rate limits (nil: none; ErrNotFound if absent,
 	// ErrInvalid for a rate out of range).
 	SetRouteRateLimits(id string, r *RateLimits) (Route, error)
+	// ChangeRouteRateLimits changes the rates c names of a route inside the store's own
+	// transaction, so a concurrent change of another rate, by any replica, is kept (ErrNotFound
+	// if absent, ErrInvalid for a rate out of range).
+	ChangeRouteRateLimits(id string, c RatesChange) (Route, error)
 }
 
 // Keys are the API keys, stored by the hash of their secret.

@@ -52,6 +52,15 @@ func (s *Store) SetRouteRateLimits(id string, rates *store.RateLimits) (store.Ro
 	return s.changeRoute(id, func(r *store.Route) { r.RateLimits = rates.Norm() })
 }
 
+// ChangeRouteRateLimits changes the rates c names of a route, in one transaction, so a
+// concurrent change of another rate is kept.
+func (s *Store) ChangeRouteRateLimits(id string, c store.RatesChange) (store.Route, error) {
+	if err := c.Check(); err != nil {
+		return store.Route{}, err
+	}
+	return s.changeRoute(id, func(r *store.Route) { r.RateLimits = c.Apply(r.RateLimits) })
+}
+
 // changeRoute changes the stored route id in one transaction.
 func (s *Store) changeRoute(id string, change func(*store.Route)) (store.Route, error) {
 	var r store.Route

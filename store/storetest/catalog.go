@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 
 	"github.com/tollway/tollway/store"
@@ -138,6 +140,94 @@ var catalogCases = []conformance{
 			t.Fatalf("SetRouteRateLimits of an absent route: %v", err)
 		}
 	}},
+	{"routes/rate-changes-merge", func(t *testing.T, e *env) {
+		s := e.s
+		if err := s.PutRoute(store.Route{ID: "route:r", Name: "r", Rule: "priority_fallback", Status: "active", CreatedAt: day0}); err != nil {
+			t.Fatal(err)
+		}
+		n := func(v int64) *int64 { return &v }
+		for _, st := range []struct {
+			c    store.RatesChange
+			want string
+		}{
+			{store.RatesChange{SetRequestsPerMinute: true, RequestsPerMinute: n(10)}, "10/-"},
+			{store.RatesChange{SetTokensPerMinute: true, TokensPerMinute: n(5000)}, "10/5000"},
+			{store.RatesChange{}, "10/5000"},
+			{store.RatesChange{SetRequestsPerMinute: true}, "-/5000"},
+			{store.RatesChange{SetRequestsPerMinute: true, SetTokensPerMinute: true}, "none"},
+		} {
+			r, err := s.ChangeRouteRateLimits("route:r", st.c)
+			if err != nil || rates(r.RateLimits) != st.want || !r.CreatedAt.Equal(day0) {
+				t.Fatalf("ChangeRouteRateLimits(%+v): %+v %s %v, want %s", st.c, r, rates(r.RateLimits), err, st.want)
+			}
+			if rs, err := s.Routes(); err != nil || rates(rs[0].RateLimits) != st.want {
+				t.Fatalf("stored after %+v: %+v %v, want %s", st.c, rs, err, st.want)
+			}
+		}
+		if _, err := s.ChangeRouteRateLimits("route:r", store.RatesChange{SetTokensPerMinute: true, TokensPerMinute: n(0)}); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("a rate of 0: %v", err)
+		}
+		if _, err := s.ChangeRouteRateLimits("route:nope", store.RatesChange{SetTokensPerMinute: true}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("ChangeRouteRateLimits of an absent route: %v", err)
+		}
+	}},
+	{"routes/concurrent-rate-changes-keep-each-other", func(t *testing.T, e *env) {
+		// Two replicas change different rates of one route at the same moment: a store several
+		// gateways share gets a second handle on the same data, the others one handle.
+		s, other := e.s, e.s
+		if _, shared := s.(store.Budgets); shared {
+			other = e.open(t)
+		}
+		if err := s.PutRoute(store.Route{ID: "route:r", Name: "r", Rule: "priority_fallback", Status: "active", CreatedAt: day0}); err != nil {
+			t.Fatal(err)
+		}
+		lost := 0 // rounds that lost a change
+		for round := range int64(50) {
+			if _, err := s.SetRouteRateLimits("route:r", nil); err != nil {
+				t.Fatal(err)
+			}
+			rpm, tpm := round+1, round+1000
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i, c := range []store.RatesChange{{SetRequestsPerMinute: true, RequestsPerMinute: &rpm}, {SetTokensPerMinute: true, TokensPerMinute: &tpm}} {
+				wg.Go(func() {
+					<-start
+					if _, err := []store.Store{s, other}[i].ChangeRouteRateLimits("route:r", c); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			rs, err := other.Routes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := rates(rs[0].RateLimits), fmt.Sprintf("%d/%d", rpm, tpm); got != want {
+				lost++
+				if lost == 1 {
+					t.Logf("round %d: the route's rates are %s, want %s", round, got, want)
+				}
+			}
+		}
+		if lost > 0 {
+			t.Fatalf("%d of 50 rounds lost one of two concurrent rate changes", lost)
+		}
+	}},
+}
+
+// rates is r as "rpm/tpm", "-" for a rate not set, "none" for none.
+func rates(r *store.RateLimits) string {
+	if r == nil {
+		return "none"
+	}
+	f := func(v *int64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprint(*v)
+	}
+	return f(r.RequestsPerMinute) + "/" + f(r.TokensPerMinute)
 }
 
 func names(ps []store.Provider) string {

@@ -100,44 +100,32 @@ var keyCases = []conformance{
 		s := e.s
 		account(t, s, "acme", "1")
 		n := func(v int64) *int64 { return &v }
-		rates := func(k store.Key) string {
-			if k.RateLimits == nil {
-				return "none"
-			}
-			str := func(p *int64) string {
-				if p == nil {
-					return "-"
-				}
-				return decimal.NewFromInt(*p).String()
-			}
-			return str(k.RateLimits.RequestsPerMinute) + "/" + str(k.RateLimits.TokensPerMinute)
-		}
 		k, _, err := s.CreateKey("acme", store.KeyOptions{RateLimits: &store.RateLimits{RequestsPerMinute: n(60), TokensPerMinute: n(100000)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := s.GetKey(k.ID); err != nil || rates(got) != "60/100000" {
-			t.Fatalf("created with 60 rpm and 100000 tpm: %s %v", rates(got), err)
+		if got, err := s.GetKey(k.ID); err != nil || rates(got.RateLimits) != "60/100000" {
+			t.Fatalf("created with 60 rpm and 100000 tpm: %s %v", rates(got.RateLimits), err)
 		}
 		steps := []struct {
 			c    store.KeyLimitsChange
 			want string
 		}{
-			{store.KeyLimitsChange{SetRequestsPerMinute: true, RequestsPerMinute: n(5)}, "5/100000"},
+			{store.KeyLimitsChange{RatesChange: store.RatesChange{SetRequestsPerMinute: true, RequestsPerMinute: n(5)}}, "5/100000"},
 			{store.KeyLimitsChange{SetMonthlyLimit: true, MonthlyLimit: decp("1")}, "5/100000"},
-			{store.KeyLimitsChange{SetTokensPerMinute: true}, "5/-"},
-			{store.KeyLimitsChange{SetRequestsPerMinute: true}, "none"},
-			{store.KeyLimitsChange{SetTokensPerMinute: true, TokensPerMinute: n(7)}, "-/7"},
+			{store.KeyLimitsChange{RatesChange: store.RatesChange{SetTokensPerMinute: true}}, "5/-"},
+			{store.KeyLimitsChange{RatesChange: store.RatesChange{SetRequestsPerMinute: true}}, "none"},
+			{store.KeyLimitsChange{RatesChange: store.RatesChange{SetTokensPerMinute: true, TokensPerMinute: n(7)}}, "-/7"},
 		}
 		for _, st := range steps {
 			if _, err := s.ChangeKeyLimits(k.ID, st.c); err != nil {
 				t.Fatal(err)
 			}
-			if got, err := s.GetKey(k.ID); err != nil || rates(got) != st.want {
-				t.Fatalf("after %+v: %s %v, want %s", st.c, rates(got), err, st.want)
+			if got, err := s.GetKey(k.ID); err != nil || rates(got.RateLimits) != st.want {
+				t.Fatalf("after %+v: %s %v, want %s", st.c, rates(got.RateLimits), err, st.want)
 			}
 		}
-		for _, bad := range []store.KeyLimitsChange{{SetRequestsPerMinute: true, RequestsPerMinute: n(0)}, {SetTokensPerMinute: true, TokensPerMinute: n(-3)}} {
+		for _, bad := range []store.KeyLimitsChange{{RatesChange: store.RatesChange{SetRequestsPerMinute: true, RequestsPerMinute: n(0)}}, {RatesChange: store.RatesChange{SetTokensPerMinute: true, TokensPerMinute: n(-3)}}} {
 			if _, err := s.ChangeKeyLimits(k.ID, bad); !errors.Is(err, store.ErrInvalid) {
 				t.Fatalf("ChangeKeyLimits %+v: %v", bad, err)
 			}
@@ -145,8 +133,8 @@ var keyCases = []conformance{
 		if _, _, err := s.CreateKey("acme", store.KeyOptions{RateLimits: &store.RateLimits{RequestsPerMinute: n(0)}}); !errors.Is(err, store.ErrInvalid) {
 			t.Fatalf("a key with 0 requests per minute: %v", err)
 		}
-		if got, _ := s.GetKey(k.ID); rates(got) != "-/7" {
-			t.Fatalf("a refused change changed the key: %s", rates(got))
+		if got, _ := s.GetKey(k.ID); rates(got.RateLimits) != "-/7" {
+			t.Fatalf("a refused change changed the key: %s", rates(got.RateLimits))
 		}
 	}},
 	{"keys/last-used-moves-forward-only", func(t *testing.T, e *env) {

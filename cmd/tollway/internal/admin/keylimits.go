@@ -59,20 +59,21 @@ func decodeKeyLimitsPatch(raw []byte) (store.KeyLimitsChange, error) {
 	}
 	c := store.KeyLimitsChange{SetMonthlyLimit: limit, MonthlyLimit: req.MonthlyLimit, SetModels: models, Models: req.Models}
 	if rates {
-		patchRates(&c, rawRates, req.RateLimits)
+		c.RatesChange = patchRates(rawRates, req.RateLimits)
 	}
 	return c, nil
 }
 
-// patchRates sets the rates a PATCH's rate_limits names (null: unset), as JSON merge patch
-// would: "rate_limits": null unsets both, a member left out is kept.
-func patchRates(c *store.KeyLimitsChange, raw json.RawMessage, r *store.RateLimits) {
+// patchRates is the change a PATCH's rate_limits (raw, decoded as r) makes, as JSON merge
+// patch would: a rate named is set (null: unset), "rate_limits": null unsets both, a member
+// left out is kept. Keys' and routes' PATCHes share it.
+func patchRates(raw json.RawMessage, r *store.RateLimits) store.RatesChange {
 	if r == nil {
 		r = &store.RateLimits{}
 	}
 	rpm, tpm := namedRates(raw)
-	c.SetRequestsPerMinute, c.RequestsPerMinute = rpm, r.RequestsPerMinute
-	c.SetTokensPerMinute, c.TokensPerMinute = tpm, r.TokensPerMinute
+	return store.RatesChange{SetRequestsPerMinute: rpm, RequestsPerMinute: r.RequestsPerMinute,
+		SetTokensPerMinute: tpm, TokensPerMinute: r.TokensPerMinute}
 }
 
 // namedRates reports which rates a PATCH's rate_limits (raw, null or an object its decoder
@@ -95,7 +96,7 @@ func (s *api) keyLimitRoutes(mux *http.ServeMux) {
 	put := func(raw []byte) (store.KeyLimitsChange, error) {
 		req, err := decodeKeyLimits(raw)
 		c := store.KeyLimitsChange{SetMonthlyLimit: true, MonthlyLimit: req.MonthlyLimit, SetModels: true, Models: req.Models,
-			SetRequestsPerMinute: true, SetTokensPerMinute: true}
+			RatesChange: store.RatesChange{SetRequestsPerMinute: true, SetTokensPerMinute: true}}
 		if req.RateLimits != nil {
 			c.RequestsPerMinute, c.TokensPerMinute = req.RateLimits.RequestsPerMinute, req.RateLimits.TokensPerMinute
 		}

@@ -13,47 +13,20 @@ import (
 
 const routePatchExample = `{"rate_limits": {"requests_per_minute": 600, "tokens_per_minute": 1000000}}`
 
-// decodeRoutePatch decodes the body of PATCH /admin/v1/routes/{id}: its rate_limits, and
-// which rates it names (null: both).
-func decodeRoutePatch(raw []byte) (routePatch, error) {
+// decodeRoutePatch decodes the body of PATCH /admin/v1/routes/{id}: the change its
+// rate_limits makes (null: both rates unset).
+func decodeRoutePatch(raw []byte) (store.RatesChange, error) {
 	var req adminapi.RoutePatch
 	if err := decodeJSON(raw, &req, routePatchExample); err != nil {
-		return routePatch{}, err
+		return store.RatesChange{}, err
 	}
 	var named map[string]json.RawMessage
 	_ = json.Unmarshal(raw, &named) // decodeJSON took it: one JSON object
 	rawRates, ok := named["rate_limits"]
 	if !ok {
-		return routePatch{}, faultf("body", "names no rate_limits; send the rates to change, e.s. %s, or null for no limit", routePatchExample)
+		return store.RatesChange{}, faultf("body", "names no rate_limits; send the rates to change, e.s. %s, or null for no limit", routePatchExample)
 	}
-	p := routePatch{rates: req.RateLimits}
-	p.rpm, p.tpm = namedRates(rawRates)
-	return p, errors.Join(rateFaults(req.RateLimits)...)
-}
-
-// routePatch is a decoded PATCH: the rates it sets (rpm, tpm) to rates' (nil: no limit).
-type routePatch struct {
-	rates    *store.RateLimits
-	rpm, tpm bool
-}
-
-// apply is r's rates with p's changes.
-func (p routePatch) apply(r *store.RateLimits) *store.RateLimits {
-	out := r.Norm()
-	if out == nil {
-		out = &store.RateLimits{}
-	}
-	set := p.rates
-	if set == nil {
-		set = &store.RateLimits{}
-	}
-	if p.rpm {
-		out.RequestsPerMinute = set.RequestsPerMinute
-	}
-	if p.tpm {
-		out.TokensPerMinute = set.TokensPerMinute
-	}
-	return out.Norm()
+	return patchRates(rawRates, req.RateLimits), errors.Join(rateFaults(req.RateLimits)...)
 }
 
 // routeLimitRoutes: GET /admin/v1/routes/{id} is one route as the list shows it; PATCH
@@ -72,9 +45,9 @@ func (s *api) routeLimitRoutes(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("PATCH /admin/v1/routes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathParam(r, "id", maxPathID)
-		var p routePatch
+		var change store.RatesChange
 		if err == nil {
-			p, err = decoded(r, decodeRoutePatch)
+			change, err = decoded(r, decodeRoutePatch)
 		}
 		if err == nil {
 			_, err = s.apply.Change(r.Context(), func() error {
@@ -85,7 +58,9 @@ func (s *api) routeLimitRoutes(mux *http.ServeMux) {
 				if rt.Source == store.SourceConfig {
 					return configRouteRefusal(rt.ID)
 				}
-				_, err = s.store.SetRouteRateLimits(id, p.apply(rt.RateLimits))
+				// The store merges the change in its own transaction: another replica's
+				// concurrent change of the other rate is kept.
+				_, err = s.store.ChangeRouteRateLimits(id, change)
 				return err
 			})
 		}
