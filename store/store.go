@@ -38,9 +38,6 @@ type Routes interface {
 	PutRoute(r Route) error
 	// SetRouteStatus pauses or resumes a route (ErrNotFound if absent).
 	SetRouteStatus(id, status string) (Route, error)
-	// SetRouteRateLimits sets a route's rate limits (nil: none; ErrNotFound if absent,
-	// ErrInvalid for a rate out of range).
-	SetRouteRateLimits(id string, r *RateLimits) (Route, error)
 	// ChangeRouteRateLimits changes the rates c names of a route inside the store's own
 	// transaction, so a concurrent change of another rate, by any replica, is kept (ErrNotFound
 	// if absent, ErrInvalid for a rate out of range).

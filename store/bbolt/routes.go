@@ -43,15 +43,6 @@ func (s *Store) SetRouteStatus(id, status string) (store.Route, error) {
 	return s.changeRoute(id, func(r *store.Route) { r.Status = status })
 }
 
-// SetRouteRateLimits sets a route's rate limits (nil: none; ErrNotFound if absent, ErrInvalid
-// for a rate out of range).
-func (s *Store) SetRouteRateLimits(id string, rates *store.RateLimits) (store.Route, error) {
-	if err := rates.Check(); err != nil {
-		return store.Route{}, err
-	}
-	return s.changeRoute(id, func(r *store.Route) { r.RateLimits = rates.Norm() })
-}
-
 // ChangeRouteRateLimits changes the rates c names of a route, in one transaction, so a
 // concurrent change of another rate is kept.
 func (s *Store) ChangeRouteRateLimits(id string, c store.RatesChange) (store.Route, error) {

@@ -118,9 +118,12 @@ var catalogCases = []conformance{
 		if err != nil || len(rs) != 1 || rs[0].RateLimits == nil || *rs[0].RateLimits.RequestsPerMinute != 2 || rs[0].RateLimits.TokensPerMinute != nil {
 			t.Fatalf("Routes after PutRoute: %+v %v", rs, err)
 		}
-		r, err := s.SetRouteRateLimits("route:r", &store.RateLimits{TokensPerMinute: &five})
+		both := func(rpm, tpm *int64) store.RatesChange {
+			return store.RatesChange{SetRequestsPerMinute: true, RequestsPerMinute: rpm, SetTokensPerMinute: true, TokensPerMinute: tpm}
+		}
+		r, err := s.ChangeRouteRateLimits("route:r", both(nil, &five))
 		if err != nil || r.RateLimits == nil || r.RateLimits.RequestsPerMinute != nil || *r.RateLimits.TokensPerMinute != 5000 || !r.CreatedAt.Equal(day0) {
-			t.Fatalf("SetRouteRateLimits: %+v %v", r, err)
+			t.Fatalf("ChangeRouteRateLimits: %+v %v", r, err)
 		}
 		if r, err = s.SetRouteStatus("route:r", "paused"); err != nil || r.RateLimits == nil || *r.RateLimits.TokensPerMinute != 5000 {
 			t.Fatalf("SetRouteStatus keeps the rates: %+v %v", r, err)
@@ -130,14 +133,14 @@ var catalogCases = []conformance{
 			t.Fatalf("Catalog: %+v %v", cat.Routes, err)
 		}
 		zero := int64(0)
-		if _, err := s.SetRouteRateLimits("route:r", &store.RateLimits{RequestsPerMinute: &zero}); !errors.Is(err, store.ErrInvalid) {
+		if _, err := s.ChangeRouteRateLimits("route:r", both(&zero, nil)); !errors.Is(err, store.ErrInvalid) {
 			t.Fatalf("a rate of 0: %v", err)
 		}
-		if r, err = s.SetRouteRateLimits("route:r", nil); err != nil || r.RateLimits != nil {
-			t.Fatalf("SetRouteRateLimits(nil): %+v %v", r, err)
+		if r, err = s.ChangeRouteRateLimits("route:r", both(nil, nil)); err != nil || r.RateLimits != nil {
+			t.Fatalf("ChangeRouteRateLimits(none): %+v %v", r, err)
 		}
-		if _, err := s.SetRouteRateLimits("route:nope", nil); !errors.Is(err, store.ErrNotFound) {
-			t.Fatalf("SetRouteRateLimits of an absent route: %v", err)
+		if _, err := s.ChangeRouteRateLimits("route:nope", both(nil, nil)); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("ChangeRouteRateLimits of an absent route: %v", err)
 		}
 	}},
 	{"routes/rate-changes-merge", func(t *testing.T, e *env) {
@@ -183,7 +186,7 @@ var catalogCases = []conformance{
 		}
 		lost := 0 // rounds that lost a change
 		for round := range int64(50) {
-			if _, err := s.SetRouteRateLimits("route:r", nil); err != nil {
+			if _, err := s.ChangeRouteRateLimits("route:r", store.RatesChange{SetRequestsPerMinute: true, SetTokensPerMinute: true}); err != nil {
 				t.Fatal(err)
 			}
 			rpm, tpm := round+1, round+1000
