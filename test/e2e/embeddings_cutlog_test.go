@@ -63,8 +63,8 @@ func TestCutAnswerAccessLine(t *testing.T) {
 }
 
 // sendCut sends a request with its id whose answer the fake cuts; hangUp has the client go
-// away once the provider's answer has begun.
-func sendCut(t *testing.T, g *gateway, fake *fakeupstream.Server, key, id, path, body string, hangUp bool) {
+// away once the provider's answer has begun; it returns the client's error.
+func sendCut(t *testing.T, g *gateway, fake *fakeupstream.Server, key, id, path, body string, hangUp bool) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -86,5 +86,5 @@ func sendCut(t *testing.T, g *gateway, fake *fakeupstream.Server, key, id, path,
 		time.Sleep(300 * time.Millisecond) // its headers and half its body reach the gateway
 		cancel()
 	}
-	<-done
+	return <-done
 }
