@@ -47,13 +47,20 @@ const (
 	sweepEvery = 30 * time.Second
 	unanswered = 15 * time.Minute // beyond every chain's attempts at their idle timeouts
 	unlogged   = 2 * time.Hour    // beyond any stream a client keeps open
+	// lineWait bounds how long an ended exchange waits for its entry (which Envoy sends within
+	// answerFlush) to write its access log line: an entry Envoy dropped must not keep every
+	// exchange after it in memory.
+	lineWait = time.Minute
 )
 
 // sweep ends the exchanges parked too long at now.
 func (b *answerBook) sweep(now time.Time) {
 	b.end(func(x *exchange) bool {
 		age := now.Sub(x.park.at)
-		return (!x.park.adopted && age > unanswered) || (x.park.adopted && age > unlogged) || (x.park.answered && age > unanswered)
+		if x.park.answered {
+			return now.Sub(x.park.answeredAt) > lineWait
+		}
+		return (!x.park.adopted && age > unanswered) || (x.park.adopted && age > unlogged)
 	}, "no answer log entry came for it")
 }
 
@@ -97,8 +104,9 @@ type parking struct {
 	// answered: its answer filter's stream ended it before its answer log entry came; entry:
 	// that entry, come first (both under the book's lock). The second of the two writes the
 	// request's access log line when Envoy's skipped it (needsLine).
-	answered bool
-	entry    *accesslogdatav3.HTTPAccessLogEntry
+	answered   bool
+	answeredAt time.Time
+	entry      *accesslogdatav3.HTTPAccessLogEntry
 }
 
 func newAnswerBook() *answerBook {
@@ -154,7 +162,7 @@ func (b *answerBook) answered(x *exchange) *accesslogdatav3.HTTPAccessLogEntry {
 		return nil
 	}
 	if x.park.entry == nil {
-		x.park.answered = true
+		x.park.answered, x.park.answeredAt = true, time.Now()
 		return nil
 	}
 	delete(b.parked, x.park.id)

@@ -89,6 +89,27 @@ func TestParkedExchangesEndOnce(t *testing.T) {
 	}
 }
 
+// TestAnsweredExchangesWaitBriefly: an exchange its answer filter's stream ended waits in the
+// book for its log entry (to write the access line Envoy skipped) for lineWait at most, counted
+// from its end, not from when it was parked: an entry Envoy never sent keeps nothing for long,
+// and a long stream's just-ended exchange is not dropped before its entry.
+func TestAnsweredExchangesWaitBriefly(t *testing.T) {
+	s := NewServer(nil, testRuntime(), nil)
+	s.answers.swept = time.Now().Add(time.Hour)
+	long, _ := parkedExchange(s) // a stream of an hour, just ended
+	long.park.at = time.Now().Add(-time.Hour)
+	s.answers.adopt(long.park.id)
+	s.answers.answered(long)
+	s.answers.sweep(time.Now())
+	if !s.answers.holds(long) {
+		t.Fatal("a just-ended exchange was swept before its entry could come")
+	}
+	s.answers.sweep(time.Now().Add(lineWait + time.Second))
+	if s.answers.holds(long) {
+		t.Fatalf("an ended exchange still waits for its entry after %s", lineWait)
+	}
+}
+
 // openSplit starts a split gateway's router-level stream (translator.SplitExtProc): the
 // router's phase and ir.SplitMetadata in its initial metadata.
 func (e *envoy) openSplit() *stream {
