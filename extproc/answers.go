@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,12 +47,19 @@ const (
 	sweepEvery = 30 * time.Second
 	unanswered = 15 * time.Minute // beyond every chain's attempts at their idle timeouts
 	unlogged   = 2 * time.Hour    // beyond any stream a client keeps open
+	// lineWait bounds how long an ended exchange waits for its entry (which Envoy sends within
+	// answerFlush) to write its access log line: an entry Envoy dropped must not keep every
+	// exchange after it in memory.
+	lineWait = time.Minute
 )
 
 // sweep ends the exchanges parked too long at now.
 func (b *answerBook) sweep(now time.Time) {
 	b.end(func(x *exchange) bool {
 		age := now.Sub(x.park.at)
+		if x.park.answered {
+			return now.Sub(x.park.answeredAt) > lineWait
+		}
 		return (!x.park.adopted && age > unanswered) || (x.park.adopted && age > unlogged)
 	}, "no answer log entry came for it")
 }
@@ -67,8 +75,12 @@ func (b *answerBook) dropBefore(t time.Time, why string) {
 func (b *answerBook) end(stale func(*exchange) bool, why string) {
 	b.mu.Lock()
 	var picked []*exchange
-	for _, x := range b.parked {
-		if stale(x) {
+	for id, x := range b.parked {
+		switch {
+		case !stale(x):
+		case x.park.answered: // ended, waiting for its entry only to write its line
+			delete(b.parked, id)
+		default:
 			picked = append(picked, x)
 		}
 	}
@@ -89,6 +101,12 @@ type parking struct {
 	parked  atomic.Bool // handed over: the router-level stream no longer ends it
 	fast    bool        // on the fast lane
 	adopted bool        // an answer filter's stream took it (under the book's lock)
+	// answered: its answer filter's stream ended it before its answer log entry came; entry:
+	// that entry, come first (both under the book's lock). The second of the two writes the
+	// request's access log line when Envoy's skipped it (needsLine).
+	answered   bool
+	answeredAt time.Time
+	entry      *accesslogdatav3.HTTPAccessLogEntry
 }
 
 func newAnswerBook() *answerBook {
@@ -126,26 +144,71 @@ func (b *answerBook) adopt(id string) *exchange {
 	return x
 }
 
-// release ends x's stay in the book; it reports whether the caller is the one to end x.
-func (b *answerBook) release(x *exchange) bool {
+// holds reports whether x is still in the book: its answer filter's stream is the one to end
+// it.
+func (b *answerBook) holds(x *exchange) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.parked[x.park.id] == x
+}
+
+// answered ends x's stay in the book once its answer filter's stream ended (billed) it: it
+// gives x's answer log entry if it came first; an exchange whose entry is still to come stays,
+// answered, for it.
+func (b *answerBook) answered(x *exchange) *accesslogdatav3.HTTPAccessLogEntry {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.parked[x.park.id] != x {
-		return false
+		return nil
+	}
+	if x.park.entry == nil {
+		x.park.answered, x.park.answeredAt = true, time.Now()
+		return nil
 	}
 	delete(b.parked, x.park.id)
-	return true
+	return x.park.entry
 }
 
 // logged is an exchange's answer log entry: the request is over. It ends an exchange no answer
-// filter holds, and bills a fast-lane stream from what the stream meter read.
-func (b *answerBook) logged(id string, e *accesslogdatav3.HTTPAccessLogEntry) {
+// filter holds, and bills a fast-lane stream from what the stream meter read. An exchange an
+// answer filter's stream holds gets its access log line from whichever of the two ends last.
+func (b *answerBook) logged(id string, e *accesslogdatav3.HTTPAccessLogEntry, out io.Writer) {
 	b.mu.Lock()
 	x := b.parked[id]
-	b.mu.Unlock()
-	if x != nil {
-		b.close(x, e, "")
+	held := x != nil && x.park.adopted && !x.byLog()
+	answered := held && x.park.answered
+	switch {
+	case answered:
+		delete(b.parked, id)
+	case held:
+		x.park.entry = e
 	}
+	b.mu.Unlock()
+	switch {
+	case x == nil:
+		writeLine(out, nil, e) // ended without its entry (swept, Envoy restarted): the line Envoy skipped
+	case !held:
+		b.close(x, e, "")
+	case answered:
+		writeLine(out, x, e)
+	}
+}
+
+// writeLine writes the access log line Envoy skipped for a request not on the fast lane (its
+// line lacks a bill, xds/translator's accessLogs): an answer cut after the provider answered
+// ends when Envoy is past sending ext_proc anything, so only Tollway's line can carry its bill.
+// x is ended (nil: no longer known).
+func writeLine(out io.Writer, x *exchange, e *accesslogdatav3.HTTPAccessLogEntry) {
+	if out != nil && needsLine(e) {
+		_, _ = out.Write(accessLine(x, e))
+	}
+}
+
+// needsLine reports whether Envoy skipped e's access log line: a request with an exchange whose
+// metadata has no cost.
+func needsLine(e *accesslogdatav3.HTTPAccessLogEntry) bool {
+	_, billed := e.GetCommonProperties().GetMetadata().GetFilterMetadata()[ir.MetadataNamespace].GetFields()[ir.CostKey]
+	return !billed
 }
 
 // progress is a periodic entry of a fast-lane stream still open (ir.MeterReportEvery): its
@@ -212,6 +275,9 @@ func (b *answerBook) close(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry, w
 	if mine {
 		x.Done()
 	}
+	if mine && !byLog && e != nil {
+		writeLine(x.s.accessOut, x, e) // ended here: its answer never reached an answer filter
+	}
 }
 
 // answerFromLog hands x's processor the answer's headers Envoy copied into its log entry
@@ -266,7 +332,7 @@ func (s *Server) answerEntries(entries []*accesslogdatav3.HTTPAccessLogEntry) {
 		case e.GetCommonProperties().GetAccessLogType() == accesslogdatav3.AccessLogType_DownstreamPeriodic:
 			s.answers.progress(id, e)
 		default:
-			s.answers.logged(id, e)
+			s.answers.logged(id, e, s.accessOut)
 		}
 	}
 }
@@ -356,10 +422,16 @@ func (a *answerStream) responseTrailers(req *extprocv3.ProcessingRequest) ([]*ex
 // Envoy, and its log entry ends it.
 func (a *answerStream) Done() {
 	x := a.x
-	if x == nil || x.byLog() || !a.s.answers.release(x) {
+	if x == nil || x.byLog() {
+		return
+	}
+	if !a.s.answers.holds(x) {
 		return
 	}
 	x.Done()
+	if e := a.s.answers.answered(x); e != nil {
+		writeLine(a.s.accessOut, x, e)
+	}
 }
 
 // splitFraming is a split gateway's router-level framing: the pipelined protocol for the
@@ -403,6 +475,12 @@ func accessLine(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry) []byte {
 		if k != ir.ExchangeKey {
 			f[k] = v.AsInterface()
 		}
+	}
+	if x == nil {
+		return accessLogLine(f)
+	}
+	if x.Provider != "" {
+		f["provider"], f["model"] = x.Provider, x.Model // an answer cut before Envoy had them
 	}
 	if x.Out.Code != "" {
 		f["code"] = x.Out.Code // known only at the end: a provider silent mid-answer (cutIfSilent)

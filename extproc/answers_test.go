@@ -47,8 +47,8 @@ func TestParkedExchangesEndOnce(t *testing.T) {
 	if d.n != 0 {
 		t.Fatalf("the router-level stream ended a parked exchange")
 	}
-	s.answers.logged(x.park.id, entry)
-	s.answers.logged(x.park.id, entry)
+	s.answers.logged(x.park.id, entry, nil)
+	s.answers.logged(x.park.id, entry, nil)
 	if d.n != 1 {
 		t.Fatalf("unanswered exchange ended %d times by two log entries, want 1", d.n)
 	}
@@ -56,13 +56,13 @@ func TestParkedExchangesEndOnce(t *testing.T) {
 	x, d = parkedExchange(s) // the answer filter holds it: its stream's end ends it
 	a := &answerStream{s: s}
 	a.x = s.answers.adopt(x.park.id)
-	s.answers.logged(x.park.id, entry)
+	s.answers.logged(x.park.id, entry, nil)
 	if d.n != 0 {
 		t.Fatal("the log entry ended an exchange its answer filter holds")
 	}
 	a.Done()
 	a.Done()
-	s.answers.logged(x.park.id, entry)
+	s.answers.logged(x.park.id, entry, nil)
 	if d.n != 1 {
 		t.Fatalf("adopted exchange ended %d times, want 1", d.n)
 	}
@@ -75,7 +75,7 @@ func TestParkedExchangesEndOnce(t *testing.T) {
 		t.Fatalf("sweep ended old %d and young %d times, want 1 and 0", do.n, dy.n)
 	}
 	s.EnvoyRestarted(young.park.at.Add(time.Nanosecond)) // Envoy restarted after it was parked
-	s.answers.logged(young.park.id, entry)
+	s.answers.logged(young.park.id, entry, nil)
 	if dy.n != 1 {
 		t.Fatalf("an exchange of the Envoy that died ended %d times, want 1", dy.n)
 	}
@@ -86,6 +86,27 @@ func TestParkedExchangesEndOnce(t *testing.T) {
 	}
 	if len(s.answers.parked) != 1 {
 		t.Fatalf("%d exchanges left parked, want 1", len(s.answers.parked))
+	}
+}
+
+// TestAnsweredExchangesWaitBriefly: an exchange its answer filter's stream ended waits in the
+// book for its log entry (to write the access line Envoy skipped) for lineWait at most, counted
+// from its end, not from when it was parked: an entry Envoy never sent keeps nothing for long,
+// and a long stream's just-ended exchange is not dropped before its entry.
+func TestAnsweredExchangesWaitBriefly(t *testing.T) {
+	s := NewServer(nil, testRuntime(), nil)
+	s.answers.swept = time.Now().Add(time.Hour)
+	long, _ := parkedExchange(s) // a stream of an hour, just ended
+	long.park.at = time.Now().Add(-time.Hour)
+	s.answers.adopt(long.park.id)
+	s.answers.answered(long)
+	s.answers.sweep(time.Now())
+	if !s.answers.holds(long) {
+		t.Fatal("a just-ended exchange was swept before its entry could come")
+	}
+	s.answers.sweep(time.Now().Add(lineWait + time.Second))
+	if s.answers.holds(long) {
+		t.Fatalf("an ended exchange still waits for its entry after %s", lineWait)
 	}
 }
 

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -74,29 +73,10 @@ func TestEmbeddingsBilledOnce(t *testing.T) {
 		for _, f := range []fakeupstream.Fault{{Stall: true}, {Cut: true}} {
 			fake.Reset()
 			fake.Script(f)
-			ctx, cancel := context.WithCancel(ctx)
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.BaseURL+"/embeddings",
-				strings.NewReader(`{"model":"emb-small","input":"`+input+`"}`))
-			req.Header.Set("content-type", "application/json")
-			req.Header.Set("authorization", "Bearer "+key)
-			done := make(chan error, 1)
-			go func() {
-				resp, err := http.DefaultClient.Do(req)
-				if err == nil {
-					_, err = io.ReadAll(resp.Body)
-					resp.Body.Close()
-				}
-				done <- err
-			}()
-			if f.Stall {
-				waitFor(t, "the provider's answer", 10*time.Second, func() bool { return fake.RequestCount() == 1 })
-				time.Sleep(300 * time.Millisecond) // its headers and half its body reach the gateway
-				cancel()
-			}
-			if err := <-done; err == nil && f.Stall {
+			err := sendCut(t, g, fake, key, fmt.Sprintf("answer-cut-%v", f.Stall), "/embeddings", `{"model":"emb-small","input":"`+input+`"}`, f.Stall)
+			if err == nil && f.Stall {
 				t.Fatal("the client was answered before it hung up")
 			}
-			cancel()
 		}
 		tokens := int64(billing.CountText(input))
 		want := embSmallPrice.Mul(decimal.NewFromInt(tokens))

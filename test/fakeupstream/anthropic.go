@@ -125,10 +125,24 @@ func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, defaultMessa
 		}
 		return true, -1
 	}
+	if fault.CutHeaders {
+		cutAtHeaders(w, r, fault.CutPause)
+		return true, -1
+	}
 	if fault.Cut {
 		return false, fault.CutAfter
 	}
 	return false, -1
+}
+
+// cutAtHeaders sends a 200's headers, flushed, and drops the connection after pause.
+func cutAtHeaders(w http.ResponseWriter, r *http.Request, pause time.Duration) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", "4096")
+	w.WriteHeader(http.StatusOK)
+	http.NewResponseController(w).Flush()
+	sleep(r.Context(), pause)
+	abort(w)
 }
 
 type anthropicRequest struct {

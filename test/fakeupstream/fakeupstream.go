@@ -79,6 +79,11 @@ type Fault struct {
 	// Stall, on a whole answer (embeddings), sends its headers and half its body, then waits
 	// for the client to go away (at most 10 s) before the rest: a big answer on a slow link.
 	Stall bool
+	// CutHeaders, on a whole answer (embeddings, a plain chat completion), sends its headers
+	// alone, flushed, waits CutPause and drops the connection before any of its body: 0 is
+	// the provider dropping it right behind its headers.
+	CutHeaders bool
+	CutPause   time.Duration
 	// ReportPrompt and ReportCompletion, when > 0, are the token counts the answer's usage
 	// reports instead of the true ones: a provider over-reporting (a chat completion).
 	ReportPrompt, ReportCompletion int

@@ -258,6 +258,7 @@ const (
 	LaneFast      = "fast"
 	LaneDeferred  = "deferred" // the unrouted reply to a request refused at its next message
 	ExchangeKey   = "exchange" // in MetadataNamespace: the request's exchange, for the answer's filter and log
+	CostKey       = "cost"     // in MetadataNamespace: the request's bill, once ext_proc knows it
 	LaneMetadata  = "tollway.lane"
 	// MeterMetadata is what the stream meter (Envoy's Lua) read of a fast-lane answer.
 	MeterMetadata = "tollway.meter"

@@ -67,8 +67,10 @@ func accessLogs(a ir.AccessLog, split bool) ([]*accesslogv3.AccessLog, error) {
 	al := &accesslogv3.AccessLog{Name: name, ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: typed}}
 	if split {
 		// Every request's last entry (not the periodic ones the answer log asks for) but a
-		// fast-lane stream's.
-		al.Filter = allOf(notPeriodic(), fastLane(false))
+		// fast-lane stream's, and but an exchange's with no bill: an answer cut after the
+		// provider answered is billed once Envoy is past sending ext_proc anything, so Tollway
+		// writes its line, from its answer log entry.
+		al.Filter = allOf(notPeriodic(), fastLane(false), anyOf(hasKey(ir.ExchangeKey, false), hasKey(ir.CostKey, true)))
 	}
 	return []*accesslogv3.AccessLog{al}, nil
 }
@@ -99,6 +101,23 @@ func fastLane(is bool) *accesslogv3.AccessLogFilter {
 			Filter: ir.LaneMetadata,
 			Path:   []*matcherv3.MetadataMatcher_PathSegment{{Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: "fast"}}},
 			Value:  &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_BoolMatch{BoolMatch: is}},
+		},
+		MatchIfKeyNotFound: wrapperspb.Bool(!is),
+	}}}
+}
+
+// hasKey passes an entry whose tollway metadata has key (is), or has it not (!is). The
+// filter ignores the matcher's invert, so "has not" is "is null, or absent".
+func hasKey(key string, is bool) *accesslogv3.AccessLogFilter {
+	v := &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_PresentMatch{PresentMatch: true}}
+	if !is {
+		v = &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_NullMatch_{NullMatch: &matcherv3.ValueMatcher_NullMatch{}}}
+	}
+	return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_MetadataFilter{MetadataFilter: &accesslogv3.MetadataFilter{
+		Matcher: &matcherv3.MetadataMatcher{
+			Filter: ir.MetadataNamespace,
+			Path:   []*matcherv3.MetadataMatcher_PathSegment{{Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: key}}},
+			Value:  v,
 		},
 		MatchIfKeyNotFound: wrapperspb.Bool(!is),
 	}}}
