@@ -204,6 +204,16 @@ func writeLine(out io.Writer, x *exchange, e *accesslogdatav3.HTTPAccessLogEntry
 	}
 }
 
+// unbilledLines is where the lines Envoy skips for want of their bill go (writeLine): the
+// access log, when billing is on (off, no line has a bill and Envoy writes them all:
+// xds/translator's accessLogs).
+func (s *Server) unbilledLines() io.Writer {
+	if s.sh.Books == nil {
+		return nil
+	}
+	return s.accessOut
+}
+
 // needsLine reports whether Envoy skipped e's access log line: a request with an exchange whose
 // metadata has no cost.
 func needsLine(e *accesslogdatav3.HTTPAccessLogEntry) bool {
@@ -276,7 +286,7 @@ func (b *answerBook) close(x *exchange, e *accesslogdatav3.HTTPAccessLogEntry, w
 		x.Done()
 	}
 	if mine && !byLog && e != nil {
-		writeLine(x.s.accessOut, x, e) // ended here: its answer never reached an answer filter
+		writeLine(x.s.unbilledLines(), x, e) // ended here: its answer never reached an answer filter
 	}
 }
 
@@ -332,7 +342,7 @@ func (s *Server) answerEntries(entries []*accesslogdatav3.HTTPAccessLogEntry) {
 		case e.GetCommonProperties().GetAccessLogType() == accesslogdatav3.AccessLogType_DownstreamPeriodic:
 			s.answers.progress(id, e)
 		default:
-			s.answers.logged(id, e, s.accessOut)
+			s.answers.logged(id, e, s.unbilledLines())
 		}
 	}
 }

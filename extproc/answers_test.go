@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,7 +10,11 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/shopspring/decimal"
+
+	"github.com/tollway/tollway/extproc/billing"
 	"github.com/tollway/tollway/extproc/core"
+	"github.com/tollway/tollway/store"
 	"github.com/tollway/tollway/xds/ir"
 )
 
@@ -157,4 +162,22 @@ func (a *answerFilter) pipelined(want int, msgs ...*extprocv3.ProcessingRequest)
 		m.MetadataContext = a.md
 	}
 	return a.stream.pipelined(want, msgs...)
+}
+
+// TestUnbilledLinesOnlyWithBilling: the lines Envoy skips for want of their bill are Tollway's
+// to write only when billing is on (xds/translator's accessLogs skips them only then); with
+// billing off Envoy writes every one, and Tollway writing them too would double them.
+func TestUnbilledLinesOnlyWithBilling(t *testing.T) {
+	var out strings.Builder
+	off := NewServer(nil, testRuntime(), nil)
+	off.SetAccessLog(&out)
+	if off.unbilledLines() != nil {
+		t.Fatal("billing off: Tollway writes the lines Envoy writes")
+	}
+	ledger := billing.NewLedger(map[string]decimal.Decimal{}, nil, "2026-11")
+	on := NewServer(nil, testRuntime(), &Billing{Ledger: ledger, Record: func(store.UsageRecord) {}, Now: time.Now})
+	on.SetAccessLog(&out)
+	if on.unbilledLines() == nil {
+		t.Fatal("billing on: nobody writes the lines Envoy skips")
+	}
 }

@@ -124,6 +124,10 @@ func (r RateLimits) Or(def RateLimits) RateLimits {
 type AccessLog struct {
 	Off  bool   `json:"off,omitempty"`
 	Path string `json:"path,omitempty"` // a file; "" is stdout, "/dev/stderr" stderr
+	// Bills: billing is on, so a split gateway's line for a routed request without its bill
+	// (an answer cut after the provider answered, billed once Envoy is past asking ext_proc) is
+	// written by Tollway with the bill. With billing off no line has one, and Envoy writes them.
+	Bills bool `json:"bills,omitempty"`
 }
 
 // Listener is the public HTTP listener ({base_url} = http://Address:Port/v1).

@@ -69,8 +69,11 @@ func accessLogs(a ir.AccessLog, split bool) ([]*accesslogv3.AccessLog, error) {
 		// Every request's last entry (not the periodic ones the answer log asks for) but a
 		// fast-lane stream's, and but an exchange's with no bill: an answer cut after the
 		// provider answered is billed once Envoy is past sending ext_proc anything, so Tollway
-		// writes its line, from its answer log entry.
-		al.Filter = allOf(notPeriodic(), fastLane(false), anyOf(hasKey(ir.ExchangeKey, false), hasKey(ir.CostKey, true)))
+		// writes its line, from its answer log entry (with billing on: off, no line has a bill).
+		al.Filter = allOf(notPeriodic(), fastLane(false))
+		if a.Bills {
+			al.Filter = allOf(notPeriodic(), fastLane(false), anyOf(hasKey(ir.ExchangeKey, false), hasKey(ir.CostKey, true)))
+		}
 	}
 	return []*accesslogv3.AccessLog{al}, nil
 }

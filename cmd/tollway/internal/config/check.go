@@ -260,9 +260,9 @@ func (c *Config) AccessLog() ir.AccessLog {
 	case "off":
 		return ir.AccessLog{Off: true}
 	case "stderr":
-		return ir.AccessLog{Path: "/dev/stderr"}
+		return ir.AccessLog{Path: "/dev/stderr", Bills: c.Billing.Enabled}
 	case "stdout", "":
-		return ir.AccessLog{}
+		return ir.AccessLog{Bills: c.Billing.Enabled}
 	}
-	return ir.AccessLog{Path: c.Log.Access}
+	return ir.AccessLog{Path: c.Log.Access, Bills: c.Billing.Enabled}
 }
