@@ -46,13 +46,17 @@ func (p *plan) routeID() string {
 
 // planFor decides where a valid request goes: a route's chain (route:<name>, route_mode for a
 // mode route), a model's chain, or the provider route.provider pins a model to; and refuses
-// what every provider it may go to cannot take (fits).
+// what every provider it may go to cannot take (fits) and an input over the model's
+// context_length (fitsContext).
 func planFor(rt *core.Runtime, req *request) (*plan, *core.APIError) {
 	p, e := route(rt, req)
 	if e != nil {
 		return nil, e
 	}
-	return p, p.fits(rt, req)
+	if e := p.fits(rt, req); e != nil {
+		return nil, e
+	}
+	return p, p.fitsContext(rt, req)
 }
 
 // route is planFor's choice of where the request goes.

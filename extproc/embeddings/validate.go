@@ -37,6 +37,7 @@ type request struct {
 	routeMode     string
 	texts         []string  // the input as text, or
 	tokens        [][]int64 // as token arrays
+	single        bool      // input was one value (a string or one token array), not a list
 	// bound is a strict bound of the input's tokens: a text's UTF-8 length (every BPE token
 	// spans at least a byte), a token array's length (exact), each with the specialTokens a
 	// provider may add to it. The hold is sized with it.
@@ -114,7 +115,7 @@ func (r *request) readInput(v json.RawMessage) *core.APIError {
 		}
 		r.bound += int64(len(ids)) + specialTokens
 	}
-	r.texts, r.tokens = texts, tokens
+	r.texts, r.tokens, r.single = texts, tokens, single
 	return nil
 }
 

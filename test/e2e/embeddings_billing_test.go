@@ -135,6 +135,22 @@ func TestEmbeddingsBilledOnce(t *testing.T) {
 // before any provider is called, before the request is admitted (its rate count kept, nothing
 // held), with a message naming the limit and the fix: Gemini's batchEmbedContents takes at
 // most 100 inputs, and text only.
+// refusedUnasked checks that each body is 400 invalid_request, its message starting as mapped,
+// and that the provider was not asked.
+func refusedUnasked(t *testing.T, g *gateway, fake *fakeupstream.Server, key string, cases map[string]string) {
+	t.Helper()
+	for body, says := range cases {
+		fake.Reset()
+		e := wantError(t, g.embed(key, body), http.StatusBadRequest, "invalid_request")
+		if !strings.HasPrefix(e.Error.Message, says) {
+			t.Errorf("message %q, want it to start %q", e.Error.Message, says)
+		}
+		if n := fake.RequestCount(); n != 0 {
+			t.Errorf("the provider was asked %d times", n)
+		}
+	}
+}
+
 func TestEmbeddingsRefusedBeforeTheProvider(t *testing.T) {
 	t.Parallel()
 	g, fake := startEmbeddings(t, "")
@@ -146,20 +162,11 @@ func TestEmbeddingsRefusedBeforeTheProvider(t *testing.T) {
 	for i := range many {
 		many[i] = fmt.Sprintf(`"line %d"`, i)
 	}
-	for body, says := range map[string]string{
+	refusedUnasked(t, g, fake, key, map[string]string{
 		`{"model":"emb-gemini","input":[` + strings.Join(many, ",") + `]}`: `input has 101 items; model "emb-gemini" on its provider (Gemini) embeds at most 100 per request: split them over several requests`,
 		`{"model":"emb-gemini","input":[[1,2],[3]]}`:                       `input as token arrays cannot be sent to model "emb-gemini": its provider (Gemini) takes text only; send the text`,
 		`{"model":"emb-small","input":[[1,2]],"route":{"provider":"gm"}}`:  `input as token arrays cannot be sent to model "emb-small": provider gm (Gemini) takes text only`,
-	} {
-		fake.Reset()
-		e := wantError(t, g.embed(key, body), http.StatusBadRequest, "invalid_request")
-		if !strings.HasPrefix(e.Error.Message, says) {
-			t.Errorf("message %q, want it to start %q", e.Error.Message, says)
-		}
-		if n := fake.RequestCount(); n != 0 {
-			t.Errorf("the provider was asked %d times", n)
-		}
-	}
+	})
 	// A route whose first model is on another provider (down here) goes to its providers; its
 	// Gemini attempt refuses the same before Google is asked.
 	fake.Reset()

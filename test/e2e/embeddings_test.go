@@ -32,7 +32,7 @@ var (
 )
 
 // startEmbeddings runs a gateway with embeddings models on a fake OpenAI-compatible provider
-// (oa) and a fake Gemini (gm), one on a provider that is down, a route falling back from it,
+// (oa) and a fake Gemini (gm), one with a context_length of 64, one on a provider that is down, a route falling back from it,
 // and a chat model; extra is more configuration.
 func startEmbeddings(t *testing.T, extra string) (*gateway, *fakeupstream.Server) {
 	t.Helper()
@@ -50,6 +50,11 @@ models:
     output_modalities: [embeddings]
     providers: [{provider: gm, model: gemini-embedding-001}]
     pricing: {prompt: "%s"}
+  - id: emb-ctx
+    output_modalities: [embeddings]
+    context_length: 64
+    providers: [{provider: oa, model: text-embedding-3-small}]
+    pricing: {prompt: "%s"}
   - id: emb-down
     output_modalities: [embeddings]
     providers: [{provider: down, model: text-embedding-3-large}]
@@ -59,7 +64,7 @@ models:
     pricing: {prompt: "0.000001", completion: "0.000002"}
 routes:
   - {name: emb-route, rule: priority_fallback, models: [emb-down, emb-gemini]}
-%s`, fake.URL(), fake.GeminiURL(), deadAddr, embSmallPrice, embGeminiPrice, extra)
+%s`, fake.URL(), fake.GeminiURL(), deadAddr, embSmallPrice, embGeminiPrice, embSmallPrice, extra)
 	return startGateway(t, body, "FAKE_PROVIDER_KEY="+providerKey), fake
 }
 
@@ -470,5 +475,37 @@ func TestEmbeddingsRateLimits(t *testing.T) {
 	resp.Body.Close()
 	if rem, err := strconv.Atoi(resp.Header.Get("x-ratelimit-remaining-tokens")); resp.StatusCode != 200 || err != nil || rem > 40 {
 		t.Fatalf("chat after embeddings: %d, remaining tokens %q of 100", resp.StatusCode, resp.Header.Get("x-ratelimit-remaining-tokens"))
+	}
+}
+
+// An input over the model's context_length is refused with its index before the provider is
+// asked, the rate spent or anything held or billed; one at the limit goes on.
+func TestEmbeddingsContextLength(t *testing.T) {
+	t.Parallel()
+	g, fake := startEmbeddings(t, "")
+	if err := g.NewAccount(context.Background(), "acme", "1"); err != nil {
+		t.Fatal(err)
+	}
+	key := g.newKey("acme", "--rpm", "1")
+	words := func(n int) string { return `"` + strings.TrimSpace(strings.Repeat(" word", n)) + `"` } // a token a word
+	ids := func(n int) string { return "[" + strings.TrimSuffix(strings.Repeat("7,", n), ",") + "]" }
+	before := g.balance("acme")
+	refusedUnasked(t, g, fake, key, map[string]string{
+		`{"model":"emb-ctx","input":["hi",` + words(64) + `,"there",` + words(70) + `]}`: "input[3] is 70 tokens; model emb-ctx takes at most 64 per input: split it or shorten it",
+		`{"model":"emb-ctx","input":[` + ids(2) + `,` + ids(65) + `]}`:                   "input[1] is 65 tokens; model emb-ctx takes at most 64 per input",
+	})
+	if recs := g.records("account=acme"); len(recs) != 0 {
+		t.Fatalf("refusals left usage records %+v", recs)
+	}
+	if b := g.balance("acme"); !b.Equal(before) {
+		t.Fatalf("balance %s after the refusals, was %s", b, before)
+	}
+	// At the limit it is embedded, on the key's one request a minute the refusals did not take.
+	a, _ := g.embedOK(key, `{"model":"emb-ctx","input":["hi",`+words(64)+`]}`)
+	if len(a.Data) != 2 || fake.RequestCount() != 1 {
+		t.Fatalf("%d embeddings, %d provider requests", len(a.Data), fake.RequestCount())
+	}
+	if recs := waitRecordsOf(t, g, "acme", 1); len(recs) != 1 {
+		t.Fatalf("records %+v", recs)
 	}
 }
