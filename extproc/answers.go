@@ -154,14 +154,14 @@ func (b *answerBook) holds(x *exchange) bool {
 
 // answered ends x's stay in the book once its answer filter's stream ended (billed) it: it
 // gives x's answer log entry if it came first; an exchange whose entry is still to come stays,
-// answered, for it.
-func (b *answerBook) answered(x *exchange) *accesslogdatav3.HTTPAccessLogEntry {
+// answered, for it when its line may be Tollway's to write (wait; else it leaves now).
+func (b *answerBook) answered(x *exchange, wait bool) *accesslogdatav3.HTTPAccessLogEntry {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.parked[x.park.id] != x {
 		return nil
 	}
-	if x.park.entry == nil {
+	if x.park.entry == nil && wait {
 		x.park.answered, x.park.answeredAt = true, time.Now()
 		return nil
 	}
@@ -439,8 +439,9 @@ func (a *answerStream) Done() {
 		return
 	}
 	x.Done()
-	if e := a.s.answers.answered(x); e != nil {
-		writeLine(a.s.accessOut, x, e)
+	out := a.s.unbilledLines()
+	if e := a.s.answers.answered(x, out != nil); e != nil {
+		writeLine(out, x, e)
 	}
 }
 

@@ -104,7 +104,7 @@ func TestAnsweredExchangesWaitBriefly(t *testing.T) {
 	long, _ := parkedExchange(s) // a stream of an hour, just ended
 	long.park.at = time.Now().Add(-time.Hour)
 	s.answers.adopt(long.park.id)
-	s.answers.answered(long)
+	s.answers.answered(long, true)
 	s.answers.sweep(time.Now())
 	if !s.answers.holds(long) {
 		t.Fatal("a just-ended exchange was swept before its entry could come")
@@ -179,5 +179,28 @@ func TestUnbilledLinesOnlyWithBilling(t *testing.T) {
 	on.SetAccessLog(&out)
 	if on.unbilledLines() == nil {
 		t.Fatal("billing on: nobody writes the lines Envoy skips")
+	}
+}
+
+// TestBillingOffLinesAreEnvoys: with billing off Envoy writes every line (none has a bill), so
+// an answer filter's stream that ends after its answer log entry came writes none, and its
+// exchange leaves the book at once (nothing waits for an entry only Tollway would use).
+func TestBillingOffLinesAreEnvoys(t *testing.T) {
+	var out strings.Builder
+	s := NewServer(nil, testRuntime(), nil)
+	s.SetAccessLog(&out)
+	s.answers.swept = time.Now().Add(time.Hour)
+	for _, entryFirst := range []bool{true, false} {
+		x, d := parkedExchange(s)
+		a := &answerStream{s: s}
+		a.x = s.answers.adopt(x.park.id)
+		if entryFirst {
+			s.answers.logged(x.park.id, &accesslogdatav3.HTTPAccessLogEntry{}, s.unbilledLines())
+		}
+		a.Done()
+		if d.n != 1 || out.Len() != 0 || len(s.answers.parked) != 0 {
+			t.Fatalf("entry first %v: ended %d times, Tollway wrote %q, %d left in the book; want 1, nothing, 0",
+				entryFirst, d.n, out.String(), len(s.answers.parked))
+		}
 	}
 }
